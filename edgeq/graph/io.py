@@ -1,0 +1,265 @@
+"""The one ONNX boundary: every model edgeq reads or writes goes through here.
+
+Loading validates what TensorRT's parser would otherwise trip over late (truncated files, missing
+external data, cycles, inputs nobody produces) and turns it into a one-line ``GraphError``.
+Saving is atomic and switches to external data for models over protobuf's 2 GB limit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edgeq.errors import GraphError
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_graphsurgeon as gs
+
+# protobuf cannot serialize a message of 2 GiB or more; stay clear of the edge.
+PROTOBUF_LIMIT = 2**31 - 1
+EXTERNAL_DATA_THRESHOLD = PROTOBUF_LIMIT - 64 * 2**20
+
+
+def load_model(
+    path: str | os.PathLike[str], *, load_external_data: bool = True, check: bool = True
+) -> onnx.ModelProto:
+    """Read an ONNX file, with its external data, and fail early and clearly on a broken one."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    path = Path(path)
+    if not path.exists():
+        raise GraphError(f"{path}: no such file")
+    if not path.is_file():
+        raise GraphError(f"{path}: not a file")
+    if path.stat().st_size == 0:
+        raise GraphError(f"{path}: empty file, not an ONNX model")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except DecodeError as e:
+        raise GraphError(f"{path}: not an ONNX model or truncated protobuf ({e})") from None
+    except (ValueError, RuntimeError, OSError) as e:
+        raise GraphError(f"{path}: cannot read ONNX model ({e})") from None
+    if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):
+        raise GraphError(f"{path}: not an ONNX model (no graph)")
+    if load_external_data:
+        _load_external(model, path)
+    validate_structure(model, name=str(path))
+    if check:
+        check_model(model, name=str(path))
+    return model
+
+
+def _load_external(model: onnx.ModelProto, path: Path) -> None:
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    base = path.parent
+    for t in _all_initializers(model):
+        if uses_external_data(t):
+            loc = next((e.value for e in t.external_data if e.key == "location"), "")
+            f = base / loc
+            if not loc or not f.is_file():
+                raise GraphError(
+                    f"{path}: external data file '{loc}' for tensor '{t.name}' is missing",
+                    hint=f"put it next to the model in {base}",
+                )
+    try:
+        load_external_data_for_model(model, str(base))
+    except (OSError, ValueError) as e:
+        raise GraphError(f"{path}: cannot read external data ({e})") from None
+
+
+def _all_initializers(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    out = list(model.graph.initializer)
+    for n in model.graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                out.append(a.t)
+    return out
+
+
+def validate_structure(model: onnx.ModelProto, name: str = "model") -> None:
+    """Refuse dangling inputs and cycles; put an acyclic but unsorted graph into order.
+
+    The ONNX checker reports both as "not topologically sorted"; users need to know which it is.
+    """
+    g = model.graph
+    available = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+    producers: dict[str, int] = {}
+    for idx, n in enumerate(g.node):
+        for o in n.output:
+            if o:
+                producers[o] = idx
+    for n in g.node:
+        for i in n.input:
+            if i not in available and i not in producers:
+                raise GraphError(
+                    f"{name}: node '{n.name or n.op_type}' reads tensor '{i}' that no node, input or "
+                    "initializer produces"
+                )
+    for o in g.output:
+        if o.name not in available and o.name not in producers:
+            raise GraphError(f"{name}: graph output '{o.name}' is produced by nothing")
+
+    order = _topological_order(model)
+    if order is None:
+        raise GraphError(f"{name}: the graph has a cycle through nodes {', '.join(_cycle_nodes(model))}")
+    if order != list(range(len(g.node))):
+        nodes = [g.node[i] for i in order]
+        copies = [type(n)() for n in nodes]
+        for c, n in zip(copies, nodes):
+            c.CopyFrom(n)
+        del g.node[:]
+        g.node.extend(copies)
+
+
+def _topological_order(model: onnx.ModelProto) -> list[int] | None:
+    g = model.graph
+    producers = {o: i for i, n in enumerate(g.node) for o in n.output if o}
+    deps: list[set[int]] = []
+    users: list[list[int]] = [[] for _ in g.node]
+    for i, n in enumerate(g.node):
+        d = {producers[x] for x in _node_inputs(n) if x in producers}
+        deps.append(d)
+        for p in d:
+            users[p].append(i)
+    indeg = [len(d) for d in deps]
+    ready = deque(i for i, k in enumerate(indeg) if k == 0)
+    order: list[int] = []
+    while ready:
+        i = ready.popleft()
+        order.append(i)
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    return order if len(order) == len(g.node) else None
+
+
+def _node_inputs(node: onnx.NodeProto) -> list[str]:
+    """Inputs of a node including outer-scope names its subgraphs use (If/Loop bodies)."""
+    names = [x for x in node.input if x]
+    for a in node.attribute:
+        subs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
+        for sg in subs:
+            local = {i.name for i in sg.input} | {t.name for t in sg.initializer}
+            local |= {o for n in sg.node for o in n.output}
+            for n in sg.node:
+                names.extend(x for x in _node_inputs(n) if x not in local)
+    return names
+
+
+def _cycle_nodes(model: onnx.ModelProto) -> list[str]:
+    order = _topological_order(model) or []
+    done = set(order)
+    return [n.name or f"{n.op_type}#{i}" for i, n in enumerate(model.graph.node) if i not in done][:6]
+
+
+def check_model(model: onnx.ModelProto, name: str = "model") -> None:
+    import onnx
+
+    try:
+        if model.ByteSize() > EXTERNAL_DATA_THRESHOLD:
+            with tempfile.TemporaryDirectory() as d:
+                p = Path(d) / "m.onnx"
+                _save(model, p, external=True)
+                onnx.checker.check_model(str(p))
+        else:
+            onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GraphError(f"{name}: fails the ONNX checker: {first}") from None
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Shape inference that also works past the 2 GB protobuf limit (via a file)."""
+    import onnx
+
+    try:
+        if model.ByteSize() > EXTERNAL_DATA_THRESHOLD:
+            with tempfile.TemporaryDirectory() as d:
+                src, dst = Path(d) / "in.onnx", Path(d) / "out.onnx"
+                _save(model, src, external=True)
+                onnx.shape_inference.infer_shapes_path(str(src), str(dst))
+                out = onnx.load(str(dst), load_external_data=True)
+                return out
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as e:  # onnx raises InferenceError and plain RuntimeErrors from C++
+        raise GraphError(f"shape inference failed: {str(e).strip().splitlines()[0]}") from None
+
+
+def save_model(
+    model: onnx.ModelProto, path: str | os.PathLike[str], *, external_data: bool | None = None
+) -> Path:
+    """Write atomically; ``external_data=None`` picks external data only when the model needs it.
+
+    External data goes to ``<name>.data`` beside the model; both files appear together or not at all.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    external = model.ByteSize() > EXTERNAL_DATA_THRESHOLD if external_data is None else external_data
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        tmp = tmpdir / path.name
+        _save(model, tmp, external=external)
+        data_name = f"{path.name}.data"
+        if external and (tmpdir / data_name).exists():
+            os.replace(tmpdir / data_name, path.parent / data_name)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return path
+
+
+def _save(model: onnx.ModelProto, path: Path, *, external: bool) -> None:
+    import onnx
+
+    if external:
+        m = type(model)()
+        m.CopyFrom(model)
+        onnx.save_model(
+            m,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=f"{path.name}.data",
+            size_threshold=1024,
+        )
+    else:
+        onnx.save_model(model, str(path))
+
+
+def graph_from_model(model: onnx.ModelProto) -> gs.Graph:
+    import onnx_graphsurgeon as gs
+
+    return gs.import_onnx(model)
+
+
+def model_from_graph(graph: gs.Graph, like: onnx.ModelProto | None = None) -> onnx.ModelProto:
+    """Export a graphsurgeon graph, keeping the original model's IR version and metadata."""
+    import onnx_graphsurgeon as gs
+
+    model = gs.export_onnx(graph, do_type_check=False)
+    if like is not None:
+        model.ir_version = like.ir_version
+        model.producer_name = like.producer_name or model.producer_name
+        model.producer_version = like.producer_version or model.producer_version
+        del model.metadata_props[:]
+        model.metadata_props.extend(like.metadata_props)
+    return model
+
+
+def default_output(path: str | os.PathLike[str], suffix: str) -> Path:
+    """``model.onnx`` -> ``model.<suffix>.onnx`` beside it (``clean``, ``int8``)."""
+    p = Path(path)
+    stem = p.name[: -len(".onnx")] if p.name.endswith(".onnx") else p.name
+    return p.with_name(f"{stem}.{suffix}.onnx")
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)

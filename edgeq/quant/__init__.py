@@ -1,0 +1,1 @@
+"""Quantization: calibration produces scales (``calibrate``); placement decides where Q/DQ go (``placement``)."""

@@ -1,0 +1,1 @@
+"""Release packaging with a verifiable manifest: not built yet (a later issue); nothing here is imported."""

@@ -1,0 +1,1 @@
+"""Targets, SSH transport and the on-target agent. Only ``transport`` imports paramiko."""

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): installs what the tests need, then runs lint and the suite.
+# Needs root for apt (as in CI); elsewhere install openssh-server yourself first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "== installing openssh-server (transport and deploy tests run a real sshd on 127.0.0.1)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null
+  else
+    echo "warning: sshd not found and not root: transport/deploy tests will be skipped" >&2
+  fi
+fi
+
+echo "== pip install -e .[test]"
+python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+
+echo "== ruff"
+python3 -m ruff check edgeq tests bench
+
+echo "== pytest"
+set +e
+python3 -m pytest -q "$@"
+rc=$?
+set -e
+# pytest exits 5 when it collected no tests: that is a failure for us, not a pass.
+exit $rc
