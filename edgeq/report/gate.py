@@ -1,0 +1,202 @@
+"""The precision gate: check a ``FusionReport`` against a ``Policy``; the result is a value.
+
+``GateResult`` is truthy when the engine passes and its ``str()`` names what failed (or the figures
+that made it pass), like Polygraphy's comparison results, so callers write
+``if not (res := apply_gate(report, policy)): print(res)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any, Optional
+
+from edgeq.errors import ReportError
+from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
+from edgeq.report.policy import Policy
+
+MAX_LISTED = 12  # violations spelled out in str(); the rest are counted
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    layer: int  # engine layer index
+    layer_name: str
+    layer_type: str
+    message: str
+    nodes: tuple[str, ...] = ()
+    allowed_by: Optional[str] = None  # the allowlist entry that excused it
+
+    def __str__(self) -> str:
+        return f"[{self.rule}] #{self.layer} {self.layer_type} {_quote(self.layer_name)}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "layer": self.layer,
+            "layer_name": self.layer_name,
+            "layer_type": self.layer_type,
+            "message": self.message,
+            "nodes": list(self.nodes),
+            "allowed_by": self.allowed_by,
+        }
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The verdict: ``bool(result)`` is True when the engine passes."""
+
+    policy: Policy
+    violations: tuple[Violation, ...]
+    allowed: tuple[Violation, ...] = ()  # would have failed, excused by the allowlist
+    checked: int = 0  # layers the policy looked at (compute + reformat inside the region)
+    boundary_reformats: int = 0
+    int8_compute: int = 0
+
+    def __bool__(self) -> bool:
+        return not self.violations
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+    @property
+    def offending_layers(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(v.layer for v in self.violations))
+
+    def by_rule(self) -> dict[str, list[Violation]]:
+        out: dict[str, list[Violation]] = {}
+        for v in self.violations:
+            out.setdefault(v.rule, []).append(v)
+        return out
+
+    def summary(self) -> str:
+        """One line: the verdict and the figures behind it."""
+        if not self.policy.checks_anything:
+            return f"gate {self.policy.name}: not applied (report only)"
+        extra = f", {len(self.allowed)} excused by --allow" if self.allowed else ""
+        if self.passed:
+            return (
+                f"gate {self.policy.name}: passed ({self.checked} layers checked, {self.int8_compute} "
+                f"INT8 compute, {self.boundary_reformats} boundary reformats allowed{extra})"
+            )
+        counts = ", ".join(f"{len(v)} {rule}" for rule, v in self.by_rule().items())
+        n = len(self.offending_layers)
+        return (
+            f"gate {self.policy.name}: FAILED on {n} layer{'s' if n != 1 else ''} ({counts}) of "
+            f"{self.checked} checked{extra}"
+        )
+
+    summary_line = summary  # the name other edgeq results use for their one-line verdict
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        for v in self.violations[:MAX_LISTED]:
+            lines.append(f"  {v}")
+        if len(self.violations) > MAX_LISTED:
+            lines.append(f"  ... and {len(self.violations) - MAX_LISTED} more")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.to_dict(),
+            "passed": self.passed,
+            "summary": self.summary(),
+            "checked": self.checked,
+            "int8_compute": self.int8_compute,
+            "boundary_reformats": self.boundary_reformats,
+            "violations": [v.to_dict() for v in self.violations],
+            "allowed": [v.to_dict() for v in self.allowed],
+        }
+
+
+def _quote(name: str) -> str:
+    """Names can hold control characters: show them escaped, never raw, in one-line messages."""
+    return repr(name) if len(name) <= 90 else repr(name[:87] + "...")
+
+
+def _allowed_by(rl: ReportLayer, allow: tuple[str, ...]) -> Optional[str]:
+    names = (*rl.onnx_nodes, *rl.related_nodes, rl.name)
+    for pattern in allow:
+        for n in names:
+            if n == pattern or fnmatchcase(n, pattern):
+                return pattern
+    return None
+
+
+def apply_gate(report: FusionReport, policy: Policy) -> GateResult:
+    """Check every layer of ``report`` against ``policy``."""
+    if not policy.checks_anything:
+        return GateResult(policy, ())
+    if not report.detailed:
+        raise ReportError(
+            f"{report.source}: cannot apply gate '{policy.name}': the engine was built with "
+            "ProfilingVerbosity.LAYER_NAMES_ONLY, so its layer information has no precisions or formats",
+            hint="rebuild with --profilingVerbosity=detailed (trtexec) or config.profiling_verbosity = "
+            "trt.ProfilingVerbosity.DETAILED, or use --gate none",
+        )
+    found: list[tuple[ReportLayer, Violation]] = []
+    checked = boundary = int8 = 0
+    for rl in report.layers:
+        if rl.kind == LayerKind.COMPUTE and rl.region == "inside":
+            checked += 1
+            int8 += rl.precision == "INT8"
+            if policy.precision and rl.precision is None:
+                found.append((rl, _v("unknown-precision", rl, f"precision not printed ({rl.formats})")))
+            elif policy.precision and rl.precision != policy.precision:
+                found.append((rl, _v("int8-compute", rl, f"runs {rl.precision} ({rl.formats})")))
+        elif rl.kind == LayerKind.REFORMAT:
+            if rl.boundary:
+                boundary += 1
+            elif rl.region == "inside":
+                checked += 1
+                if policy.forbid_interior_reformats:
+                    why = f"interior Reformat {rl.formats}"
+                    if rl.layer.origin:
+                        why += f" (origin {rl.layer.origin})"
+                    found.append((rl, _v("interior-reformat", rl, why)))
+    if policy.require_fusion:
+        by_index = {rl.index: rl for rl in report.layers}
+        for u in report.unfused_residuals:
+            add = by_index[u.add_layer]
+            found.append(
+                (
+                    add,
+                    _v(
+                        "unfused-residual",
+                        add,
+                        "residual Add not fused into a convolution " + f"({add.formats})",
+                    ),
+                )
+            )
+            if u.activation_layer is not None:
+                act = by_index[u.activation_layer]
+                found.append(
+                    (
+                        act,
+                        _v(
+                            "unfused-residual",
+                            act,
+                            f"activation after unfused residual Add #{add.index} runs as its own layer",
+                        ),
+                    )
+                )
+    violations: list[Violation] = []
+    allowed: list[Violation] = []
+    for rl, v in found:
+        pattern = _allowed_by(rl, policy.allow)
+        if pattern:
+            allowed.append(_with_allow(v, pattern))
+        else:
+            violations.append(v)
+    return GateResult(policy, tuple(violations), tuple(allowed), checked, boundary, int8)
+
+
+def _v(rule: str, rl: ReportLayer, message: str) -> Violation:
+    nodes = rl.onnx_nodes or rl.related_nodes
+    return Violation(rule, rl.index, rl.name, rl.layer_type, message, tuple(nodes))
+
+
+def _with_allow(v: Violation, pattern: str) -> Violation:
+    return Violation(v.rule, v.layer, v.layer_name, v.layer_type, v.message, v.nodes, pattern)
