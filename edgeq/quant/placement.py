@@ -1,0 +1,591 @@
+"""Where Q/DQ go so TensorRT 8.6 fuses: patterns and predicates that produce a ``Plan``.
+
+The placement half of quantization (calibration is the other half): a read-only walk over a
+graphsurgeon graph that decides which tensors get a Q/DQ pair, which weights get a per-channel
+DequantizeLinear and on which axis, which tensors must share one scale, and, for every float tensor
+left in float, the rule that left it (rule ids and sources in ``edgeq.quant.rules``).
+
+``trt`` placement, in short: every weighted op asks for INT8 activation inputs; the ask travels back
+across ops that commute with Q/DQ (MaxPool, Concat, Split, Resize-nearest, reshapes) and lands as one
+Q/DQ pair on the first tensor that does not commute; everything reached through one commuting region
+shares a scale. Residual Adds ask only for their skip input; Relu->MaxPool after a convolution and the
+inside of a SiLU are never cut. ``all`` placement reproduces onnxruntime's QDQ output for comparison.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from edgeq.errors import QuantError
+from edgeq.graph.patterns import ACTIVATION_OPS, consumers, is_constant, preserves_scale, producer, silu_input
+from edgeq.quant.overrides import Overrides
+from edgeq.quant.rules import COMMUTING_OPS, ORT_QUANTIZABLE_OPS, WEIGHTED_OPS, rule
+
+if TYPE_CHECKING:
+    import onnx_graphsurgeon as gs
+
+PLACEMENTS = ("trt", "all")
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QdqSite:
+    """One activation Q/DQ pair: on ``tensor``, feeding ``consumers`` (node names).
+
+    ``graph_output`` means the DequantizeLinear output takes over the graph output's name.
+    """
+
+    tensor: str
+    consumers: tuple[str, ...]
+    rule: str
+    group: str
+    graph_output: bool = False
+
+
+@dataclass(frozen=True)
+class WeightSite:
+    """A weight stored as int8 behind a DequantizeLinear; ``axis`` None means per-tensor."""
+
+    tensor: str
+    node: str
+    axis: int | None
+    rule: str
+
+
+@dataclass(frozen=True)
+class FloatTensor:
+    tensor: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: str
+    sites: tuple[QdqSite, ...]
+    weights: tuple[WeightSite, ...]
+    commuted: tuple[str, ...]  # float in the ONNX, INT8 in the engine: TensorRT moves Q/DQ across them
+    floats: tuple[FloatTensor, ...]
+    groups: dict[str, tuple[str, ...]]  # group id -> site tensors sharing one scale
+    activations: tuple[str, ...]  # every float activation tensor of the graph (for the implicit cache)
+    excluded: tuple[str, ...] = ()
+    forced: tuple[str, ...] = ()
+    _group_of: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for gid, members in self.groups.items():
+            for m in members:
+                self._group_of[m] = gid
+
+    @property
+    def tensors(self) -> list[str]:
+        """The tensors calibration must measure for the Q/DQ model."""
+        return [s.tensor for s in self.sites]
+
+    def group_of(self, tensor: str) -> str | None:
+        return self._group_of.get(tensor)
+
+    def scale_amax(self, amax: dict[str, float]) -> dict[str, float]:
+        """amax per site tensor after scale sharing: a group takes the largest amax of its members.
+
+        Commuted tensors inside a group get the group's amax as well, so a calibration cache written
+        from this map gives TensorRT's implicit path the same equal scales.
+        """
+        missing = [t for t in self.tensors if t not in amax]
+        if missing:
+            raise QuantError(f"no calibration range for tensor '{missing[0]}'"
+                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        out: dict[str, float] = {}
+        for gid, members in self.groups.items():
+            m = max(float(amax[t]) for t in members)
+            for t in members:
+                out[t] = m
+            for t in self.commuted_in(gid):
+                out[t] = m
+        return out
+
+    def commuted_in(self, gid: str) -> list[str]:
+        return [t for t in self.commuted if self._group_of.get(t) == gid]
+
+    def float_by_rule(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for f in self.floats:
+            counts[f.rule] = counts.get(f.rule, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+# --------------------------------------------------------------------------------------------------
+# Graph helpers (read-only)
+# --------------------------------------------------------------------------------------------------
+
+
+def _is_float(t: gs.Tensor) -> bool:
+    import numpy as np
+
+    try:
+        return t.dtype is not None and np.issubdtype(np.dtype(t.dtype), np.floating)
+    except TypeError:
+        return False
+
+
+def _var_inputs(node: gs.Node) -> list[gs.Tensor]:
+    return [t for t in node.inputs if t.name and not is_constant(t)]
+
+
+def _attr(node: gs.Node, name: str, default: object = None) -> object:
+    v = node.attrs.get(name, default)
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _commutes(node: gs.Node) -> bool:
+    """place-commute: the op is in the rule's list (Resize only in nearest mode, as lint reads it)."""
+    if node.op not in COMMUTING_OPS:
+        return False
+    return node.op == "Concat" or preserves_scale(node)
+
+
+def _data_inputs(node: gs.Node) -> list[gs.Tensor]:
+    """Activation inputs that carry data (not shapes, axes, scales or weights)."""
+    if node.op == "Concat" or node.op in WEIGHTED_OPS or node.op in ("Add", "Mul", "Sub", "Div", "Where"):
+        ins = _var_inputs(node)
+    else:
+        ins = [node.inputs[0]] if node.inputs and not is_constant(node.inputs[0]) else []
+    return [t for t in ins if _is_float(t)]
+
+
+def _weight_of(node: gs.Node) -> gs.Constant | None:
+    import onnx_graphsurgeon as gs
+
+    if node.op in WEIGHTED_OPS and len(node.inputs) > 1 and isinstance(node.inputs[1], gs.Constant):
+        return node.inputs[1]
+    return None
+
+
+def weight_axis(node: gs.Node) -> int | None:
+    """The output-channel axis of a weighted op's weight, or None where 8.6 allows only per-tensor.
+
+    TensorRT 8.6 Developer Guide 'Per-Tensor and Per-Channel Quantization': per-channel on the output
+    channel axis for convolution, deconvolution, fully connected and MatMul with a constant 2-D second
+    input and 2-D inputs; 'ONNX Support' (Gemm: axis 0 with transB, 1 without).
+    """
+    w = _weight_of(node)
+    if w is None:
+        return None
+    rank = len(w.shape)
+    if node.op == "Conv":
+        return 0
+    if node.op == "ConvTranspose":
+        # weight is (Cin, Cout/group, k...): axis 1 holds all output channels only when group == 1.
+        return 1 if int(_attr(node, "group", 1)) == 1 else None
+    if node.op == "Gemm":
+        return 0 if int(_attr(node, "transB", 0)) else 1
+    if node.op == "MatMul":
+        a = node.inputs[0]
+        a_rank = len(a.shape) if a.shape is not None else None
+        return 1 if rank == 2 and a_rank == 2 else None
+    return None
+
+
+def _is_silu_mul(node: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
+    """Mul(x, Sigmoid(x)) -> (x, the Sigmoid's output)."""
+    x = silu_input(node)
+    if x is None:
+        return None
+    s = node.inputs[1] if node.inputs[0] is x else node.inputs[0]
+    return x, s
+
+
+def _backbone(t: gs.Tensor) -> gs.Node | None:
+    """The weighted op whose fused epilogue (BN, bias, activation, SiLU) produces ``t``, if any."""
+    seen = 0
+    node = producer(t)
+    while node is not None and seen < 16:
+        seen += 1
+        if node.op in WEIGHTED_OPS and _weight_of(node) is not None:
+            return node
+        silu = _is_silu_mul(node)
+        if silu is not None:
+            nxt = silu[0]
+        elif node.op == "BatchNormalization" or node.op in ACTIVATION_OPS:  # as lint's _conv_origin
+            nxt = node.inputs[0]
+        elif node.op in ("Add", "Mul", "Sub", "Div") and len(_var_inputs(node)) == 1:
+            nxt = _var_inputs(node)[0]  # bias add / constant scale
+        else:
+            return None
+        node = producer(nxt)
+    return None
+
+
+def _tensor_distances(t: gs.Tensor) -> dict[str, int]:
+    """Tensor name -> shortest backward distance (in nodes) from ``t``, over all its ancestors."""
+    dist = {t.name: 0}
+    q = deque([t])
+    while q:
+        cur = q.popleft()
+        p = producer(cur)
+        if p is None:
+            continue
+        for x in p.inputs:
+            if x.name and x.name not in dist and not is_constant(x):
+                dist[x.name] = dist[cur.name] + 1
+                q.append(x)
+    return dist
+
+
+def _residual_split(add: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
+    """(convolution branch, skip) of a residual Add, or None if it is not one.
+
+    The NVIDIA ModelOpt rule (graph_utils.build_non_residual_input_map): an input whose chain starts at
+    a convolution is the branch TensorRT fuses the Add into; if both are, the one with the longer path
+    to the inputs' lowest common ancestor is; a convolution whose output is itself the common ancestor
+    (Conv -> x -> Add, Conv -> Add) makes no residual.
+    """
+    ins = _var_inputs(add)
+    if add.op != "Add" or len(add.inputs) != 2 or len(ins) != 2:
+        return None
+    a, b = ins
+    ba, bb = _backbone(a), _backbone(b)
+    if (ba is None and bb is None) or (ba is not None and ba is bb):
+        return None
+    da, db = _tensor_distances(a), _tensor_distances(b)
+    common = set(da) & set(db)
+    lca = min(common, key=lambda k: (da[k] + db[k], k)) if common else None
+    la, lb = (da[lca], db[lca]) if lca is not None else (0, 0)
+    if ba is not None and bb is not None:
+        if la == lb:
+            return None  # two parallel branches joining, not a skip around a block
+        return (a, b) if la > lb else (b, a)
+    conv_branch, skip, bone = (a, b, ba) if ba is not None else (b, a, bb)
+    if lca is not None and lca in {o.name for o in bone.outputs}:
+        return None
+    return conv_branch, skip
+
+
+def _relu_before_maxpool(pool: gs.Node) -> gs.Tensor | None:
+    """Conv -> (BN/bias) -> Relu -> MaxPool: the Relu output, whose edge into the pool stays float."""
+    if pool.op != "MaxPool" or not pool.inputs:
+        return None
+    r = pool.inputs[0]
+    p = producer(r)
+    # Only a Relu read by the pool alone can fuse (as lint's fuse-relu-maxpool reads it): with more
+    # readers the convolution's output is needed anyway, and one INT8 output serves them all.
+    if p is None or p.op != "Relu" or len(consumers(r)) != 1 or _backbone(r) is None:
+        return None
+    return r
+
+
+# --------------------------------------------------------------------------------------------------
+# Planning
+# --------------------------------------------------------------------------------------------------
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def add(self, x: str) -> None:
+        self.parent.setdefault(x, x)
+
+    def find(self, x: str) -> str:
+        self.add(x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: str, b: str) -> str:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+        return ra
+
+
+def plan_placement(graph: gs.Graph, placement: str = "trt", overrides: Overrides | None = None) -> Plan:
+    """Decide every Q/DQ of the graph (read-only). Node names must be unique and non-empty."""
+    if placement not in PLACEMENTS:
+        raise QuantError(f"unknown placement '{placement}'", hint="use --placement trt or --placement all")
+    names = [n.name for n in graph.nodes]
+    if any(not n for n in names) or len(set(names)) != len(names):
+        raise QuantError("graph nodes need unique, non-empty names before placement",
+                         hint="this is a bug: quantize names nodes after cleaning")
+    excluded, forced = (overrides or Overrides()).resolve(names)
+    builder = _PlanBuilder(graph, excluded, forced)
+    if placement == "trt":
+        builder.place_trt()
+    else:
+        builder.place_all()
+    return builder.finish(placement)
+
+
+class _PlanBuilder:
+    def __init__(self, graph: gs.Graph, excluded: frozenset[str], forced: frozenset[str]) -> None:
+        self.graph = graph
+        self.excluded = excluded
+        self.forced = forced
+        self.order = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.blocked: dict[tuple[str, str], str] = {}  # (tensor, consumer node) -> rule that keeps it float
+        self.site_rule: dict[str, str] = {}  # site tensor -> rule
+        self.site_tensor: dict[str, gs.Tensor] = {}
+        self.site_consumers: dict[str, set[str]] = {}
+        self.graph_output_sites: set[str] = set()
+        self.resolved: dict[str, str] = {}  # needed tensor -> site tensor it resolved to
+        self.commuted: dict[str, gs.Tensor] = {}
+        self.uf = _UnionFind()
+        self.weights: list[WeightSite] = []
+        self.residuals: dict[str, tuple[gs.Tensor, gs.Tensor] | None] = {}
+        self.outputs = {t.name for t in graph.outputs}
+        self.by_name = {n.name: n for n in graph.nodes}
+        inputs = {t.name for t in graph.inputs}
+        self.activations = [
+            t for name, t in graph.tensors().items()
+            if name and not is_constant(t) and _is_float(t) and (t.inputs or name in inputs)
+        ]
+
+    # -- shared ---------------------------------------------------------------------------------------
+    def _place_weights(self) -> None:
+        for node in self.graph.nodes:
+            if node.op not in WEIGHTED_OPS or node.name in self.excluded:
+                continue
+            w = _weight_of(node)
+            if w is not None and _is_float(w):
+                self.weights.append(WeightSite(w.name, node.name, weight_axis(node), "place-weighted-inputs"))
+
+    def _residual(self, node: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
+        if node.op != "Add":
+            return None
+        if node.name not in self.residuals:
+            self.residuals[node.name] = _residual_split(node)
+        return self.residuals[node.name]
+
+    def _site(self, t: gs.Tensor, rule_id: str) -> str:
+        if t.name not in self.site_rule:
+            self.site_rule[t.name] = rule_id
+            self.site_tensor[t.name] = t
+            self.site_consumers[t.name] = set()
+            self.uf.add(t.name)
+        return t.name
+
+    def _edge_ok(self, t: gs.Tensor, node: gs.Node, *, forced: bool = False) -> bool:
+        if node.name in self.excluded:
+            return False
+        return forced or (t.name, node.name) not in self.blocked
+
+    # -- trt ------------------------------------------------------------------------------------------
+    def place_trt(self) -> None:
+        nodes = self.graph.nodes
+        # Edges that must stay float, each tagged with its rule.
+        for node in nodes:
+            silu = _is_silu_mul(node)
+            if silu is not None:
+                x, s = silu
+                sig = producer(s)
+                self.blocked[(x.name, node.name)] = "place-silu-whole"
+                self.blocked[(s.name, node.name)] = "place-silu-whole"
+                if sig is not None:
+                    self.blocked[(x.name, sig.name)] = "place-silu-whole"
+            r = _relu_before_maxpool(node)
+            if r is not None:
+                self.blocked[(r.name, node.name)] = "place-no-qdq-relu-maxpool"
+        skips: list[tuple[gs.Tensor, gs.Node]] = []
+        for node in nodes:
+            split = self._residual(node)
+            if split is not None and node.name not in self.excluded:
+                conv_branch, skip = split
+                self.blocked[(conv_branch.name, node.name)] = "place-residual-skip-only"
+                skips.append((skip, node))
+
+        self._place_weights()
+        for node in nodes:
+            if node.op in WEIGHTED_OPS and node.name not in self.excluded:
+                for t in _data_inputs(node):
+                    self._need(t, node, "place-weighted-inputs")
+        for skip, add in skips:
+            self._need(skip, add, "place-residual-skip-only")
+        for node in nodes:
+            if node.name in self.forced:
+                for t in _data_inputs(node) or [t for t in _var_inputs(node) if _is_float(t)]:
+                    self._need(t, node, "place-override", forced=True)
+
+    def _need(self, t: gs.Tensor, consumer: gs.Node, rule_id: str, *, forced: bool = False) -> str | None:
+        """``consumer`` wants ``t`` in INT8: resolve to a site (through commuting ops); return its group."""
+        if not self._edge_ok(t, consumer, forced=forced):
+            return None
+        if forced:
+            site = self._site(t, rule_id)
+            self.site_consumers[site].add(consumer.name)
+            return self.uf.find(site)
+        group = self._resolve(t, rule_id)
+        if t.name in self.site_rule:
+            self.site_consumers[t.name].add(consumer.name)
+        return group
+
+    def _resolve(self, t: gs.Tensor, rule_id: str) -> str:
+        if t.name in self.resolved:
+            return self.uf.find(self.resolved[t.name])
+        p = producer(t)
+        if (p is not None and _commutes(p) and p.name not in self.excluded and p.name not in self.forced
+                and t.name not in self.outputs):
+            ins = _data_inputs(p)
+            if ins and all(self._edge_ok(x, p) for x in ins):
+                self.commuted[t.name] = t
+                self.uf.add(t.name)
+                groups = [self._need(x, p, rule_id) for x in ins]
+                root = self.uf.find(groups[0]) if groups[0] else self.uf.find(t.name)
+                for g in groups[1:]:
+                    if g:
+                        root = self.uf.union(root, g)
+                root = self.uf.union(root, t.name)
+                self.resolved[t.name] = t.name
+                if len(ins) > 1 and p.op == "Concat":
+                    for x in ins:
+                        self._concat_rule(x)
+                return root
+        site = self._site(t, rule_id)
+        self.resolved[t.name] = site
+        return self.uf.find(site)
+
+    def _concat_rule(self, x: gs.Tensor) -> None:
+        # Site created only to feed a Concat: its reason is the shared concat scale.
+        if self.site_rule.get(x.name) == "place-weighted-inputs" and not any(
+            c.op in WEIGHTED_OPS for c in x.outputs
+        ):
+            self.site_rule[x.name] = "place-concat-shared-scale"
+
+    # -- all ------------------------------------------------------------------------------------------
+    def place_all(self) -> None:
+        self._place_weights()
+        for t in self.activations:
+            wanted = [c for c in t.outputs if c.op in ORT_QUANTIZABLE_OPS and c.name not in self.excluded
+                      and any(x is t for x in _data_inputs(c))]
+            forced = [c for c in t.outputs if c.name in self.forced]
+            p = producer(t)
+            as_output = (t.name in self.outputs and p is not None and p.op in ORT_QUANTIZABLE_OPS
+                         and p.name not in self.excluded)
+            if not wanted and not forced and not as_output:
+                continue
+            site = self._site(t, "place-override" if forced and not wanted else "place-all")
+            self.site_consumers[site].update(c.name for c in (*wanted, *forced))
+            if as_output:
+                self.graph_output_sites.add(site)
+        # onnxruntime gives the outputs of its "same as input" ops (MaxPool, reshapes, Resize...) the
+        # input's scale; Concat it does not (hence fuse-concat-scales on its output).
+        for node in self.graph.nodes:
+            if _commutes(node) and node.op != "Concat":
+                ins = [x for x in _data_inputs(node) if x.name in self.site_rule]
+                outs = [o for o in node.outputs if o.name in self.site_rule]
+                for x in ins:
+                    for o in outs:
+                        self.uf.union(x.name, o.name)
+
+    # -- result ---------------------------------------------------------------------------------------
+    def _float_rule(self, t: gs.Tensor) -> str:
+        consumers = list(t.outputs)
+        p = producer(t)
+        if any(c.name in self.excluded for c in consumers) or (p is not None and p.name in self.excluded):
+            return "place-override"
+        for c in consumers:
+            r = self.blocked.get((t.name, c.name))
+            if r is not None:
+                return r
+        if p is not None and p.op == "Sigmoid" and any(_is_silu_mul(c) for c in consumers):
+            return "place-silu-whole"
+        if _backbone(t) is not None:
+            return "place-no-output-q"
+        q = p
+        while q is not None and q.op in ("Relu", "Clip", "LeakyRelu") and q.inputs:
+            q = producer(q.inputs[0])
+        if q is not None and self._residual(q) is not None:
+            return "place-no-output-q"  # a residual Add fused into its convolution (with its Relu)
+        return "place-not-int8-consumer"
+
+    def finish(self, mode: str) -> Plan:
+        pos = {}
+        for i, n in enumerate(self.graph.nodes):
+            for o in n.outputs:
+                pos.setdefault(o.name, i)
+
+        def key(name: str) -> tuple[int, str]:
+            return (pos.get(name, -1), name)
+
+        site_names = sorted(self.site_rule, key=key)
+        members: dict[str, list[str]] = {}
+        for s in site_names:
+            members.setdefault(self.uf.find(s), []).append(s)
+        gid_of_root = {root: ms[0] for root, ms in members.items()}  # group id: first member in order
+        groups = {gid_of_root[root]: tuple(ms) for root, ms in members.items()}
+        group_of_tensor = {s: gid_of_root[self.uf.find(s)] for s in site_names}
+
+        sites = []
+        for s in site_names:
+            t = self.site_tensor[s]
+            consumers = self.site_consumers[s]
+            # A site serves every consumer except those the rules keep float.
+            if mode == "trt":
+                consumers = consumers | {c.name for c in t.outputs if self._edge_ok(t, c)}
+            ordered = tuple(sorted(consumers, key=lambda n: self.order.get(id(self.by_name.get(n)), 0)))
+            sites.append(QdqSite(s, ordered, self.site_rule[s], group_of_tensor[s],
+                                 graph_output=s in self.graph_output_sites))
+        commuted = []
+        for name in sorted(self.commuted, key=key):
+            root = self.uf.find(name)
+            if root in gid_of_root:
+                commuted.append(name)
+        plan_groups = dict(groups)
+        floats = [FloatTensor(t.name, self._float_rule(t)) for t in self.activations
+                  if t.name not in self.site_rule and t.name not in self.commuted]
+        plan = Plan(
+            mode=mode,
+            sites=tuple(sites),
+            weights=tuple(self.weights),
+            commuted=tuple(commuted),
+            floats=tuple(floats),
+            groups=plan_groups,
+            activations=tuple(t.name for t in self.activations),
+            excluded=tuple(sorted(self.excluded)),
+            forced=tuple(sorted(self.forced)),
+        )
+        for name in commuted:
+            plan._group_of[name] = gid_of_root[self.uf.find(name)]
+        for f in plan.floats:
+            rule(f.rule)  # every decision carries a known rule id
+        return plan
+
+
+def ensure_node_names(model: object) -> int:
+    """Give unnamed or duplicate-named nodes unique names (``<op>_<index>``); returns how many changed.
+
+    Plans, override files and summaries refer to nodes by name, so every node needs one.
+    """
+    seen: set[str] = set()
+    changed = 0
+    for i, n in enumerate(model.graph.node):  # type: ignore[attr-defined]
+        name = n.name
+        if not name or name in seen:
+            base = f"{n.op_type}_{i}"
+            name = base
+            k = 1
+            while name in seen:
+                name = f"{base}_{k}"
+                k += 1
+            n.name = name
+            changed += 1
+        seen.add(name)
+    return changed
+
+
+def describe(plan: Plan) -> Iterable[str]:
+    """One line per decision, for logs and debugging."""
+    for s in plan.sites:
+        yield f"Q/DQ  {s.tensor}  [{s.rule}] group={s.group} -> {', '.join(s.consumers)}"
+    for w in plan.weights:
+        yield f"W-DQ  {w.tensor}  axis={w.axis}  ({w.node})"
+    for t in plan.commuted:
+        yield f"INT8  {t}  [place-commute]"
+    for f in plan.floats:
+        yield f"float {f.tensor}  [{f.rule}]"

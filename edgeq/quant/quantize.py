@@ -1,0 +1,262 @@
+"""``edgeq quantize``: clean -> place -> calibrate -> insert Q/DQ -> calibration cache -> accuracy check.
+
+One pass of statistics serves both TensorRT paths: the Q/DQ scales of the explicit model and the
+calibration cache of the implicit one are written from the same histograms.
+
+Decision on what the cache covers: every float activation tensor of the cleaned FP32 model, not only
+the ones the plan quantizes. TensorRT's implicit path decides after fusion which layers run INT8 and
+then needs a range for each of their inputs and outputs (Developer Guide 'Setting Dynamic Range': "all
+floating-point inputs and outputs of an operation that will execute in INT8"); a tensor missing from the
+cache keeps that layer out of INT8. Tensors in one scale group get the group's shared amax there too, so
+the implicit engine sees the equal Concat scales the explicit one has. The names are those of the
+cleaned model: build the implicit engine from the cleaned FP32 model.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeq.errors import QuantError
+from edgeq.findings import Finding, ProgressFn, no_progress
+from edgeq.quant.accuracy import AccuracyReport
+from edgeq.quant.overrides import Overrides
+from edgeq.quant.placement import PLACEMENTS, Plan
+from edgeq.quant.rules import RULES
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgeq.quant.data import CalibrationSet
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """Settings of one quantization; names follow the CLI flags (trtexec/Polygraphy where they match)."""
+
+    calibrator: str = "entropy"  # entropy | max | percentile | mse
+    percentile: float = 99.99
+    placement: str = "trt"  # trt | all
+    overrides: Overrides | None = None
+    holdout: float = 0.2  # fraction of the data kept out of calibration for the accuracy check
+    min_cosine: float | None = None  # accuracy gate
+    cache_path: Path | None = None  # write the TensorRT calibration cache here
+    cache_all_tensors: bool = True  # cache every activation tensor (implicit path), not just the plan's
+    providers: tuple[str, ...] | None = None  # onnxruntime providers; None: CUDA when present, else CPU
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise QuantError(f"unknown placement '{self.placement}'", hint="use trt or all")
+        if not 0.0 <= self.holdout < 1.0:
+            raise QuantError(f"--holdout must be in [0, 1), got {self.holdout}")
+        if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
+            raise QuantError(f"--min-cosine must be in [-1, 1], got {self.min_cosine}")
+
+
+@dataclass(frozen=True)
+class QuantizeResult:
+    model: onnx.ModelProto  # the Q/DQ model
+    reference: onnx.ModelProto  # the cleaned FP32 model (accuracy reference, implicit path)
+    plan: Plan
+    amax: dict[str, float]  # calibrated amax per tensor, before scale sharing
+    scales: dict[str, float]  # activation tensor -> Q/DQ scale in the model
+    cache: dict[str, float]  # tensor -> amax written to the calibration cache
+    accuracy: AccuracyReport | None
+    options: QuantizeOptions
+    calibration_samples: int
+    holdout_samples: int
+    clean_changes: tuple[str, ...] = ()
+    clean_findings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+    paths: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """False only when the accuracy gate (--min-cosine) failed."""
+        return self.accuracy is None or bool(self.accuracy)
+
+    def summary_line(self) -> str:
+        """One line for logs and the demo: what was quantized, what stayed float and why, accuracy."""
+        plan = self.plan
+        why = ", ".join(f"{r} {n}" for r, n in sorted(plan.float_by_rule().items(), key=lambda kv: -kv[1]))
+        line = (f"{len(plan.sites)} activation Q/DQ pairs, {len(plan.weights)} int8 weights, "
+                f"{len(plan.commuted)} INT8 by commuting, {len(plan.floats)} left float"
+                + (f" ({why})" if why else ""))
+        return line + (f"; {self.accuracy}" if self.accuracy is not None else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        plan = self.plan
+        used = sorted({s.rule for s in plan.sites} | {f.rule for f in plan.floats}
+                      | ({"place-commute"} if plan.commuted else set())
+                      | ({"place-weighted-inputs"} if plan.weights else set()))
+        shared = {g: m for g, m in plan.groups.items() if len(m) > 1 or plan.commuted_in(g)}
+        return {
+            **self.paths,
+            "placement": plan.mode,
+            "calibrator": self.options.calibrator,
+            "samples": {"calibration": self.calibration_samples, "holdout": self.holdout_samples},
+            "quantized": {
+                "activations": len(plan.sites),
+                "weights": len(plan.weights),
+                "int8_by_commute": len(plan.commuted),
+                "scale_groups_shared": len(shared),
+            },
+            "float": {"count": len(plan.floats), "by_rule": plan.float_by_rule()},
+            "activations": [
+                {"tensor": s.tensor, "rule": s.rule, "scale": self.scales.get(s.tensor), "group": s.group,
+                 "consumers": list(s.consumers)}
+                for s in plan.sites
+            ],
+            "weights": [{"tensor": w.tensor, "node": w.node, "axis": w.axis} for w in plan.weights],
+            "commuted": [{"tensor": t, "rule": "place-commute", "group": plan.group_of(t)}
+                         for t in plan.commuted],
+            "float_tensors": [{"tensor": f.tensor, "rule": f.rule} for f in plan.floats],
+            "overrides": {"excluded": list(plan.excluded), "forced": list(plan.forced)},
+            "rules": {r: {"description": RULES[r].description, "source": RULES[r].source} for r in used},
+            "cache_tensors": len(self.cache),
+            "accuracy": self.accuracy.to_dict() if self.accuracy is not None else None,
+            "clean": {"changes": list(self.clean_changes),
+                      "findings": [f.to_dict() for f in self.clean_findings]},
+            "notes": list(self.notes),
+            "ok": self.ok,
+        }
+
+
+def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
+                  ) -> tuple[onnx.ModelProto, tuple[str, ...], tuple[Finding, ...]]:
+    """Clean (no verify), refuse an already-quantized model, raise opset to 13, name nodes, infer shapes."""
+    from edgeq.graph.clean import clean_model
+    from edgeq.graph.io import infer_shapes, opset_of
+    from edgeq.graph.passes import CleanOptions
+    from edgeq.quant.placement import ensure_node_names
+
+    quantized = [n.name or n.op_type for n in model.graph.node
+                 if n.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul")]
+    if quantized:
+        raise QuantError(
+            f"the model is already quantized ({len(quantized)} Q/DQ nodes, e.g. '{quantized[0]}')",
+            hint="edgeq quantize takes a float model; use 'edgeq clean' and 'edgeq lint' on Q/DQ models")
+    cleaned = clean_model(model, CleanOptions(verify=False), progress)
+    work = cleaned.model
+    changes = tuple(f"{c.pass_name}: {c.message}" for c in cleaned.changes)
+    if opset_of(work) < 13:
+        from onnx import version_converter
+
+        try:
+            work = version_converter.convert_version(work, 13)
+        except Exception as e:  # the converter raises plain RuntimeErrors/ValueErrors from C++
+            raise QuantError(f"cannot raise opset {opset_of(work)} to 13 for per-channel Q/DQ: "
+                             f"{str(e).splitlines()[0]}") from None
+        changes += ("opset: raised to 13 (per-channel DequantizeLinear needs its axis attribute)",)
+    ensure_node_names(work)
+    return infer_shapes(work), changes, tuple(cleaned.findings)
+
+
+def quantize_model(
+    model: onnx.ModelProto,
+    data: CalibrationSet,
+    options: QuantizeOptions = QuantizeOptions(),
+    progress: ProgressFn = no_progress,
+) -> QuantizeResult:
+    """Quantize a float model for TensorRT 8.6; ``model`` is not modified.
+
+    Writes the calibration cache when ``options.cache_path`` is set; returns everything else in memory.
+    """
+    from edgeq.graph.io import check_model, graph_from_model, model_from_graph
+    from edgeq.quant.accuracy import compare_accuracy
+    from edgeq.quant.cache import write_calibration_cache
+    from edgeq.quant.calibrate import CalibOptions, collect_ranges
+    from edgeq.quant.placement import describe, plan_placement
+    from edgeq.quant.qdq import insert_qdq
+
+    calib_options = CalibOptions(method=options.calibrator, percentile=options.percentile,
+                                 providers=options.providers)
+    reference, changes, findings = prepare_model(model, progress)
+    graph = graph_from_model(reference)
+    plan = plan_placement(graph, options.placement, options.overrides)
+    if log.isEnabledFor(logging.DEBUG):
+        for line in describe(plan):
+            log.debug(line)
+
+    notes = list(getattr(data, "notes", ()))
+    if options.holdout > 0 and len(data) >= 2:
+        calib, held = data.split(options.holdout)
+    else:
+        calib, held = data, None
+        if options.holdout > 0:
+            notes.append("one calibration sample: nothing held out, no accuracy check")
+    if options.min_cosine is not None and held is None:
+        raise QuantError("the accuracy gate needs held-out samples",
+                         hint="give at least 2 samples and --holdout above 0")
+
+    wanted = list(plan.activations) if options.cache_all_tensors else plan.tensors
+    amax = collect_ranges(reference, wanted, calib, calib_options, progress)
+    shared = plan.scale_amax(amax)
+    inserted = insert_qdq(graph, plan, shared)
+    qdq = model_from_graph(graph, like=reference)
+    check_model(qdq, name="quantized model")
+
+    cache = {t: shared.get(t, amax[t]) for t in wanted if t in amax}
+    if options.cache_path is not None:
+        write_calibration_cache(options.cache_path, cache)
+
+    accuracy = None
+    if held is not None and len(held):
+        accuracy = compare_accuracy(reference, qdq, held, threshold=options.min_cosine,
+                                    providers=options.providers, progress=progress)
+    return QuantizeResult(
+        model=qdq, reference=reference, plan=plan, amax=amax, scales=inserted.scales, cache=cache,
+        accuracy=accuracy, options=options, calibration_samples=len(calib),
+        holdout_samples=len(held) if held is not None else 0, clean_changes=changes,
+        clean_findings=findings, notes=tuple(notes),
+    )
+
+
+def default_cache_path(model_path: str | Path) -> Path:
+    """``model.onnx`` -> ``model.int8.cache`` beside it."""
+    p = Path(model_path)
+    stem = p.name[: -len(".onnx")] if p.name.endswith(".onnx") else p.name
+    return p.with_name(f"{stem}.int8.cache")
+
+
+def quantize_file(
+    path: str | Path,
+    options: QuantizeOptions = QuantizeOptions(),
+    *,
+    calib: str | Path | None = None,
+    synthetic: int | None = None,
+    preprocess: str | Path | None = None,
+    output: str | Path | None = None,
+    progress: ProgressFn = no_progress,
+) -> QuantizeResult:
+    """The whole command on files: read, quantize, write ``<name>.int8.onnx``, ``<name>.int8.cache``
+    and the summary ``<output stem>.json`` (what ``--json`` prints).
+
+    The input is never written; each output appears atomically (the cache first, the summary last).
+    """
+    import json
+
+    from edgeq.fs import atomic_write_text
+    from edgeq.graph.io import default_output, load_model, save_model
+    from edgeq.quant.data import calibration_set
+
+    src = Path(path)
+    out = Path(output) if output is not None else default_output(src, "int8")
+    cache = options.cache_path or default_cache_path(src)
+    for what, p in (("output", out), ("cache", cache)):
+        if src.exists() and Path(p).exists() and Path(p).resolve() == src.resolve():
+            raise QuantError(f"the {what} path {p} is the input model", hint="choose another -o/--cache path")
+    model = load_model(src)
+    data = calibration_set(model, calib, synthetic=synthetic, preprocess=preprocess)
+    result = quantize_model(model, data, replace(options, cache_path=Path(cache)), progress)
+    save_model(result.model, out)
+    stem = out.name[: -len(".onnx")] if out.name.endswith(".onnx") else out.name
+    summary = out.with_name(f"{stem}.json")
+    result = replace(result, paths={"input": str(src), "output": str(out), "cache": str(cache),
+                                    "summary": str(summary)})
+    atomic_write_text(summary, json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    return result
