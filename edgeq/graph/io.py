@@ -68,9 +68,11 @@ def _load_external(model: onnx.ModelProto, path: Path) -> None:
                     f"{path}: external data file '{loc}' for tensor '{t.name}' is missing",
                     hint=f"put it next to the model in {base}",
                 )
+    from onnx.checker import ValidationError
+
     try:
         load_external_data_for_model(model, str(base))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, ValidationError) as e:  # ValidationError: location outside the model's dir
         raise GraphError(f"{path}: cannot read external data ({e})") from None
 
 
@@ -201,9 +203,14 @@ def save_model(
     External data goes to ``<name>.data`` beside the model; both files appear together or not at all.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise GraphError(f"{path}: is a directory, not a file to write the model to")
     external = model.ByteSize() > EXTERNAL_DATA_THRESHOLD if external_data is None else external_data
-    tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as e:  # a user-facing problem (permissions, read-only or missing mount), not a bug
+        raise GraphError(f"{path}: cannot write ({e.strerror or e})") from None
     try:
         tmp = tmpdir / path.name
         _save(model, tmp, external=external)
@@ -211,6 +218,8 @@ def save_model(
         if external and (tmpdir / data_name).exists():
             os.replace(tmpdir / data_name, path.parent / data_name)
         os.replace(tmp, path)
+    except OSError as e:
+        raise GraphError(f"{path}: cannot write ({e.strerror or e})") from None
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
     return path

@@ -1,0 +1,273 @@
+"""``edgeq clean``: run the passes in order, name what still does not fit TensorRT 8.6, verify numerics.
+
+Decision on what cannot be fixed: ``clean_model`` does not raise for it. Every exact fix is applied,
+and what remains (an opset the converter cannot lower, uint8/asymmetric Q/DQ that is not an exact
+shift, a Cast inside Q/DQ that changes the type, ...) comes back as ERROR findings naming the nodes.
+The CLI writes the cleaned model and exits 1. ``GraphError`` is raised only for input that cannot be
+processed at all (and by ``compare_models`` when onnxruntime cannot run a model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from edgeq.errors import ConfigError
+from edgeq.findings import Finding, Level, ProgressFn, no_progress
+from edgeq.graph.passes import PASS_NAMES, PASSES, TRT_RULES, Change, CleanOptions, Unfit, quiet_graphsurgeon
+from edgeq.graph.verify import Verification, compare_models
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_graphsurgeon as gs
+
+__all__ = ["PASSES", "Change", "CleanOptions", "CleanResult", "clean_model", "fit_findings"]
+
+PARSE_SOURCE = f"{TRT_RULES}, Parsing"
+BIAS_SOURCE = "tests/fixtures/trt86-h200/resnet50_ortqdq.explicit.build.log"
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    model: onnx.ModelProto
+    changes: list[Change]
+    findings: list[Finding]
+    verification: Verification | None
+    passes_run: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        """No ERROR finding and verification (if run) within tolerance."""
+        no_errors = not any(f.level == Level.ERROR for f in self.findings)
+        return no_errors and (self.verification is None or bool(self.verification))
+
+    def to_dict(self) -> dict[str, Any]:
+        from edgeq.graph.io import opset_of
+
+        return {
+            "opset": opset_of(self.model),
+            "ir_version": self.model.ir_version,
+            "passes": list(self.passes_run),
+            "changes": [c.to_dict() for c in self.changes],
+            "findings": [f.to_dict() for f in self.findings],
+            "verification": self.verification.to_dict() if self.verification is not None else None,
+        }
+
+
+def clean_model(
+    model: onnx.ModelProto, options: CleanOptions = CleanOptions(), progress: ProgressFn = no_progress
+) -> CleanResult:
+    """Clean a copy of ``model`` for TensorRT 8.6; the argument is not modified."""
+    import onnx
+
+    from edgeq.graph.io import check_model
+
+    unknown = [s for s in options.skip if s not in PASS_NAMES]
+    if unknown:
+        raise ConfigError(
+            f"unknown pass {', '.join(map(repr, unknown))}", hint=f"passes: {', '.join(PASS_NAMES)}"
+        )
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    passes = [p for p in PASSES if p.name not in options.skip]
+    changes: list[Change] = []
+    findings: list[Finding] = []
+    graph: gs.Graph | None = None
+    total = len(passes) + (1 if options.verify else 0)
+    for i, p in enumerate(passes):
+        progress("clean", i, total)
+        if p.kind == "model":
+            if graph is not None:
+                work, graph = _export(graph, work), None
+            try:
+                work, done = p.fn(work, options)  # type: ignore[call-arg,misc]
+            except Unfit as e:
+                findings.append(
+                    Finding(Level.ERROR, p.name, e.message, e.hint or "", PARSE_SOURCE, tuple(e.nodes))
+                )
+                done = []
+        else:
+            if graph is None:
+                graph, dropped = _import(work)
+                if dropped and "remove_unused" not in options.skip:
+                    changes.append(
+                        Change(
+                            "remove_unused",
+                            f"dropped {len(dropped)} initializers no node reads ({', '.join(dropped[:4])})",
+                        )
+                    )
+            with quiet_graphsurgeon():
+                done = p.fn(graph, options)  # type: ignore[call-arg,assignment]
+        changes.extend(done)
+    if graph is not None:
+        work = _export(graph, work)
+    check_model(work, name="cleaned model")
+    findings.extend(fit_findings(work, options, already={f.rule for f in findings}))
+    verification = None
+    if options.verify:
+        progress("clean", len(passes), total)
+        reference = model
+        if model.ir_version > work.ir_version:
+            # The IR version is a file-format stamp; onnxruntime refuses ones newer than it knows
+            # (onnx 1.23 writes IR 12+), so run the original graph under the cleaned model's stamp.
+            reference = onnx.ModelProto()
+            reference.CopyFrom(model)
+            reference.ir_version = work.ir_version
+        verification = compare_models(
+            reference, work, atol=options.atol, rtol=options.rtol, seed=options.seed
+        )
+    progress("clean", total, total)
+    return CleanResult(work, changes, findings, verification, tuple(p.name for p in passes))
+
+
+def _import(model: onnx.ModelProto) -> tuple[gs.Graph, list[str]]:
+    from edgeq.errors import GraphError
+    from edgeq.graph.io import graph_from_model, infer_shapes
+
+    try:
+        typed = infer_shapes(model)  # dtypes and static shapes for no-op Casts and shape folding
+    except GraphError:
+        typed = model
+    with quiet_graphsurgeon():
+        graph = graph_from_model(typed)
+    graph.ir_version = model.ir_version
+    used = {t.name for t in graph.tensors().values()}
+    dropped = [t.name for t in model.graph.initializer if t.name not in used]
+    return graph, dropped
+
+
+def _export(graph: gs.Graph, like: onnx.ModelProto) -> onnx.ModelProto:
+    from edgeq.graph.io import model_from_graph
+
+    with quiet_graphsurgeon():
+        out = model_from_graph(graph, like=like)
+    # Shapes are re-inferred where needed; stale value_info from before the passes would mislead.
+    del out.graph.value_info[:]
+    return out
+
+
+def fit_findings(
+    model: onnx.ModelProto,
+    options: CleanOptions = CleanOptions(),
+    already: set[str] | frozenset[str] = frozenset(),
+) -> list[Finding]:
+    """What still keeps the model from TensorRT 8.6 after cleaning, with the nodes named (read-only)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from edgeq.graph.io import opset_of
+
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+
+    def name(n: onnx.NodeProto) -> str:
+        return n.name or f"{n.op_type}->{n.output[0] if n.output else '?'}"
+
+    def values(t: str) -> np.ndarray | None:
+        if t in inits:
+            return numpy_helper.to_array(inits[t])
+        p = producer.get(t)
+        if p is not None and p.op_type == "Constant":
+            for a in p.attribute:
+                if a.name == "value":
+                    return numpy_helper.to_array(a.t)
+        return None
+
+    casts, unsigned, asym, bias = [], [], [], []
+    for n in g.node:
+        if n.op_type == "Cast":
+            p = producer.get(n.input[0])
+            if (
+                p is not None
+                and p.op_type == "QuantizeLinear"
+                and any(c.op_type == "DequantizeLinear" for c in consumers.get(n.output[0], []))
+            ):
+                casts.append(name(n))
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            zp = values(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+            x = values(n.input[0]) if n.op_type == "DequantizeLinear" else None
+            if x is not None and x.dtype == np.int32:
+                bias.append(name(n))
+                continue
+            if zp is None and n.op_type == "QuantizeLinear" and not (len(n.input) > 2 and n.input[2]):
+                unsigned.append(name(n))  # no zero-point: uint8 output
+            elif (zp is not None and zp.dtype == np.uint8) or (x is not None and x.dtype == np.uint8):
+                unsigned.append(name(n))
+            elif zp is not None and np.any(zp):
+                asym.append(name(n))
+    out: list[Finding] = []
+    if casts:
+        out.append(
+            Finding(
+                Level.ERROR,
+                "qdq_remove_casts",
+                f"{len(casts)} Cast node(s) between QuantizeLinear and DequantizeLinear change the type; "
+                "TensorRT 8.6 cannot parse a Cast inside Q/DQ and removing these is not exact",
+                "re-export with int8 Q/DQ and no Cast between them",
+                PARSE_SOURCE,
+                tuple(casts),
+            )
+        )
+    if unsigned:
+        out.append(
+            Finding(
+                Level.ERROR,
+                "qdq_to_int8",
+                f"{len(unsigned)} Q/DQ node(s) are uint8 with a zero-point other than 128 (or none); "
+                "not exactly convertible to int8, which is all TensorRT 8.6 takes",
+                "re-quantize with int8 symmetric activations (zero-point 0)",
+                PARSE_SOURCE,
+                tuple(unsigned),
+            )
+        )
+    if asym:
+        out.append(
+            Finding(
+                Level.ERROR,
+                "qdq_to_int8",
+                f"{len(asym)} Q/DQ node(s) have a non-zero zero-point; TensorRT 8.6 only supports "
+                "symmetric quantization and the shift is not exact here",
+                "re-quantize symmetric (zero-point 0)",
+                PARSE_SOURCE,
+                tuple(asym),
+            )
+        )
+    if bias:
+        out.append(
+            Finding(
+                Level.ERROR,
+                "fold_bias_dq",
+                f"{len(bias)} DequantizeLinear node(s) read an int32 constant (quantized bias) and could not "
+                "be folded; the 8.6 parser refuses them",
+                "keep biases float (quantize_bias=False)",
+                BIAS_SOURCE,
+                tuple(bias),
+            )
+        )
+    opset = opset_of(model)
+    if opset > options.opset and "convert_opset" not in already:
+        out.append(
+            Finding(
+                Level.ERROR,
+                "convert_opset",
+                f"opset {opset} > {options.opset}: the 8.6 parser follows opset <= 17",
+                "do not skip convert_opset, or re-export at opset 17",
+                PARSE_SOURCE,
+            )
+        )
+    if model.ir_version > options.ir_version and "set_ir_version" not in already:
+        out.append(
+            Finding(
+                Level.ERROR,
+                "set_ir_version",
+                f"IR version {model.ir_version} > {options.ir_version}",
+                "do not skip set_ir_version",
+                PARSE_SOURCE,
+            )
+        )
+    return out

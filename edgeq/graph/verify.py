@@ -1,0 +1,197 @@
+"""Numerical check that a rewritten model still computes what the original did (onnxruntime, CPU).
+
+Both models run with onnxruntime's graph optimizations off, so each op runs as the ONNX spec defines
+it: the comparison is of the two graphs, not of onnxruntime's fusions (its QDQ fusions pick different
+int8 kernels for uint8 and int8 models).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from edgeq.errors import GraphError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The comparison's result: truthy when every output is within tolerance.
+
+    An element fails when it is beyond both ``atol`` and ``rtol`` (Polygraphy's comparator rule).
+    ``outputs`` maps each output to its (max abs, max rel) error; ``worst`` names the deciding output.
+    """
+
+    max_abs: float
+    max_rel: float
+    outputs: dict[str, tuple[float, float]]
+    passed: bool
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    worst: str = ""
+    failed_elements: int = 0
+    total_elements: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        where = f" (output '{self.worst}')" if self.worst else ""
+        if self.passed:
+            return (
+                f"PASSED: max abs error {self.max_abs:.3g} (atol {self.atol:g}), max rel error "
+                f"{self.max_rel:.3g} (rtol {self.rtol:g}){where}"
+            )
+        return (
+            f"FAILED: {self.failed_elements} of {self.total_elements} values beyond atol {self.atol:g} "
+            f"and rtol {self.rtol:g}; max abs error {self.max_abs:.3g}, "
+            f"max rel error {self.max_rel:.3g}{where}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "max_abs": _json_float(self.max_abs),
+            "max_rel": _json_float(self.max_rel),
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "worst_output": self.worst,
+            "failed_elements": self.failed_elements,
+            "outputs": {
+                k: {"max_abs": _json_float(a), "max_rel": _json_float(r)}
+                for k, (a, r) in self.outputs.items()
+            },
+        }
+
+
+def _json_float(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
+
+
+def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of the model's shapes; dynamic dimensions become 1.
+
+    Floats are uniform in [0, 1) like normalized images; integers small and non-negative; bools random.
+    """
+    import numpy as np
+    import onnx
+
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    feeds: dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or tt.elem_type == 0:
+            raise GraphError(f"input '{vi.name}' is not a tensor of known type; cannot make inputs for it")
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if dtype.kind == "f":
+            feeds[vi.name] = rng.random(shape, dtype=np.float32).astype(dtype)
+        elif dtype.kind in "iu":
+            feeds[vi.name] = rng.integers(0, 4, size=shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[vi.name] = rng.random(shape) < 0.5
+        else:
+            raise GraphError(f"input '{vi.name}' has type {dtype}; cannot make random inputs for it")
+    return feeds
+
+
+def run_model(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], label: str = "the model"
+) -> dict[str, np.ndarray]:
+    """Run once on onnxruntime's CPU provider with graph optimizations off."""
+    import tempfile
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    from edgeq.graph.io import EXTERNAL_DATA_THRESHOLD, save_model
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    try:
+        if model.ByteSize() > EXTERNAL_DATA_THRESHOLD:
+            with tempfile.TemporaryDirectory() as d:
+                p = save_model(model, Path(d) / "m.onnx", external_data=True)
+                sess = ort.InferenceSession(str(p), so, providers=["CPUExecutionProvider"])
+                names = [o.name for o in sess.get_outputs()]
+                return dict(zip(names, sess.run(names, feeds)))
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        return dict(zip(names, sess.run(names, feeds)))
+    except Exception as e:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
+        raise GraphError(
+            f"onnxruntime cannot run {label}: {_ort_message(e)}", hint="--no-verify skips the comparison"
+        ) from None
+
+
+def _ort_message(e: Exception) -> str:
+    """onnxruntime's first line without its '[ONNXRuntimeError] : 1 : FAIL : file.cc:46 signature' prefix."""
+    import re
+
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    msg = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", msg)
+    msg = re.sub(r"^\S+\.(?:h|cc|cpp):\d+ [^\n]*?\) ", "", msg)
+    return msg if len(msg) <= 300 else msg[:297] + "..."
+
+
+def compare_models(
+    a: onnx.ModelProto,
+    b: onnx.ModelProto,
+    *,
+    atol: float,
+    rtol: float,
+    seed: int = 0,
+    inputs: dict[str, np.ndarray] | None = None,
+) -> Verification:
+    """Run ``a`` (reference) and ``b`` on the same inputs; compare every output ``a`` has."""
+    import numpy as np
+
+    feeds = inputs if inputs is not None else random_inputs(a, seed)
+    ref = run_model(a, feeds, "the input model")
+    got = run_model(b, {k: v for k, v in feeds.items() if k in {i.name for i in b.graph.input}}, "the result")
+    outputs: dict[str, tuple[float, float]] = {}
+    failed = total = 0
+    worst, worst_key = "", (-1.0, -1.0)
+    max_abs = max_rel = 0.0
+    for name, r in ref.items():
+        if name not in got:
+            raise GraphError(f"the cleaned model lost output '{name}'")
+        g = got[name]
+        if r.shape != g.shape:
+            raise GraphError(f"output '{name}' changed shape: {r.shape} -> {g.shape}")
+        r64, g64 = np.asarray(r, dtype=np.float64), np.asarray(g, dtype=np.float64)
+        same_nan = np.isnan(r64) & np.isnan(g64)
+        absdiff = np.where(same_nan, 0.0, np.abs(r64 - g64))
+        absdiff = np.where(np.isnan(absdiff), np.inf, absdiff)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            reldiff = np.where(absdiff == 0, 0.0, absdiff / np.abs(r64))
+        bad = (absdiff > atol) & (reldiff > rtol)
+        a_max = float(absdiff.max(initial=0.0))
+        r_max = float(reldiff.max(initial=0.0))
+        outputs[name] = (a_max, r_max)
+        failed += int(bad.sum())
+        total += int(bad.size)
+        key = (float(bad.sum()), a_max)
+        if key > worst_key:
+            worst, worst_key = name, key
+        max_abs, max_rel = max(max_abs, a_max), max(max_rel, r_max)
+    return Verification(
+        max_abs=max_abs,
+        max_rel=max_rel,
+        outputs=outputs,
+        passed=failed == 0,
+        atol=atol,
+        rtol=rtol,
+        worst=worst,
+        failed_elements=failed,
+        total_elements=total,
+    )
