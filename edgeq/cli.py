@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,7 +30,7 @@ EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok; 1 a check failed (lint findings at error level, verification beyond tolerance, "
+    "Exit codes: 0 ok; 1 a check failed (lint findings at or above --fail-on, verification beyond tolerance, "
     "a precision gate violated, a target-side failure); 2 usage or input error (bad file, bad option)."
 )
 
@@ -86,9 +87,9 @@ def render_findings(findings: Sequence[Finding], title: str = "Findings") -> Non
         t.add_row(
             f"[{_LEVEL_STYLE[f.level]}]{f.level.value}[/]",
             f.rule,
-            nodes,
-            f"{f.message}\n[dim]fix:[/] {f.fix}",
-            f.source,
+            escape(nodes),
+            f"{escape(f.message)}\n[dim]fix:[/] {escape(f.fix)}",
+            escape(f.source),
         )
     out.print(t)
 
@@ -109,11 +110,13 @@ def progress_display(enabled: bool = True) -> Iterator[ProgressFn]:
 
         def quiet(task: str, done: int, total: Optional[int]) -> None:
             # Non-interactive: one log line when a task starts and when it ends.
-            if task not in last:
-                err.print(f"[dim]{task}...[/]")
+            before = last.get(task)
+            if before is None or done < before:  # a task starting (again)
+                err.print(f"[dim]{escape(task)}...[/]")
+                before = -1
             last[task] = done
-            if total is not None and done >= total:
-                err.print(f"[dim]{task}: done ({done}/{total})[/]")
+            if total is not None and done >= total > before:
+                err.print(f"[dim]{escape(task)}: done ({done}/{total})[/]")
 
         yield quiet
         return
@@ -140,25 +143,675 @@ def _existing_file(path: Path) -> Path:
 # edgeq clean  (edgeq.graph)
 # --------------------------------------------------------------------------------------------------
 
+
+def _clean_help() -> str:
+    from edgeq.graph.passes import PASSES  # stdlib-only at import time: --help stays instant
+
+    passes = "\n\n".join(f"[bold]{p.name}[/]: {escape(p.summary)}" for p in PASSES)
+    return (
+        "Make an ONNX model fit TensorRT 8.6's parser: opset <= 17, IR <= 8, int8 symmetric Q/DQ, float "
+        "biases, no no-op nodes. The input file is never modified; the result goes to "
+        "<name>.clean.onnx unless -o says otherwise. Each pass reports what it changed; what cannot be "
+        "fixed exactly is named as an error finding (the model is still written, exit 1). With --verify "
+        "(default) both models run in onnxruntime on the same random inputs; beyond tolerance nothing "
+        "is written and the exit code is 1.\n\nPasses, in order (skip one with --skip NAME):\n\n"
+        f"{passes}\n\n{EXIT_CODES_HELP}"
+    )
+
+
+def _render_changes(changes: Sequence[Any]) -> None:
+    from edgeq.graph.passes import PASS_NAMES
+
+    if not changes:
+        out.print("[green]nothing to change[/]: the model already fits")
+        return
+    t = Table(title="Changes", expand=False)
+    t.add_column("pass", style="bold")
+    t.add_column("changes", overflow="fold")
+    t.add_column("nodes", overflow="fold", max_width=48, style="dim")
+    for name in PASS_NAMES:
+        mine = [c for c in changes if c.pass_name == name]
+        for i, c in enumerate(mine):
+            nodes = ", ".join(c.nodes[:3]) + (f" (+{len(c.nodes) - 3})" if len(c.nodes) > 3 else "")
+            last = i == len(mine) - 1
+            t.add_row(name if i == 0 else "", escape(c.message), escape(nodes), end_section=last)
+    out.print(t)
+
+
+@app.command("clean", help=_clean_help())
+def clean_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model (with its external data beside it)."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", help="Where to write the cleaned model \\[default: <name>.clean.onnx]."
+    ),
+    opset: int = typer.Option(17, "--opset", help="Highest opset to allow; higher ones are converted down."),
+    verify: bool = typer.Option(
+        True, "--verify/--no-verify", help="Compare input and output in onnxruntime on random inputs."
+    ),
+    atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance for --verify."),
+    rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance for --verify."),
+    skip: Optional[list[str]] = typer.Option(None, "--skip", help="Do not run this pass (repeatable)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> int:
+    import os
+
+    from edgeq.errors import GraphError
+    from edgeq.graph.clean import CleanOptions, clean_model
+    from edgeq.graph.io import default_output, load_model, save_model
+
+    dest = output if output is not None else default_output(model, "clean")
+    same = dest.exists() and model.exists() and os.path.samefile(dest, model)
+    if same or dest.resolve() == model.resolve():
+        raise GraphError(
+            f"{dest}: -o is the input file; edgeq never overwrites its input", hint="choose another -o"
+        )
+    _check_writable(dest)
+    options = CleanOptions(opset=opset, verify=verify, atol=atol, rtol=rtol, skip=tuple(skip or ()))
+    with progress_display(enabled=not json_out) as progress:
+        onnx_model = load_model(model)
+        result = clean_model(onnx_model, options, progress)
+    verified = result.verification is None or bool(result.verification)
+    if verified:
+        save_model(result.model, dest)
+    errors = [f for f in result.findings if f.level == Level.ERROR]
+    code = EXIT_OK if verified and not errors else EXIT_CHECK_FAILED
+    if json_out:
+        written = str(dest) if verified else None
+        print_json({"input": str(model), "output": written, "exit_code": code, **result.to_dict()})
+        return code
+    _render_changes(result.changes)
+    if result.findings:
+        render_findings(result.findings, title="Still unfit for TensorRT 8.6")
+    if result.verification is not None:
+        style = "green" if verified else "bold red"
+        out.print(f"verify (onnxruntime, same random inputs): [{style}]{escape(str(result.verification))}[/]")
+    if verified:
+        versions = f"opset {opset_of_model(result.model)}, IR {result.model.ir_version}"
+        out.print(f"wrote [bold]{escape(str(dest))}[/] ({versions})")
+    else:
+        out.print(
+            "[bold red]not written[/]: the cleaned model does not match the input within tolerance "
+            "(raise --atol/--rtol, --skip the pass at fault, or --no-verify to write it anyway)"
+        )
+    return code
+
+
+def _check_writable(dest: Path) -> None:
+    """Fail before the work, not after it: the output must be a file in a directory we can write."""
+    import os
+
+    from edgeq.errors import GraphError
+
+    if dest.is_dir():
+        raise GraphError(f"{dest}: is a directory, not a file to write the model to")
+    parent = dest.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise GraphError(f"{dest}: cannot write ({parent} is not a writable directory)")
+
+
+def opset_of_model(model: Any) -> int:
+    from edgeq.graph.io import opset_of
+
+    return opset_of(model)
+
+
 # --------------------------------------------------------------------------------------------------
 # edgeq lint  (edgeq.graph)
 # --------------------------------------------------------------------------------------------------
+
+
+class FailOn(str, Enum):
+    """The lowest finding level that makes ``edgeq lint`` exit 1."""
+
+    error = "error"
+    warning = "warning"
+    info = "info"
+    never = "never"
+
+
+_FAIL_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def _lint_help() -> str:
+    from edgeq.graph.rules import RULES  # stdlib-only at import time: --help stays instant
+
+    rules = "\n\n".join(f"[bold]{r.id}[/] ({r.level.value}): {escape(r.summary)}" for r in RULES)
+    return (
+        "Check an ONNX model against what TensorRT 8.6 parses, builds and fuses, without TensorRT: "
+        "operators and types outside the 8.6 parser's table, opset/IR versions, Q/DQ the parser refuses, "
+        "and Q/DQ placements that build but keep layers from fusing. Each finding names the nodes, a "
+        "one-line fix and the source of the rule (TensorRT 8.6 documentation, the 8.6 parser, or the "
+        "engine fixture that measured it). Levels: error = 8.6 will not parse or build it; warning = "
+        "it builds but fuses less or runs slower; info = worth knowing.\n\n"
+        "--fail-on sets when the exit code is 1: default [bold]warning[/], because a fusion breaker "
+        "costs real speed and CI should see it; use --fail-on error to fail only on what will not build "
+        "(e.g. for models with dynamic shapes you give profiles for), or --fail-on never to report only."
+        f"\n\nRules (select with --rule ID):\n\n{rules}\n\n{EXIT_CODES_HELP}"
+    )
+
+
+@app.command("lint", help=_lint_help())
+def lint_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model (with its external data beside it)."),
+    trt: str = typer.Option("8.6", "--trt", help="TensorRT version to check against (supported: 8.6)."),
+    json_out: bool = typer.Option(False, "--json", help="Print findings and a summary as JSON on stdout."),
+    fail_on: FailOn = typer.Option(
+        FailOn.warning, "--fail-on", case_sensitive=False, help="Exit 1 on a finding at this level or above."
+    ),
+    rule: Optional[list[str]] = typer.Option(None, "--rule", help="Run only this rule id (repeatable)."),
+) -> int:
+    from edgeq.graph.io import load_model
+    from edgeq.graph.rules import lint_model, normalize_trt, select_rules, summarize
+
+    version = normalize_trt(trt)  # usage errors before any work
+    select_rules(rule)
+    findings = lint_model(load_model(model), trt=version, rules=rule)
+    threshold = _FAIL_RANK.get(fail_on.value, -1)
+    failing = [f for f in findings if _FAIL_RANK[f.level.value] <= threshold]
+    code = EXIT_CHECK_FAILED if failing else EXIT_OK
+    summary = {**summarize(findings), "fail_on": fail_on.value, "failing": len(failing), "exit_code": code}
+    if json_out:
+        print_json({"model": str(model), "trt": version, "findings": [f.to_dict() for f in findings],
+                    "summary": summary})
+        return code
+    render_findings(findings, title=f"TensorRT {version} lint: {escape(model.name)}")
+    counts = ", ".join(f"{n} {lv}" for lv, n in summary["by_level"].items() if n)
+    verdict = "[bold red]fail[/]" if failing else "[green]pass[/]"
+    out.print(f"{counts or 'no findings'}; {verdict} (--fail-on {fail_on.value})")
+    return code
+
 
 # --------------------------------------------------------------------------------------------------
 # edgeq quantize  (edgeq.quant)
 # --------------------------------------------------------------------------------------------------
 
+
+class Calibrator(str, Enum):
+    entropy = "entropy"
+    max = "max"
+    percentile = "percentile"
+    mse = "mse"
+
+
+class Placement(str, Enum):
+    trt = "trt"
+    all = "all"
+
+
+def _quantize_help() -> str:
+    from edgeq.quant.rules import RULES  # stdlib-only at import time: --help stays instant
+
+    rules = "\n\n".join(f"[bold]{r.id}[/]: {escape(r.description)}" for r in RULES.values())
+    return (
+        "Quantize a float ONNX model to explicit INT8 (Q/DQ) for TensorRT 8.6, placed so TensorRT fuses, "
+        "and write the TensorRT calibration cache (implicit INT8 path) from the same statistics. The "
+        "model is cleaned first; the input file is never modified. Writes <name>.int8.onnx and "
+        "<name>.int8.cache unless -o/--cache say otherwise, plus the summary --json prints as "
+        "<output name>.json; then checks accuracy: FP32 vs Q/DQ in "
+        "onnxruntime on the held-out part of the data (cosine, max abs error, top-1 agreement for "
+        "classifiers). --min-cosine makes that a gate (exit 1; the files are still written).\n\n"
+        "Calibration data: --calib DIR of .npy/.npz (one sample per file or stacked) or images with "
+        "--preprocess spec.yaml; --synthetic N random samples for demos only.\n\n"
+        "--placement trt (default) follows the TensorRT 8.6 rules below; --placement all puts a Q/DQ "
+        "on every quantizable tensor as onnxruntime does, for comparison. --overrides FILE.yaml forces "
+        "or excludes nodes (keys exclude/force: lists of node names, fnmatch globs or 're:' regexes)."
+        f"\n\nPlacement rules (summary shows which rule left each tensor in float):\n\n{rules}"
+        f"\n\n{EXIT_CODES_HELP}"
+    )
+
+
+def _render_quantize(result: Any) -> None:
+    d = result.to_dict()
+    q = d["quantized"]
+    title = f"edgeq quantize ({escape(d['placement'])} placement, {escape(d['calibrator'])} calibrator)"
+    t = Table(title=title, expand=False)
+    t.add_column("what", style="bold")
+    t.add_column("count", justify="right")
+    t.add_column("notes", overflow="fold")
+    t.add_row("activation Q/DQ pairs", str(q["activations"]), "per-tensor int8, zero-point 0")
+    t.add_row("weights (int8 + DQ)", str(q["weights"]), "per-channel on the output-channel axis")
+    t.add_row("INT8 by commuting", str(q["int8_by_commute"]), "place-commute: Q/DQ move across them")
+    t.add_row("shared scale groups", str(q["scale_groups_shared"]), "place-concat-shared-scale")
+    t.add_row("left in float", str(d["float"]["count"]), "see below", end_section=True)
+    for rule_id, n in d["float"]["by_rule"].items():
+        first = d["rules"].get(rule_id, {}).get("description", "").split(". ")[0]
+        t.add_row(f"  {rule_id}", str(n), escape(first))
+    out.print(t)
+    acc = result.accuracy
+    if acc is not None:
+        a = Table(title=f"Accuracy: FP32 vs Q/DQ in onnxruntime ({acc.samples} held-out samples)")
+        for col in ("output", "cosine (mean)", "cosine (worst)", "max abs error", "top-1 agreement"):
+            a.add_column(col, justify="left" if col == "output" else "right")
+        for o in acc.outputs:
+            top1 = f"{o.top1:.1%}" if o.top1 is not None else "-"
+            figures = (f"{o.cosine:.6f}", f"{o.min_cosine:.6f}", f"{o.max_abs_error:.4g}", top1)
+            a.add_row(escape(o.name), *figures)
+        out.print(a)
+        if acc.threshold is not None:
+            style = "green" if acc else "bold red"
+            out.print(f"accuracy gate: [{style}]{escape(str(acc))}[/]")
+    for note in d["notes"]:
+        err.print(f"[yellow]note:[/] {escape(note)}")
+    errors = [f for f in result.clean_findings if f.level == Level.ERROR]
+    if errors:
+        render_findings(errors, title="Cleaned model: still unfit for TensorRT 8.6")
+    out.print(f"wrote [bold]{escape(d['output'])}[/], [bold]{escape(d['cache'])}[/] "
+              f"({d['cache_tensors']} tensors in the calibration cache) and [bold]{escape(d['summary'])}[/]")
+
+
+@app.command("quantize", help=_quantize_help())
+def quantize_cmd(
+    model: Path = typer.Argument(..., help="The float ONNX model (with its external data beside it)."),
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data directory (or one file)."),
+    synthetic: Optional[int] = typer.Option(None, "--synthetic", help="Use N random samples (demos only)."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", help="Where to write the Q/DQ model \\[default: <name>.int8.onnx]."
+    ),
+    calibrator: Calibrator = typer.Option(Calibrator.entropy, "--calibrator", case_sensitive=False,
+                                          help="How activation ranges are chosen."),
+    percentile: float = typer.Option(99.99, "--percentile", help="Percentile for --calibrator percentile."),
+    placement: Placement = typer.Option(Placement.trt, "--placement", case_sensitive=False,
+                                        help="trt: TensorRT 8.6 rules; all: every quantizable tensor."),
+    overrides: Optional[Path] = typer.Option(None, "--overrides", help="YAML file forcing/excluding nodes."),
+    preprocess: Optional[Path] = typer.Option(None, "--preprocess", help="YAML preprocessing for images."),
+    cache: Optional[Path] = typer.Option(
+        None, "--cache", help="Where to write the TensorRT calibration cache \\[default: <name>.int8.cache]."
+    ),
+    holdout: float = typer.Option(0.2, "--holdout", help="Fraction of the data kept for the accuracy check."),
+    min_cosine: Optional[float] = typer.Option(
+        None, "--min-cosine", help="Fail (exit 1) when FP32 vs Q/DQ cosine similarity is below this."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+) -> int:
+    from edgeq.errors import QuantError
+    from edgeq.quant.overrides import load_overrides
+    from edgeq.quant.quantize import QuantizeOptions, quantize_file
+
+    if (calib is None) == (synthetic is None):
+        raise QuantError("give calibration data: --calib DIR or --synthetic N (one of them)")
+    options = QuantizeOptions(
+        calibrator=calibrator.value, percentile=percentile, placement=placement.value,
+        overrides=load_overrides(overrides) if overrides is not None else None,
+        holdout=holdout, min_cosine=min_cosine, cache_path=cache,
+    )
+    with progress_display(enabled=not json_out) as progress:
+        result = quantize_file(model, options, calib=calib, synthetic=synthetic, preprocess=preprocess,
+                               output=output, progress=progress)
+    code = EXIT_OK if result.ok else EXIT_CHECK_FAILED
+    if json_out:
+        print_json({**result.to_dict(), "exit_code": code})
+        return code
+    _render_quantize(result)
+    return code
+
 # --------------------------------------------------------------------------------------------------
 # edgeq report  (edgeq.report)
 # --------------------------------------------------------------------------------------------------
+
+_REPORT_HELP = (
+    "Show what a TensorRT engine runs, from its layer information (trtexec --exportLayerInfo with "
+    "--profilingVerbosity=detailed, or IEngineInspector JSON): every layer classified (compute, weights, "
+    "reformat, no-op) with its precision, format and the ONNX nodes fused into it; per-layer times with "
+    "--profile (trtexec --exportProfile or the edgeq agent's profile); the ONNX graph mapped back with "
+    "--onnx. Then applies a gate: int8 (default) fails when a compute layer between the first Q and the "
+    "last DQ runs FP16/FP32 or an interior Reformat copy exists; --require-fusion also fails on residual "
+    "Adds left unfused; --gate none only reports. Works offline on files.\n\n" + EXIT_CODES_HELP
+)
+_PRECISION_STYLE = {"INT8": "green", "FP16": "yellow", "BF16": "yellow", "FP32": "red", "INT32": "magenta"}
+_CONTROL = None  # compiled lazily
+
+
+def _visible(text: str) -> str:
+    """Engine names carry raw control characters; never send them to a terminal."""
+    global _CONTROL
+    import re
+
+    if _CONTROL is None:
+        _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+
+
+def _precision_cell(p: Optional[str]) -> str:
+    return f"[{_PRECISION_STYLE.get(p or '', 'dim')}]{p or '?'}[/]"
+
+
+def _render_report(report: Any, gate: Any, all_layers: bool) -> None:
+    from edgeq.report import LayerKind
+
+    kinds = ", ".join(f"{n} {k}" for k, n in report.kind_counts().items())
+    precisions = ", ".join(f"{n} {p}" for p, n in sorted(report.compute_precisions().items()))
+    out.print(
+        f"[bold]{_visible(report.source)}[/]: {report.mode} quantization, {len(report.layers)} layers "
+        f"({kinds}); compute: {precisions or 'n/a'}"
+    )
+    flagged: dict[int, list[str]] = {}
+    for v in gate.violations if gate is not None else ():
+        flagged.setdefault(v.layer, []).append(v.rule)
+    excused = {v.layer: v.allowed_by for v in gate.allowed} if gate is not None else {}
+    hidden = (LayerKind.WEIGHTS, LayerKind.NOOP)
+    rows = [rl for rl in report.layers if all_layers or rl.kind not in hidden]
+    title = "Engine layers" + (
+        "" if all_layers else f" ({len(report.layers) - len(rows)} weight/no-op hidden: --all-layers)"
+    )
+    from rich import box
+
+    t = Table(show_lines=False, expand=False, title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("#", justify="right")
+    t.add_column("type", no_wrap=True, max_width=16)
+    t.add_column("ONNX nodes / layer", overflow="fold", min_width=30)
+    t.add_column("prec", no_wrap=True)
+    t.add_column("out format", no_wrap=True)
+    if report.timed:
+        t.add_column("µs", justify="right")
+    t.add_column("gate", overflow="fold", max_width=18)
+    for rl in rows:
+        # Fused compute layers are best named by their ONNX nodes; copies only have a layer name.
+        name = _visible(", ".join(rl.onnx_nodes)) if rl.onnx_nodes else _visible(rl.name)
+        kind = "" if rl.kind == LayerKind.COMPUTE else f"\n[dim]{rl.kind.value}[/]"
+        tags = [f"[bold red]{r}[/]" for r in flagged.get(rl.index, [])]
+        if rl.index in excused:
+            tags.append(f"[yellow]allowed ({_visible(str(excused[rl.index]))})[/]")
+        if rl.boundary:
+            tags.append(f"[cyan]{rl.boundary} boundary[/]")
+        if rl.region != "inside":
+            tags.append(f"[dim]{rl.region} region[/]")
+        if rl.kind == LayerKind.REFORMAT:
+            first_in = rl.in_precisions[0] if rl.in_precisions else None
+            first_out = rl.out_precisions[0] if rl.out_precisions else None
+            prec = f"{_precision_cell(first_in)}->{_precision_cell(first_out)}"
+        else:
+            prec = _precision_cell(rl.precision) if rl.kind != LayerKind.NOOP else ""
+        layout = ", ".join(o.format.short.split(" ", 1)[-1] if o.format else "?" for o in rl.layer.outputs)
+        cells = [str(rl.index), _visible(rl.layer_type) + kind, name, prec, _visible(layout)]
+        if report.timed:
+            cells.append("-" if rl.time_ms is None else f"{rl.time_ms * 1000:.1f}")
+        cells.append(" ".join(tags))
+        t.add_row(*cells, style="on grey15" if rl.index in flagged else None)
+    out.print(t)
+    if report.timed:
+        it = f" over {report.profile_iterations} iterations" if report.profile_iterations else ""
+        out.print(f"sum of per-layer averages: [bold]{report.profile_total_ms:.4f} ms[/]{it}")
+    if report.unfused_residuals:
+        fails = gate is not None and gate.policy.require_fusion
+        out.print(
+            f"[yellow]{len(report.unfused_residuals)} residual Add layers did not fuse into a convolution[/]"
+            + ("" if fails else " (--require-fusion fails on them)")
+        )
+    if report.onnx is not None:
+        m = report.onnx
+        ran = ", ".join(f"{len(v)} {p}" for p, v in sorted(m.by_precision().items()))
+        out.print(
+            f"ONNX {_visible(m.model)}: {len(m.nodes)} nodes found in the engine "
+            f"({ran or 'none in compute'}; "
+            f"{len(m.in_kind(LayerKind.REFORMAT))} in reformats), {len(m.not_found)} not found "
+            "(fused Q/DQ or eliminated; --json lists them)"
+        )
+    for note in report.notes:
+        out.print(f"[yellow]note:[/] {_visible(note)}")
+
+
+@app.command("report", help=_REPORT_HELP)
+def report_cmd(
+    layers: Path = typer.Argument(..., help="Engine layer information JSON (trtexec --exportLayerInfo)."),
+    profile: Optional[Path] = typer.Option(
+        None, "--profile", help="Per-layer times: trtexec --exportProfile JSON or the edgeq agent's profile."
+    ),
+    onnx_path: Optional[Path] = typer.Option(
+        None, "--onnx", help="The ONNX model the engine was built from: map layers back to its nodes."
+    ),
+    gate_name: str = typer.Option("int8", "--gate", help="Gate policy: int8 (default), fusion or none."),
+    require_fusion: bool = typer.Option(
+        False,
+        "--require-fusion",
+        help="Also fail on residual Add(+Relu) layers not fused into a convolution.",
+    ),
+    allow: Optional[list[str]] = typer.Option(
+        None, "--allow", help="ONNX node (or layer) name the gate excuses; wildcards allowed (repeatable)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the report and verdict as JSON on stdout."),
+    html_out: Optional[Path] = typer.Option(
+        None, "--html", help="Also write a self-contained HTML report here."
+    ),
+    all_layers: bool = typer.Option(False, "--all-layers", help="List weight and no-op layers too."),
+) -> int:
+    from edgeq.fs import atomic_write_text
+    from edgeq.report import POLICIES, apply_gate, build_report, load_layers, load_profile, render_html
+    from edgeq.report import report_to_dict as to_dict
+
+    if gate_name not in POLICIES:
+        raise typer.BadParameter(
+            f"unknown gate {gate_name!r}; one of: {', '.join(POLICIES)}", param_hint="--gate"
+        )
+    policy = POLICIES[gate_name].with_allow(list(allow or ()))
+    if require_fusion:
+        policy = policy.replace(require_fusion=True)
+    engine = load_layers(layers)
+    prof = load_profile(profile) if profile is not None else None
+    report = build_report(engine, prof, onnx_model=onnx_path)
+    gate = apply_gate(report, policy)
+    code = EXIT_OK if gate else EXIT_CHECK_FAILED
+    if html_out is not None:
+        atomic_write_text(html_out, render_html(report, gate))
+    if json_out:
+        print_json({**to_dict(report, gate), "exit_code": code, "html": str(html_out) if html_out else None})
+        return code
+    _render_report(report, gate, all_layers)
+    if html_out is not None:
+        out.print(f"wrote [bold]{escape(str(html_out))}[/]")
+    style = "green" if gate else "bold red"
+    lines = str(gate).splitlines()
+    out.print(f"[{style}]{_visible(lines[0])}[/]")
+    for line in lines[1:]:
+        out.print(_visible(line))
+    return code
+
 
 # --------------------------------------------------------------------------------------------------
 # edgeq deploy / targets  (edgeq.remote)
 # --------------------------------------------------------------------------------------------------
 
+_DEPLOY_HELP = (
+    "Build and prove an engine on a target: clean -> quantize (float model with --calib) -> lint -> "
+    "upload -> probe -> build -> inspect -> profile -> report -> gate.\n\n"
+    "Everything lands in runs/<model>-<target>-<timestamp>/: the cleaned (quantized) ONNX, stages.json "
+    "(each stage's outcome, also on failure), deploy.log (with the target's TensorRT log), probe.json, "
+    "engine.plan, layers.json, profile.json, timings.json, report.json and report.html.\n\n"
+    "--target NAME reads targets/NAME.yaml (or give a path). Host keys are checked against the "
+    "target's known_hosts; --accept-new-host-key adds an unknown one (a changed key is always refused).\n\n"
+    + EXIT_CODES_HELP
+)
+
+
+def _stage_table(stages: Sequence[Any]) -> Table:
+    style = {"ok": "green", "failed": "bold red", "skipped": "dim", "not run": "dim", "pending": "dim"}
+    t = Table(title="deploy", show_lines=False, expand=False)
+    t.add_column("stage")
+    t.add_column("status")
+    t.add_column("s", justify="right")
+    t.add_column("summary", overflow="fold")
+    for s in stages:
+        t.add_row(s.name, f"[{style.get(s.status, '')}]{s.status}[/]", f"{s.seconds:.2f}", escape(s.summary))
+    return t
+
+
+@app.command("deploy", help=_DEPLOY_HELP)
+def deploy_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model: Q/DQ (explicit INT8) or float."),
+    target: str = typer.Option(
+        ..., "--target", "-t", help="Target name (targets/NAME.yaml) or a YAML path."
+    ),
+    calib: Optional[Path] = typer.Option(
+        None, "--calib", help="Calibration data: quantize a float model first."
+    ),
+    accept_new_host_key: bool = typer.Option(
+        False, "--accept-new-host-key", help="Trust and record the target's host key if known_hosts lacks it."
+    ),
+    gate: Optional[str] = typer.Option(
+        None, "--gate", help="Gate policy: int8 or none (or fusion) \\[default: the target's, else int8]."
+    ),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories are created."),
+    fp16: Optional[bool] = typer.Option(
+        None, "--fp16/--no-fp16", help="Allow FP16 fallback \\[default: the target's build.fp16]."
+    ),
+    iterations: int = typer.Option(
+        10, "--iterations", min=1, help="Profile at least N runs (trtexec --iterations)."
+    ),
+    duration: float = typer.Option(
+        3.0, "--duration", min=0, help="Profile at least S seconds (trtexec --duration)."
+    ),
+    pipeline: Optional[Path] = typer.Option(
+        None, "--pipeline", help="Pipeline YAML: its gate allowlist is added (full pipelines: a later issue)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the stages, timings and verdict as JSON."),
+) -> int:
+    from edgeq.remote.deploy import DeployOptions, deploy
+    from edgeq.remote.targets import load_pipeline, resolve_target
+
+    tgt = resolve_target(target)
+    allow: tuple[str, ...] = ()
+    if pipeline is not None:
+        pl = load_pipeline(pipeline)
+        allow = pl.gate.allow if pl.gate is not None else ()
+    options = DeployOptions(
+        calib=calib, accept_new_host_key=accept_new_host_key, gate=gate, gate_allow=allow, runs_dir=runs_dir,
+        fp16=fp16, iterations=iterations, duration=duration,
+    )  # fmt: skip
+
+    def event(line: str) -> None:
+        if line.endswith(": started") or ": failed - " in line:
+            return  # a failure is printed once, as the error line
+        err.print(f"[dim]{escape(line)}[/]", highlight=False)
+
+    with progress_display(enabled=not json_out) as progress:
+        result = deploy(model, tgt, options, progress=progress, on_event=event)
+    code = EXIT_OK if result.gate_passed else EXIT_CHECK_FAILED
+    gate_result = result.finished.gate if result.finished is not None else None
+    if json_out:
+        print_json(
+            {
+                "run_dir": str(result.run_dir),
+                "stages": [vars(s) for s in result.stages],
+                "timings": result.timings,
+                "gate": gate_result.to_dict() if gate_result is not None else None,
+                "exit_code": code,
+            }
+        )
+        return code
+    out.print(_stage_table(result.stages))
+    if result.finished is not None:
+        out.print(f"report: [bold]{escape(str(result.finished.report_html))}[/]")
+    if gate_result is not None:
+        lines = str(gate_result).splitlines()
+        style = "green" if gate_result else "bold red"
+        out.print(f"[{style}]{escape(lines[0])}[/]")
+        for line in lines[1:]:
+            out.print(_visible(line))
+    out.print(f"run directory: [bold]{escape(str(result.run_dir))}[/]")
+    return code
+
+
+targets_app = typer.Typer(help="Target files (targets/*.yaml): list them, check one against its machine.")
+app.add_typer(targets_app, name="targets")
+
+
+@targets_app.command("list", help="List targets/*.yaml in the current directory and whether each is valid.")
+def targets_list_cmd() -> int:
+    from edgeq.remote.targets import TARGETS_DIR, list_target_files, load_target
+
+    files = list_target_files()
+    if not files:
+        err.print(f"no target files in ./{TARGETS_DIR}/ (examples: the edgeq repository's targets/)")
+        return EXIT_OK
+    t = Table(title=f"./{TARGETS_DIR}", expand=False)
+    for col in ("name", "host", "backend", "TensorRT", "sm", "status"):
+        t.add_column(col, overflow="fold")
+    problems: list[str] = []
+    for path in files:
+        try:
+            tg = load_target(path)
+        except EdgeqError as e:
+            problems.append(str(e))
+            t.add_row(path.stem, "", "", "", "", "[bold red]invalid[/]")
+            continue
+        where = f"{tg.user}@{tg.host}:{tg.port}" + (f" via {tg.jump_host}" if tg.jump_host else "")
+        t.add_row(
+            tg.name, escape(where), tg.backend, tg.tensorrt or "-", tg.compute_capability or "-",
+            "[green]ok[/]",
+        )
+    out.print(t)
+    for p in problems:
+        out.print(f"[bold red]invalid:[/] {escape(p)}")
+    return EXIT_CHECK_FAILED if problems else EXIT_OK
+
+
+@targets_app.command("check", help="Connect to a target, ship the agent, probe it, compare with the file.")
+def targets_check_cmd(
+    name: str = typer.Argument(..., help="Target name (targets/NAME.yaml) or a YAML path."),
+    accept_new_host_key: bool = typer.Option(
+        False, "--accept-new-host-key", help="Trust and record the target's host key if known_hosts lacks it."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the probe's facts as JSON."),
+) -> int:
+    from edgeq.remote.deploy import check_target
+    from edgeq.remote.targets import resolve_target
+
+    tgt = resolve_target(name)
+    with progress_display(enabled=not json_out) as progress:
+        facts = check_target(tgt, accept_new_host_key=accept_new_host_key, progress=progress)
+    if json_out:
+        print_json(facts)
+        return EXIT_OK
+    trt = facts.get("tensorrt") or {}
+    gpus = facts.get("gpus") or []
+    gpu = gpus[0] if gpus else {}
+    out.print(
+        f"[green]{escape(tgt.name)} ok[/]: TensorRT {escape(str(trt.get('version')))}, "
+        f"{escape(str(gpu.get('name', 'no GPU listed')))} (sm {escape(str(gpu.get('compute_capability')))}, "
+        f"{escape(str(gpu.get('memory_free_mib')))} MiB free), DLA cores {trt.get('num_DLA_cores', '-')}, "
+        f"Python {escape(str((facts.get('python') or {}).get('version')))}"
+    )
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------------------------------
 # edgeq demo
 # --------------------------------------------------------------------------------------------------
+
+_DEMO_STATUS = {"done": "[green]done[/]", "stopped": "[yellow]stopped[/]", "skipped": "[dim]skipped[/]",
+                "failed": "[bold red]failed[/]"}
+
+
+@app.command("demo")
+def demo_cmd(
+    workdir: Path = typer.Option(Path("edgeq-demo"), "--workdir", "-o", help="Where the demo writes its files."),
+    samples: int = typer.Option(16, "--samples", min=2, help="Synthetic calibration samples."),
+) -> int:
+    """Run the pipeline on a ResNet-like model built in code, as far as this machine allows.
+
+    Builds the model and its PyTorch-eager and onnxruntime Q/DQ exports, lints them, cleans one and
+    verifies it in onnxruntime, quantizes the FP32 model with TensorRT-aware and with onnxruntime-style
+    placement, probes for TensorRT with the target agent, and reports on recorded TensorRT 8.6 engines.
+    It says where it stops and why (no GPU/TensorRT here: no engine build).
+    """
+    from edgeq.demo import run_demo
+
+    def show(step: Any) -> None:
+        out.print(f"\n[bold]{escape(step.name)}[/]  {_DEMO_STATUS.get(step.status, step.status)}")
+        for line in step.summary:
+            out.print(f"  {escape(line)}")
+        for a in step.artifacts:
+            out.print(f"  [dim]-> {escape(str(a))}[/]")
+
+    with progress_display() as progress:
+        result = run_demo(workdir, samples=samples, progress=progress, on_step=show)
+    stop = result.stopped_at
+    out.print()
+    if stop is not None:
+        out.print(f"[yellow]The demo stopped at '{escape(stop.name)}':[/] {escape(stop.summary[0])}")
+    out.print(f"Everything it wrote is in {escape(str(result.workdir))}/")
+    return EXIT_OK if result else EXIT_CHECK_FAILED
 
 
 # --------------------------------------------------------------------------------------------------
@@ -181,7 +834,8 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     except typer.TyperException as e:
         # Usage errors: one line plus the hint to ask for help.
         msg = e.format_message()  # type: ignore[attr-defined]
-        err.print(f"[bold red]error:[/] {escape(msg)}  (see 'edgeq {_subcommand(argv)}--help')", highlight=False)
+        see = f"edgeq {_subcommand(argv)}--help"
+        err.print(f"[bold red]error:[/] {escape(msg)}  (see '{see}')", highlight=False)
         code = getattr(e, "exit_code", EXIT_USAGE)
         return EXIT_USAGE if code in (None, 2) else int(code)
     return rv if isinstance(rv, int) else EXIT_OK

@@ -1,0 +1,169 @@
+"""The embedded demo: the whole pipeline on a model built in code, as far as this machine allows.
+
+It exists so a newcomer sees every stage work on their own machine and learns exactly where the
+machine stops them (no GPU, no TensorRT, no target), rather than reading about it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgeq.findings import Level, ProgressFn, no_progress
+
+DONE, STOPPED, SKIPPED, FAILED = "done", "stopped", "skipped", "failed"
+
+
+@dataclass
+class DemoStep:
+    name: str
+    status: str
+    summary: list[str] = field(default_factory=list)
+    artifacts: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class DemoResult:
+    workdir: Path
+    steps: list[DemoStep]
+
+    @property
+    def stopped_at(self) -> DemoStep | None:
+        return next((s for s in self.steps if s.status == STOPPED), None)
+
+    def __bool__(self) -> bool:
+        return all(s.status != FAILED for s in self.steps)
+
+
+def _lint_counts(model) -> tuple[int, int, list[str]]:
+    from edgeq.graph.rules import lint_model
+
+    findings = lint_model(model)
+    errors = sum(f.level is Level.ERROR for f in findings)
+    warnings = sum(f.level is Level.WARNING for f in findings)
+    return errors, warnings, sorted({f.rule for f in findings})
+
+
+def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress: ProgressFn = no_progress,
+             on_step: Callable[[DemoStep], None] | None = None) -> DemoResult:
+    """Build test models, then clean -> lint -> quantize -> (agent probe) -> report, stopping honestly."""
+    from edgeq import zoo
+    from edgeq.graph.io import load_model, save_model
+
+    wd = Path(workdir)
+    wd.mkdir(parents=True, exist_ok=True)
+    steps: list[DemoStep] = []
+
+    def record(step: DemoStep) -> DemoStep:
+        steps.append(step)
+        if on_step:
+            on_step(step)
+        return step
+
+    # 1. Models, built in code: FP32 and the two export patterns TensorRT 8.6 cannot parse.
+    progress("building test models", 0, 3)
+    fp32 = zoo.resnet_like(size=64, width=16, layers=(1, 1))
+    torch_qdq = zoo.qdq_torch_eager(fp32)
+    ort_qdq = zoo.qdq_ort(fp32, quantize_bias=True)
+    paths = {
+        "fp32": save_model(fp32, wd / "resnet_like.onnx"),
+        "torch": save_model(torch_qdq, wd / "resnet_like_torch_qdq.onnx"),
+        "ort": save_model(ort_qdq, wd / "resnet_like_ort_qdq.onnx"),
+    }
+    progress("building test models", 3, 3)
+    record(DemoStep("models", DONE, [
+        "ResNet-like (Conv-ReLU-MaxPool stem, residual Adds), 64x64, built with onnx.helper",
+        "its PyTorch-eager-style Q/DQ export (uint8 Cast inside Q/DQ, int32 bias) and onnxruntime QDQ export",
+    ], list(paths.values())))
+
+    # 2. Lint the exports as they come: what TensorRT 8.6 would refuse or not fuse.
+    lines = []
+    for key in ("torch", "ort"):
+        e, w, rules = _lint_counts(load_model(paths[key]))
+        lines.append(f"{paths[key].name}: {e} errors, {w} warnings ({', '.join(rules)})")
+    record(DemoStep("lint (exports as written)", DONE, lines))
+
+    # 3. Clean the PyTorch-eager export and verify it numerically against the input.
+    from edgeq.graph.clean import CleanOptions, clean_model
+
+    cleaned = clean_model(load_model(paths["torch"]), CleanOptions(verify=True), progress)
+    clean_path = save_model(cleaned.model, wd / "resnet_like_torch_qdq.clean.onnx")
+    e, w, rules = _lint_counts(cleaned.model)
+    by_pass: dict[str, int] = {}
+    for c in cleaned.changes:
+        by_pass[c.pass_name] = by_pass.get(c.pass_name, 0) + 1
+    record(DemoStep("clean", DONE if cleaned.verification is None or cleaned.verification else FAILED, [
+        "changes: " + ", ".join(f"{k} x{v}" for k, v in by_pass.items()),
+        f"onnxruntime verification: {cleaned.verification}",
+        f"lint after clean: {e} errors, {w} warnings" + (f" ({', '.join(rules)})" if rules else ""),
+        "clean makes the export parse; where its Q/DQ sit (fusion) is what `edgeq quantize` decides",
+    ], [clean_path]))
+
+    # 4. Quantize the FP32 model with TensorRT-aware placement, and with onnxruntime-style placement.
+    from edgeq.quant.data import calibration_set
+    from edgeq.quant.quantize import QuantizeOptions, quantize_model
+
+    data = calibration_set(fp32, None, synthetic=samples, seed=0)
+    qlines: list[str] = []
+    artifacts: list[Path] = []
+    ok = True
+    for placement in ("trt", "all"):
+        cache = wd / f"resnet_like.int8.{placement}.cache"
+        res = quantize_model(fp32, data, QuantizeOptions(placement=placement, cache_path=cache), progress)
+        out = save_model(res.model, wd / f"resnet_like.int8.{placement}.onnx")
+        artifacts += [out, cache]
+        e, w, rules = _lint_counts(res.model)
+        fusion = [r for r in rules if r.startswith("fuse-")]
+        qlines.append(
+            f"--placement {placement}: {res.summary_line()}; lint: {e} errors, {w} warnings"
+            + (f" ({', '.join(fusion)})" if fusion else "")
+        )
+        if placement == "trt":
+            # The implicit path builds from the cleaned FP32 model: its tensor names are the cache's.
+            artifacts.append(save_model(res.reference, wd / "resnet_like.clean.onnx"))
+            ok = ok and not fusion and e == 0
+    record(DemoStep("quantize", DONE if ok else FAILED, qlines, artifacts))
+
+    # 5. The target side: the agent that would build the engine, run here where there is no TensorRT.
+    from edgeq.remote.zipapp import build_agent
+
+    pyz = build_agent(wd / "agent")
+    proc = subprocess.run([sys.executable, str(pyz.path), "probe"], capture_output=True, text=True, timeout=120)
+    try:
+        probe = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        probe = {"ok": False, "error": {"message": proc.stderr.strip()[-200:] or "no output"}}
+    if probe.get("ok") and probe.get("result", {}).get("tensorrt"):
+        record(DemoStep("engine build", STOPPED, [
+            f"TensorRT {probe['result']['tensorrt']} is present here, but the demo does not build engines: "
+            "run `edgeq deploy MODEL --target NAME` against a target file",
+        ], [pyz.path]))
+    else:
+        msg = (probe.get("error") or {}).get("message") or "TensorRT not available"
+        record(DemoStep("engine build", STOPPED, [
+            f"agent probe on this machine: {msg}",
+            "an engine needs a GPU with TensorRT 8.6: `edgeq deploy "
+            f"{artifacts[0].name} --target orin-agx` builds, profiles and gates it on a target over SSH",
+        ], [pyz.path]))
+
+    # 6. What the report and gate say about real TensorRT 8.6 engines (recorded on an H200, shipped with the tests).
+    fixtures = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "trt86-h200"
+    if fixtures.is_dir():
+        from edgeq.report import apply_gate, build_report, load_layers, load_profile
+        from edgeq.report.policy import POLICIES
+
+        rlines = []
+        for stem in ("resnet50.implicit", "resnet50_ortfb.explicit", "resnet50_placed.explicit"):
+            layers = load_layers(fixtures / f"{stem}.layers.json")
+            prof_path = fixtures / f"{stem}.profile.json"
+            rep = build_report(layers, load_profile(prof_path) if prof_path.exists() else None)
+            gate = apply_gate(rep, POLICIES["int8"])
+            rlines.append(f"{stem}: {rep.summary_line()}; int8 gate: {gate.summary_line()}")
+        record(DemoStep("report (recorded engines)", DONE, rlines))
+    else:
+        record(DemoStep("report (recorded engines)", SKIPPED, ["tests/fixtures not present in this install"]))
+    return DemoResult(wd, steps)

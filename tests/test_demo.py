@@ -1,0 +1,43 @@
+"""The README's first command: `edgeq demo` runs every stage this machine allows and says where it stops."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from edgeq.demo import DONE, STOPPED, run_demo
+
+HAS_TRT = importlib.util.find_spec("tensorrt") is not None
+
+
+def test_demo_runs_each_stage_and_stops_at_the_engine_build(tmp_path, cli):
+    code, out, err = cli("demo", "--workdir", tmp_path / "d", "--samples", "8")
+    assert code == 0, err
+    assert "Traceback" not in out + err
+    for name in ("models", "lint (exports as written)", "clean", "quantize", "engine build"):
+        assert name in out
+    # Where it stops is said plainly, with the reason.
+    assert "The demo stopped at 'engine build'" in out
+    if not HAS_TRT:
+        assert "TensorRT not available" in out
+    written = {p.name for p in (tmp_path / "d").iterdir()}
+    assert {"resnet_like.onnx", "resnet_like_torch_qdq.clean.onnx", "resnet_like.int8.trt.onnx",
+            "resnet_like.int8.trt.cache", "resnet_like.clean.onnx"} <= written
+
+
+def test_demo_steps_carry_the_figures_that_matter(tmp_path):
+    result = run_demo(tmp_path, samples=8)
+    steps = {s.name: s for s in result.steps}
+    assert steps["clean"].status == DONE
+    assert any("PASSED" in line for line in steps["clean"].summary)
+    q = steps["quantize"]
+    assert q.status == DONE
+    trt_line = next(line for line in q.summary if line.startswith("--placement trt"))
+    all_line = next(line for line in q.summary if line.startswith("--placement all"))
+    # TensorRT-aware placement leaves no fusion breaker; onnxruntime-style placement does.
+    assert "fuse-" not in trt_line
+    assert "fuse-add-both-quantized" in all_line
+    assert steps["engine build"].status == STOPPED
+    assert result.stopped_at is steps["engine build"]
+    rep = steps["report (recorded engines)"]
+    assert any(line.startswith("resnet50.implicit") and "FAILED" in line for line in rep.summary)
+    assert bool(result)
