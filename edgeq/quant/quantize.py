@@ -200,14 +200,15 @@ def quantize_model(
     qdq = model_from_graph(graph, like=reference)
     check_model(qdq, name="quantized model")
 
-    cache = {t: shared.get(t, amax[t]) for t in wanted if t in amax}
-    if options.cache_path is not None:
-        write_calibration_cache(options.cache_path, cache)
-
     accuracy = None
     if held is not None and len(held):
         accuracy = compare_accuracy(reference, qdq, held, threshold=options.min_cosine,
                                     providers=options.providers, progress=progress)
+
+    # Written last: bad held-out data (NaN) raises above and must not leave a cache behind.
+    cache = {t: shared.get(t, amax[t]) for t in wanted if t in amax}
+    if options.cache_path is not None:
+        write_calibration_cache(options.cache_path, cache)
     return QuantizeResult(
         model=qdq, reference=reference, plan=plan, amax=amax, scales=inserted.scales, cache=cache,
         accuracy=accuracy, options=options, calibration_samples=len(calib),
