@@ -1,0 +1,210 @@
+"""Agent command line: ``python edgeq-agent.pyz {probe,build,inspect,profile} ...``.
+
+Protocol: every invocation writes exactly ONE JSON object to stdout, nothing else::
+
+    {"protocol": 1, "agent": "<version>", "command": "build", "ok": true, "result": {...}}
+    {"protocol": 1, "agent": "<version>", "command": "build", "ok": false,
+     "error": {"stage": "parse", "message": "...", "log": ["TensorRT log lines"], "details": {...}}}
+
+Logs (TensorRT's logger, trtexec's output) stream on stderr. While a command runs, file descriptor 1
+points at stderr, so no library can corrupt the JSON by printing. Subprocesses run with timeouts.
+
+Exit codes: 0 ok; 1 the command failed on the target (stage names where: import, cuda, launch, parse,
+build, inspect, profile, input); 2 usage error (stage "usage"); 3 an agent bug (stage "internal");
+130 interrupted (stage "interrupted").
+Option names are trtexec's where they mean the same thing.
+"""
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+from . import PROTOCOL
+from .common import AgentError, LogBuffer, install_signal_handlers
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
+
+
+def agent_version():
+    """The sha256-derived stamp the zipapp builder writes; "dev" when run from a source tree."""
+    try:
+        from ._stamp import VERSION
+    except ImportError:
+        return "dev"
+    return VERSION
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print usage and exit(2): keep the protocol instead
+        raise UsageError(message)
+
+
+def make_parser():
+    p = _Parser(prog="edgeq-agent", description="edgeq target agent (JSON on stdout, logs on stderr)")
+    sub = p.add_subparsers(dest="command")
+
+    def common(sp):
+        sp.add_argument("--backend", choices=("python", "trtexec"), default="python")
+        sp.add_argument("--trtexec", default=DEFAULT_TRTEXEC, help="trtexec path (backend trtexec)")
+        sp.add_argument("--timeout", type=float, default=3600.0, help="seconds before a tool is killed")
+        sp.add_argument("--verbose", action="store_true", help="TensorRT VERBOSE log level")
+
+    probe = sub.add_parser("probe", help="report Python, GPU, TensorRT, DLA cores, free memory")
+    common(probe)
+
+    build = sub.add_parser("build", help="ONNX -> engine")
+    common(build)
+    build.add_argument("--onnx", required=True)
+    build.add_argument("--saveEngine", required=True)
+    build.add_argument("--int8", action="store_true")
+    build.add_argument("--fp16", action="store_true")
+    build.add_argument("--calib", help="TensorRT calibration cache (implicit INT8)")
+    build.add_argument("--workspace", type=int, help="workspace memory pool limit, MiB")
+    build.add_argument("--tacticSources", help="e.g. -CUBLAS,-CUBLAS_LT,-CUDNN")
+    build.add_argument("--timingCacheFile")
+    build.add_argument("--useDLACore", type=int)
+    build.add_argument("--allowGPUFallback", action="store_true")
+
+    inspect = sub.add_parser("inspect", help="engine inspector JSON (as trtexec --exportLayerInfo)")
+    common(inspect)
+    inspect.add_argument("--loadEngine", required=True)
+    inspect.add_argument("--exportLayerInfo", required=True)
+    inspect.add_argument("--useDLACore", type=int)
+
+    profile = sub.add_parser("profile", help="latency percentiles, throughput, per-layer times")
+    common(profile)
+    profile.add_argument("--loadEngine", required=True)
+    profile.add_argument("--exportProfile", required=True)
+    profile.add_argument("--warmUp", type=int, default=200, help="warm-up, milliseconds")
+    profile.add_argument("--iterations", type=int, default=10, help="at least N timed iterations")
+    profile.add_argument("--duration", type=float, default=3.0, help="at least S seconds of timing")
+    profile.add_argument("--useDLACore", type=int)
+    return p
+
+
+def envelope(command, result=None, error=None):
+    obj = {"protocol": PROTOCOL, "agent": agent_version(), "command": command, "ok": error is None}
+    if error is None:
+        obj["result"] = result if result is not None else {}
+    else:
+        obj["error"] = error
+    return obj
+
+
+def _check_inputs(args):
+    for attr in ("onnx", "calib", "loadEngine"):
+        path = getattr(args, attr, None)
+        if path and not os.path.isfile(path):
+            raise AgentError("input", "%s not found: %s" % (attr, path))
+    for attr in ("saveEngine", "exportLayerInfo", "exportProfile"):
+        path = getattr(args, attr, None)
+        if path:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                os.makedirs(parent, exist_ok=True)
+
+
+def run_command(args, log):
+    """Dispatch one command; TensorRT is imported only inside the backend that needs it."""
+    from . import probe as sysprobe
+
+    if args.command == "probe":
+        facts = sysprobe.system_facts()
+        if args.backend == "trtexec":
+            facts["trtexec"] = sysprobe.trtexec_facts(args.trtexec, log)
+            if not facts["trtexec"].get("executable"):
+                raise AgentError("import", "trtexec not found at %s" % args.trtexec, details=facts)
+            facts["tensorrt"] = {"version": facts["trtexec"].get("version"), "via": "trtexec"}
+            return facts
+        from . import trt_backend
+
+        try:
+            facts["tensorrt"] = trt_backend.probe(log)
+        except AgentError as e:
+            e.details = dict(facts, **e.details)  # keep what we learned about the machine
+            raise
+        return facts
+
+    _check_inputs(args)
+    if args.backend == "trtexec":
+        from . import trtexec_backend as backend
+
+        try:
+            return getattr(backend, args.command)(args, log)
+        except ValueError as e:
+            raise AgentError("usage", str(e)) from None
+    from . import trt_backend
+    from .trtexec_backend import check_tactic_sources
+
+    if args.command == "build":
+        try:
+            sources = check_tactic_sources([t for t in (args.tacticSources or "").split(",") if t.strip()])
+        except ValueError as e:
+            raise AgentError("usage", str(e)) from None
+        return trt_backend.build(args, log, sources)
+    return getattr(trt_backend, args.command)(args, log)
+
+
+def main(argv=None):
+    out = sys.stdout
+    command = None
+    install_signal_handlers()
+    log = LogBuffer(sys.stderr)
+    # Point fd 1 at stderr while the command runs: TensorRT, CUDA or a stray print() cannot corrupt
+    # the one JSON object the host parses.
+    out.flush()
+    saved_fd = None
+    try:
+        saved_fd = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:
+        saved_fd = None
+    sys.stdout = sys.stderr
+    code = EXIT_OK
+    try:
+        args = make_parser().parse_args(argv)
+        command = args.command
+        if command is None:
+            raise UsageError("a command is required: probe, build, inspect or profile")
+        obj = envelope(command, result=run_command(args, log))
+    except UsageError as e:
+        args_list = list(sys.argv[1:] if argv is None else argv)
+        command = next((a for a in args_list if a in ("probe", "build", "inspect", "profile")), None)
+        obj, code = envelope(command, error={"stage": "usage", "message": str(e), "log": []}), EXIT_USAGE
+    except AgentError as e:
+        if not e.log:
+            e.log = log.tail()
+        obj = envelope(command, error=e.to_dict())
+        code = EXIT_USAGE if e.stage == "usage" else EXIT_FAILED
+    except KeyboardInterrupt:
+        obj, code = (
+            envelope(command, error={"stage": "interrupted", "message": "interrupted", "log": log.tail()}),
+            130,
+        )
+    except Exception as e:  # a bug in the agent: still one JSON object, traceback on stderr only
+        traceback.print_exc(file=sys.stderr)
+        obj = envelope(
+            command,
+            error={"stage": "internal", "message": "%s: %s" % (type(e).__name__, e), "log": log.tail()},
+        )
+        code = EXIT_INTERNAL
+    finally:
+        sys.stdout = out
+        sys.stderr.flush()
+        if saved_fd is not None:
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+    out.write(json.dumps(obj, sort_keys=True) + "\n")
+    out.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

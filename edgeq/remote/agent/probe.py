@@ -1,0 +1,191 @@
+"""What the target is: Python, GPU, Jetson model, memory, DLA cores, TensorRT (stdlib only).
+
+GPU facts come from ``nvidia-smi`` on desktops and from the device tree on Jetson, where nvidia-smi is
+absent or reports little (JetPack <= 5) and memory is shared with the CPU (so MemAvailable is the
+honest free-memory figure).
+"""
+
+import os
+import platform
+import re
+import sys
+
+from .common import run_tool
+
+# Jetson SoCs by their device-tree "compatible" string -> (family, CUDA compute capability).
+# Source: NVIDIA's CUDA GPU compute capability table (Orin 8.7, Xavier 7.2, TX2 6.2, Nano/TX1 5.3).
+# DLA cores are not guessed from the SoC (Orin Nano has none): TensorRT's Builder.num_DLA_cores says.
+TEGRA_SOCS = {
+    "nvidia,tegra234": ("Orin", "8.7"),
+    "nvidia,tegra194": ("Xavier", "7.2"),
+    "nvidia,tegra186": ("TX2", "6.2"),
+    "nvidia,tegra210": ("Nano/TX1", "5.3"),
+}
+
+
+def _read(path, binary=False):
+    try:
+        with open(path, "rb" if binary else "r") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _listdir(path):
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def python_info():
+    return {
+        "version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+    }
+
+
+def platform_info():
+    info = {"system": platform.system(), "machine": platform.machine(), "release": platform.release()}
+    jetson = jetson_info()
+    if jetson:
+        info["jetson"] = jetson
+    return info
+
+
+def jetson_info():
+    """Jetson model, SoC and L4T release from the device tree and /etc/nv_tegra_release."""
+    model = _read("/proc/device-tree/model", binary=True)
+    compat = _read("/proc/device-tree/compatible", binary=True)
+    if model is None and compat is None:
+        return None
+    info = {}
+    if model:
+        info["model"] = model.rstrip(b"\0").decode("utf-8", "replace")
+    if compat:
+        for entry in compat.split(b"\0"):
+            soc = TEGRA_SOCS.get(entry.decode("ascii", "replace"))
+            if soc:
+                info["soc"] = entry.decode("ascii")
+                info["family"], info["compute_capability"] = soc
+                break
+    # DLA engines appear as /dev/nvhost-nvdla<N> on L4T; TensorRT's Builder.num_DLA_cores is authoritative
+    # (the python backend reports it), this count is what the trtexec backend can see without it.
+    nodes = [n for n in _listdir("/dev") if re.fullmatch(r"nvhost-nvdla\d+", n)]
+    info["dla_device_nodes"] = len(nodes)
+    release = _read("/etc/nv_tegra_release")
+    if release:
+        info["l4t"] = release.splitlines()[0].strip() if release.splitlines() else ""
+    return info or None
+
+
+def meminfo_available_mib():
+    text = _read("/proc/meminfo")
+    if not text:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) // 1024
+    return None
+
+
+def nvidia_smi_gpus(timeout=15):
+    """GPUs as nvidia-smi reports them; [] when it is missing or fails (never raises, never hangs)."""
+    argv = [
+        "nvidia-smi",
+        "--query-gpu=name,compute_cap,memory.free,memory.total,driver_version",
+        "--format=csv,noheader,nounits",
+    ]
+    try:
+        code, lines = run_tool(argv, None, timeout)
+    except Exception:
+        return []
+    if code != 0:
+        return []
+    gpus = []
+    for line in lines:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 5:
+            continue
+        gpus.append(
+            {
+                "name": parts[0],
+                "compute_capability": parts[1],
+                "memory_free_mib": _int_or_none(parts[2]),
+                "memory_total_mib": _int_or_none(parts[3]),
+                "driver": parts[4],
+                "source": "nvidia-smi",
+            }
+        )
+    return gpus
+
+
+def _int_or_none(text):
+    try:
+        return int(float(text))
+    except ValueError:
+        return None  # "[N/A]" on Jetson's integrated GPU
+
+
+def gpu_info():
+    gpus = nvidia_smi_gpus()
+    jetson = jetson_info()
+    if jetson and jetson.get("compute_capability"):
+        free = meminfo_available_mib()
+        if gpus:
+            for g in gpus:
+                if g.get("compute_capability") in (None, "", "[N/A]"):
+                    g["compute_capability"] = jetson["compute_capability"]
+                if g.get("memory_free_mib") is None:
+                    g["memory_free_mib"] = free
+        else:
+            gpus = [
+                {
+                    "name": jetson.get("model", jetson.get("family")),
+                    "compute_capability": jetson["compute_capability"],
+                    "memory_free_mib": free,
+                    "memory_total_mib": None,
+                    "driver": None,
+                    "source": "device-tree",
+                }
+            ]
+    return gpus
+
+
+def cuda_bindings():
+    """Which CUDA Python binding is importable for device buffers (pycuda or cuda-python)."""
+    found = {}
+    for name in ("pycuda", "cuda"):
+        try:
+            __import__(name)
+            found[name] = True
+        except Exception:  # ImportError, or a broken driver raising at import time
+            found[name] = False
+    return found
+
+
+def system_facts():
+    return {
+        "python": python_info(),
+        "platform": platform_info(),
+        "gpus": gpu_info(),
+        "host_memory_available_mib": meminfo_available_mib(),
+        "cuda_python": cuda_bindings(),
+    }
+
+
+def trtexec_facts(path, log, timeout=60):
+    """Whether trtexec exists, and its TensorRT version from the banner every run prints."""
+    facts = {"path": path, "exists": os.path.isfile(path), "executable": os.access(path, os.X_OK)}
+    if not facts["executable"]:
+        return facts
+    try:
+        _code, lines = run_tool([path, "--help"], None, timeout)
+    except Exception as e:  # AgentError on launch failure
+        facts["error"] = str(e)
+        return facts
+    from .trtexec_backend import version_from_banner
+
+    facts["version"] = version_from_banner(lines)
+    return facts

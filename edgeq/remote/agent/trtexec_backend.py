@@ -1,0 +1,281 @@
+"""Backend ``trtexec``: the same build/inspect/profile steps as the Python backend, through trtexec.
+
+JetPack ships trtexec at /usr/src/tensorrt/bin/trtexec even where the TensorRT Python package is
+missing. Flag names and syntax are trtexec 8.6's (samples/common/sampleOptions.cpp, release/8.6):
+``--memPoolSize=workspace:<MiB>``, ``--tacticSources=-CUBLAS,+CUDNN``, ``--calib=<cache>`` (implicit
+INT8 from a calibration cache), ``--useDLACore=N`` with ``--allowGPUFallback``, and
+``--skipInference`` (which still writes ``--exportLayerInfo``). The argv builders are pure functions so
+the host tests them without TensorRT.
+"""
+
+import json
+import os
+import re
+import time
+
+from .common import AgentError, run_tool
+
+DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
+
+# trtexec 8.6 --tacticSources library names (sampleOptions.cpp: lib ::= "CUBLAS"|"CUBLAS_LT"|"CUDNN"|
+# "EDGE_MASK_CONVOLUTIONS"|"JIT_CONVOLUTIONS"); each entry is +NAME (enable) or -NAME (disable).
+TACTIC_SOURCES = ("CUBLAS", "CUBLAS_LT", "CUDNN", "EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+
+
+def check_tactic_sources(entries):
+    """Validate ``["-CUBLAS", "+CUDNN"]``-style entries; returns them normalised to upper case."""
+    out = []
+    for entry in entries or ():
+        e = entry.strip()
+        if len(e) < 2 or e[0] not in "+-" or e[1:].upper() not in TACTIC_SOURCES:
+            raise ValueError(
+                "tactic source %r: expected +NAME or -NAME with NAME one of %s"
+                % (entry, ", ".join(TACTIC_SOURCES))
+            )
+        out.append(e[0] + e[1:].upper())
+    return out
+
+
+def build_argv(
+    trtexec,
+    onnx,
+    engine,
+    int8=False,
+    fp16=False,
+    calib=None,
+    workspace_mib=None,
+    tactic_sources=None,
+    timing_cache=None,
+    dla_core=None,
+    allow_gpu_fallback=False,
+):
+    """trtexec argv for ONNX -> engine.
+
+    Explicit quantization (a Q/DQ model): ``--int8`` and no ``--calib``. Implicit quantization: ``--int8
+    --calib=<cache>`` with the TensorRT calibration cache ``edgeq quantize`` writes. ``--fp16`` lets
+    TensorRT fall back to FP16 where INT8 has no faster kernel.
+    """
+    if calib and not int8:
+        raise ValueError("a calibration cache (--calib) only means something with --int8")
+    if allow_gpu_fallback and dla_core is None:
+        raise ValueError("--allowGPUFallback needs a DLA core (--useDLACore)")
+    argv = [trtexec, "--onnx=" + onnx, "--saveEngine=" + engine]
+    if int8:
+        argv.append("--int8")
+    if fp16:
+        argv.append("--fp16")
+    if calib:
+        argv.append("--calib=" + calib)
+    if workspace_mib is not None:
+        if int(workspace_mib) <= 0:
+            raise ValueError("workspace must be a positive number of MiB, got %r" % workspace_mib)
+        argv.append("--memPoolSize=workspace:%d" % int(workspace_mib))
+    sources = check_tactic_sources(tactic_sources)
+    if sources:
+        argv.append("--tacticSources=" + ",".join(sources))
+    if timing_cache:
+        argv.append("--timingCacheFile=" + timing_cache)
+    argv += _dla_args(dla_core, allow_gpu_fallback)
+    # DETAILED so the engine inspector (and --exportLayerInfo) can name each layer's fused ONNX nodes.
+    argv += ["--profilingVerbosity=detailed", "--skipInference"]
+    return argv
+
+
+def inspect_argv(trtexec, engine, layers_out, dla_core=None):
+    """trtexec argv that loads an engine and writes the engine inspector's JSON, without timing it."""
+    return [
+        trtexec,
+        "--loadEngine=" + engine,
+        *_dla_args(dla_core, False),
+        "--profilingVerbosity=detailed",
+        "--exportLayerInfo=" + layers_out,
+        "--skipInference",
+    ]
+
+
+def profile_argv(
+    trtexec, engine, profile_out, warmup_ms=200, iterations=10, duration_s=3, dla_core=None, times_out=None
+):
+    """trtexec argv that times an engine: end-to-end latency in one run, per-layer times in a second.
+
+    ``--separateProfileRun`` keeps the per-layer profiler out of the latency run (the profiler
+    synchronises after every layer and would inflate the latency figures).
+    """
+    if iterations is not None and int(iterations) < 1:
+        raise ValueError("iterations must be >= 1")
+    if duration_s is not None and float(duration_s) < 0:
+        raise ValueError("duration must be >= 0 seconds")
+    argv = [trtexec, "--loadEngine=" + engine, *_dla_args(dla_core, False)]
+    argv += [
+        "--warmUp=%d" % int(warmup_ms),
+        "--iterations=%d" % int(iterations),
+        "--duration=%g" % float(duration_s),
+    ]
+    argv += ["--separateProfileRun", "--exportProfile=" + profile_out]
+    if times_out:
+        argv.append("--exportTimes=" + times_out)
+    return argv
+
+
+def _dla_args(dla_core, allow_gpu_fallback):
+    if dla_core is None:
+        return []
+    if int(dla_core) < 0:
+        raise ValueError("DLA core must be >= 0, got %r" % dla_core)
+    return ["--useDLACore=%d" % int(dla_core)] + (["--allowGPUFallback"] if allow_gpu_fallback else [])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading trtexec's output
+# ---------------------------------------------------------------------------------------------------
+
+_BANNER = re.compile(r"\[TensorRT v(\d+)\]")
+_SUMMARY = re.compile(r"\[I\] (Latency|GPU Compute Time|Enqueue Time|H2D Latency|D2H Latency): (.*)$")
+_FIELD = re.compile(r"(min|max|mean|median|percentile\((\d+(?:\.\d+)?)%\)) = ([0-9.eE+-]+) ms")
+_THROUGHPUT = re.compile(r"\[I\] Throughput: ([0-9.eE+-]+) qps")
+
+
+def version_from_banner(lines):
+    """``&&&& RUNNING TensorRT.trtexec [TensorRT v8600]`` -> "8.6.0" (None when absent)."""
+    for line in lines:
+        m = _BANNER.search(line)
+        if m:
+            v = int(m.group(1))
+            return "%d.%d.%d" % (v // 1000, (v // 100) % 10, v % 100)
+    return None
+
+
+def parse_performance_summary(lines):
+    """The ``=== Performance summary ===`` block of a trtexec run, as numbers (milliseconds, qps)."""
+    summary = {}
+    for line in lines:
+        m = _THROUGHPUT.search(line)
+        if m:
+            summary["throughput_qps"] = float(m.group(1))
+            continue
+        m = _SUMMARY.search(line)
+        if not m:
+            continue
+        key = m.group(1).lower().replace(" ", "_")
+        stats = {}
+        for f in _FIELD.finditer(m.group(2)):
+            name = "p%g" % float(f.group(2)) if f.group(2) else f.group(1)
+            stats[name] = float(f.group(3))
+        summary[key + "_ms"] = stats
+    return summary
+
+
+def error_from_log(lines):
+    """(stage, message) for a failed trtexec run: the most specific ``[E]`` line wins."""
+    errors = [ln.split("[E] ", 1)[1] for ln in lines if "[E] " in ln]
+    stage = "parse" if any("Failed to parse onnx file" in e for e in errors) else "build"
+    specific = [e for e in errors if e.startswith("Error[")]
+    if specific:
+        return stage, specific[0]
+    if errors:
+        return stage, errors[0]
+    failed = [ln for ln in lines if ln.startswith("&&&& FAILED")]
+    return stage, (failed[-1] if failed else "trtexec failed without an error line")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------------
+
+
+def _run(argv, log, timeout, stage):
+    if not os.path.isfile(argv[0]):
+        raise AgentError(
+            "import",
+            "trtexec not found at %s" % argv[0],
+            details={"hint": "set backend.trtexec in the target file to trtexec's path"},
+        )
+    started = time.monotonic()
+    code, lines = run_tool(argv, log, timeout)
+    elapsed = time.monotonic() - started
+    if code is None:
+        raise AgentError(stage, "trtexec timed out after %d s" % timeout, log=lines)
+    if code != 0:
+        err_stage, message = error_from_log(lines)
+        raise AgentError(err_stage if stage == "build" else stage, message, log=lines)
+    return lines, elapsed
+
+
+def _expect_file(path, stage, lines):
+    if not os.path.isfile(path):
+        raise AgentError(stage, "trtexec exited 0 but did not write %s" % path, log=lines)
+
+
+def build(args, log):
+    argv = build_argv(
+        args.trtexec,
+        args.onnx,
+        args.saveEngine,
+        int8=args.int8,
+        fp16=args.fp16,
+        calib=args.calib,
+        workspace_mib=args.workspace,
+        tactic_sources=_split(args.tacticSources),
+        timing_cache=args.timingCacheFile,
+        dla_core=args.useDLACore,
+        allow_gpu_fallback=args.allowGPUFallback,
+    )
+    lines, elapsed = _run(argv, log, args.timeout, "build")
+    _expect_file(args.saveEngine, "build", lines)
+    return {
+        "engine": args.saveEngine,
+        "engine_bytes": os.path.getsize(args.saveEngine),
+        "build_seconds": round(elapsed, 3),
+        "mode": _mode(args),
+        "tensorrt": version_from_banner(lines),
+        "timing_cache": args.timingCacheFile,
+        "argv": argv,
+    }
+
+
+def inspect(args, log):
+    argv = inspect_argv(args.trtexec, args.loadEngine, args.exportLayerInfo, dla_core=args.useDLACore)
+    lines, _ = _run(argv, log, args.timeout, "inspect")
+    _expect_file(args.exportLayerInfo, "inspect", lines)
+    with open(args.exportLayerInfo, "r", encoding="utf-8", errors="replace") as f:
+        info = json.loads(f.read(), strict=False)  # layer names can hold control characters
+    return {
+        "layers_json": args.exportLayerInfo,
+        "layers": len(info.get("Layers", [])),
+        "tensorrt": version_from_banner(lines),
+    }
+
+
+def profile(args, log):
+    argv = profile_argv(
+        args.trtexec,
+        args.loadEngine,
+        args.exportProfile,
+        warmup_ms=args.warmUp,
+        iterations=args.iterations,
+        duration_s=args.duration,
+        dla_core=args.useDLACore,
+    )
+    lines, elapsed = _run(argv, log, args.timeout, "profile")
+    _expect_file(args.exportProfile, "profile", lines)
+    summary = parse_performance_summary(lines)
+    return {
+        "profile_json": args.exportProfile,
+        "latency_ms": summary.get("latency_ms", {}),
+        "gpu_compute_ms": summary.get("gpu_compute_time_ms", {}),
+        "throughput_qps": summary.get("throughput_qps"),
+        "wall_seconds": round(elapsed, 3),
+        "tensorrt": version_from_banner(lines),
+    }
+
+
+def _split(text):
+    return [t for t in (text or "").split(",") if t.strip()]
+
+
+def _mode(args):
+    if args.int8 and args.calib:
+        return "implicit-int8"
+    if args.int8:
+        return "explicit-int8"
+    return "fp16" if args.fp16 else "fp32"

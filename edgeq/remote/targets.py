@@ -1,0 +1,485 @@
+"""Target files: where a model is deployed and how the engine is built there.
+
+A target is a small YAML file (``targets/orin-agx.yaml``): SSH access (host, port, user, key or
+ssh-agent, known_hosts, optional jump host), the remote work dir and Python, what the target is
+expected to be (TensorRT version, compute capability), build options named as trtexec names them,
+the backend (TensorRT Python API or trtexec) and an optional precision-gate allowlist.
+
+``--target NAME`` resolves to ``./targets/NAME.yaml``; anything that looks like a path (has a slash or
+ends in .yaml/.yml) is read as a path. No targets are bundled inside the package: a target names
+real machines and keys, so an example silently picked up from site-packages would point a deploy at
+somebody else's address. The examples live in the repository's ``targets/`` directory instead.
+
+Validation is strict and names the file, the key and what was expected; unknown keys are refused
+with a did-you-mean, because a misspelt ``dla_core`` silently ignored builds the wrong engine.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from edgeq.errors import ConfigError
+
+DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"  # where JetPack installs it
+TARGETS_DIR = "targets"
+BACKENDS = ("python", "trtexec")
+# trtexec 8.6 --tacticSources library names (samples/common/sampleOptions.cpp, release/8.6).
+TACTIC_SOURCES = ("CUBLAS", "CUBLAS_LT", "CUDNN", "EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Engine build settings; each maps to one trtexec flag / IBuilderConfig call."""
+
+    workspace: Optional[int] = None  # MiB: --memPoolSize=workspace:N / set_memory_pool_limit(WORKSPACE)
+    fp16: bool = True  # --fp16 / BuilderFlag.FP16: let layers without a fast INT8 kernel run FP16
+    tactic_sources: tuple[str, ...] = ()  # --tacticSources=-CUBLAS,... / set_tactic_sources
+    timing_cache: bool = True  # --timingCacheFile on the target, reused across builds
+    dla_core: Optional[int] = None  # --useDLACore / default_device_type=DLA, DLA_core
+    allow_gpu_fallback: bool = True  # --allowGPUFallback / BuilderFlag.GPU_FALLBACK (DLA only)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. ``build`` is long: an explicit ResNet-50 took 303 s on an H200 (fixtures), more on Orin."""
+
+    connect: float = 15.0
+    command: float = 120.0
+    build: float = 3600.0
+    profile: float = 900.0
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """A ``gate:`` section; ``edgeq.report.policy.policy_from_dict`` turns it into a Policy."""
+
+    policy: str = "int8"
+    allow: tuple[str, ...] = ()
+    require_fusion: Optional[bool] = None
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    path: Path
+    host: str
+    user: str
+    port: int = 22
+    identity_file: Optional[Path] = None
+    use_agent: bool = False
+    known_hosts: Path = field(default_factory=lambda: Path("~/.ssh/known_hosts").expanduser())
+    jump_host: Optional[str] = None  # "user@host:port"
+    work_dir: str = "edgeq"  # relative to the remote home, or absolute
+    python: str = "python3"
+    tensorrt: Optional[str] = None  # expected TensorRT version prefix, e.g. "8.6"
+    gpu_name: Optional[str] = None
+    compute_capability: Optional[str] = None  # e.g. "8.7" (Orin), "7.2" (Xavier)
+    build: BuildOptions = field(default_factory=BuildOptions)
+    backend: str = "python"
+    trtexec: str = DEFAULT_TRTEXEC
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    gate: Optional[GateConfig] = None
+
+    def remote_path(self, *parts: str) -> str:
+        """A path under the work dir, POSIX-joined (the target is Linux whatever the host is)."""
+        return "/".join([self.work_dir.rstrip("/"), *parts])
+
+    def ssh_config(self, accept_new_host_key: bool = False) -> Any:
+        """The transport's settings for this target (paramiko stays inside ``transport``)."""
+        from edgeq.remote.transport import SSHConfig
+
+        if self.identity_file is not None and not self.identity_file.is_file():
+            raise ConfigError(
+                f"{self.path}: 'identity_file' {self.identity_file} does not exist",
+                "point it at your private key, or set 'use_agent: true' to use the running ssh-agent",
+            )
+        common: dict[str, Any] = {
+            "identity_file": str(self.identity_file) if self.identity_file else None,
+            "known_hosts": str(self.known_hosts),
+            "use_agent": self.use_agent,
+            "accept_new_host_key": accept_new_host_key,
+            "connect_timeout": self.timeouts.connect,
+        }
+        jump = None
+        if self.jump_host:
+            juser, jhost, jport = split_hostspec(self.jump_host)
+            jump = SSHConfig(host=jhost, port=jport, user=juser or self.user, **common)
+        return SSHConfig(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            jump=jump,
+            command_timeout=self.timeouts.command,
+            **common,
+        )
+
+
+def split_hostspec(spec: str) -> tuple[Optional[str], str, int]:
+    """``"user@host:port"`` -> (user, host, port); user and port optional (port 22)."""
+    user, _, rest = spec.rpartition("@")
+    host, port = rest, 22
+    if rest.startswith("["):  # [ipv6]:port
+        host, _, tail = rest[1:].partition("]")
+        port = int(tail[1:]) if tail.startswith(":") else 22
+    elif rest.count(":") == 1:
+        host, p = rest.split(":")
+        port = int(p)
+    return (user or None), host, port
+
+
+# --------------------------------------------------------------------------------------------------
+# Schema: one table of keys, each with a checker that returns the value or raises _Bad(expected).
+# --------------------------------------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """``expected`` text for the ConfigError; raised by checkers."""
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise _Bad("a non-empty string")
+    return v.strip()
+
+
+def _host(v: Any) -> str:
+    s = _str(v)
+    if any(c.isspace() for c in s) or s.startswith("-"):
+        raise _Bad("a host name or IP address (no spaces, not starting with '-')")
+    return s
+
+
+def _user(v: Any) -> str:
+    s = _str(v)
+    if not re.fullmatch(r"[A-Za-z0-9._][A-Za-z0-9._-]*", s):
+        raise _Bad("a user name (letters, digits, '.', '_', '-')")
+    return s
+
+
+def _port(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 65535:
+        raise _Bad("an integer port between 1 and 65535")
+    return v
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise _Bad("true or false")
+    return v
+
+
+def _pos_number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        raise _Bad("a positive number of seconds")
+    return float(v)
+
+
+def _version(v: Any) -> str:
+    # Floats are refused: YAML reads 8.10 as 8.1, so an unquoted version can silently change meaning.
+    s = str(v).strip() if isinstance(v, (str, int)) and not isinstance(v, bool) else ""
+    if not re.fullmatch(r"\d+(\.\d+){0,3}", s):
+        raise _Bad('a quoted version string such as "8.6" or "8.6.2"')
+    return s
+
+
+def _cc(v: Any) -> str:
+    s = str(v).strip() if isinstance(v, (str, int, float)) and not isinstance(v, bool) else ""
+    if not re.fullmatch(r"\d+\.\d", s):
+        raise _Bad('a compute capability such as "8.7" (Orin) or "7.2" (Xavier)')
+    return s
+
+
+def _jump(v: Any) -> str:
+    s = _str(v)
+    if not re.fullmatch(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.\-_:\[\]]+?(?::\d{1,5})?", s):
+        raise _Bad('"[user@]host[:port]"')
+    return s
+
+
+def _work_dir(v: Any) -> str:
+    s = _str(v)
+    if s.startswith("~"):
+        raise _Bad("a path relative to the remote home (e.g. edgeq) or absolute; '~' is not expanded")
+    if "\0" in s or "\n" in s:
+        raise _Bad("a path without NUL or newline characters")
+    return s
+
+
+def _local_path(v: Any) -> Path:
+    return Path(os.path.expandvars(_str(v))).expanduser()
+
+
+def _backend(v: Any) -> str:
+    s = _str(v)
+    if s not in BACKENDS:
+        raise _Bad(f"one of {', '.join(BACKENDS)}")
+    return s
+
+
+def _workspace(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise _Bad("a positive integer number of MiB (as trtexec --memPoolSize=workspace:N)")
+    return v
+
+
+def _dla_core(v: Any) -> Optional[int]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise _Bad("null or a DLA core index (0 or 1 on Orin AGX / Xavier)")
+    return v
+
+
+def _tactics(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list):
+        raise _Bad("a list such as [-CUBLAS, -CUBLAS_LT, -CUDNN]")
+    out = []
+    for item in v:
+        s = str(item).strip()
+        if len(s) < 2 or s[0] not in "+-" or s[1:].upper() not in TACTIC_SOURCES:
+            raise _Bad(f"entries +NAME or -NAME with NAME one of {', '.join(TACTIC_SOURCES)} (got {item!r})")
+        out.append(s[0] + s[1:].upper())
+    return tuple(out)
+
+
+def _names(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise _Bad("a list of ONNX node names")
+    return tuple(v)
+
+
+def _policy(v: Any) -> str:
+    s = _str(v)
+    known = _known_policies()
+    if s not in known:
+        raise _Bad(f"one of {', '.join(sorted(known))}")
+    return s
+
+
+def _known_policies() -> set[str]:
+    try:
+        from edgeq.report.policy import POLICIES
+    except ImportError:  # the report package is optional for reading a target file
+        return {"int8", "none"}
+    return set(POLICIES)
+
+
+Checker = Callable[[Any], Any]
+TOP: dict[str, Checker] = {
+    "host": _host,
+    "port": _port,
+    "user": _user,
+    "identity_file": _local_path,
+    "use_agent": _bool,
+    "known_hosts": _local_path,
+    "jump_host": _jump,
+    "work_dir": _work_dir,
+    "python": _str,
+    "tensorrt": _version,
+    "gpu": dict,  # section
+    "build": dict,  # section
+    "backend": _backend,
+    "trtexec": _str,
+    "timeouts": dict,  # section
+    "gate": dict,  # section
+    "description": _str,
+}
+SECTIONS: dict[str, dict[str, Checker]] = {
+    "gpu": {"name": _str, "compute_capability": _cc},
+    "build": {
+        "workspace": _workspace,
+        "fp16": _bool,
+        "tactic_sources": _tactics,
+        "timing_cache": _bool,
+        "dla_core": _dla_core,
+        "allow_gpu_fallback": _bool,
+    },
+    "timeouts": {
+        "connect": _pos_number,
+        "command": _pos_number,
+        "build": _pos_number,
+        "profile": _pos_number,
+    },
+    "gate": {"policy": _policy, "allow": _names, "require_fusion": _bool},
+}
+REQUIRED = ("host", "user")
+
+
+def _unknown_key(path: Path, key: str, known: Any, where: str) -> ConfigError:
+    near = difflib.get_close_matches(str(key), list(known), n=1)
+    hint = f"did you mean '{near[0]}'?" if near else f"known keys: {', '.join(sorted(known))}"
+    return ConfigError(f"{path}: unknown key '{where}{key}'", hint)
+
+
+def _check_mapping(
+    path: Path, data: Mapping[str, Any], table: dict[str, Checker], where: str
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in table:
+            raise _unknown_key(path, key, table, where)
+        checker = table[key]
+        if checker is dict:
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{path}: '{where}{key}' must be a mapping of keys", None)
+            out[key] = _check_mapping(path, value, SECTIONS[key], f"{where}{key}.")
+            continue
+        if value is None and key in ("jump_host", "identity_file", "tensorrt", "dla_core", "workspace"):
+            out[key] = None
+            continue
+        try:
+            out[key] = checker(value)
+        except _Bad as e:
+            raise ConfigError(f"{path}: '{where}{key}' must be {e} (got {value!r})", None) from None
+    return out
+
+
+def target_from_dict(data: Any, path: Path, name: Optional[str] = None) -> Target:
+    """Validate a parsed target file; every problem is one ConfigError naming file and key."""
+    path = Path(path)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: a target file must be a YAML mapping (host: ..., user: ...)")
+    v = _check_mapping(path, data, TOP, "")
+    for key in REQUIRED:
+        if key not in v:
+            raise ConfigError(f"{path}: missing required key '{key}'", f"add '{key}: ...' to the target file")
+    identity = v.get("identity_file")
+    use_agent = v.get("use_agent", False)
+    if identity is None and not use_agent:
+        raise ConfigError(
+            f"{path}: no SSH credentials: set 'identity_file' or 'use_agent: true'",
+            "edgeq uses key authentication only (no passwords)",
+        )
+    build = BuildOptions(**v.get("build", {}))
+    gpu = v.get("gpu", {})
+    gate = v.get("gate")
+    timeouts = Timeouts(**v.get("timeouts", {}))
+    kwargs: dict[str, Any] = {
+        k: v[k]
+        for k in ("host", "user", "port", "jump_host", "work_dir", "python", "tensorrt", "backend", "trtexec")
+        if k in v
+    }
+    if "known_hosts" in v:
+        kwargs["known_hosts"] = v["known_hosts"]
+    return Target(
+        name=name or path.stem,
+        path=path,
+        identity_file=identity,
+        use_agent=use_agent,
+        gpu_name=gpu.get("name"),
+        compute_capability=gpu.get("compute_capability"),
+        build=build,
+        timeouts=timeouts,
+        gate=GateConfig(**gate) if gate is not None else None,
+        **kwargs,
+    )
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; syntax errors become one ConfigError with the line."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+
+
+def load_target(path: Path, name: Optional[str] = None) -> Target:
+    return target_from_dict(read_yaml(path), Path(path), name)
+
+
+def target_path(spec: str, cwd: Optional[Path] = None) -> Path:
+    """Where ``--target SPEC`` points: a path, or ``targets/SPEC.yaml`` under ``cwd``."""
+    cwd = Path(cwd) if cwd is not None else Path.cwd()
+    looks_like_path = "/" in spec or os.sep in spec or spec.endswith((".yaml", ".yml"))
+    if looks_like_path:
+        p = Path(spec).expanduser()
+        return p if p.is_absolute() else cwd / p
+    return cwd / TARGETS_DIR / f"{spec}.yaml"
+
+
+def resolve_target(spec: str, cwd: Optional[Path] = None) -> Target:
+    """Load the target ``--target SPEC`` names, or say where it looked and what exists."""
+    path = target_path(spec, cwd)
+    if not path.is_file():
+        names = [p.stem for p in list_target_files(cwd)]
+        near = difflib.get_close_matches(spec, names, n=1)
+        hint = (
+            f"did you mean '{near[0]}'?"
+            if near
+            else f"available: {', '.join(names)}"
+            if names
+            else f"create {TARGETS_DIR}/{spec}.yaml (see the examples in the edgeq repository's targets/)"
+        )
+        raise ConfigError(f"target '{spec}' not found: no file {path}", hint)
+    return load_target(path, None if "/" in spec or spec.endswith((".yaml", ".yml")) else spec)
+
+
+def list_target_files(cwd: Optional[Path] = None) -> list[Path]:
+    d = (Path(cwd) if cwd is not None else Path.cwd()) / TARGETS_DIR
+    return sorted([*d.glob("*.yaml"), *d.glob("*.yml")]) if d.is_dir() else []
+
+
+def version_matches(expected: str, actual: Optional[str]) -> bool:
+    """``"8.6"`` matches ``"8.6.2.3"``: compare the components the target file gives."""
+    if not actual:
+        return False
+    want = expected.split(".")
+    have = actual.split(".")
+    return have[: len(want)] == want
+
+
+# --------------------------------------------------------------------------------------------------
+# Pipeline files (pipelines/*.yaml). Full pipelines are a later issue; today deploy reads their gate.
+# --------------------------------------------------------------------------------------------------
+
+PIPELINE_KEYS: dict[str, Checker] = {
+    "model": _str,
+    "target": _str,
+    "calib": _str,
+    "gate": dict,
+    "description": _str,
+}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    path: Path
+    model: Optional[str] = None
+    target: Optional[str] = None
+    calib: Optional[str] = None
+    gate: Optional[GateConfig] = None
+
+
+def load_pipeline(path: Path) -> Pipeline:
+    path = Path(path)
+    data = read_yaml(path)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: a pipeline file must be a YAML mapping (model: ..., gate: ...)")
+    v = _check_mapping(path, data, PIPELINE_KEYS, "")
+    gate = v.get("gate")
+    return Pipeline(
+        path=path,
+        model=v.get("model"),
+        target=v.get("target"),
+        calib=v.get("calib"),
+        gate=GateConfig(**gate) if gate is not None else None,
+    )

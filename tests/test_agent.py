@@ -1,0 +1,530 @@
+"""The target agent, run for real with this machine's Python (which has no TensorRT, like a bare target).
+
+Covers: the zipapp (deterministic bytes, version stamp, no edgeq imports, Python 3.8 grammar), the
+JSON protocol and exit codes of every subcommand without TensorRT, trtexec argv construction checked
+against the command lines that built the real fixture engines, and trtexec output parsing on the real
+fixture logs.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from edgeq.remote import zipapp as za
+from edgeq.remote.agent import trtexec_backend as tb
+from edgeq.remote.agent.common import percentiles
+from edgeq.remote.agent.trt_backend import profile_records
+
+ALLOWED_THIRD_PARTY = {"tensorrt", "pycuda", "cuda"}
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory) -> za.AgentBundle:
+    return za.build_agent(tmp_path_factory.mktemp("agent"))
+
+
+def run_agent(agent: za.AgentBundle, *args: str, timeout: float = 60) -> tuple[int, dict, str]:
+    """Run the zipapp with the real interpreter; stdout must be exactly one JSON object."""
+    proc = subprocess.run(
+        [sys.executable, str(agent.path), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # as on a target: no edgeq around
+    )
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, (
+        f"stdout must hold one JSON line, got: {proc.stdout!r} / stderr {proc.stderr[-500:]}"
+    )
+    assert "Traceback" not in proc.stdout
+    obj = json.loads(lines[0])
+    assert obj["protocol"] == 1 and obj["agent"] == agent.version
+    assert set(obj) == {"protocol", "agent", "command", "ok", "error" if not obj["ok"] else "result"}
+    return proc.returncode, obj, proc.stderr
+
+
+# -- zipapp ------------------------------------------------------------------------------------------
+
+
+def test_zipapp_is_deterministic_and_reused(tmp_path):
+    a = za.build_agent(tmp_path / "a")
+    b = za.build_agent(tmp_path / "b")
+    assert a.path.read_bytes() == b.path.read_bytes()
+    assert (a.sha256, a.version) == (b.sha256, b.version)
+    assert a.path.name == f"edgeq-agent-{a.version}.pyz"
+    mtime = a.path.stat().st_mtime_ns
+    again = za.build_agent(tmp_path / "a")
+    assert again.path.stat().st_mtime_ns == mtime  # unchanged sources: the file is not rewritten
+
+
+def test_version_stamp_follows_the_sources(tmp_path):
+    src = tmp_path / "agent"
+    shutil.copytree(za.AGENT_DIR, src, ignore=shutil.ignore_patterns("__pycache__"))
+    data1, v1 = za.agent_zip_bytes(src)
+    assert v1 == za.agent_zip_bytes()[1]
+    (src / "common.py").write_text((src / "common.py").read_text() + "\n# changed\n")
+    data2, v2 = za.agent_zip_bytes(src)
+    assert v1 != v2 and data1 != data2
+    stamp = zipfile.ZipFile(io.BytesIO(data2)).read("edgeq_agent/_stamp.py").decode()
+    assert v2 in stamp
+
+
+def _agent_modules(agent: za.AgentBundle) -> dict[str, str]:
+    with zipfile.ZipFile(agent.path) as zf:
+        return {n: zf.read(n).decode() for n in zf.namelist() if n.endswith(".py")}
+
+
+def test_zipapp_imports_only_stdlib_tensorrt_and_cuda(agent):
+    modules = _agent_modules(agent)
+    assert "__main__.py" in modules and "edgeq_agent/trt_backend.py" in modules
+    for name, src in modules.items():
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Import):
+                tops = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            for top in tops:
+                assert top != "edgeq", f"{name} imports edgeq"
+                assert top in sys.stdlib_module_names or top in ALLOWED_THIRD_PARTY or top == "edgeq_agent", (
+                    f"{name} imports {top}"
+                )
+
+
+def test_only_trt_backend_imports_tensorrt(agent):
+    for name, src in _agent_modules(agent).items():
+        mentions = any(
+            isinstance(n, (ast.Import, ast.ImportFrom))
+            and any(a.name.split(".")[0] in ALLOWED_THIRD_PARTY for a in n.names)
+            | (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] in ALLOWED_THIRD_PARTY)
+            for n in ast.walk(ast.parse(src))
+        )
+        if name != "edgeq_agent/trt_backend.py":
+            assert not mentions, f"{name} imports TensorRT/CUDA (only trt_backend may)"
+
+
+def test_agent_sources_parse_as_python_38(agent):
+    for name, src in _agent_modules(agent).items():
+        tree = ast.parse(src, filename=name, feature_version=(3, 8))
+        for node in ast.walk(tree):
+            # No annotations at all: Python 3.8 evaluates them, and list[str] / X | Y fail there at runtime.
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.returns is None, f"{name}:{node.lineno} return annotation"
+                for a in [*node.args.args, *node.args.kwonlyargs, *node.args.posonlyargs]:
+                    assert a.annotation is None, f"{name}:{node.lineno} annotated argument"
+            assert not isinstance(node, ast.AnnAssign), f"{name}:{node.lineno} annotated assignment"
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in ("removeprefix", "removesuffix"), f"{name}:{node.lineno} 3.9+ str API"
+
+
+# -- protocol, real interpreter, no TensorRT -------------------------------------------------------------
+
+
+def test_probe_reports_tensorrt_not_available(agent):
+    code, obj, stderr = run_agent(agent, "probe")
+    assert code == 1 and obj["command"] == "probe" and obj["ok"] is False
+    err = obj["error"]
+    assert err["stage"] == "import"
+    assert err["message"].startswith("TensorRT not available: ")
+    facts = err["details"]
+    assert facts["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
+    assert facts["platform"]["machine"]
+    assert isinstance(facts["gpus"], list)  # none here: no nvidia-smi, no Jetson device tree
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("command", ["build", "inspect", "profile"])
+def test_commands_without_tensorrt_fail_structured(agent, tmp_path, command):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"not really onnx: TensorRT is imported before the file is read")
+    args = {
+        "build": ["--onnx", str(model), "--saveEngine", str(tmp_path / "e.plan"), "--int8", "--fp16"],
+        "inspect": ["--loadEngine", str(model), "--exportLayerInfo", str(tmp_path / "l.json")],
+        "profile": ["--loadEngine", str(model), "--exportProfile", str(tmp_path / "p.json")],
+    }[command]
+    code, obj, stderr = run_agent(agent, command, *args)
+    assert (code, obj["command"], obj["ok"]) == (1, command, False)
+    assert obj["error"]["stage"] == "import" and "TensorRT not available" in obj["error"]["message"]
+    assert "Traceback" not in stderr
+
+
+def test_missing_input_is_stage_input(agent, tmp_path):
+    code, obj, _ = run_agent(agent, "build", "--onnx", str(tmp_path / "nope.onnx"), "--saveEngine", "e.plan")
+    assert code == 1 and obj["error"]["stage"] == "input" and "nope.onnx" in obj["error"]["message"]
+
+
+def test_usage_errors_exit_2_with_json(agent):
+    code, obj, _ = run_agent(agent, "build", "--onnx", "x.onnx")
+    assert code == 2 and obj["command"] == "build" and obj["error"]["stage"] == "usage"
+    assert "--saveEngine" in obj["error"]["message"]
+    code, obj, _ = run_agent(agent, "frobnicate")
+    assert code == 2 and obj["error"]["stage"] == "usage"
+    code, obj, _ = run_agent(agent)
+    assert code == 2 and "probe, build, inspect or profile" in obj["error"]["message"]
+
+
+def test_bad_tactic_source_is_a_usage_error(agent, tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    code, obj, _ = run_agent(
+        agent, "build", "--onnx", str(model), "--saveEngine", str(tmp_path / "e"), "--tacticSources=-CUBLASS"
+    )
+    assert code == 2 and obj["error"]["stage"] == "usage" and "CUBLAS_LT" in obj["error"]["message"]
+
+
+def test_trtexec_backend_missing_binary(agent, tmp_path):
+    code, obj, _ = run_agent(agent, "probe", "--backend", "trtexec", "--trtexec", str(tmp_path / "trtexec"))
+    assert code == 1 and obj["error"]["stage"] == "import" and "trtexec not found" in obj["error"]["message"]
+    assert obj["error"]["details"]["python"]["version"]
+
+
+def _replay_trtexec(
+    tmp_path: Path, log: Path, exit_code: int, sleep: float = 0, profile: Path | None = None
+) -> Path:
+    """An executable that prints a REAL trtexec 8.6 log from the fixtures and exits like trtexec did
+    (and, given ``profile``, copies that real --exportProfile file to where it was asked to write one).
+
+    It exercises the agent's process handling, argv passing and log parsing; it is not TensorRT.
+    """
+    script = tmp_path / "trtexec"
+    copy = ""
+    if profile is not None:
+        copy = (
+            'for a in "$@"; do case "$a" in --exportProfile=*) '
+            f'cp {shlex.quote(str(profile))} "${{a#--exportProfile=}}";; esac; done\n'
+        )
+    sleep_line = f"sleep {sleep}\n" if sleep else ""
+    script.write_text(f"#!/bin/sh\ncat {shlex.quote(str(log))}\n{copy}{sleep_line}exit {exit_code}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_trtexec_build_failure_comes_back_structured(agent, tmp_path):
+    trtexec = _replay_trtexec(tmp_path, FIXTURES / "yolo_ortfb.explicit.build.log", 1)
+    model = tmp_path / "yolo.onnx"
+    model.write_bytes(b"x")
+    code, obj, stderr = run_agent(
+        agent,
+        "build",
+        "--backend",
+        "trtexec",
+        "--trtexec",
+        str(trtexec),
+        "--onnx",
+        str(model),
+        "--saveEngine",
+        str(tmp_path / "y.plan"),
+        "--int8",
+        "--fp16",
+    )
+    assert code == 1 and obj["error"]["stage"] == "build"
+    assert obj["error"]["message"].startswith("Error[10]: Could not find any implementation for node PWN(")
+    assert any("&&&& FAILED" in ln for ln in obj["error"]["log"])
+    assert "Building engine failed" in stderr  # the log streamed live on stderr
+
+
+def test_trtexec_parse_failure_is_stage_parse(agent, tmp_path):
+    trtexec = _replay_trtexec(tmp_path, FIXTURES / "resnet50_ortqdq.explicit.build.log", 1)
+    model = tmp_path / "r.onnx"
+    model.write_bytes(b"x")
+    code, obj, _ = run_agent(
+        agent,
+        "build",
+        "--backend",
+        "trtexec",
+        "--trtexec",
+        str(trtexec),
+        "--onnx",
+        str(model),
+        "--saveEngine",
+        str(tmp_path / "r.plan"),
+        "--int8",
+    )
+    assert code == 1 and obj["error"]["stage"] == "parse"
+    assert "fc.bias_DequantizeLinear: only activation types allowed" in obj["error"]["message"]
+
+
+def test_trtexec_timeout_kills_and_reports(agent, tmp_path):
+    trtexec = _replay_trtexec(tmp_path, FIXTURES / "resnet50_placed.explicit.run.log", 0, sleep=30)
+    engine = tmp_path / "e.plan"
+    engine.write_bytes(b"x")
+    code, obj, _ = run_agent(
+        agent,
+        "profile",
+        "--backend",
+        "trtexec",
+        "--trtexec",
+        str(trtexec),
+        "--timeout",
+        "1",
+        "--loadEngine",
+        str(engine),
+        "--exportProfile",
+        str(tmp_path / "p.json"),
+        timeout=20,
+    )
+    assert (
+        code == 1 and obj["error"]["stage"] == "profile" and "timed out after 1 s" in obj["error"]["message"]
+    )
+
+
+def test_trtexec_exit_0_without_its_output_file_is_an_error(agent, tmp_path):
+    trtexec = _replay_trtexec(tmp_path, FIXTURES / "resnet50_placed.explicit.run.log", 0)
+    engine = tmp_path / "e.plan"
+    engine.write_bytes(b"x")
+    args = ["--trtexec", str(trtexec), "--loadEngine", str(engine), f"--exportProfile={tmp_path / 'p.json'}"]
+    code, obj, _ = run_agent(agent, "profile", "--backend", "trtexec", *args)
+    assert code == 1 and obj["error"]["stage"] == "profile" and "did not write" in obj["error"]["message"]
+
+
+def test_trtexec_profile_parses_real_run_log(agent, tmp_path):
+    real_profile = FIXTURES / "resnet50_placed.explicit.profile.json"
+    run_log = FIXTURES / "resnet50_placed.explicit.run.log"
+    trtexec = _replay_trtexec(tmp_path, run_log, 0, profile=real_profile)
+    engine = tmp_path / "e.plan"
+    engine.write_bytes(b"x")
+    out = tmp_path / "out dir" / "p.json"  # the agent creates the directory
+    args = ["--trtexec", str(trtexec), "--loadEngine", str(engine), f"--exportProfile={out}"]
+    code, obj, _ = run_agent(agent, "profile", "--backend", "trtexec", *args)
+    assert code == 0 and obj["ok"], obj
+    assert out.read_bytes() == real_profile.read_bytes()
+    r = obj["result"]
+    assert r["profile_json"] == str(out)
+    assert r["throughput_qps"] == pytest.approx(1470.79)
+    assert r["latency_ms"]["median"] == pytest.approx(0.765137)
+    assert r["latency_ms"]["p99"] == pytest.approx(0.9021)
+    assert r["gpu_compute_ms"]["mean"] == pytest.approx(0.673613)
+    assert r["tensorrt"] == "8.6.0"
+
+
+# -- trtexec argv construction (pure) -------------------------------------------------------------------
+
+
+def _fixture_command(log: str) -> list[str]:
+    first = (FIXTURES / log).read_text().splitlines()[0]
+    return shlex.split(first.split(" # ", 1)[1])
+
+
+def test_explicit_argv_matches_the_fixture_build():
+    want = _fixture_command("resnet50_ortfb.explicit.build.log")  # how the real explicit engine was built
+    got = tb.build_argv(
+        "trtexec",
+        "resnet50_ortfb.onnx",
+        "resnet50_ortfb.explicit.plan",
+        int8=True,
+        fp16=True,
+        tactic_sources=["-CUBLAS", "-CUBLAS_LT", "-cudnn"],
+    )
+    assert got[0] == want[0] and sorted(got[1:]) == sorted(want[1:])
+    assert not any(a.startswith("--calib") for a in got)
+
+
+def test_implicit_argv_reads_the_calibration_cache():
+    argv = tb.build_argv(
+        "/usr/src/tensorrt/bin/trtexec", "m.onnx", "m.plan", int8=True, fp16=True, calib="m.cache"
+    )
+    assert argv[:3] == ["/usr/src/tensorrt/bin/trtexec", "--onnx=m.onnx", "--saveEngine=m.plan"]
+    assert {"--int8", "--fp16", "--calib=m.cache", "--profilingVerbosity=detailed", "--skipInference"} <= set(
+        argv
+    )
+    with pytest.raises(ValueError, match="only means something with --int8"):
+        tb.build_argv("trtexec", "m.onnx", "m.plan", calib="m.cache")
+
+
+def test_fp16_only_argv():
+    argv = tb.build_argv("trtexec", "m.onnx", "m.plan", fp16=True)
+    assert "--fp16" in argv and "--int8" not in argv
+
+
+def test_dla_workspace_and_timing_cache_argv():
+    argv = tb.build_argv(
+        "trtexec",
+        "a b.onnx",
+        "e.plan",
+        int8=True,
+        dla_core=1,
+        allow_gpu_fallback=True,
+        workspace_mib=2048,
+        timing_cache="/home/n/edgeq/timing.cache",
+    )
+    assert "--onnx=a b.onnx" in argv  # one argv element: the transport quotes it, no shell splits it
+    assert argv.index("--useDLACore=1") + 1 == argv.index("--allowGPUFallback")
+    assert "--memPoolSize=workspace:2048" in argv and "--timingCacheFile=/home/n/edgeq/timing.cache" in argv
+    with pytest.raises(ValueError, match="needs a DLA core"):
+        tb.build_argv("trtexec", "m.onnx", "m.plan", allow_gpu_fallback=True)
+    with pytest.raises(ValueError, match="DLA core must be >= 0"):
+        tb.build_argv("trtexec", "m.onnx", "m.plan", dla_core=-1)
+    with pytest.raises(ValueError, match="positive number of MiB"):
+        tb.build_argv("trtexec", "m.onnx", "m.plan", workspace_mib=0)
+    with pytest.raises(ValueError, match="tactic source"):
+        tb.build_argv("trtexec", "m.onnx", "m.plan", tactic_sources=["CUDNN"])
+
+
+def test_inspect_and_profile_argv_match_the_fixture_runs():
+    want = _fixture_command("resnet50_placed.explicit.run.log")
+    got_profile = tb.profile_argv(
+        "trtexec",
+        "resnet50_placed.explicit.plan",
+        "resnet50_placed.explicit.profile.json",
+        warmup_ms=200,
+        iterations=10,
+        duration_s=5,
+    )
+    # The fixture run did inspect+profile in one call; we split them. Together they cover its flags.
+    got_inspect = tb.inspect_argv(
+        "trtexec", "resnet50_placed.explicit.plan", "resnet50_placed.explicit.layers.json"
+    )
+    combined = set(got_profile[1:]) | set(got_inspect[1:])
+    assert set(want[1:]) <= combined
+    assert "--skipInference" in got_inspect and "--separateProfileRun" in got_profile
+    assert tb.inspect_argv("t", "e", "l.json", dla_core=0)[2] == "--useDLACore=0"
+
+
+# -- trtexec output parsing on the real logs ------------------------------------------------------------
+
+
+def test_performance_summary_from_real_log():
+    lines = (FIXTURES / "resnet50_placed.explicit.run.log").read_text().splitlines()
+    s = tb.parse_performance_summary(lines)
+    assert s["throughput_qps"] == pytest.approx(1470.79)
+    assert s["latency_ms"] == pytest.approx(
+        {
+            "min": 0.749756,
+            "max": 1.40332,
+            "mean": 0.773826,
+            "median": 0.765137,
+            "p90": 0.775635,
+            "p95": 0.871826,
+            "p99": 0.9021,
+        }
+    )
+    assert s["gpu_compute_time_ms"]["median"] == pytest.approx(0.665527)
+    assert tb.version_from_banner(lines) == "8.6.0"
+
+
+def test_error_extraction_from_real_build_logs():
+    yolo = (FIXTURES / "yolo_ortfb.explicit.build.log").read_text().splitlines()
+    stage, msg = tb.error_from_log(yolo)
+    assert stage == "build" and "PWN(PWN(/stem/stem.0/stem.0.2/Sigmoid)" in msg
+    unet = (FIXTURES / "unet.implicit.build.log").read_text().splitlines()
+    stage, msg = tb.error_from_log(unet)
+    assert stage in ("build", "parse") and msg
+
+
+# -- python backend helpers that need no TensorRT --------------------------------------------------------
+
+
+def test_profile_records_have_trtexecs_shape():
+    real = json.loads((FIXTURES / "resnet50_placed.explicit.profile.json").read_text())
+    recs = profile_records(["a", "b"], {"a": [1.0, 3.0], "b": [2.0, 2.0]}, 2)
+    assert set(recs[0]) == set(real[0]) == {"count"}
+    assert set(recs[1]) == set(real[1])
+    assert recs[1]["averageMs"] == 2.0 and recs[1]["medianMs"] == 3.0
+    assert sum(r["percentage"] for r in recs[1:]) == pytest.approx(100.0)
+
+
+def test_percentiles_nearest_rank():
+    p = percentiles([float(x) for x in range(1, 101)])
+    assert (p["min"], p["max"], p["median"], p["p90"], p["p99"]) == (1.0, 100.0, 50.5, 90.0, 99.0)
+    assert percentiles([]) == {}
+
+
+def test_sigterm_stops_the_running_tool(agent, tmp_path):
+    """The host stopping the agent (transport TERMs its process group) takes trtexec down with it."""
+    pidfile = tmp_path / "tool.pid"
+    script = tmp_path / "trtexec"
+    script.write_text(f"#!/bin/sh\necho $$ > {shlex.quote(str(pidfile))}\necho '[I] build'\nexec sleep 60\n")
+    script.chmod(0o755)
+    engine = tmp_path / "m.onnx"
+    engine.write_bytes(b"x")
+    proc = subprocess.Popen(
+        [sys.executable, str(agent.path), "build", "--backend=trtexec", f"--trtexec={script}",
+         f"--onnx={engine}", f"--saveEngine={tmp_path / 'e.plan'}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tool_pid = int(pidfile.read_text())
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    obj = json.loads(out)
+    assert obj["ok"] is False and obj["error"]["stage"] == "interrupted"
+    while time.monotonic() < deadline:
+        try:
+            os.kill(tool_pid, 0)
+        except ProcessLookupError:
+            break
+        if Path(f"/proc/{tool_pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
+            break  # killed, waiting to be reaped by init
+        time.sleep(0.05)
+    else:
+        pytest.fail("the tool outlived the agent")
+
+
+def _python38() -> str | None:
+    """A real Python 3.8 (JetPack 5's Python) if this machine has one; the agent must run on it."""
+    import glob
+
+    candidates = [
+        shutil.which("python3.8"),
+        *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8"))),
+    ]
+    for c in filter(None, candidates):
+        try:
+            r = subprocess.run(
+                [c, "-c", "import sys; print(sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode == 0 and r.stdout.strip() == "(3, 8)":
+            return c
+    return None
+
+
+def test_agent_runs_on_python_38(agent, tmp_path):
+    py38 = _python38()
+    if py38 is None:
+        pytest.skip("no Python 3.8 interpreter on this machine (the grammar check above still ran)")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYENV_VERSION")}
+    proc = subprocess.run(
+        [py38, str(agent.path), "probe"], capture_output=True, text=True, timeout=60, env=env
+    )
+    obj = json.loads(proc.stdout)
+    assert proc.returncode == 1 and obj["error"]["stage"] == "import"
+    assert obj["error"]["details"]["python"]["version"].startswith("3.8.")
+    trtexec = _replay_trtexec(tmp_path, FIXTURES / "yolo_ortfb.explicit.build.log", 1)
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    args = [
+        "build",
+        "--backend=trtexec",
+        f"--trtexec={trtexec}",
+        f"--onnx={model}",
+        f"--saveEngine={tmp_path / 'e'}",
+    ]
+    proc = subprocess.run([py38, str(agent.path), *args], capture_output=True, text=True, timeout=60, env=env)
+    obj = json.loads(proc.stdout)
+    assert proc.returncode == 1 and obj["error"]["message"].startswith(
+        "Error[10]: Could not find any implementation"
+    )
