@@ -26,3 +26,26 @@ def cli(capsys):
         return code, captured.out, captured.err
 
     return _run
+
+
+# -- a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py), for transport and deploy tests -------------------
+@pytest.fixture(scope="session")
+def _sshd_server():
+    from sshd import SshdServer, sshd_available
+
+    reason = sshd_available()
+    if reason:
+        pytest.skip(reason)
+    server = SshdServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def sshd(_sshd_server):
+    """A running sshd: ``.host`` (127.0.0.1) ``.port .user .identity_file .known_hosts`` (``[127.0.0.1]:PORT``
+    line), ``.stop() .start() .restart() .kill_sessions() .log_tail()``, ``.ssh_config(**overrides)`` ->
+    ``edgeq.remote.transport.SSHConfig`` for it. Shared by the session; restarted if a test stopped it."""
+    server = _sshd_server.ensure_running()
+    server.known_hosts_line()  # undo any test that rewrote known_hosts
+    return server

@@ -1,0 +1,464 @@
+"""SSH transport against a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py): quoting, streaming, timeouts,
+the verified upload cache with resume, and strict host keys."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from edgeq.errors import RemoteError
+from edgeq.remote.transport import (
+    AuthenticationFailed,
+    CommandFailed,
+    CommandTimeout,
+    Connection,
+    ConnectionFailed,
+    HostKeyChanged,
+    HostKeyUnknown,
+    known_host_lines,
+    remote_command,
+)
+
+MiB = 1 << 20
+NASTY = (
+    "a b  'single' \"double\" $(touch {m}) `touch {m}`; touch {m} && echo x | cat >{m}\n"
+    "line two\t$HOME \\ * ? ~ -n"
+)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _procs_with_arg(arg: str) -> list[int]:
+    """PIDs of live processes with ``arg`` in their argv (the sshd runs on this machine)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if arg.encode() in argv:
+                pids.append(int(entry))
+    return pids
+
+
+@pytest.fixture
+def conn(sshd):
+    with Connection(sshd.ssh_config()) as c:
+        yield c
+
+
+# -- no sshd needed ---------------------------------------------------------------------------------------
+def test_remote_command_passes_arguments_verbatim_through_a_posix_shell(tmp_path):
+    """The string sent to the login shell, run by a real /bin/sh here: argv arrives intact, nothing runs."""
+    marker = tmp_path / "pwned"
+    nasty = NASTY.format(m=marker)
+    probe = "import json, sys; print(json.dumps(sys.argv[1:]))"
+    command = remote_command(["python3", "-c", probe, nasty, "", "-e"], cwd=str(tmp_path), env={"X_Y": nasty})
+    res = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=True)
+    pgid_line, output = res.stdout.split("\n", 1)
+    assert pgid_line.split()[1].isdigit()  # the process group run() kills on timeout / Ctrl-C
+    assert json.loads(output) == [nasty, "", "-e"]
+    assert not marker.exists()
+    with pytest.raises(ValueError):
+        remote_command(["true"], env={"A;touch x": "1"})
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen (openssh-client) not installed")
+def test_known_host_lines_finds_plain_and_hashed_entries(tmp_path):
+    kh = tmp_path / "known_hosts"
+    kh.write_text("# comment\nother ssh-ed25519 AAAA\n[127.0.0.1]:2222 ssh-ed25519 AAAA\n")
+    assert known_host_lines(kh, "[127.0.0.1]:2222") == [(3, "ssh-ed25519")]
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(kh)], check=True, capture_output=True)
+    assert "[127.0.0.1]" not in kh.read_text()
+    assert [kind for _, kind in known_host_lines(kh, "[127.0.0.1]:2222")] == ["ssh-ed25519"]
+
+
+# -- commands -------------------------------------------------------------------------------------------
+@pytest.mark.sshd
+def test_run_quotes_every_argument_no_shell_injection(conn, tmp_path):
+    marker = tmp_path / "pwned"
+    nasty = NASTY.format(m=marker)
+    res = conn.run(["printf", "%s", nasty])
+    assert res.stdout == nasty
+    probe = "import json, os, sys; print(json.dumps([sys.argv[1:], os.getcwd(), os.environ['EDGEQ_T']]))"
+    workdir = tmp_path / "dir with spaces; $(touch pwned)"
+    workdir.mkdir()
+    res = conn.run(["python3", "-c", probe, nasty, "", "--"], cwd=str(workdir), env={"EDGEQ_T": nasty})
+    assert json.loads(res.stdout) == [[nasty, "", "--"], str(workdir), nasty]
+    assert not marker.exists()
+    assert not (workdir / "pwned").exists()
+    with pytest.raises(TypeError):
+        conn.run("echo hi; touch " + str(marker))  # type: ignore[arg-type]
+
+
+@pytest.mark.sshd
+def test_run_streams_lines_live_and_in_order(conn):
+    seen: list[tuple[str, str, float]] = []
+    script = "for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.4; done; printf tail"
+    res = conn.run(
+        ["sh", "-c", script],
+        on_stdout=lambda line: seen.append(("out", line, time.monotonic())),
+        on_stderr=lambda line: seen.append(("err", line, time.monotonic())),
+    )
+    end = time.monotonic()
+    assert [line for kind, line, _ in seen if kind == "out"] == ["out1", "out2", "out3", "tail"]
+    assert [line for kind, line, _ in seen if kind == "err"] == ["err1", "err2", "err3"]
+    first = next(t for kind, line, t in seen if line == "out1")
+    assert end - first > 0.7  # arrived while the command was still running, not buffered to the end
+    assert res.stdout == "out1\nout2\nout3\ntail"
+    assert res.stderr == "err1\nerr2\nerr3\n"  # the process-group marker line is not user output
+
+
+@pytest.mark.sshd
+def test_run_nonzero_exit_raises_remote_error_with_stderr_tail(conn):
+    with pytest.raises(CommandFailed) as info:
+        conn.run(["sh", "-c", "echo starting; echo 'engine build failed: out of memory' >&2; exit 3"])
+    err = info.value
+    assert isinstance(err, RemoteError) and err.exit_code == 1
+    assert err.result.exit_code == 3 and "out of memory" in str(err)
+    res = conn.run(["sh", "-c", "exit 4"], check=False)
+    assert res.exit_code == 4 and not res
+
+
+@pytest.mark.sshd
+def test_timeout_kills_the_remote_process_group(conn):
+    tag = str(random.randint(100000, 999999))  # sleep's argument: unique, so we find only our processes
+    alive_while_running: list[int] = []
+
+    def started(line: str) -> None:
+        deadline = time.monotonic() + 3  # the forked shells may not have exec'd sleep yet
+        while line == "started" and time.monotonic() < deadline:
+            found = _procs_with_arg(tag + "1") + _procs_with_arg(tag + "2")
+            if len(found) == 2:
+                alive_while_running.extend(found)
+                break
+            time.sleep(0.01)
+
+    t0 = time.monotonic()
+    with pytest.raises(CommandTimeout):
+        script = f"sleep {tag}1 & sleep {tag}2 & echo started; wait"
+        conn.run(["sh", "-c", script], timeout=1.0, on_stdout=started)
+    assert len(alive_while_running) == 2  # the foreground and the background sleep both ran
+    assert time.monotonic() - t0 < 8
+    deadline = time.monotonic() + 5
+    while (_procs_with_arg(tag + "1") or _procs_with_arg(tag + "2")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _procs_with_arg(tag + "1") == [] and _procs_with_arg(tag + "2") == []
+    assert conn.run(["echo", "still usable"]).stdout == "still usable\n"
+
+
+@pytest.mark.sshd
+def test_ctrl_c_stops_the_remote_process_group(conn):
+    tag = str(random.randint(100000, 999999))
+
+    running: list[int] = []
+
+    def interrupt(line: str) -> None:
+        deadline = time.monotonic() + 3
+        while not running and time.monotonic() < deadline:
+            running.extend(_procs_with_arg(tag))
+        raise KeyboardInterrupt  # what Ctrl-C does to the streaming loop
+
+    with pytest.raises(KeyboardInterrupt):
+        conn.run(["sh", "-c", f"sleep {tag} & echo started; wait"], on_stdout=interrupt)
+    assert len(running) == 1
+    deadline = time.monotonic() + 5
+    while _procs_with_arg(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _procs_with_arg(tag) == []
+
+
+@pytest.mark.sshd
+def test_connection_dropped_mid_command_is_reported_not_hung(sshd, conn):
+    tag = str(random.randint(100000, 999999))
+
+    def cut(line: str) -> None:
+        deadline = time.monotonic() + 3  # let sleep start, so it is among the processes killed
+        while not _procs_with_arg(tag) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sshd.kill_sessions()
+
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionFailed) as info:
+        conn.run(["sh", "-c", f"echo started; sleep {tag}"], on_stdout=cut)
+    assert "dropped" in str(info.value) and time.monotonic() - t0 < 10
+    assert _procs_with_arg(tag) == []
+    assert conn.run(["echo", "back"]).stdout == "back\n"  # the next command reconnects
+
+
+@pytest.mark.sshd
+def test_stdin_is_delivered(conn):
+    payload = os.urandom(300_000)
+    probe = "import hashlib,sys;print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
+    res = conn.run(["python3", "-c", probe], stdin=payload)
+    assert res.stdout.strip() == _sha(payload)
+
+
+# -- uploads --------------------------------------------------------------------------------------------
+@pytest.mark.sshd
+def test_upload_is_verified_and_unchanged_redeploy_sends_zero_bytes(sshd, conn, tmp_path):
+    data = os.urandom(3 * MiB + 123)
+    local = tmp_path / "model.onnx"
+    local.write_bytes(data)
+    cache = tmp_path / "cache"
+    events: list[tuple[str, int, int | None]] = []
+    up = conn.put_cached(local, str(cache), progress=lambda *e: events.append(e))
+    assert up.remote_path == f"{cache}/{_sha(data)}/model.onnx"
+    assert (up.sha256, up.bytes_sent, up.resumed_from, up.cached) == (_sha(data), len(data), 0, False)
+    assert _sha(Path(up.remote_path).read_bytes()) == _sha(data)  # what the target's disk holds
+    assert conn.remote_sha256(up.remote_path) == _sha(data)
+    assert not Path(up.remote_path + ".part").exists()
+    assert ("upload model.onnx", len(data), len(data)) in events
+
+    again = conn.put_cached(local, str(cache))
+    assert (again.cached, again.bytes_sent, again.remote_path) == (True, 0, up.remote_path)
+    with Connection(sshd.ssh_config()) as fresh:  # a new session knows nothing locally: still 0 bytes
+        assert fresh.put_cached(local, str(cache)).bytes_sent == 0
+
+    # A cached copy that no longer hashes right (same size, flipped byte) is replaced, not trusted.
+    broken = bytearray(data)
+    broken[1000] ^= 0xFF
+    Path(up.remote_path).write_bytes(bytes(broken))
+    fixed = conn.put_cached(local, str(cache))
+    assert (fixed.cached, fixed.bytes_sent) == (False, len(data))
+    assert Path(up.remote_path).read_bytes() == data
+
+
+def _cut_after(sshd, part: Path, at: int):
+    """A progress callback that kills the sshd session (a dropped link) once ``at`` bytes were sent and
+    the target holds at least 1 MiB of the .part file."""
+    state = {"killed": 0}
+
+    def progress(task: str, done: int, total: int | None) -> None:
+        if task.startswith("upload") and done >= at and not state["killed"]:
+            deadline = time.monotonic() + 10
+            while (not part.exists() or part.stat().st_size < MiB) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            state["killed"] = sshd.kill_sessions()
+
+    return progress, state
+
+
+@pytest.mark.sshd
+def test_upload_resumes_after_the_connection_is_cut(sshd, tmp_path):
+    data = os.urandom(10 * MiB)
+    local = tmp_path / "big model.onnx"
+    local.write_bytes(data)
+    cache = tmp_path / "cache"
+    part = cache / _sha(data) / "big model.onnx.part"
+    progress, state = _cut_after(sshd, part, 4 * MiB)
+    with Connection(sshd.ssh_config(retries=0)) as c, pytest.raises(ConnectionFailed):
+        c.put_cached(local, str(cache), progress=progress)
+    assert state["killed"] > 0
+    have = part.stat().st_size
+    assert MiB <= have < len(data)
+
+    with Connection(sshd.ssh_config()) as c:
+        up = c.put_cached(local, str(cache))
+    assert up.resumed_from == have
+    assert up.bytes_sent == len(data) - have < len(data)
+    assert _sha(Path(up.remote_path).read_bytes()) == _sha(data)
+    assert not part.exists()
+
+
+@pytest.mark.sshd
+def test_upload_reconnects_transparently_when_the_connection_drops(sshd, tmp_path):
+    data = os.urandom(10 * MiB)
+    local = tmp_path / "model.onnx"
+    local.write_bytes(data)
+    cache = tmp_path / "cache"
+    progress, state = _cut_after(sshd, cache / _sha(data) / "model.onnx.part", 4 * MiB)
+    with Connection(sshd.ssh_config(retries=2, backoff=0.1)) as c:
+        up = c.put_cached(local, str(cache), progress=progress)
+        assert state["killed"] > 0
+        assert up.resumed_from >= MiB and not up.cached
+        assert up.bytes_sent >= len(data) - up.resumed_from
+        assert c.run(["echo", "ok"]).stdout == "ok\n"  # and the connection is usable afterwards
+    assert _sha(Path(up.remote_path).read_bytes()) == _sha(data)
+
+
+@pytest.mark.sshd
+def test_file_name_with_spaces_and_shell_metacharacters(conn, tmp_path):
+    tag = uuid.uuid4().hex[:8]
+    name = f"my model; rm -rf x $(touch pwned-{tag}) `touch pwned-{tag}` 'q' \"d\" &.onnx"
+    local = tmp_path / "src" / name
+    local.parent.mkdir()
+    data = os.urandom(100_000)
+    local.write_bytes(data)
+    x = tmp_path / "x"
+    x.mkdir()
+    cache = tmp_path / "cache"
+    up = conn.put_cached(local, str(cache))
+    assert up.remote_path == f"{cache}/{_sha(data)}/{name}"
+    assert conn.exists(up.remote_path) and not conn.exists(up.remote_path + ".nope")
+    listing = conn.run(["ls", "-1", "--", str(Path(up.remote_path).parent)]).stdout.splitlines()
+    assert listing == [name]
+    back = tmp_path / "back" / name
+    conn.get(up.remote_path, back)
+    assert back.read_bytes() == data
+    assert conn.put_cached(local, str(cache)).cached
+    home = Path(conn.run(["sh", "-c", 'printf %s "$HOME"']).stdout)
+    for where in (home, tmp_path, cache, Path.cwd(), Path(up.remote_path).parent):
+        assert not (where / f"pwned-{tag}").exists()
+    assert x.is_dir()
+
+
+@pytest.mark.sshd
+def test_relative_cache_dir_lands_under_home_as_an_absolute_path(conn, tmp_path):
+    local = tmp_path / "m.onnx"
+    local.write_bytes(b"weights")
+    name = f".edgeq-test-cache-{uuid.uuid4().hex[:8]}"
+    home = conn.run(["sh", "-c", 'printf %s "$HOME"']).stdout
+    try:
+        up = conn.put_cached(local, f"~/{name}")
+        assert up.remote_path == f"{home}/{name}/{_sha(b'weights')}/m.onnx"
+        assert conn.run(["cat", up.remote_path], cwd="/").stdout == "weights"
+    finally:
+        conn.run(["rm", "-rf", "--", f"{home}/{name}"])
+
+
+@pytest.mark.sshd
+def test_empty_file_uploads(conn, tmp_path):
+    (tmp_path / "empty.bin").write_bytes(b"")
+    up = conn.put_cached(tmp_path / "empty.bin", str(tmp_path / "cache"))
+    assert (up.sha256, up.bytes_sent, Path(up.remote_path).read_bytes()) == (_sha(b""), 0, b"")
+
+
+@pytest.mark.sshd
+def test_get_missing_file_is_a_remote_error_and_writes_nothing(conn, tmp_path):
+    with pytest.raises(RemoteError):
+        conn.get(str(tmp_path / "nope.json"), tmp_path / "out" / "nope.json")
+    assert not (tmp_path / "out" / "nope.json").exists()
+
+
+# -- host keys and authentication -------------------------------------------------------------------------
+@pytest.mark.sshd
+@pytest.mark.parametrize("exists", [True, False])
+def test_unknown_host_key_is_refused(sshd, tmp_path, exists):
+    kh = tmp_path / "known_hosts"
+    if exists:
+        kh.write_text("# nothing for this host\n")
+    with Connection(sshd.ssh_config(known_hosts=str(kh))) as c, pytest.raises(HostKeyUnknown) as info:
+        c.run(["true"])
+    assert "ssh-keyscan" in str(info.value) and "--accept-new-host-key" in str(info.value)
+    assert info.value.exit_code == 2
+    assert kh.read_text() == "# nothing for this host\n" if exists else not kh.exists()
+
+
+@pytest.mark.sshd
+@pytest.mark.parametrize("accept_new", [False, True])
+def test_changed_host_key_is_always_refused(sshd, tmp_path, accept_new):
+    from sshd import keygen
+
+    other = keygen(tmp_path / "other_host_key")
+    kind, blob = Path(f"{other}.pub").read_text().split()[:2]
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"# lab targets\n[{sshd.host}]:{sshd.port} {kind} {blob}\n")
+    before = kh.read_bytes()
+    cfg = sshd.ssh_config(known_hosts=str(kh), accept_new_host_key=accept_new)
+    with Connection(cfg) as c, pytest.raises(HostKeyChanged) as info:
+        c.run(["true"])
+    msg = str(info.value)
+    assert "CHANGED" in msg and str(kh) in msg and "line 2" in msg and f"[{sshd.host}]:{sshd.port}" in msg
+    assert kh.read_bytes() == before
+
+
+@pytest.mark.sshd
+def test_accept_new_host_key_adds_it_and_then_it_is_trusted(sshd, tmp_path):
+    kh = tmp_path / "ssh" / "known_hosts"  # the directory does not exist yet either
+    with Connection(sshd.ssh_config(known_hosts=str(kh), accept_new_host_key=True)) as c:
+        assert c.run(["echo", "hi"]).stdout == "hi\n"
+    assert kh.read_text() == sshd.known_hosts_line() + "\n"  # exactly the server's key, OpenSSH's format
+    with Connection(sshd.ssh_config(known_hosts=str(kh))) as c:
+        assert c.run(["true"]).exit_code == 0
+    # OpenSSH's own client agrees with what we wrote.
+    if shutil.which("ssh") is None:
+        pytest.skip("ssh (openssh-client) not installed")
+    opts = [o.replace(sshd.known_hosts, str(kh)) for o in sshd.ssh_options()]
+    res = subprocess.run(["ssh", *opts, sshd.host, "true"], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.sshd
+def test_malformed_known_hosts_is_one_clear_error(sshd, tmp_path):
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[{sshd.host}]:{sshd.port} ssh-ed25519 AAAA%%%not-base64\n")
+    with Connection(sshd.ssh_config(known_hosts=str(kh))) as c, pytest.raises(RemoteError) as info:
+        c.run(["true"])
+    assert str(kh) in str(info.value) and info.value.exit_code == 2
+
+
+@pytest.mark.sshd
+def test_hashed_known_hosts_entry_is_honoured(sshd, tmp_path):
+    kh = tmp_path / "known_hosts"
+    kh.write_text(sshd.known_hosts_line() + "\n")
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(kh)], check=True, capture_output=True)
+    with Connection(sshd.ssh_config(known_hosts=str(kh))) as c:
+        assert c.run(["true"]).exit_code == 0
+
+
+@pytest.mark.sshd
+def test_wrong_key_is_authentication_failed(sshd, tmp_path):
+    from sshd import keygen
+
+    wrong = keygen(tmp_path / "id_wrong")
+    cfg = sshd.ssh_config(identity_file=str(wrong))
+    with Connection(cfg) as c, pytest.raises(AuthenticationFailed) as info:
+        c.run(["true"])
+    assert "PRIVATE KEY" not in str(info.value) and info.value.exit_code == 2
+    for bad in (tmp_path / "missing", Path(f"{wrong}.pub")):  # absent; a public key, not a private one
+        t0 = time.monotonic()
+        with Connection(sshd.ssh_config(identity_file=str(bad), retries=3, backoff=1.0)) as c, pytest.raises(
+            AuthenticationFailed
+        ) as info:
+            c.run(["true"])
+        assert str(bad) in str(info.value) and time.monotonic() - t0 < 1.0  # no retries for a config error
+
+
+# -- connections ----------------------------------------------------------------------------------------
+@pytest.mark.sshd
+def test_unreachable_target_fails_after_retries_with_backoff(sshd):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nobody listens here once the socket closes
+    t0 = time.monotonic()
+    cfg = sshd.ssh_config(port=port, retries=2, backoff=0.1)
+    with Connection(cfg) as c, pytest.raises(ConnectionFailed) as info:
+        c.run(["true"])
+    assert time.monotonic() - t0 >= 0.1 + 0.2  # two backoffs: 0.1 s then 0.2 s
+    assert "3 attempt" in str(info.value) and info.value.exit_code == 1
+
+
+@pytest.mark.sshd
+def test_reconnects_after_the_server_restarts(sshd, conn, tmp_path):
+    (tmp_path / "f").write_text("x")
+    assert conn.run(["echo", "1"]).stdout == "1\n" and conn.exists(str(tmp_path / "f"))
+    sshd.restart()
+    assert conn.exists(str(tmp_path / "f"))  # SFTP reconnects for an idempotent read
+    sshd.restart()
+    assert conn.run(["echo", "2"]).stdout == "2\n"  # and so does a command that had not started
+
+
+@pytest.mark.sshd
+def test_jump_host(sshd, tmp_path):
+    """ProxyJump through the same sshd to itself: the target connection rides a direct-tcpip channel."""
+    cfg = sshd.ssh_config(jump=sshd.ssh_config())
+    with Connection(cfg) as c:
+        assert c.run(["echo", "via jump"]).stdout == "via jump\n"
+        assert c._jump is not None and c._jump._alive()
+        local = tmp_path / "m.onnx"
+        local.write_bytes(os.urandom(50_000))
+        assert c.put_cached(local, str(tmp_path / "cache")).bytes_sent == 50_000
