@@ -63,6 +63,9 @@ def _root(
 ) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if verbose >= 2:
+        # The transport keeps paramiko quiet unless its level was set: -vv is the user asking for it.
+        logging.getLogger("paramiko").setLevel(logging.DEBUG)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -14,15 +14,18 @@ if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
   fi
 fi
 
+# The interpreter itself, not a version-manager shim (pyenv's rehash hook can stall on a stale lock).
+PY=$(python3 -c 'import sys; print(sys.executable)')
+
 echo "== pip install -e .[test]"
-python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+"$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
 
 echo "== ruff"
-python3 -m ruff check edgeq tests bench
+"$PY" -m ruff check edgeq tests bench
 
 echo "== pytest"
 set +e
-python3 -m pytest -q "$@"
+"$PY" -m pytest -q "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected no tests: that is a failure for us, not a pass.
