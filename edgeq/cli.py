@@ -788,7 +788,9 @@ _DEMO_STATUS = {"done": "[green]done[/]", "stopped": "[yellow]stopped[/]", "skip
 
 @app.command("demo")
 def demo_cmd(
-    workdir: Path = typer.Option(Path("edgeq-demo"), "--workdir", "-o", help="Where the demo writes its files."),
+    workdir: Path = typer.Option(
+        Path("edgeq-demo"), "--workdir", "-o", help="Where the demo writes its files."
+    ),
     samples: int = typer.Option(16, "--samples", min=2, help="Synthetic calibration samples."),
 ) -> int:
     """Run the pipeline on a ResNet-like model built in code, as far as this machine allows.

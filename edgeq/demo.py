@@ -132,7 +132,9 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
     from edgeq.remote.zipapp import build_agent
 
     pyz = build_agent(wd / "agent")
-    proc = subprocess.run([sys.executable, str(pyz.path), "probe"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(pyz.path), "probe"], capture_output=True, text=True, timeout=120
+    )
     try:
         probe = json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -150,7 +152,7 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
             f"{artifacts[0].name} --target orin-agx` builds, profiles and gates it on a target over SSH",
         ], [pyz.path]))
 
-    # 6. What the report and gate say about real TensorRT 8.6 engines (recorded on an H200, shipped with the tests).
+    # 6. What report and gate say of real TensorRT 8.6 engines (recorded on an H200, shipped with the tests).
     fixtures = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "trt86-h200"
     if fixtures.is_dir():
         from edgeq.report import apply_gate, build_report, load_layers, load_profile
