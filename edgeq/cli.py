@@ -75,26 +75,40 @@ def _root(
 _LEVEL_STYLE = {Level.ERROR: "bold red", Level.WARNING: "yellow", Level.INFO: "cyan"}
 
 
-def render_findings(findings: Sequence[Finding], title: str = "Findings") -> None:
+def render_findings(findings: Sequence[Finding], title: str = "Findings", max_per_rule: int = 5) -> None:
+    """One row per finding, at most ``max_per_rule`` per rule (a model with 60 SiLUs gives 60 alike
+    rows); each rule's source once, below the table, so rows stay short."""
     if not findings:
         out.print("[green]no findings[/]")
         return
-    t = Table(title=title, show_lines=False, expand=False)
+    t = Table(title=title, show_lines=True, expand=False)
     t.add_column("level")
-    t.add_column("rule")
-    t.add_column("nodes", overflow="fold", max_width=40)
-    t.add_column("problem / fix", overflow="fold")
-    t.add_column("source", overflow="fold", max_width=36, style="dim")
+    t.add_column("rule", no_wrap=True)
+    t.add_column("nodes", overflow="fold", max_width=48)
+    t.add_column("problem / fix", overflow="fold", min_width=30)
+    sources: dict[str, str] = {}
+    per_rule: dict[str, int] = {}
     for f in findings:
-        nodes = ", ".join(f.nodes[:4]) + (f" (+{len(f.nodes) - 4})" if len(f.nodes) > 4 else "")
+        per_rule[f.rule] = per_rule.get(f.rule, 0) + 1
+        if per_rule[f.rule] > max_per_rule > 0:
+            continue
+        shown = [escape(n) for n in f.nodes[:3]]
+        nodes = "\n".join(shown) + (f"\n[dim](+{len(f.nodes) - 3} more)[/]" if len(f.nodes) > 3 else "")
         t.add_row(
             f"[{_LEVEL_STYLE[f.level]}]{f.level.value}[/]",
             f.rule,
-            escape(nodes),
+            nodes,
             f"{escape(f.message)}\n[dim]fix:[/] {escape(f.fix)}",
-            escape(f.source),
         )
+        sources.setdefault(f.rule, f.source)
     out.print(t)
+    hidden = {r: n - max_per_rule for r, n in per_rule.items() if n > max_per_rule > 0}
+    if hidden:
+        more = ", ".join(f"{n} {r}" for r, n in hidden.items())
+        out.print(f"[dim]not shown: {more} (--json lists every finding)[/]")
+    out.print("[dim]sources:[/]")
+    for rule, source in sources.items():
+        out.print(f"  [dim]{rule}: {escape(source)}[/]")
 
 
 def print_json(obj: Any) -> None:
