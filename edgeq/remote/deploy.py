@@ -344,6 +344,9 @@ class _Deploy:
         from edgeq.graph.clean import CleanOptions, clean_model
         from edgeq.graph.io import load_model, save_model
 
+        # The target's key and known_hosts files are checked before any work: fail fast on setup.
+        ssh_config = target.ssh_config(opts.accept_new_host_key)
+
         # clean
         with self.stage("clean") as rec:
             model = load_model(self.model_path)
@@ -400,7 +403,7 @@ class _Deploy:
         from edgeq.remote.zipapp import build_agent
 
         fp16 = target.build.fp16 if opts.fp16 is None else opts.fp16
-        with Connection(target.ssh_config(opts.accept_new_host_key)) as conn:
+        with Connection(ssh_config) as conn:
             # upload
             with self.stage("upload") as rec:
                 bundle = build_agent(opts.cache_dir or _cache_dir())
