@@ -37,7 +37,12 @@ EXIT_CODES_HELP = (
 app = typer.Typer(
     name="edgeq",
     help="ONNX -> INT8 TensorRT 8.6 engines for Jetson and desktop GPUs, with Q/DQ placed so TensorRT "
-    "fuses, and a report proving what the engine runs.\n\n" + EXIT_CODES_HELP,
+    "fuses, and a report proving what the engine runs.\n\n"
+    "Start with [bold]edgeq demo[/]. The usual path: edgeq lint model.onnx -> edgeq quantize model.onnx "
+    "--calib DIR (cleans first; writes model.int8.onnx) -> edgeq deploy model.int8.onnx --target NAME "
+    "(build, profile and gate on the device). edgeq clean fixes a Q/DQ model exported elsewhere; "
+    "edgeq report works offline on trtexec layer/profile JSON. Input files are never modified. "
+    "'edgeq COMMAND --help' for each.\n\n" + EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -207,7 +212,9 @@ def clean_cmd(
     ),
     atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance for --verify."),
     rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance for --verify."),
-    skip: Optional[list[str]] = typer.Option(None, "--skip", help="Do not run this pass (repeatable)."),
+    skip: Optional[list[str]] = typer.Option(
+        None, "--skip", metavar="PASS", help="Do not run this pass (repeatable; names listed above)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> int:
     import os
@@ -317,7 +324,9 @@ def lint_cmd(
     fail_on: FailOn = typer.Option(
         FailOn.warning, "--fail-on", case_sensitive=False, help="Exit 1 on a finding at this level or above."
     ),
-    rule: Optional[list[str]] = typer.Option(None, "--rule", help="Run only this rule id (repeatable)."),
+    rule: Optional[list[str]] = typer.Option(
+        None, "--rule", metavar="ID", help="Run only this rule id (repeatable; ids listed above)."
+    ),
 ) -> int:
     from edgeq.graph.io import load_model
     from edgeq.graph.rules import lint_model, normalize_trt, select_rules, summarize
@@ -365,12 +374,18 @@ def _quantize_help() -> str:
         "Quantize a float ONNX model to explicit INT8 (Q/DQ) for TensorRT 8.6, placed so TensorRT fuses, "
         "and write the TensorRT calibration cache (implicit INT8 path) from the same statistics. The "
         "model is cleaned first; the input file is never modified. Writes <name>.int8.onnx and "
-        "<name>.int8.cache unless -o/--cache say otherwise, plus the summary --json prints as "
+        "<name>.int8.cache (in -o's directory) unless -o/--cache say otherwise, the cleaned FP32 model "
+        "the cache's tensor names belong to as <cache name>.fp32.onnx, plus the summary --json prints as "
         "<output name>.json; then checks accuracy: FP32 vs Q/DQ in "
         "onnxruntime on the held-out part of the data (cosine, max abs error, top-1 agreement for "
         "classifiers). --min-cosine makes that a gate (exit 1; the files are still written).\n\n"
-        "Calibration data: --calib DIR of .npy/.npz (one sample per file or stacked) or images with "
-        "--preprocess spec.yaml; --synthetic N random samples for demos only.\n\n"
+        "Explicit engine: trtexec --int8 --onnx=<name>.int8.onnx. Implicit engine: trtexec --int8 "
+        "--calib=<name>.int8.cache --onnx=<name>.int8.fp32.onnx (that file, not the original model: "
+        "cleaning renames tensors, and the cache is looked up by name).\n\n"
+        "Calibration data: --calib DIR of .npy/.npz (one sample per file or stacked) or images "
+        "(JPEG, PNG, BMP, WebP, TIFF, PPM/PGM) with --preprocess spec.yaml (resize or resize_shorter + "
+        "center_crop, mean/std, scale, layout, channels; see pipelines/preprocess-imagenet.yaml for "
+        "torchvision's ImageNet transforms); --synthetic N random samples for demos only.\n\n"
         "--placement trt (default) follows the TensorRT 8.6 rules below; --placement all puts a Q/DQ "
         "on every quantizable tensor as onnxruntime does, for comparison. --overrides FILE.yaml forces "
         "or excludes nodes (keys exclude/force: lists of node names, fnmatch globs or 're:' regexes)."
@@ -415,7 +430,9 @@ def _render_quantize(result: Any) -> None:
     if errors:
         render_findings(errors, title="Cleaned model: still unfit for TensorRT 8.6")
     out.print(f"wrote [bold]{escape(d['output'])}[/], [bold]{escape(d['cache'])}[/] "
-              f"({d['cache_tensors']} tensors in the calibration cache) and [bold]{escape(d['summary'])}[/]")
+              f"({d['cache_tensors']} tensors in the calibration cache), [bold]{escape(d['fp32_model'])}[/] "
+              f"(the FP32 model for the cache: trtexec --int8 --calib --onnx) and "
+              f"[bold]{escape(d['summary'])}[/]")
 
 
 @app.command("quantize", help=_quantize_help())
@@ -432,9 +449,12 @@ def quantize_cmd(
     placement: Placement = typer.Option(Placement.trt, "--placement", case_sensitive=False,
                                         help="trt: TensorRT 8.6 rules; all: every quantizable tensor."),
     overrides: Optional[Path] = typer.Option(None, "--overrides", help="YAML file forcing/excluding nodes."),
-    preprocess: Optional[Path] = typer.Option(None, "--preprocess", help="YAML preprocessing for images."),
+    preprocess: Optional[Path] = typer.Option(
+        None, "--preprocess", help="YAML preprocessing for images (pipelines/preprocess-imagenet.yaml)."
+    ),
     cache: Optional[Path] = typer.Option(
-        None, "--cache", help="Where to write the TensorRT calibration cache \\[default: <name>.int8.cache]."
+        None, "--cache",
+        help="Where to write the TensorRT calibration cache \\[default: <name>.int8.cache beside -o].",
     ),
     holdout: float = typer.Option(0.2, "--holdout", help="Fraction of the data kept for the accuracy check."),
     min_cosine: Optional[float] = typer.Option(
@@ -585,7 +605,8 @@ def report_cmd(
         help="Also fail on residual Add(+Relu) layers not fused into a convolution.",
     ),
     allow: Optional[list[str]] = typer.Option(
-        None, "--allow", help="ONNX node (or layer) name the gate excuses; wildcards allowed (repeatable)."
+        None, "--allow", metavar="NAME",
+        help="ONNX node (or layer) name the gate excuses; wildcards allowed (repeatable).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the report and verdict as JSON on stdout."),
     html_out: Optional[Path] = typer.Option(
@@ -593,7 +614,7 @@ def report_cmd(
     ),
     all_layers: bool = typer.Option(False, "--all-layers", help="List weight and no-op layers too."),
 ) -> int:
-    from edgeq.fs import atomic_write_text
+    from edgeq.fs import atomic_write_text, check_writable
     from edgeq.report import POLICIES, apply_gate, build_report, load_layers, load_profile, render_html
     from edgeq.report import report_to_dict as to_dict
 
@@ -601,6 +622,8 @@ def report_cmd(
         raise typer.BadParameter(
             f"unknown gate {gate_name!r}; one of: {', '.join(POLICIES)}", param_hint="--gate"
         )
+    if html_out is not None:  # before the work, and never over one of the files read
+        check_writable(html_out, inputs=tuple(p for p in (layers, profile, onnx_path) if p is not None))
     policy = POLICIES[gate_name].with_allow(list(allow or ()))
     if require_fusion:
         policy = policy.replace(require_fusion=True)
@@ -733,7 +756,11 @@ targets_app = typer.Typer(help="Target files (targets/*.yaml): list them, check 
 app.add_typer(targets_app, name="targets")
 
 
-@targets_app.command("list", help="List targets/*.yaml in the current directory and whether each is valid.")
+@targets_app.command(
+    "list",
+    help="List targets/*.yaml in the current directory and whether each is valid (offline: the file is "
+    "checked, not the machine). Exit 1 when a file is invalid, naming the key at fault.",
+)
 def targets_list_cmd() -> int:
     from edgeq.remote.targets import TARGETS_DIR, list_target_files, load_target
 
@@ -763,7 +790,13 @@ def targets_list_cmd() -> int:
     return EXIT_CHECK_FAILED if problems else EXIT_OK
 
 
-@targets_app.command("check", help="Connect to a target, ship the agent, probe it, compare with the file.")
+@targets_app.command(
+    "check",
+    help="Connect to a target (host key checked against its known_hosts), ship the edgeq agent, probe it "
+    "(TensorRT version, GPU, compute capability, DLA cores, free memory, Python) and compare with the file's "
+    "'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 unreachable, "
+    "refused, no TensorRT or not what the file expects; 2 the target file is invalid.",
+)
 def targets_check_cmd(
     name: str = typer.Argument(..., help="Target name (targets/NAME.yaml) or a YAML path."),
     accept_new_host_key: bool = typer.Option(
@@ -813,6 +846,12 @@ def demo_cmd(
     verifies it in onnxruntime, quantizes the FP32 model with TensorRT-aware and with onnxruntime-style
     placement, probes for TensorRT with the target agent, and reports on recorded TensorRT 8.6 engines.
     It says where it stops and why (no GPU/TensorRT here: no engine build).
+
+    Everything goes into --workdir (default ./edgeq-demo/, created; files in it are replaced): the
+    test models, the cleaned and quantized ONNX, the calibration caches and the target agent zipapp.
+
+    Exit codes: 0 every step that can run here ran (stopping at the engine build for lack of
+    TensorRT is not a failure); 1 a step failed; 2 usage error (e.g. --workdir is a file).
     """
     from edgeq.demo import run_demo
 
@@ -863,8 +902,13 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
 def _subcommand(argv: Optional[Sequence[str]]) -> str:
     args = list(argv) if argv is not None else sys.argv[1:]
     names = {c.name for c in app.registered_commands}
-    first = next((a for a in args if not a.startswith("-")), None)
-    return f"{first} " if first in names else ""
+    words = [a for a in args if not a.startswith("-")]
+    first = words[0] if words else None
+    groups = {g.name: g.typer_instance for g in app.registered_groups}
+    sub = {c.name for c in groups[first].registered_commands} if first in groups else set()
+    if len(words) > 1 and words[1] in sub:  # 'edgeq targets check --help', not 'edgeq --help'
+        return f"{first} {words[1]} "
+    return f"{first} " if first in names or first in groups else ""
 
 
 def main() -> None:

@@ -52,10 +52,10 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
              on_step: Callable[[DemoStep], None] | None = None) -> DemoResult:
     """Build test models, then clean -> lint -> quantize -> (agent probe) -> report, stopping honestly."""
     from edgeq import zoo
+    from edgeq.fs import ensure_dir
     from edgeq.graph.io import load_model, save_model
 
-    wd = Path(workdir)
-    wd.mkdir(parents=True, exist_ok=True)
+    wd = ensure_dir(workdir)  # a file in the way is a one-line error, before any work
     steps: list[DemoStep] = []
 
     def record(step: DemoStep) -> DemoStep:

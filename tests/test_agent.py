@@ -26,6 +26,7 @@ import pytest
 from conftest import FIXTURES
 
 from edgeq.remote import zipapp as za
+from edgeq.remote.agent import trt_backend as trb
 from edgeq.remote.agent import trtexec_backend as tb
 from edgeq.remote.agent.common import percentiles
 from edgeq.remote.agent.trt_backend import profile_records
@@ -437,6 +438,176 @@ def test_profile_records_have_trtexecs_shape():
     assert set(recs[1]) == set(real[1])
     assert recs[1]["averageMs"] == 2.0 and recs[1]["medianMs"] == 3.0
     assert sum(r["percentage"] for r in recs[1:]) == pytest.approx(100.0)
+
+
+def test_inspect_reply_is_what_the_report_parser_reads(tmp_path):
+    """The python backend's inspect output goes through ``load_layers`` exactly like trtexec's.
+
+    The input is real engine-inspector JSON (trtexec --exportLayerInfo writes
+    ``getEngineInformation(kJSON)`` verbatim), with 8.6's U+001E separators inside Metadata.
+    """
+    from edgeq.report.parse import load_layers
+
+    text = (FIXTURES / "resnet50_placed.explicit.layers.json").read_text(encoding="utf-8")
+    out = tmp_path / "layers.json"
+    reply = trb.layer_info_result(text, str(out), "8.6.2.3")
+    assert out.read_text(encoding="utf-8") == text  # byte for byte what the inspector returned
+    layers = load_layers(out)
+    assert reply == {"layers_json": str(out), "layers": len(layers), "detailed": True, "tensorrt": "8.6.2.3"}
+    assert layers.detailed and len(layers) == 153
+    assert any("\x1e" in lay.metadata for lay in layers.layers)
+    # The Python inspector's str goes to load_layers directly as well.
+    assert [lay.name for lay in load_layers(text).layers] == [lay.name for lay in layers.layers]
+
+    # An engine built without ProfilingVerbosity.DETAILED: names only, and the reply says so.
+    names = json.dumps({"Layers": [lay.name for lay in layers.layers[:3]], "Bindings": ["input"]})
+    reply = trb.layer_info_result(names, str(tmp_path / "names.json"), "8.6.0")
+    assert reply["detailed"] is False and not load_layers(tmp_path / "names.json").detailed
+
+    with pytest.raises(trb.AgentError) as e:
+        trb.layer_info_result('{"Bindings": []}', str(tmp_path / "bad.json"), "8.6.0")
+    assert e.value.stage == "inspect" and "Layers" in e.value.message
+    assert not (tmp_path / "bad.json").exists()
+
+
+def test_profile_from_profiler_callbacks_joins_the_engine_layers(tmp_path):
+    """Per-layer times as the IProfiler callback delivers them (engine layer names, ms per run) become
+    a profile file that ``load_profile`` reads and that joins every layer of the same engine."""
+    from edgeq.report.fusion import build_report
+    from edgeq.report.parse import load_layers, load_profile
+
+    real = json.loads((FIXTURES / "resnet50_placed.explicit.profile.json").read_text())
+    layers = load_layers(FIXTURES / "resnet50_placed.explicit.layers.json")
+    order, times = [], {}
+    for run in range(3):  # what report_layer_time(layer_name, ms) records, run after run
+        for rec in real[1:]:
+            if rec["name"] not in times:
+                times[rec["name"]] = []
+                order.append(rec["name"])
+            times[rec["name"]].append(rec["averageMs"] * (1.0 + 0.01 * run))
+    out = tmp_path / "profile.json"
+    trb._write_atomic(str(out), json.dumps(profile_records(order, times), indent=1).encode())
+    prof = load_profile(out)
+    assert prof.iterations == 3 and prof.producer == "trtexec"  # trtexec's --exportProfile shape
+    assert [t.name for t in prof.layers] == [r["name"] for r in real[1:]]
+    first = prof.layers[0]
+    assert first.average_ms == pytest.approx(real[1]["averageMs"] * 1.01)
+    assert first.median_ms == pytest.approx(real[1]["averageMs"] * 1.01)
+    report = build_report(layers, prof)
+    assert report.unmatched_profile == ()
+    assert sum(t.percentage for t in prof.layers) == pytest.approx(100.0)
+
+
+def test_calibration_cache_is_replayed_with_the_running_tensorrt_header():
+    """edgeq writes TRT-8600 headers; on JetPack 6 (TensorRT 8.6.2) the header names 8602, the scales
+    are untouched, and the calibrator class follows the algorithm."""
+    from edgeq.quant.cache import format_calibration_cache, parse_calibration_cache
+
+    scales = {"input": 0.0078125, "/conv1/Conv_output_0": 0.031, "a: b c": 1.5}
+    text = format_calibration_cache(scales).encode()
+    cls, data = trb.cache_for_tensorrt(text, "8.6.2.3")
+    assert cls == "IInt8EntropyCalibrator2"
+    header, got = parse_calibration_cache(data.decode())
+    assert header == "TRT-8602-EntropyCalibration2"
+    assert got == parse_calibration_cache(text.decode())[1]
+    assert data.split(b"\n", 1)[1] == text.split(b"\n", 1)[1]
+    cls, data = trb.cache_for_tensorrt(b"TRT-8501-MinMaxCalibration\nx: 3c010204\n", "8.6.0.12")
+    assert (cls, data) == ("IInt8MinMaxCalibrator", b"TRT-8600-MinMaxCalibration\nx: 3c010204\n")
+    for bad in (b"", b"input: 3c010204\n", b"TRT-8600-LegacyCalibration\n"):
+        with pytest.raises(trb.AgentError) as e:
+            trb.cache_for_tensorrt(bad, "8.6.0")
+        assert e.value.stage == "input"
+
+
+def test_version_numbers_agree_with_trtexecs_banner():
+    for version, number in (("8.6.0", 8600), ("8.6.1.6", 8601), ("8.6.2.3", 8602), ("10.3.0.26", 10300)):
+        assert trb.version_number(version) == number
+    # the banner of the real fixture runs: [TensorRT v8600]
+    banner = (FIXTURES / "resnet50_placed.explicit.run.log").read_text().splitlines()
+    assert trb.version_number(tb.version_from_banner(banner)) == 8600
+
+
+def test_tensor_bytes_pads_vectorized_dimensions():
+    assert trb.tensor_bytes([1, 3, 224, 224], 4) == 1 * 3 * 224 * 224 * 4
+    assert trb.tensor_bytes([1, 3, 224, 224], 1, vectorized_dim=1, components=32) == 32 * 224 * 224
+    assert trb.tensor_bytes([8, 64, 7, 7], 2, vectorized_dim=1, components=8) == 8 * 64 * 49 * 2
+    assert trb.tensor_bytes([], 4) == 4  # a scalar
+    assert trb.severity_name(1) == "ERROR" and trb.severity_name(0) == "INTERNAL_ERROR"
+
+
+def test_python_backend_checks_build_options_like_trtexec(agent, tmp_path):
+    """Option errors are usage errors before TensorRT is even imported, with trtexec's wording."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    cache = tmp_path / "m.cache"
+    cache.write_text("TRT-8600-EntropyCalibration2\n")
+    base = ["build", f"--onnx={model}", f"--saveEngine={tmp_path / 'e'}"]
+    code, obj, _ = run_agent(agent, *base, f"--calib={cache}")
+    assert code == 2 and obj["error"]["stage"] == "usage"
+    assert "only means something with --int8" in obj["error"]["message"]
+    code, obj, _ = run_agent(agent, *base, "--int8", "--allowGPUFallback")
+    assert code == 2 and "needs a DLA core" in obj["error"]["message"]
+    dla = ["--useDLACore=0", "--allowGPUFallback"]
+    code, obj, _ = run_agent(agent, *base, "--int8", f"--calib={cache}", *dla)
+    assert code == 1 and obj["error"]["stage"] == "import"  # valid options: on to TensorRT, absent here
+
+
+_STUCK_AGENT = """
+import signal, sys, time
+from edgeq.remote.agent import __main__ as agent
+
+def stuck(args, log):
+    # Stands in for TensorRT inside a C++ call: the main thread neither returns nor runs Python
+    # signal handlers (SIGTERM is blocked for it, so only the agent's other threads can see it).
+    log.write("[INFO] building")
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    sys.stderr.write("stuck\\n")
+    sys.stderr.flush()
+    time.sleep(60)
+
+agent.run_command = stuck
+sys.exit(agent.main(sys.argv[1:]))
+"""
+
+
+def _stuck_agent(tmp_path: Path, *args: str) -> subprocess.Popen:
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    argv = [sys.executable, "-c", _STUCK_AGENT, "build", f"--onnx={model}", f"--saveEngine={tmp_path / 'e'}"]
+    return subprocess.Popen(
+        [*argv, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_python_backend_timeout_replies_while_tensorrt_is_stuck(tmp_path):
+    started = time.monotonic()
+    proc = _stuck_agent(tmp_path, "--timeout=1")
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 20
+    assert proc.returncode == 1, err
+    lines = out.splitlines()
+    assert len(lines) == 1
+    obj = json.loads(lines[0])
+    assert obj["ok"] is False and obj["command"] == "build"
+    assert obj["error"]["stage"] == "build" and obj["error"]["message"] == "build timed out after 1 s"
+    assert obj["error"]["log"] == ["[INFO] building"]
+
+
+def test_python_backend_sigterm_replies_while_tensorrt_is_stuck(tmp_path):
+    proc = _stuck_agent(tmp_path)
+    deadline = time.monotonic() + 20
+    lines = []
+    while time.monotonic() < deadline and (not lines or lines[-1] != "stuck"):
+        lines.append(proc.stderr.readline().strip())
+    assert lines[-2:] == ["[INFO] building", "stuck"]
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    obj = json.loads(out)
+    assert obj["error"]["stage"] == "interrupted" and f"signal {signal.SIGTERM:d}" in obj["error"]["message"]
 
 
 def test_percentiles_nearest_rank():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -302,15 +305,280 @@ def test_cli_quantize_bad_calibration_data_exits_2(tmp_path, cli, case: str, exp
     assert not (tmp_path / "out.onnx").exists()
 
 
-def test_jpeg_without_pillow_says_what_to_install(tmp_path) -> None:
-    pytest.importorskip("yaml")
-    try:
-        import PIL  # noqa: F401
-        pytest.skip("Pillow is installed: .jpg images are read")
-    except ImportError:
-        pass
-    (tmp_path / "a.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
-    spec = tmp_path / "pre.yaml"
-    spec.write_text("scale: 1/255\n")
-    with pytest.raises(QuantError, match=r"a\.jpg: reading \.jpg images needs Pillow \(pip install Pillow"):
-        calibration_set(IMG, tmp_path, preprocess=spec)
+# ---------------------------------------------------------------------------------------------------
+# Real image files through Pillow: JPEG, PNG and friends, checked against numpy
+# ---------------------------------------------------------------------------------------------------
+
+MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+STD = np.array([0.229, 0.224, 0.225], np.float32)
+IMAGENET_LIKE = "mean: [0.485, 0.456, 0.406]\nstd: [0.229, 0.224, 0.225]\nscale: 1/255\n"
+
+
+def smooth_rgb(h: int = 30, w: int = 40, seed: int = 0) -> np.ndarray:
+    """Gradients plus a low-frequency wave: JPEG keeps such an image within a few grey levels."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+    phase = np.random.default_rng(seed).uniform(0, 6)
+    img = np.stack([xx * 255 / w, yy * 255 / h, 128 + 60 * np.sin(xx / 6 + yy / 5 + phase)], -1)
+    return img.clip(0, 255).astype(np.uint8)
+
+
+def noisy_rgb(h: int, w: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3)).astype(np.uint8)
+
+
+def save_image(path, img: np.ndarray, **kw) -> None:
+    from PIL import Image
+
+    Image.fromarray(img).save(path, **kw)
+
+
+def spec_file(tmp_path, text: str):
+    p = tmp_path / "pre.yaml"
+    p.write_text(text)
+    return p
+
+
+def normalise_nchw(hwc: np.ndarray) -> np.ndarray:
+    """The numpy side of the same preprocessing: /255, ImageNet mean/std, HWC -> NCHW with batch."""
+    return ((hwc.astype(np.float32) / 255 - MEAN) / STD).transpose(2, 0, 1)[None]
+
+
+def bilinear_reference(img: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Plain half-pixel bilinear (cv2.INTER_LINEAR), written as gathers: independent of edgeq's matrices."""
+    x = img.astype(np.float64)
+    ih, iw = x.shape[:2]
+
+    def axis(n_in: int, n_out: int):
+        pos = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+        lo = np.floor(pos).astype(int)
+        return lo, np.minimum(lo + 1, n_in - 1), pos - lo
+
+    y0, y1, fy = axis(ih, h)
+    x0, x1, fx = axis(iw, w)
+    rows = x[y0] * (1 - fy)[:, None, None] + x[y1] * fy[:, None, None]
+    return rows[:, x0] * (1 - fx)[None, :, None] + rows[:, x1] * fx[None, :, None]
+
+
+def only_feed(model, path, spec) -> np.ndarray:
+    (feed,) = list(calibration_set(model, path, preprocess=spec))
+    (x,) = feed.values()
+    return x
+
+
+def test_png_crop_and_normalise_exact(tmp_path) -> None:
+    """40x30 PNG, resize_shorter equal to its short side (no resampling) + center_crop: bit-exact numpy."""
+    img = noisy_rgb(30, 40, seed=1)
+    save_image(tmp_path / "a.png", img)
+    m = model_with_inputs(("x", [1, 3, 24, 32], TensorProto.FLOAT))
+    spec = spec_file(tmp_path, IMAGENET_LIKE + "resize_shorter: 30\ncenter_crop: [24, 32]\n")
+    x = only_feed(m, tmp_path / "a.png", spec)
+    # torchvision CenterCrop offsets: round((30-24)/2) = 3, round((40-32)/2) = 4
+    np.testing.assert_allclose(x, normalise_nchw(img[3:27, 4:36]), rtol=1e-6, atol=1e-6)
+    # NHWC and BGR: the same pixels, channels reversed and last
+    m2 = model_with_inputs(("x", [1, 24, 32, 3], TensorProto.FLOAT))
+    spec = spec_file(tmp_path, "scale: 1\nresize_shorter: 30\ncenter_crop: [24, 32]\nlayout: NHWC\n"
+                               "channels: BGR\n")
+    np.testing.assert_array_equal(only_feed(m2, tmp_path / "a.png", spec)[0], img[3:27, 4:36, ::-1])
+
+
+def test_png_resize_matches_numpy_bilinear_and_pil(tmp_path) -> None:
+    from PIL import Image
+
+    img = noisy_rgb(30, 40, seed=2)
+    save_image(tmp_path / "a.png", img)
+    m = model_with_inputs(("x", [1, 3, 12, 12], TensorProto.FLOAT))
+    # antialias: false is plain bilinear (cv2.INTER_LINEAR): equal to the gather reference
+    spec = spec_file(tmp_path, IMAGENET_LIKE + "resize: [12, 16]\ncenter_crop: 12\nantialias: false\n")
+    want = normalise_nchw(bilinear_reference(img, 12, 16)[:, 2:14])
+    np.testing.assert_allclose(only_feed(m, tmp_path / "a.png", spec), want, rtol=1e-5, atol=2e-5)
+    # the default (antialias) is what torchvision's Resize does on a PIL image: PIL BILINEAR, which
+    # rounds to uint8 after each of its two passes, hence 1 grey level of tolerance
+    spec = spec_file(tmp_path, IMAGENET_LIKE + "resize: [12, 16]\ncenter_crop: 12\n")
+    pil = np.asarray(Image.fromarray(img).resize((16, 12), Image.BILINEAR, reducing_gap=None))
+    got = only_feed(m, tmp_path / "a.png", spec)
+    np.testing.assert_allclose(got, normalise_nchw(pil[:, 2:14]), atol=1.01 / 255 / STD.min())
+    # and differs from plain bilinear when shrinking 2.5x (aliasing is the point of the option)
+    assert np.abs(got - want).max() > 10 / 255 / STD.max()
+
+
+def test_jpeg_within_tolerance(tmp_path) -> None:
+    img = smooth_rgb(30, 40, seed=3)
+    save_image(tmp_path / "a.jpg", img, quality=95, subsampling=0)
+    m = model_with_inputs(("x", [1, 3, 30, 40], TensorProto.FLOAT))
+    x = only_feed(m, tmp_path / "a.jpg", spec_file(tmp_path, IMAGENET_LIKE))
+    err = np.abs(x - normalise_nchw(img)) * STD[None, :, None, None] * 255  # in grey levels
+    assert err.max() <= 10 and err.mean() <= 2, (err.max(), err.mean())  # measured: 6 and 0.8
+
+
+@pytest.mark.parametrize("mode", ["L", "LA", "RGBA", "P", "P-transparent", "I;16"])
+def test_image_modes_become_the_models_channels(tmp_path, mode: str) -> None:
+    from PIL import Image
+
+    rgb = noisy_rgb(30, 40, seed=4)
+    gray = rgb[:, :, 0]
+    if mode == "L":
+        im, want_rgb = Image.fromarray(gray), np.repeat(gray[:, :, None], 3, 2)
+    elif mode == "LA":
+        im = Image.merge("LA", [Image.fromarray(gray), Image.fromarray(255 - gray)])
+        want_rgb = np.repeat(gray[:, :, None], 3, 2)
+    elif mode == "RGBA":  # alpha dropped, as torchvision's loader (img.convert("RGB")) does
+        im = Image.merge("RGBA", [Image.fromarray(c) for c in (*rgb.transpose(2, 0, 1), 255 - gray)])
+        want_rgb = rgb
+    elif mode.startswith("P"):
+        palette = np.random.default_rng(5).integers(0, 256, (256, 3)).astype(np.uint8)
+        idx = gray
+        im = Image.fromarray(idx)
+        im.putpalette(palette.tobytes())  # an L image given a palette becomes mode P
+        if mode == "P-transparent":
+            im.info["transparency"] = 0
+        want_rgb = palette[idx]
+    else:  # 16-bit grey PNG: scaled to 0..255 as 16-bit PGM is
+        wide = (gray.astype(np.uint16) * 257)  # 0..65535
+        im = Image.fromarray(wide)
+        want_rgb = np.repeat((wide.astype(np.float32) * (255 / 65535))[:, :, None], 3, 2)
+    im.save(tmp_path / "a.png")
+    with Image.open(tmp_path / "a.png") as saved:
+        assert saved.mode == mode.split("-")[0]  # the file really holds that mode
+    spec = spec_file(tmp_path, "scale: 1\n")
+    x3 = only_feed(model_with_inputs(("x", [1, 3, 30, 40], TensorProto.FLOAT)), tmp_path / "a.png", spec)
+    np.testing.assert_allclose(x3[0], want_rgb.astype(np.float32).transpose(2, 0, 1), atol=1e-3)
+    # a one-channel model gets luma (ITU-R 601) of the same RGB
+    x1 = only_feed(model_with_inputs(("x", [1, 1, 30, 40], TensorProto.FLOAT)), tmp_path / "a.png", spec)
+    luma = want_rgb.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+    np.testing.assert_allclose(x1[0, 0], luma, atol=1e-3)
+
+
+def test_exif_orientation_is_applied(tmp_path) -> None:
+    """A phone photo stored 40 wide x 30 high with Orientation 6 shows (and must feed) 30 wide x 40 high."""
+    from PIL import Image
+
+    img = noisy_rgb(30, 40, seed=6)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to display
+    save_image(tmp_path / "a.png", img, exif=exif)
+    m = model_with_inputs(("x", [1, 3, 40, 30], TensorProto.FLOAT))
+    spec = spec_file(tmp_path, "scale: 1\ncenter_crop: [40, 30]\n")  # no resize: a wrong turn fails
+    x = only_feed(m, tmp_path / "a.png", spec)
+    np.testing.assert_array_equal(x[0], np.rot90(img, k=-1).astype(np.float32).transpose(2, 0, 1))
+
+
+def test_mixed_sizes_and_formats_all_reach_the_input_shape(tmp_path) -> None:
+    d = tmp_path / "imgs"
+    (d / "sub").mkdir(parents=True)
+    sizes = {"a.png": (30, 40), "b.jpg": (40, 30), "sub/c.bmp": (64, 48), "d.webp": (17, 23),
+             "e.tif": (32, 32), "f.PNG": (100, 20)}
+    for name, (h, w) in sizes.items():
+        save_image(d / name, smooth_rgb(h, w, seed=h))
+    (d / "README.txt").write_text("not an image, ignored")
+    m = model_with_inputs(("x", [1, 3, 16, 16], TensorProto.FLOAT))
+    spec = spec_file(tmp_path, IMAGENET_LIKE + "resize_shorter: 18\ncenter_crop: 16\n")
+    data = calibration_set(m, d, preprocess=spec)
+    feeds = list(data)
+    assert len(feeds) == len(sizes)
+    assert all(f["x"].shape == (1, 3, 16, 16) and f["x"].dtype == np.float32 for f in feeds)
+    # torchvision's Resize(18) on 100x20 (HxW): width 18, height int(18 * 100 / 20) = 90; crop the middle
+    from edgeq.quant.data import shorter_side_size
+
+    assert shorter_side_size(100, 20, 18) == (90, 18) and shorter_side_size(30, 40, 18) == (18, 24)
+    assert shorter_side_size(30, 40, 17) == (17, 22) and shorter_side_size(40, 30, 17) == (22, 17)  # int()
+    # a crop larger than the resized image is an error naming the file (torchvision would pad zeros)
+    spec = spec_file(tmp_path, IMAGENET_LIKE + "resize_shorter: 12\ncenter_crop: 16\n")
+    with pytest.raises(QuantError, match=r"a\.png: center_crop 16x16 \(HxW\) is larger than the resized "
+                                         r"image 12x16"):
+        list(calibration_set(m, d, preprocess=spec))
+    # without crop the resized image must already fit: the message names the size before resizing
+    spec = spec_file(tmp_path, IMAGENET_LIKE + "resize_shorter: 16\n")
+    with pytest.raises(QuantError, match=r"a\.png: preprocessed image has shape \(1, 3, 16, 21\).*"
+                                         r"image 30x40 \(HxW\)"):
+        list(calibration_set(m, d, preprocess=spec))
+    # a fixed output size that cannot fit fails up front, naming the spec, before any decoding
+    spec = spec_file(tmp_path, IMAGENET_LIKE + "resize_shorter: 256\ncenter_crop: 224\n")
+    with pytest.raises(QuantError, match=r"pre\.yaml: the preprocessing gives 224x224 \(HxW, "
+                                         r"'center_crop'\), input 'x' is \(1, 3, 16, 16\) \(NCHW\): 16x16"):
+        calibration_set(m, d, preprocess=spec)
+    with pytest.raises(QuantError, match=r"gives 16x20 \(HxW, 'resize'\)"):
+        calibration_set(m, d, preprocess=spec_file(tmp_path, "resize: [16, 20]\n"))
+
+
+def test_corrupt_images_name_the_file(tmp_path) -> None:
+    m = model_with_inputs(("x", [1, 3, 16, 16], TensorProto.FLOAT))
+    spec = spec_file(tmp_path, IMAGENET_LIKE)
+    d = tmp_path / "imgs"
+    d.mkdir()
+    save_image(d / "good.png", smooth_rgb())
+    (d / "fake.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    with pytest.raises(QuantError) as e:  # not an image at all: found when the set is built
+        calibration_set(m, d, preprocess=spec)
+    assert "fake.jpg: not a readable image" in one_line_error(e)
+    (d / "fake.jpg").unlink()
+    for name, kw in (("cut.jpg", {"quality": 90}), ("cut.png", {})):
+        save_image(d / name, noisy_rgb(30, 40), **kw)
+        raw = (d / name).read_bytes()
+        (d / name).write_bytes(raw[: len(raw) // 2])  # header intact, pixels cut
+        data = calibration_set(m, d, preprocess=spec)
+        with pytest.raises(QuantError) as e:
+            list(data)
+        msg = one_line_error(e)
+        assert f"{name}: not a readable image" in msg and "truncated" in msg, msg
+        (d / name).unlink()
+
+
+def test_preprocess_spec_resize_keys(tmp_path) -> None:
+    spec = spec_file(tmp_path, "resize: 256\n")
+    with pytest.raises(ConfigError, match=r"'resize' must be \[height, width\], got 256") as e:
+        load_preprocess(spec)
+    assert "resize_shorter" in (e.value.hint or "")
+    spec = spec_file(tmp_path, "resize: [8, 8]\nresize_shorter: 8\n")
+    with pytest.raises(ConfigError, match="'resize' or 'resize_shorter', not both"):
+        load_preprocess(spec)
+    for bad in ("resize_shorter: 0", "resize_shorter: [8, 8]", "center_crop: [8]", "antialias: maybe"):
+        with pytest.raises(ConfigError, match=bad.split(":")[0]):
+            load_preprocess(spec_file(tmp_path, bad + "\n"))
+    p = load_preprocess(spec_file(tmp_path, "resize_shorter: 20\ncenter_crop: 16\nantialias: false\n"))
+    assert (p.resize, p.resize_shorter, p.center_crop, p.antialias) == (None, 20, (16, 16), False)
+
+
+def test_imagenet_example_spec_is_torchvision(tmp_path) -> None:
+    """pipelines/preprocess-imagenet.yaml == Resize(256), CenterCrop(224), ToTensor, Normalize(ImageNet)."""
+    from PIL import Image
+
+    example = Path(__file__).resolve().parents[1] / "pipelines" / "preprocess-imagenet.yaml"
+    pre = load_preprocess(example)
+    assert (pre.resize_shorter, pre.center_crop, pre.layout, pre.channels) == (256, (224, 224), "NCHW", "RGB")
+    assert pre.scale == pytest.approx(1 / 255) and pre.antialias
+    np.testing.assert_allclose(pre.mean, MEAN, rtol=1e-6)
+    np.testing.assert_allclose(pre.std, STD, rtol=1e-6)
+    img = noisy_rgb(300, 400, seed=7)
+    save_image(tmp_path / "photo.png", img)
+    m = model_with_inputs(("x", [1, 3, 224, 224], TensorProto.FLOAT))
+    x = only_feed(m, tmp_path / "photo.png", example)
+    # torchvision on a PIL image: Resize(256) -> 341x256 (int(256 * 400 / 300)), PIL BILINEAR; crop
+    # offsets round((256 - 224) / 2) = 16, round((341 - 224) / 2) = 58 (117 / 2 = 58.5 rounds to even)
+    pil = np.asarray(Image.fromarray(img).resize((341, 256), Image.BILINEAR, reducing_gap=None))
+    want = normalise_nchw(pil[16:240, 58:282])
+    np.testing.assert_allclose(x, want, atol=1.01 / 255 / STD.min())
+
+
+# ---------------------------------------------------------------------------------------------------
+# End to end: edgeq quantize on a folder of JPEG/PNG files
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_cli_quantize_image_folder(tmp_path, cli) -> None:
+    from edgeq import zoo
+
+    src = tmp_path / "model.onnx"
+    onnx.save(zoo.resnet_like(size=32), src)
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    for i, (h, w) in enumerate([(30, 40), (40, 30), (48, 64), (36, 36), (50, 40), (33, 45)]):
+        save_image(imgs / (f"{i}.jpg" if i % 2 else f"{i}.png"), smooth_rgb(h, w, seed=i), quality=95)
+    spec = spec_file(tmp_path, IMAGENET_LIKE + "resize_shorter: 36\ncenter_crop: 32\n")
+    code, out, err = cli("quantize", src, "--calib", imgs, "--preprocess", spec)
+    assert code == 0, (out, err)
+    for name in ("model.int8.onnx", "model.int8.cache", "model.int8.fp32.onnx", "model.int8.json"):
+        assert (tmp_path / name).is_file(), name
+    summary = json.loads((tmp_path / "model.int8.json").read_text())
+    assert summary["samples"] == {"calibration": 4, "holdout": 2}
+    assert summary["fp32_model"] == str(tmp_path / "model.int8.fp32.onnx")
+    assert "model.int8.fp32.onnx" in out.replace("\n", "")

@@ -493,6 +493,17 @@ def test_random_inputs_dynamic_dims_become_one() -> None:
     assert random_inputs(m)["x"].shape == (1, 3)
 
 
+def test_verify_runs_a_model_with_a_scalar_bool_input() -> None:
+    # QA: an If condition as a rank-0 input came out of numpy as a scalar, which onnxruntime refuses.
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [vi("t", [1, 2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", [1, 2])])
+    m = model([helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+              [vi("x", [1, 2]), vi("c", [], TensorProto.BOOL)], [vi("y", [1, 2])])
+    feeds = random_inputs(m)
+    assert isinstance(feeds["c"], np.ndarray) and feeds["c"].shape == ()
+    assert run_model(m, feeds)["y"].shape == (1, 2)
+
+
 # --------------------------------------------------------------------------------------------------
 # the zoo: real export patterns, end to end
 # --------------------------------------------------------------------------------------------------
@@ -664,6 +675,16 @@ def test_cli_unknown_skip_exit_2(tmp_path: Path, cli) -> None:
     save_model(model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [1, 2])], [vi("y", [1, 2])]), p)
     code, _, err = cli("clean", p, "--skip", "fold_everything")
     assert code == 2 and "fold_everything" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "m.clean.onnx").exists()
+
+
+@pytest.mark.parametrize("args", [("--opset", "5"), ("--opset", "-3"), ("--atol", "-1"), ("--rtol", "nan")])
+def test_cli_bad_opset_or_tolerance_exit_2_before_work(args, tmp_path: Path, cli) -> None:
+    # QA: --opset -3 ran every pass and exited 1 with a converter error; --atol -1 / nan "verified".
+    p = tmp_path / "m.onnx"
+    save_model(model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [1, 2])], [vi("y", [1, 2])]), p)
+    code, out, err = cli("clean", p, *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and args[0] in err, (out, err)
     assert not (tmp_path / "m.clean.onnx").exists()
 
 

@@ -41,3 +41,12 @@ def test_demo_steps_carry_the_figures_that_matter(tmp_path):
     rep = steps["report (recorded engines)"]
     assert any(line.startswith("resnet50.implicit") and "FAILED" in line for line in rep.summary)
     assert bool(result)
+
+
+def test_demo_workdir_that_is_a_file_is_one_line_exit_2(tmp_path, cli):
+    # QA: `edgeq demo -o some-file` was a FileExistsError traceback.
+    f = tmp_path / "taken"
+    f.write_text("mine")
+    code, out, err = cli("demo", "-o", f)
+    assert code == 2 and "not a directory" in err and "Traceback" not in out + err
+    assert f.read_text() == "mine"

@@ -200,6 +200,27 @@ def test_missing_model_is_exit_2_without_a_run_dir(tmp_path, monkeypatch, cli):
     assert code == 2 and "target 'tt' not found" in err and "did you mean 't'" in err
 
 
+def test_usage_errors_are_exit_2_before_a_run_dir(tmp_path, monkeypatch, cli):
+    # QA: --gate bogus cleaned, linted and connected before failing (exit 1, run dir left behind); a
+    # missing identity_file left a run dir; --runs-dir naming a file was a traceback.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "t.yaml").write_text("host: 127.0.0.1\nuser: me\nuse_agent: true\n")
+    key = tmp_path / "no-key"
+    (tmp_path / "targets" / "k.yaml").write_text(f"host: 127.0.0.1\nuser: me\nidentity_file: {key}\n")
+    model = tiny_model(tmp_path / "m.onnx")
+    runs = tmp_path / "runs"
+    for args, word in [
+        (("--target", "t", "--gate", "bogus"), "--gate bogus"),
+        (("--target", "k"), "identity_file"),
+    ]:
+        code, out, err = cli("deploy", model, *args, "--runs-dir", runs)
+        assert code == 2 and word in err and len(err.strip().splitlines()) == 1, (out, err)
+        assert not runs.exists()
+    code, out, err = cli("deploy", model, "--target", "t", "--runs-dir", model)
+    assert code == 2 and "not a directory" in err and "Traceback" not in out + err
+
+
 # -- the post-build half, offline, on the real engines ---------------------------------------------------
 
 

@@ -206,6 +206,10 @@ def _make_bad(kind: str, tmp: Path) -> tuple[Path, str]:
         (tmp / "outside.data").write_bytes((tmp / "sub" / "ext.onnx.data").read_bytes())
         p.write_bytes(m.SerializeToString())
         return p, "outside"
+    if kind == "json-file":  # onnx.load parses *.json as JSON protobuf: a layer file given as the model
+        p = tmp / "layers.json"
+        p.write_text('{"Layers": [], "Bindings": []}')
+        return p, "not an ONNX model"
     if kind == "cycle":
         p = tmp / "cycle.onnx"
         p.write_bytes(_cycle().SerializeToString())
@@ -219,7 +223,7 @@ def _make_bad(kind: str, tmp: Path) -> tuple[Path, str]:
 
 BAD = [
     "missing", "directory", "not-onnx", "empty", "truncated", "missing-external", "short-external",
-    "escaping-external", "cycle", "dangling",
+    "escaping-external", "cycle", "dangling", "json-file",
 ]  # fmt: skip
 
 
@@ -237,7 +241,7 @@ def test_bad_input_one_line_exit_2_input_unchanged(kind: str, tmp_path: Path, cl
     assert {p: _sha(p) for p in tmp_path.rglob("*")} == before  # nothing changed, nothing written
 
 
-@pytest.mark.parametrize("kind", ["cycle", "dangling", "truncated", "missing-external"])
+@pytest.mark.parametrize("kind", ["cycle", "dangling", "truncated", "missing-external", "json-file"])
 def test_bad_input_raises_graph_error_in_library(kind: str, tmp_path: Path) -> None:
     path, word = _make_bad(kind, tmp_path)
     with pytest.raises(GraphError, match="(?i)" + word.replace(".", r"\.")):

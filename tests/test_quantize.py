@@ -88,7 +88,9 @@ def test_cli_quantize_synthetic_writes_model_cache_and_summary(tmp_path, cli):
     code, out, err = cli("quantize", src, "--synthetic", "8")
     assert code == 0, err
     assert (tmp_path / "m.int8.onnx").is_file() and (tmp_path / "m.int8.cache").is_file()
+    assert (tmp_path / "m.int8.fp32.onnx").is_file()
     saved = json.loads((tmp_path / "m.int8.json").read_text())
+    assert saved["fp32_model"] == str(tmp_path / "m.int8.fp32.onnx")
     assert saved["quantized"]["activations"] == 7 and saved["output"] == str(tmp_path / "m.int8.onnx")
     assert _sha(src) == before
     assert "activation Q/DQ pairs" in out and "place-residual-skip-only" in out and "top-1" in out
@@ -98,6 +100,7 @@ def test_cli_quantize_synthetic_writes_model_cache_and_summary(tmp_path, cli):
     assert code == 0
     s = json.loads(out)
     assert s["output"] == str(tmp_path / "o.onnx") and s["cache"] == str(tmp_path / "o.cache")
+    assert s["fp32_model"] == str(tmp_path / "o.fp32.onnx")  # named after the cache it goes with
     assert s["quantized"]["activations"] == 7 and s["quantized"]["weights"] == 7
     assert s["float"]["by_rule"]["place-no-qdq-relu-maxpool"] == 1
     assert {"tensor": "/relu/Relu_output_0", "rule": "place-no-qdq-relu-maxpool"} in s["float_tensors"]
@@ -164,10 +167,28 @@ def test_cli_bad_inputs_exit_2(tmp_path, cli):
     _one_line_error(*cli("quantize", src, "--synthetic", "3", "--overrides", bad), "matches no node")
     _one_line_error(*cli("quantize", src, "--synthetic", "3", "--holdout", "1.5"), "--holdout")
     _one_line_error(*cli("quantize", src, "--synthetic", "3", "-o", src), "is the input model")
+    _one_line_error(*cli("quantize", src, "--synthetic", "3", "-o", tmp_path / "m.int8.fp32.onnx"),
+                    "is also the cache or its FP32 model")
     qdq = tmp_path / "q.onnx"
     onnx.save(zoo.qdq_ort(model, quantize_bias=False, samples=1), qdq)
     _one_line_error(*cli("quantize", qdq, "--synthetic", "3"), "already quantized")
     _one_line_error(*cli("quantize", tmp_path / "missing.onnx", "--synthetic", "3"), "no such file")
+
+
+def test_cli_unwritable_output_fails_before_work_and_cache_goes_beside_o(tmp_path, cli):
+    # QA: `-o DIR` calibrated first, then failed, leaving m.int8.cache behind; `--cache DIR` was a traceback;
+    # with `-o elsewhere/x.onnx` the cache and its FP32 model landed beside the input, not with the model.
+    src = tmp_path / "m.onnx"
+    onnx.save(zoo.resnet_like(size=32), src)
+    (tmp_path / "adir").mkdir()
+    _one_line_error(*cli("quantize", src, "--synthetic", "3", "-o", tmp_path / "adir"), "directory")
+    _one_line_error(*cli("quantize", src, "--synthetic", "3", "--cache", tmp_path / "adir"), "directory")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["adir", "m.onnx"]
+    code, _, err = cli("quantize", src, "--synthetic", "3", "-o", tmp_path / "out" / "q.onnx")
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "m.int8.cache", "m.int8.fp32.onnx", "q.json", "q.onnx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "m.onnx", "out"]
 
 
 def test_cli_overrides_file(tmp_path, cli):
@@ -183,3 +204,50 @@ def test_cli_overrides_file(tmp_path, cli):
     m = onnx.load(tmp_path / "m.int8.onnx")
     gemm = next(n for n in m.graph.node if n.op_type == "Gemm")
     assert gemm.input[1] == "fc.weight"  # float weight, no DequantizeLinear
+
+
+def _with_identity_after_first_conv(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """An exporter's leftover Identity: cleaning removes it, so the cleaned model lacks its output."""
+    g = model.graph
+    conv = next(n for n in g.node if n.op_type == "Conv")
+    t, extra = conv.output[0], conv.output[0] + "_identity"
+    for n in g.node:
+        for i, x in enumerate(n.input):
+            if x == t:
+                n.input[i] = extra
+    identity = onnx.helper.make_node("Identity", [t], [extra], name="leftover")
+    g.node.insert(list(g.node).index(conv) + 1, identity)
+    onnx.checker.check_model(model)
+    return model, extra
+
+
+def test_implicit_path_fp32_model_holds_every_cache_tensor(tmp_path):
+    """The cache's names are the cleaned model's: the saved <name>.int8.fp32.onnx is the model to build the
+    implicit engine from (trtexec --int8 --calib=<cache> --onnx=<it>), and it computes what the input does."""
+    import onnxruntime as ort
+
+    model, leftover = _with_identity_after_first_conv(zoo.resnet_like(size=32))
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    result = quantize_file(src, QuantizeOptions(calibrator="max"), synthetic=4)
+    fp32_path = tmp_path / "m.int8.fp32.onnx"
+    assert result.paths["fp32_model"] == str(fp32_path)
+    fp32 = load_model(fp32_path)  # edgeq's loader: checker, no dangling inputs
+    assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in fp32.graph.node)
+    _, cache = read_calibration_cache(tmp_path / "m.int8.cache")
+    tensors = ({t for n in fp32.graph.node for t in (*n.input, *n.output)}
+               | {i.name for i in fp32.graph.input} | {i.name for i in fp32.graph.initializer})
+    assert cache and set(cache) <= tensors
+    # every activation of the saved model has a range: TensorRT can run each of its layers in INT8
+    activations = {t for n in fp32.graph.node for t in n.output} | {i.name for i in fp32.graph.input}
+    assert activations <= set(cache)
+    # while the input model has a tensor the cache knows nothing of: why the saved model is needed
+    assert leftover in {t for n in model.graph.node for t in n.output} and leftover not in cache
+    # same function as the input model, in onnxruntime
+    feeds = zoo.random_inputs(model, seed=5)
+    cpu = ["CPUExecutionProvider"]
+    want = ort.InferenceSession(model.SerializeToString(), providers=cpu).run(None, feeds)
+    got = ort.InferenceSession(str(fp32_path), providers=cpu).run(None, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -537,3 +537,19 @@ def test_html_is_self_contained_and_escaped():
     assert len(re.findall(r'class="bar" style="width:[\d.]+px"', page)) == 169
     assert r.layers[167].time_ms is None and len(r.unmatched_profile) == 1
     assert "FAILED" in page and "interior-reformat" in page
+
+
+def test_cli_html_never_overwrites_an_input_and_refuses_a_directory(tmp_path, cli):
+    # QA: `--html layers.json` replaced the engine's layer file with the HTML page; `--html DIR` was a traceback.
+    import shutil
+
+    layers = tmp_path / "layers.json"
+    shutil.copy(FIXTURES / "resnet50_ortfb.explicit.layers.json", layers)
+    before = layers.read_bytes()
+    code, out, err = cli("report", layers, "--html", layers, "--gate", "none")
+    assert code == 2 and "input" in err and len(err.strip().splitlines()) == 1, (out, err)
+    assert layers.read_bytes() == before
+    (tmp_path / "out").mkdir()
+    code, out, err = cli("report", layers, "--html", tmp_path / "out")
+    assert code == 2 and "directory" in err and "Traceback" not in out + err
+    assert list((tmp_path / "out").iterdir()) == []

@@ -189,3 +189,15 @@ def test_cli_targets_list(tmp_path, monkeypatch, cli):
     (tmp_path / "targets" / "bad.yaml").write_text("host: a\nuser: b\nuse_agent: true\nprot: 22\n")
     code, out, _ = cli("targets", "list")
     assert code == 1 and "did you mean 'port'" in out
+
+
+def test_cli_targets_list_skips_dirs_and_usage_errors_name_the_subcommand(tmp_path, monkeypatch, cli):
+    # QA: a directory named x.yaml was listed as an invalid target; `edgeq targets check` without a name
+    # pointed at 'edgeq --help' rather than the subcommand's help.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "targets" / "old.yaml").mkdir(parents=True)
+    (tmp_path / "targets" / "t.yaml").write_text("host: a\nuser: b\nuse_agent: true\n")
+    code, out, err = cli("targets", "list")
+    assert code == 0 and "old" not in out + err and "t" in out
+    code, _, err = cli("targets", "check")
+    assert code == 2 and "'edgeq targets check --help'" in err and len(err.strip().splitlines()) == 1

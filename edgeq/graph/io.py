@@ -30,6 +30,7 @@ def load_model(
 ) -> onnx.ModelProto:
     """Read an ONNX file, with its external data, and fail early and clearly on a broken one."""
     import onnx
+    from google.protobuf import json_format, text_format
     from google.protobuf.message import DecodeError
 
     path = Path(path)
@@ -43,6 +44,10 @@ def load_model(
         model = onnx.load(str(path), load_external_data=False)
     except DecodeError as e:
         raise GraphError(f"{path}: not an ONNX model or truncated protobuf ({e})") from None
+    except (json_format.Error, text_format.Error) as e:
+        # onnx.load picks the format from the suffix: a .json/.txt file is parsed as JSON/text protobuf.
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GraphError(f"{path}: not an ONNX model ({first})", hint="give the binary .onnx file") from None
     except (ValueError, RuntimeError, OSError) as e:
         raise GraphError(f"{path}: cannot read ONNX model ({e})") from None
     if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):

@@ -100,6 +100,8 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
             feeds[vi.name] = rng.random(shape) < 0.5
         else:
             raise GraphError(f"input '{vi.name}' has type {dtype}; cannot make random inputs for it")
+        # A rank-0 input (an If condition, a scalar) comes out of numpy as a scalar; onnxruntime wants arrays.
+        feeds[vi.name] = np.asarray(feeds[vi.name])
     return feeds
 
 

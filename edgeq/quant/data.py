@@ -13,8 +13,10 @@ Sources (``calibration_set``):
   with or without the batch dimension) or a stack of samples along dim 0. ``.npz`` files are keyed
   by input name (required for models with several inputs; a single-input model also accepts
   ``np.savez``'s default key ``arr_0``).
-- a directory of images (``.ppm``/``.pgm`` read natively; ``.jpg``/``.png``/``.bmp`` need Pillow)
-  with a YAML preprocessing spec (see :class:`Preprocess`).
+- a directory of images (JPEG, PNG, BMP, WebP, TIFF, GIF through Pillow; binary ``.ppm``/``.pgm``
+  read natively) with a YAML preprocessing spec (see :class:`Preprocess` and
+  ``pipelines/preprocess-imagenet.yaml``). Headers are opened when the set is built, so a file that
+  is not an image fails up front; a truncated or corrupt one fails when read, naming the file.
 - ``synthetic=N``: seeded random samples for demos; statistics from them are not meaningful for
   accuracy.
 
@@ -44,7 +46,10 @@ if TYPE_CHECKING:
 
 ARRAY_SUFFIXES = (".npy", ".npz")
 NATIVE_IMAGE_SUFFIXES = (".ppm", ".pgm", ".pnm")
-PIL_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
+# A fixed list rather than everything Pillow registers: indexing must not pick up .pdf/.eps/.h5 files
+# lying in a data directory. Each is decoded by Pillow (a dependency).
+PIL_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".dib", ".webp", ".tif", ".tiff",
+                      ".gif")
 IMAGE_SUFFIXES = NATIVE_IMAGE_SUFFIXES + PIL_IMAGE_SUFFIXES
 
 Feed = dict  # {input name: np.ndarray with the model's batch dimension}
@@ -298,7 +303,7 @@ class _ImageFile:
     def __init__(self, path: Path, pre: Preprocess, spec: InputSpec) -> None:
         self.path, self.pre, self.spec = path, pre, spec
         if path.suffix.lower() in PIL_IMAGE_SUFFIXES:
-            _require_pillow(path)
+            _check_image_header(path)
 
     def read(self, k: int, cache: dict[str, Any]) -> dict[str, np.ndarray]:
         img = _decode_image(self.path)
@@ -459,6 +464,7 @@ def calibration_set(
             raise QuantError(f"{root}: images need a preprocessing spec",
                              hint="pass --preprocess spec.yaml (resize, mean, std, scale, layout, channels)")
         pre = load_preprocess(preprocess)
+        pre.check_input(specs[0], Path(preprocess))
         sources = [_ImageFile(p, pre, specs[0]) for p in images]
     else:
         skipped = f" ({len(files)} files of other kinds)" if files else ""
@@ -485,18 +491,36 @@ def _has_float64(src: _Source) -> bool:
 
 @dataclass(frozen=True)
 class Preprocess:
-    """Image preprocessing, as torchvision/OpenCV pipelines describe it.
+    """Image preprocessing, as torchvision's classification transforms (and OpenCV pipelines) describe it.
 
-    Order: decode (HWC, RGB) -> channel order -> resize (bilinear, to ``resize`` or the input's H, W)
-    -> ``x * scale`` -> ``(x - mean) / std`` -> layout (NCHW/NHWC) -> batch dim.
+    Order: decode (upright: EXIF orientation applied; RGB, or gray for gray files) -> the model's channel
+    count (gray repeated to 3 channels; RGB to 1 channel by ITU-R 601 luma; alpha dropped, as
+    torchvision's ``img.convert("RGB")`` does) -> channel order -> resize -> center crop -> ``x * scale``
+    -> ``(x - mean) / std`` -> layout (NCHW/NHWC) -> batch dim.
+
+    Resize, one of:
+
+    - ``resize: [H, W]``: straight to that size (aspect ratio not kept);
+    - ``resize_shorter: N``: the shorter side to N, the longer to ``int(N * long / short)``, as
+      torchvision's ``Resize(N)``;
+    - neither: to the model input's H, W, unless ``center_crop`` is given (then no resize).
+
+    then ``center_crop: [H, W]`` (optional) cuts the middle, as torchvision's ``CenterCrop``. The result
+    must be the model's input size. Resampling is bilinear with half-pixel centres; ``antialias: true``
+    (default) widens the filter when shrinking, as PIL's ``BILINEAR`` and so torchvision's ``Resize`` do;
+    ``antialias: false`` is plain 2-tap bilinear, as ``cv2.resize(..., INTER_LINEAR)``. They agree when
+    enlarging. Computed in float32, so it matches torchvision's uint8 PIL path to within rounding.
     """
 
-    resize: tuple[int, int] | None = None  # (height, width); None: the model input's spatial size
+    resize: tuple[int, int] | None = None  # (height, width)
     mean: tuple[float, ...] = (0.0,)
     std: tuple[float, ...] = (1.0,)
     scale: float = 1.0 / 255.0
     layout: str = "NCHW"
     channels: str = "RGB"
+    resize_shorter: int | None = None
+    center_crop: tuple[int, int] | None = None  # (height, width)
+    antialias: bool = True
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def apply(self, img: np.ndarray, spec: InputSpec, path: Path) -> np.ndarray:
@@ -513,12 +537,23 @@ class Preprocess:
             x = np.repeat(x, 3, axis=2)
         if want_c == 1 and x.shape[2] == 3:
             x = x @ np.array([0.299, 0.587, 0.114], np.float32)[:, None]  # ITU-R 601 luma
+        if want_c is not None and x.shape[2] != want_c:
+            raise QuantError(f"{path}: image has {x.shape[2]} channels, input '{spec.name}' expects {want_c} "
+                             f"({spec.describe()})", hint="check 'layout' in the preprocessing spec")
         if self.channels == "BGR":
             x = x[:, :, ::-1]
-        size = self.resize or (spec.shape[h_ax], spec.shape[w_ax])
-        if size[0] is None or size[1] is None:
-            raise QuantError(f"input '{spec.name}' has dynamic spatial size; the spec needs 'resize'")
-        x = _resize_bilinear(x, int(size[0]), int(size[1]))
+        h, w = x.shape[:2]
+        if self.resize is not None:
+            x = resize_image(x, *self.resize, antialias=self.antialias)
+        elif self.resize_shorter is not None:
+            x = resize_image(x, *shorter_side_size(h, w, self.resize_shorter), antialias=self.antialias)
+        elif self.center_crop is None:
+            size = (spec.shape[h_ax], spec.shape[w_ax])
+            if size[0] is None or size[1] is None:
+                raise QuantError(f"input '{spec.name}' has dynamic spatial size; the spec needs 'resize'")
+            x = resize_image(x, int(size[0]), int(size[1]), antialias=self.antialias)
+        if self.center_crop is not None:
+            x = center_crop(x, *self.center_crop, path=path)
         mean, std = np.asarray(self.mean, np.float32), np.asarray(self.std, np.float32)
         x = (x * np.float32(self.scale) - mean) / std
         if self.layout == "NCHW":
@@ -526,11 +561,27 @@ class Preprocess:
         x = np.ascontiguousarray(x[None], dtype=spec.dtype)
         if not _dims_match(x.shape, (1, *spec.shape[1:])) or spec.batch != 1:
             raise QuantError(f"{path}: preprocessed image has shape {x.shape}, input '{spec.name}' expects "
-                             f"{spec.describe()}", hint="check resize/layout in the preprocessing spec")
+                             f"{spec.describe()} (image {h}x{w} (HxW) before resize/crop)",
+                             hint="check resize/resize_shorter/center_crop/layout in the preprocessing spec")
         return x
 
+    def check_input(self, spec: InputSpec, where: Path) -> None:
+        """Fail before any image is decoded when the spec's fixed output size cannot fit the input."""
+        if len(spec.shape) != 4:
+            raise QuantError(f"images feed 4-D inputs; '{spec.name}' is {spec.describe()}")
+        fixed = self.center_crop or (self.resize if self.resize_shorter is None else None)
+        h_ax, w_ax = (2, 3) if self.layout == "NCHW" else (1, 2)
+        want = (spec.shape[h_ax], spec.shape[w_ax])
+        if fixed is not None and not _dims_match(fixed, want):
+            key = "center_crop" if self.center_crop else "resize"
+            raise QuantError(
+                f"{where}: the preprocessing gives {fixed[0]}x{fixed[1]} (HxW, '{key}'), input "
+                f"'{spec.name}' is {spec.describe()} ({self.layout}): {want[0]}x{want[1]} expected",
+                hint="make the last resize/center_crop the model's input size (and check 'layout')")
 
-_PRE_KEYS = {"resize", "mean", "std", "scale", "layout", "channels", "channel_order"}
+
+_PRE_KEYS = {"resize", "resize_shorter", "center_crop", "antialias", "mean", "std", "scale", "layout",
+             "channels", "channel_order"}
 
 
 def load_preprocess(path: str | Path) -> Preprocess:
@@ -563,14 +614,31 @@ def load_preprocess(path: str | Path) -> Preprocess:
             raise ConfigError(f"{path}: 'std' must not contain 0")
         return out
 
-    resize = raw.get("resize")
-    if resize is not None:
-        if isinstance(resize, int):
-            resize = (resize, resize)
-        if not (isinstance(resize, (list, tuple)) and len(resize) == 2
-                and all(isinstance(r, int) and r > 0 for r in resize)):
-            raise ConfigError(f"{path}: 'resize' must be [height, width] or one size, got {resize!r}")
-        resize = (int(resize[0]), int(resize[1]))
+    def size(key: str, square_ok: bool) -> tuple[int, int] | None:
+        v = raw.get(key)
+        if v is None:
+            return None
+        if square_ok and _positive_int(v):
+            return (v, v)
+        if not (isinstance(v, (list, tuple)) and len(v) == 2 and all(_positive_int(r) for r in v)):
+            what = "[height, width] or one size" if square_ok else "[height, width]"
+            hint = None if square_ok else \
+                "for torchvision's Resize(N) (shorter side to N, aspect kept) write resize_shorter: N"
+            raise ConfigError(f"{path}: '{key}' must be {what}, got {v!r}", hint=hint)
+        return (int(v[0]), int(v[1]))
+
+    # `resize: 256` is refused: torchvision users read it as Resize(256) (shorter side), OpenCV users
+    # as a square; either guess would silently calibrate on the wrong pixels.
+    resize = size("resize", square_ok=False)
+    crop = size("center_crop", square_ok=True)
+    shorter = raw.get("resize_shorter")
+    if shorter is not None and not _positive_int(shorter):
+        raise ConfigError(f"{path}: 'resize_shorter' must be a positive integer, got {shorter!r}")
+    if shorter is not None and resize is not None:
+        raise ConfigError(f"{path}: give 'resize' or 'resize_shorter', not both")
+    antialias = raw.get("antialias", True)
+    if not isinstance(antialias, bool):
+        raise ConfigError(f"{path}: 'antialias' must be true or false, got {antialias!r}")
     layout = str(raw.get("layout", "NCHW")).upper()
     if layout not in ("NCHW", "NHWC"):
         raise ConfigError(f"{path}: 'layout' must be NCHW or NHWC, got {layout!r}")
@@ -582,7 +650,12 @@ def load_preprocess(path: str | Path) -> Preprocess:
     except (TypeError, ValueError):
         raise ConfigError(f"{path}: 'scale' must be a number such as 1/255, got {raw.get('scale')!r}") \
             from None
-    return Preprocess(resize, floats("mean", (0.0,)), floats("std", (1.0,)), scale, layout, channels)
+    return Preprocess(resize, floats("mean", (0.0,)), floats("std", (1.0,)), scale, layout, channels,
+                      resize_shorter=shorter, center_crop=crop, antialias=antialias)
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def _number(v: Any) -> float:
@@ -597,29 +670,56 @@ def _number(v: Any) -> float:
     return float(str(v))
 
 
-def _require_pillow(path: Path) -> None:
+def _pil_error(path: Path, e: BaseException) -> QuantError:
+    msg = (str(e).splitlines() or [type(e).__name__])[0].replace(f"'{path}'", "").strip()
+    return QuantError(f"{path}: not a readable image ({msg or type(e).__name__})",
+                      hint="re-export the file or remove it from the calibration directory")
+
+
+def _check_image_header(path: Path) -> None:
+    """Open the header only (no pixel decoding), so a non-image fails when the set is built."""
     try:
-        import PIL.Image  # noqa: F401
-    except ImportError:
+        import PIL.Image
+    except ImportError:  # a dependency; only a broken install gets here
         raise QuantError(f"{path}: reading {path.suffix} images needs Pillow",
-                         hint="pip install Pillow, or convert the images to .ppm or .npy") from None
+                         hint="pip install Pillow, or convert the images to .npy") from None
+    try:
+        with PIL.Image.open(path):
+            pass
+    except Exception as e:  # Pillow raises many types for a bad file (OSError, SyntaxError, ValueError...)
+        raise _pil_error(path, e) from None
 
 
 def _decode_image(path: Path) -> np.ndarray:
-    """HWC uint8 RGB (or HW gray) array."""
-    import numpy as np
+    """Upright HWC RGB (or HW gray) array of 0..255 values: what the file shows in an image viewer."""
+    if path.suffix.lower() in NATIVE_IMAGE_SUFFIXES:
+        return _read_pnm(path)
+    import PIL.Image
 
     try:
-        if path.suffix.lower() in NATIVE_IMAGE_SUFFIXES:
-            return _read_pnm(path)
-        import PIL.Image
-
         with PIL.Image.open(path) as im:
-            return np.asarray(im.convert("L" if im.mode in ("L", "I", "F") else "RGB"))
+            im.load()  # decode here: a truncated file raises now, inside this try
+            return _array_from_pil(im)
     except QuantError:
         raise
     except Exception as e:  # Pillow raises many types for a bad file
-        raise QuantError(f"{path}: cannot decode image ({e})") from None
+        raise _pil_error(path, e) from None
+
+
+def _array_from_pil(im: Any) -> np.ndarray:
+    """EXIF orientation applied, then RGB or gray; 16-bit gray scaled to 0..255 as ``_read_pnm`` does."""
+    import numpy as np
+    import PIL.ImageOps
+
+    im = PIL.ImageOps.exif_transpose(im)  # phone photos: stored sideways, Orientation tag 6/8
+    mode = im.mode
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):  # 16-bit PNG/TIFF gray
+        return np.asarray(im).astype(np.float32) * np.float32(255.0 / 65535.0)
+    if mode == "F":
+        return np.asarray(im, dtype=np.float32)
+    if mode in ("1", "L", "LA", "La"):
+        return np.asarray(im.convert("L"))
+    return np.asarray(im.convert("RGB"))  # palette looked up; alpha dropped as torchvision's loader does
 
 
 def _read_pnm(path: Path) -> np.ndarray:
@@ -655,22 +755,61 @@ def _read_pnm(path: Path) -> np.ndarray:
     return img
 
 
-def _resize_bilinear(x: np.ndarray, h: int, w: int) -> np.ndarray:
-    """Bilinear resize of an HWC float32 image, half-pixel centres (as cv2.INTER_LINEAR / PIL)."""
+def shorter_side_size(h: int, w: int, n: int) -> tuple[int, int]:
+    """(height, width) with the shorter side ``n``, exactly as torchvision's ``Resize(n)`` computes it."""
+    if w <= h:
+        return int(n * h / w), n
+    return n, int(n * w / h)
+
+
+def center_crop(x: np.ndarray, h: int, w: int, *, path: Path | None = None) -> np.ndarray:
+    """The middle ``h`` x ``w`` of an HWC image, offsets as torchvision's ``CenterCrop``.
+
+    torchvision pads a too-small image with zeros; here that is an error, as zero borders would enter
+    the activation statistics.
+    """
+    ih, iw = x.shape[:2]
+    if h > ih or w > iw:
+        raise QuantError(f"{path}: center_crop {h}x{w} (HxW) is larger than the resized image {ih}x{iw}",
+                         hint="resize to at least the crop size (resize_shorter >= the crop)")
+    top, left = round((ih - h) / 2.0), round((iw - w) / 2.0)  # Python rounds half to even, as torchvision
+    return x[top:top + h, left:left + w]
+
+
+def resize_image(x: np.ndarray, h: int, w: int, *, antialias: bool = True) -> np.ndarray:
+    """Bilinear resize of an HWC float image to ``h`` x ``w``; see :class:`Preprocess` for ``antialias``.
+
+    Separable: one resampling matrix per axis, applied with BLAS (``tensordot``), so a 12-megapixel
+    photo costs two matrix products, not a Python loop over pixels.
+    """
     import numpy as np
 
     ih, iw = x.shape[:2]
     if (ih, iw) == (h, w):
         return x
+    x = np.tensordot(_resample_matrix(ih, h, antialias), x, axes=(1, 0))  # (h, iw, C)
+    x = np.tensordot(_resample_matrix(iw, w, antialias), x, axes=(1, 1))  # (w, h, C)
+    return np.ascontiguousarray(x.transpose(1, 0, 2))
 
-    def axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        pos = (np.arange(n_out, dtype=np.float32) + 0.5) * (n_in / n_out) - 0.5
-        pos = np.clip(pos, 0, n_in - 1)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.minimum(lo + 1, n_in - 1)
-        return lo, hi, (pos - lo).astype(np.float32)
 
-    y0, y1, fy = axis(ih, h)
-    x0, x1, fx = axis(iw, w)
-    top = x[y0] * (1 - fy)[:, None, None] + x[y1] * fy[:, None, None]
-    return top[:, x0] * (1 - fx)[None, :, None] + top[:, x1] * fx[None, :, None]
+def _resample_matrix(n_in: int, n_out: int, antialias: bool) -> np.ndarray:
+    """(n_out, n_in) weights of a triangle filter, with PIL's window and normalisation
+    (``libImaging/Resample.c`` ``precompute_coeffs``): output pixel i is centred at ``(i + 0.5) * scale``
+    in input pixels; the window is clipped at the image border and the weights renormalised there."""
+    import numpy as np
+
+    scale = n_in / n_out
+    width = max(scale, 1.0) if antialias else 1.0  # filter support in input pixels
+    m = np.zeros((n_out, n_in), np.float64)
+    for i in range(n_out):
+        centre = (i + 0.5) * scale
+        lo = max(int(centre - width + 0.5), 0)
+        hi = min(int(centre + width + 0.5), n_in)
+        j = np.arange(lo, hi, dtype=np.float64)
+        wts = np.maximum(0.0, 1.0 - np.abs((j + 0.5 - centre) / width))
+        total = wts.sum()
+        if total > 0:
+            m[i, lo:hi] = wts / total
+        else:  # cannot happen for a triangle filter of width >= 1; keep the nearest pixel regardless
+            m[i, min(int(centre), n_in - 1)] = 1.0
+    return m.astype(np.float32)

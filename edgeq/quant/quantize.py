@@ -9,7 +9,8 @@ then needs a range for each of their inputs and outputs (Developer Guide 'Settin
 floating-point inputs and outputs of an operation that will execute in INT8"); a tensor missing from the
 cache keeps that layer out of INT8. Tensors in one scale group get the group's shared amax there too, so
 the implicit engine sees the equal Concat scales the explicit one has. The names are those of the
-cleaned model: build the implicit engine from the cleaned FP32 model.
+cleaned model (cleaning folds, removes and renames tensors), so ``quantize_file`` saves that model beside
+the cache as ``<name>.int8.fp32.onnx``: build the implicit engine from it, not from the original.
 """
 
 from __future__ import annotations
@@ -224,6 +225,19 @@ def default_cache_path(model_path: str | Path) -> Path:
     return p.with_name(f"{stem}.int8.cache")
 
 
+def implicit_model_path(cache_path: str | Path) -> Path:
+    """``model.int8.cache`` -> ``model.int8.fp32.onnx`` beside it: the FP32 model the cache is for.
+
+    Named after the cache, not the input: the two files are a pair (``trtexec --int8
+    --calib=model.int8.cache --onnx=model.int8.fp32.onnx``), so they share a prefix and sit side by
+    side, also with ``--cache`` elsewhere. Not ``<name>.clean.onnx``: that is ``edgeq clean``'s output,
+    a different file (verified, opset kept), which this must not overwrite.
+    """
+    p = Path(cache_path)
+    stem = p.name[: -len(p.suffix)] if p.suffix and p.suffix != p.name else p.name
+    return p.with_name(f"{stem}.fp32.onnx")
+
+
 def quantize_file(
     path: str | Path,
     options: QuantizeOptions = QuantizeOptions(),
@@ -234,30 +248,39 @@ def quantize_file(
     output: str | Path | None = None,
     progress: ProgressFn = no_progress,
 ) -> QuantizeResult:
-    """The whole command on files: read, quantize, write ``<name>.int8.onnx``, ``<name>.int8.cache``
-    and the summary ``<output stem>.json`` (what ``--json`` prints).
+    """The whole command on files: read, quantize, write ``<name>.int8.onnx`` (explicit path),
+    ``<name>.int8.cache`` with ``<name>.int8.fp32.onnx`` (implicit path: the cleaned FP32 model whose
+    tensor names the cache uses) and the summary ``<output stem>.json`` (what ``--json`` prints).
 
     The input is never written; each output appears atomically (the cache first, the summary last).
     """
     import json
 
-    from edgeq.fs import atomic_write_text
+    from edgeq.fs import atomic_write_text, check_writable
     from edgeq.graph.io import default_output, load_model, save_model
     from edgeq.quant.data import calibration_set
 
     src = Path(path)
     out = Path(output) if output is not None else default_output(src, "int8")
-    cache = options.cache_path or default_cache_path(src)
-    for what, p in (("output", out), ("cache", cache)):
+    # Beside the model it belongs to (-o's directory), named after the input: <name>.int8.cache.
+    cache = options.cache_path or default_cache_path(out.with_name(src.name))
+    fp32 = implicit_model_path(cache)
+    for what, p in (("output", out), ("cache", cache), ("FP32 model", fp32)):
         if src.exists() and Path(p).exists() and Path(p).resolve() == src.resolve():
             raise QuantError(f"the {what} path {p} is the input model", hint="choose another -o/--cache path")
+    if Path(out).resolve() in (Path(cache).resolve(), fp32.resolve()):
+        raise QuantError(f"the output path {out} is also the cache or its FP32 model",
+                         hint="choose another -o/--cache path")
+    stem = out.name[: -len(".onnx")] if out.name.endswith(".onnx") else out.name
+    summary = out.with_name(f"{stem}.json")
+    for p in (out, cache, fp32, summary):  # before the calibration run, so no output is left half done
+        check_writable(p, inputs=tuple(i for i in (src, calib, preprocess) if i is not None))
     model = load_model(src)
     data = calibration_set(model, calib, synthetic=synthetic, preprocess=preprocess)
     result = quantize_model(model, data, replace(options, cache_path=Path(cache)), progress)
+    save_model(result.reference, fp32)
     save_model(result.model, out)
-    stem = out.name[: -len(".onnx")] if out.name.endswith(".onnx") else out.name
-    summary = out.with_name(f"{stem}.json")
     result = replace(result, paths={"input": str(src), "output": str(out), "cache": str(cache),
-                                    "summary": str(summary)})
+                                    "fp32_model": str(fp32), "summary": str(summary)})
     atomic_write_text(summary, json.dumps(result.to_dict(), indent=2, default=str) + "\n")
     return result

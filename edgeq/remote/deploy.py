@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 from edgeq.errors import EdgeqError, GraphError, QuantError, RemoteError
 from edgeq.findings import Level, ProgressFn, no_progress
-from edgeq.fs import atomic_write_text
+from edgeq.fs import atomic_write_text, ensure_dir
 from edgeq.remote.agent import PROTOCOL as AGENT_PROTOCOL  # the envelope version shipped with this host
 from edgeq.remote.targets import Target, version_matches
 
@@ -110,7 +110,7 @@ def new_run_dir(runs_dir: Path, model: Path, target_name: str, now: Optional[_dt
     """``runs/<model>-<target>-<UTC timestamp>``; a suffix keeps two deploys in one second apart."""
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%d-%H%M%S")
     base = f"{_slug(model.name.rsplit('.onnx', 1)[0])}-{_slug(target_name)}-{stamp}"
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    ensure_dir(runs_dir)
     for i in range(1, 1000):
         path = runs_dir / (base if i == 1 else f"{base}-{i}")
         try:
@@ -118,6 +118,9 @@ def new_run_dir(runs_dir: Path, model: Path, target_name: str, now: Optional[_dt
             return path
         except FileExistsError:
             continue
+        except OSError as e:
+            raise EdgeqError(f"{runs_dir}: cannot create a run directory ({e.strerror or e})",
+                             "choose another --runs-dir") from None
     raise EdgeqError(f"{runs_dir}: cannot create a run directory for {base}")
 
 
@@ -580,7 +583,11 @@ def deploy(
     """
     model = Path(model)
     if not model.is_file():
-        raise GraphError(f"{model}: no such file", "check the model path")
+        what = "not a file" if model.exists() else "no such file"
+        raise GraphError(f"{model}: {what}", "check the model path")
+    # Usage errors before a run directory exists: the gate name and the target's key files.
+    _policy(options, target)
+    target.ssh_config(options.accept_new_host_key)
     d = _Deploy(model, target, options, progress, on_event)
     try:
         result = d.run()

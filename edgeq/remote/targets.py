@@ -435,7 +435,7 @@ def resolve_target(spec: str, cwd: Optional[Path] = None) -> Target:
 
 def list_target_files(cwd: Optional[Path] = None) -> list[Path]:
     d = (Path(cwd) if cwd is not None else Path.cwd()) / TARGETS_DIR
-    return sorted([*d.glob("*.yaml"), *d.glob("*.yml")]) if d.is_dir() else []
+    return sorted(p for p in [*d.glob("*.yaml"), *d.glob("*.yml")] if p.is_file()) if d.is_dir() else []
 
 
 def version_matches(expected: str, actual: Optional[str]) -> bool:

@@ -10,19 +10,24 @@ Logs (TensorRT's logger, trtexec's output) stream on stderr. While a command run
 points at stderr, so no library can corrupt the JSON by printing. Subprocesses run with timeouts.
 
 Exit codes: 0 ok; 1 the command failed on the target (stage names where: import, cuda, launch, parse,
-build, inspect, profile, input); 2 usage error (stage "usage"); 3 an agent bug (stage "internal");
-130 interrupted (stage "interrupted").
+build, inspect, profile, input, output; a ``--timeout`` names the command); 2 usage error (stage
+"usage"); 3 an agent bug (stage "internal"); 130 interrupted (stage "interrupted").
 Option names are trtexec's where they mean the same thing.
+
+The python backend runs TensorRT in this process, where neither a timeout nor SIGTERM can interrupt a
+C++ call: a ``common.Watchdog`` thread then writes the reply itself and exits (still exactly one JSON
+object: ``_Reply`` lets only the first writer through).
 """
 
 import argparse
 import json
 import os
 import sys
+import threading
 import traceback
 
 from . import PROTOCOL
-from .common import AgentError, LogBuffer, install_signal_handlers
+from .common import AgentError, LogBuffer, Watchdog, install_signal_handlers
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
@@ -141,15 +146,44 @@ def run_command(args, log):
         except ValueError as e:
             raise AgentError("usage", str(e)) from None
     from . import trt_backend
-    from .trtexec_backend import check_tactic_sources
+    from .trtexec_backend import build_argv, check_tactic_sources
 
     if args.command == "build":
+        sources = [t for t in (args.tacticSources or "").split(",") if t.strip()]
         try:
-            sources = check_tactic_sources([t for t in (args.tacticSources or "").split(",") if t.strip()])
+            # The same option checks as the trtexec backend (--calib needs --int8, --allowGPUFallback
+            # needs --useDLACore, workspace > 0, tactic source names), so both backends agree.
+            build_argv(
+                args.trtexec, args.onnx, args.saveEngine, int8=args.int8, fp16=args.fp16,
+                calib=args.calib, workspace_mib=args.workspace, tactic_sources=sources,
+                dla_core=args.useDLACore, allow_gpu_fallback=args.allowGPUFallback,
+            )  # fmt: skip
+            sources = check_tactic_sources(sources)
         except ValueError as e:
             raise AgentError("usage", str(e)) from None
         return trt_backend.build(args, log, sources)
     return getattr(trt_backend, args.command)(args, log)
+
+
+class _Reply:
+    """Writes the one JSON object to the real stdout, once: the main thread or the watchdog, not both."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._sent = False
+
+    def claim(self):
+        with self._lock:
+            if self._sent:
+                return False
+            self._sent = True
+            return True
+
+
+def _write_fd(fd, data):
+    while data:
+        n = os.write(fd, data)
+        data = data[n:]
 
 
 def main(argv=None):
@@ -168,11 +202,27 @@ def main(argv=None):
         saved_fd = None
     sys.stdout = sys.stderr
     code = EXIT_OK
+    reply = _Reply()
+    watchdog = None
+
+    def emergency(stage, message, exit_code):
+        """Reply and exit from the watchdog thread (the main thread is stuck in TensorRT)."""
+        if not reply.claim():
+            return  # the main thread is already replying
+        obj = envelope(command, error={"stage": stage, "message": message, "log": log.tail(timeout=2)})
+        data = (json.dumps(obj, sort_keys=True) + "\n").encode("utf-8")
+        try:
+            _write_fd(saved_fd if saved_fd is not None else 1, data)
+        finally:
+            os._exit(exit_code)
+
     try:
         args = make_parser().parse_args(argv)
         command = args.command
         if command is None:
             raise UsageError("a command is required: probe, build, inspect or profile")
+        if args.backend == "python":
+            watchdog = Watchdog(args.timeout, emergency, command).start()
         obj = envelope(command, result=run_command(args, log))
     except UsageError as e:
         args_list = list(sys.argv[1:] if argv is None else argv)
@@ -196,6 +246,10 @@ def main(argv=None):
         )
         code = EXIT_INTERNAL
     finally:
+        if watchdog is not None:
+            watchdog.stop()
+        if not reply.claim():  # the watchdog replied and is ending the process
+            threading.Event().wait()
         sys.stdout = out
         sys.stderr.flush()
         if saved_fd is not None:

@@ -47,9 +47,18 @@ class LogBuffer:
             except (OSError, ValueError):
                 pass  # the host went away: keep going, the result still lands in the run's files
 
-    def tail(self, n=LOG_TAIL):
-        with self._lock:
+    def tail(self, n=LOG_TAIL, timeout=-1):
+        """The last ``n`` lines. With ``timeout`` (seconds) a writer stuck on a full stderr pipe cannot
+        block the caller: it gets a best-effort copy instead."""
+        if self._lock.acquire(timeout=timeout):
+            try:
+                return list(self.lines)[-n:]
+            finally:
+                self._lock.release()
+        try:
             return list(self.lines)[-n:]
+        except RuntimeError:  # deque mutated during the copy
+            return []
 
     def errors(self):
         """Error lines: ``[E]`` from trtexec, ``[ERROR]``/``[INTERNAL_ERROR]`` from TensorRT's logger."""
@@ -130,6 +139,67 @@ def install_signal_handlers():
         if sig is not None:
             with contextlib.suppress(ValueError, OSError):  # not the main thread / not allowed
                 signal.signal(sig, stop)
+
+
+class Watchdog:
+    """Ends in-process TensorRT work that cannot be interrupted from Python, with a reply.
+
+    trtexec runs as a child that ``run_tool`` can kill; TensorRT's Python API runs in this process, in
+    C++ calls that release the GIL (``build_serialized_network``, ``deserialize_cuda_engine``,
+    ``execute_async_v3``: pyCore.cpp ``gil_scoped_release``). A Python signal handler only runs between
+    bytecodes of the main thread, and a ``KeyboardInterrupt`` raised inside a TensorRT callback (the
+    logger, the profiler) is swallowed by the 8.5+ bindings (pyCore.cpp, ``PyLogger``). So a thread
+    sends the structured reply and exits the process: ``emergency(stage, message, exit_code)`` (which
+    must not return) when ``timeout`` seconds pass, or at once on SIGTERM/SIGHUP, which reach it through
+    ``signal.set_wakeup_fd`` even while the main thread is inside C++.
+    """
+
+    def __init__(self, timeout, emergency, what="command"):
+        self.timeout = timeout
+        self.emergency = emergency
+        self.what = what
+        self._timer = None
+        self._pipe = None
+        self._old_wakeup = None
+
+    def start(self):
+        if self.timeout and self.timeout > 0:
+            self._timer = threading.Timer(self.timeout, self._expired)
+            self._timer.daemon = True
+            self._timer.start()
+        try:
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            self._old_wakeup = signal.set_wakeup_fd(w)  # main thread only; needs Python-level handlers
+        except (ValueError, OSError, AttributeError):
+            return self
+        self._pipe = (r, w)
+        threading.Thread(target=self._watch, args=(r,), daemon=True).start()
+        return self
+
+    def stop(self):
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._pipe is not None:
+            with contextlib.suppress(ValueError, OSError):
+                signal.set_wakeup_fd(self._old_wakeup if self._old_wakeup is not None else -1)
+            with contextlib.suppress(OSError):
+                os.close(self._pipe[1])  # the watcher's read returns b"" and it ends
+            self._pipe = None
+
+    def _expired(self):
+        self.emergency(self.what, "%s timed out after %g s" % (self.what, self.timeout), 1)
+
+    def _watch(self, r):
+        try:
+            data = os.read(r, 16)
+        except OSError:
+            data = b""
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(r)
+        if data:
+            self.emergency("interrupted", "interrupted (signal %d)" % data[0], 130)
 
 
 def percentiles(samples_ms):
