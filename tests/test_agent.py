@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 
 from edgeq.remote import zipapp as za
 from edgeq.remote.agent import trt_backend as trb
@@ -147,6 +147,8 @@ def test_probe_reports_tensorrt_not_available(agent):
     assert facts["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
     assert facts["platform"]["machine"]
     assert isinstance(facts["gpus"], list)  # none here: no nvidia-smi, no Jetson device tree
+    assert set(facts["cuda_python"]) == {"cuda", "pycuda", "libcudart"}  # what `profile` could use
+    assert all(isinstance(v, bool) for v in facts["cuda_python"].values())
     assert "Traceback" not in stderr
 
 
@@ -196,20 +198,27 @@ def test_trtexec_backend_missing_binary(agent, tmp_path):
 
 
 def _replay_trtexec(
-    tmp_path: Path, log: Path, exit_code: int, sleep: float = 0, profile: Path | None = None
+    tmp_path: Path,
+    log: Path,
+    exit_code: int,
+    sleep: float = 0,
+    profile: Path | None = None,
+    layers: Path | None = None,
 ) -> Path:
     """An executable that prints a REAL trtexec 8.6 log from the fixtures and exits like trtexec did
-    (and, given ``profile``, copies that real --exportProfile file to where it was asked to write one).
+    (and, given ``profile`` / ``layers``, copies that real --exportProfile / --exportLayerInfo file to
+    where it was asked to write one).
 
     It exercises the agent's process handling, argv passing and log parsing; it is not TensorRT.
     """
     script = tmp_path / "trtexec"
     copy = ""
-    if profile is not None:
-        copy = (
-            'for a in "$@"; do case "$a" in --exportProfile=*) '
-            f'cp {shlex.quote(str(profile))} "${{a#--exportProfile=}}";; esac; done\n'
-        )
+    for flag, src in (("--exportProfile", profile), ("--exportLayerInfo", layers)):
+        if src is not None:
+            copy += (
+                f'for a in "$@"; do case "$a" in {flag}=*) '
+                f'cp {shlex.quote(str(src))} "${{a#{flag}=}}";; esac; done\n'
+            )
     sleep_line = f"sleep {sleep}\n" if sleep else ""
     script.write_text(f"#!/bin/sh\ncat {shlex.quote(str(log))}\n{copy}{sleep_line}exit {exit_code}\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -312,6 +321,22 @@ def test_trtexec_profile_parses_real_run_log(agent, tmp_path):
     assert r["latency_ms"]["p99"] == pytest.approx(0.9021)
     assert r["gpu_compute_ms"]["mean"] == pytest.approx(0.673613)
     assert r["tensorrt"] == "8.6.0"
+
+
+def test_trtexec_inspect_reply_matches_the_python_backends(agent, tmp_path):
+    layers = FIXTURES / "resnet50_placed.explicit.layers.json"
+    trtexec = _replay_trtexec(tmp_path, FIXTURES / "resnet50_placed.explicit.run.log", 0, layers=layers)
+    engine = tmp_path / "e.plan"
+    engine.write_bytes(b"x")
+    out = tmp_path / "l.json"
+    args = ["--trtexec", str(trtexec), "--loadEngine", str(engine), f"--exportLayerInfo={out}"]
+    code, obj, _ = run_agent(agent, "inspect", "--backend", "trtexec", *args)
+    assert code == 0 and obj["ok"], obj
+    assert out.read_bytes() == layers.read_bytes()
+    py_out = tmp_path / "py.json"
+    python_reply = trb.layer_info_result(layers.read_text(encoding="utf-8"), str(py_out), "8.6.0")
+    assert obj["result"] == dict(python_reply, layers_json=str(out))  # same keys, same values
+    assert py_out.read_bytes() == layers.read_bytes()
 
 
 # -- trtexec argv construction (pure) -------------------------------------------------------------------
@@ -498,6 +523,34 @@ def test_profile_from_profiler_callbacks_joins_the_engine_layers(tmp_path):
     assert sum(t.percentage for t in prof.layers) == pytest.approx(100.0)
 
 
+def test_python_backend_replies_reach_the_report_through_the_host_parser(tmp_path):
+    """A synthetic inspect + profile reply as the python backend prints it (its own result builders,
+    the agent's envelope, one JSON line) goes through deploy's ``parse_agent_reply`` and the paths it
+    names load with ``load_layers`` / ``load_profile`` into one report."""
+    from edgeq.remote.agent.__main__ import envelope
+    from edgeq.remote.deploy import parse_agent_reply
+    from edgeq.report.fusion import build_report
+    from edgeq.report.parse import load_layers, load_profile
+
+    text = (FIXTURES / "r50b64_placed.explicit.layers.json").read_text(encoding="utf-8")
+    inspect_result = trb.layer_info_result(text, str(tmp_path / "layers.json"), "8.6.2.3")
+    names = [lay.name for lay in load_layers(text).layers]
+    times = {n: [0.01 * (i + 1), 0.012 * (i + 1)] for i, n in enumerate(names)}
+    (tmp_path / "profile.json").write_text(json.dumps(profile_records(names, times)))
+    profile_result = {"profile_json": str(tmp_path / "profile.json"), "latency_ms": percentiles([1.0, 2.0])}
+
+    replies = {}
+    for command, result in (("inspect", inspect_result), ("profile", profile_result)):
+        stdout = json.dumps(envelope(command, result=result), sort_keys=True) + "\n"
+        replies[command] = parse_agent_reply(stdout, "", 0, command)["result"]
+    layers = load_layers(replies["inspect"]["layers_json"])
+    prof = load_profile(replies["profile"]["profile_json"])
+    assert replies["inspect"]["layers"] == len(layers) and replies["inspect"]["detailed"]
+    assert prof.iterations == 2 and [t.name for t in prof.layers] == names
+    report = build_report(layers, prof)
+    assert report.unmatched_profile == ()
+
+
 def test_calibration_cache_is_replayed_with_the_running_tensorrt_header():
     """edgeq writes TRT-8600 headers; on JetPack 6 (TensorRT 8.6.2) the header names 8602, the scales
     are untouched, and the calibrator class follows the algorithm."""
@@ -552,6 +605,21 @@ def test_python_backend_checks_build_options_like_trtexec(agent, tmp_path):
     assert code == 1 and obj["error"]["stage"] == "import"  # valid options: on to TensorRT, absent here
 
 
+def test_output_directories_are_created_or_reported(agent, tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    cache = tmp_path / "timing-cache" / "timing-8.6.2-sm8.7.cache"
+    engine = tmp_path / "run" / "e.plan"
+    args = [f"--onnx={model}", f"--saveEngine={engine}", f"--timingCacheFile={cache}"]
+    code, obj, _ = run_agent(agent, "build", *args)
+    assert code == 1 and obj["error"]["stage"] == "import"  # no TensorRT here, but the directories exist
+    assert cache.parent.is_dir() and (tmp_path / "run").is_dir()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, obj, _ = run_agent(agent, "build", f"--onnx={model}", f"--saveEngine={blocker / 'e.plan'}")
+    assert code == 1 and obj["error"]["stage"] == "output" and "saveEngine" in obj["error"]["message"]
+
+
 _STUCK_AGENT = """
 import signal, sys, time
 from edgeq.remote.agent import __main__ as agent
@@ -570,15 +638,18 @@ sys.exit(agent.main(sys.argv[1:]))
 """
 
 
-def _stuck_agent(tmp_path: Path, *args: str) -> subprocess.Popen:
+def _stuck_agent(tmp_path: Path, *args: str, python: str = sys.executable) -> subprocess.Popen:
     model = tmp_path / "m.onnx"
     model.write_bytes(b"x")
-    argv = [sys.executable, "-c", _STUCK_AGENT, "build", f"--onnx={model}", f"--saveEngine={tmp_path / 'e'}"]
+    argv = [python, "-c", _STUCK_AGENT, "build", f"--onnx={model}", f"--saveEngine={tmp_path / 'e'}"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYENV_VERSION")}
+    env["PYTHONPATH"] = str(ROOT)  # the agent sources only (edgeq/__init__ and remote/__init__ are inert)
     return subprocess.Popen(
         [*argv, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
@@ -597,7 +668,23 @@ def test_python_backend_timeout_replies_while_tensorrt_is_stuck(tmp_path):
 
 
 def test_python_backend_sigterm_replies_while_tensorrt_is_stuck(tmp_path):
-    proc = _stuck_agent(tmp_path)
+    _sigterm_stuck_agent(tmp_path, sys.executable)
+
+
+def test_watchdog_works_on_python_38(tmp_path):
+    """JetPack 5 runs Python 3.8: the wakeup-fd watchdog must work there too (JetPack 6: 3.10)."""
+    py38 = _python38()
+    if py38 is None:
+        pytest.skip("no Python 3.8 interpreter on this machine")
+    proc = _stuck_agent(tmp_path, "--timeout=1", python=py38)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+    assert json.loads(out)["error"]["message"] == "build timed out after 1 s"
+    _sigterm_stuck_agent(tmp_path, py38)
+
+
+def _sigterm_stuck_agent(tmp_path: Path, python: str) -> None:
+    proc = _stuck_agent(tmp_path, python=python)
     deadline = time.monotonic() + 20
     lines = []
     while time.monotonic() < deadline and (not lines or lines[-1] != "stuck"):
@@ -608,6 +695,41 @@ def test_python_backend_sigterm_replies_while_tensorrt_is_stuck(tmp_path):
     assert proc.returncode == 130
     obj = json.loads(out)
     assert obj["error"]["stage"] == "interrupted" and f"signal {signal.SIGTERM:d}" in obj["error"]["message"]
+
+
+def test_cuda_buffers_fail_structured_without_a_gpu():
+    """``profile``'s CUDA setup on this GPU-less machine: cuda-python and pycuda are absent, so it
+    falls through to libcudart via ctypes; the CUDA toolkit here has one but there is no driver, and
+    the real cudaStreamCreate error comes back as data (without libcudart: an import error)."""
+    import ctypes.util
+
+    with pytest.raises(trb.AgentError) as e:
+        trb.open_cuda()
+    if ctypes.util.find_library("cudart"):
+        assert e.value.stage == "cuda"
+        assert e.value.message.startswith("cudaStreamCreate failed: cudaError")
+    else:
+        assert e.value.stage == "import" and len(e.value.details["errors"]) == 3
+
+
+def test_log_errors_since_a_mark_skip_recovered_errors():
+    """8.6.1 logs ERRORs for a timing cache it cannot read and builds anyway (NVIDIA/TensorRT#3566):
+    a later failure must be reported with its own error line, also after the buffer wrapped."""
+    from edgeq.remote.agent.common import LogBuffer
+
+    log = LogBuffer(io.StringIO(), keep=5)
+    log.write("[ERROR] 1: [stdArchiveReader.cpp] Error Code 1: Serialization (Magic tag does not match)")
+    log.write("[ERROR] 4: The timing cache will not be used!")
+    mark = log.mark()
+    for i in range(6):
+        log.write(f"[INFO] tactic {i}")
+    failure = "[ERROR] 10: Could not find any implementation for node X."
+    log.write(failure)
+    log.write("[E] trtexec style")
+    assert log.errors(mark) == [failure, "[E] trtexec style"]
+    assert trb._first_error(log, "none", mark) == "10: Could not find any implementation for node X."
+    assert trb._first_error(log, "none", log.mark()) == "none"
+    assert len(log.tail()) == 5 and log.written == 10
 
 
 def test_percentiles_nearest_rank():

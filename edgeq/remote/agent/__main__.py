@@ -108,12 +108,16 @@ def _check_inputs(args):
         path = getattr(args, attr, None)
         if path and not os.path.isfile(path):
             raise AgentError("input", "%s not found: %s" % (attr, path))
-    for attr in ("saveEngine", "exportLayerInfo", "exportProfile"):
+    # Output directories are created (the timing cache's too: the first build on a target writes it).
+    for attr in ("saveEngine", "exportLayerInfo", "exportProfile", "timingCacheFile"):
         path = getattr(args, attr, None)
         if path:
             parent = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(parent):
+            try:
                 os.makedirs(parent, exist_ok=True)
+            except OSError as e:
+                message = "cannot create %s for %s: %s" % (parent, attr, e.strerror or e)
+                raise AgentError("output", message) from None
 
 
 def run_command(args, log):

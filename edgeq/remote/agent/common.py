@@ -1,4 +1,5 @@
-"""Pieces shared by the agent's commands and backends: the structured error and the log buffer."""
+"""Pieces shared by the agent's commands and backends: the structured error, the log buffer, running
+tools without hanging, the watchdog for in-process TensorRT work, and finding libcudart (stdlib only)."""
 
 import collections
 import contextlib
@@ -35,12 +36,14 @@ class LogBuffer:
     def __init__(self, stream=None, keep=2000):
         self.stream = stream if stream is not None else sys.stderr
         self.lines = collections.deque(maxlen=keep)
+        self.written = 0  # lines written so far; ``mark()`` / ``errors(since=)`` count in these
         self._lock = threading.Lock()
 
     def write(self, line):
         line = line.rstrip("\r\n")
         with self._lock:
             self.lines.append(line)
+            self.written += 1
             try:
                 self.stream.write(line + "\n")
                 self.stream.flush()
@@ -60,10 +63,25 @@ class LogBuffer:
         except RuntimeError:  # deque mutated during the copy
             return []
 
-    def errors(self):
-        """Error lines: ``[E]`` from trtexec, ``[ERROR]``/``[INTERNAL_ERROR]`` from TensorRT's logger."""
+    def mark(self):
+        """A position in the log: ``errors(since=mark)`` then ignores what was logged before it."""
         with self._lock:
-            return [ln for ln in self.lines if "[E]" in ln or ln.startswith(("[ERROR]", "[INTERNAL_ERROR]"))]
+            return self.written
+
+    def errors(self, since=0):
+        """Error lines: ``[E]`` from trtexec, ``[ERROR]``/``[INTERNAL_ERROR]`` from TensorRT's logger.
+
+        ``since`` (a ``mark()``) skips earlier ones: TensorRT logs errors it recovers from (a timing
+        cache it cannot read: "Error Code 1: Serialization ... The timing cache will not be used!",
+        NVIDIA/TensorRT#3566), which must not pass for the reason a later step failed.
+        """
+        with self._lock:
+            first = self.written - len(self.lines)
+            return [
+                ln
+                for i, ln in enumerate(self.lines, first)
+                if i >= since and ("[E]" in ln or ln.startswith(("[ERROR]", "[INTERNAL_ERROR]")))
+            ]
 
 
 def run_tool(argv, log, timeout):
@@ -126,12 +144,16 @@ def _kill(proc):
         proc.wait(timeout=10)
 
 
+def kill_active_tools():
+    for proc in list(_ACTIVE):
+        _kill(proc)
+
+
 def install_signal_handlers():
     """On SIGTERM/SIGHUP (the host stopping us): kill running tools' process groups, then stop."""
 
     def stop(signum, frame):
-        for proc in list(_ACTIVE):
-            _kill(proc)
+        kill_active_tools()
         raise KeyboardInterrupt("signal %d" % signum)
 
     for name in ("SIGTERM", "SIGHUP"):
@@ -167,11 +189,14 @@ class Watchdog:
             self._timer = threading.Timer(self.timeout, self._expired)
             self._timer.daemon = True
             self._timer.start()
+        r, w = os.pipe()
         try:
-            r, w = os.pipe()
             os.set_blocking(w, False)
             self._old_wakeup = signal.set_wakeup_fd(w)  # main thread only; needs Python-level handlers
-        except (ValueError, OSError, AttributeError):
+        except (ValueError, OSError, AttributeError):  # not the main thread: the timeout still works
+            for fd in (r, w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             return self
         self._pipe = (r, w)
         threading.Thread(target=self._watch, args=(r,), daemon=True).start()
@@ -188,6 +213,7 @@ class Watchdog:
             self._pipe = None
 
     def _expired(self):
+        kill_active_tools()
         self.emergency(self.what, "%s timed out after %g s" % (self.what, self.timeout), 1)
 
     def _watch(self, r):
@@ -199,7 +225,34 @@ class Watchdog:
             with contextlib.suppress(OSError):
                 os.close(r)
         if data:
+            kill_active_tools()
             self.emergency("interrupted", "interrupted (signal %d)" % data[0], 130)
+
+
+# Where JetPack / the CUDA toolkit put the CUDA runtime when ``ctypes.util.find_library`` cannot see it.
+CUDART_NAMES = (
+    "libcudart.so",
+    "libcudart.so.12",
+    "libcudart.so.11.0",
+    "/usr/local/cuda/lib64/libcudart.so",
+    "/usr/local/cuda/lib64/libcudart.so.12",
+)
+
+
+def load_libcudart():
+    """The CUDA runtime library through ctypes (stdlib), or ImportError. Loading it creates no context."""
+    import ctypes
+    import ctypes.util
+
+    errors = []
+    for name in (ctypes.util.find_library("cudart"), *CUDART_NAMES):
+        if not name:
+            continue
+        try:
+            return ctypes.CDLL(name)
+        except OSError as e:
+            errors.append(str(e))
+    raise ImportError("libcudart not found (%s)" % (errors[-1] if errors else "no candidates"))
 
 
 def percentiles(samples_ms):

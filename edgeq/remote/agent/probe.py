@@ -10,7 +10,7 @@ import platform
 import re
 import sys
 
-from .common import run_tool
+from .common import load_libcudart, run_tool
 
 # Jetson SoCs by their device-tree "compatible" string -> (family, CUDA compute capability).
 # Source: NVIDIA's CUDA GPU compute capability table (Orin 8.7, Xavier 7.2, TX2 6.2, Nano/TX1 5.3).
@@ -153,15 +153,29 @@ def gpu_info():
     return gpus
 
 
+# The modules trt_backend.open_cuda tries for device buffers, in order: cuda-python's runtime API
+# (``cuda.cudart`` up to 12.x, ``cuda.bindings.runtime`` from 12.6 on), pycuda's driver API, and
+# libcudart itself through ctypes.
+CUDA_BINDINGS = {"cuda": ("cuda.cudart", "cuda.bindings.runtime"), "pycuda": ("pycuda.driver",)}
+
+
 def cuda_bindings():
-    """Which CUDA Python binding is importable for device buffers (pycuda or cuda-python)."""
+    """Which CUDA binding ``profile`` (backend python) can use: {"cuda", "pycuda", "libcudart": bool}."""
     found = {}
-    for name in ("pycuda", "cuda"):
-        try:
-            __import__(name)
+    for name, modules in CUDA_BINDINGS.items():
+        found[name] = False
+        for module in modules:
+            try:
+                __import__(module)  # imports only: no CUDA context is created
+            except Exception:  # ImportError, or a broken driver raising at import time
+                continue
             found[name] = True
-        except Exception:  # ImportError, or a broken driver raising at import time
-            found[name] = False
+            break
+    try:
+        load_libcudart()  # loads the library only: no CUDA call is made
+        found["libcudart"] = True
+    except ImportError:
+        found["libcudart"] = False
     return found
 
 

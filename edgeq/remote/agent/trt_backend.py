@@ -1,11 +1,13 @@
-"""Backend ``python``: the only module that imports TensorRT (8.6) and a CUDA binding.
+"""Backend ``python``: the only module that imports TensorRT (8.6) and a CUDA binding (cuda-python or
+pycuda when installed, else libcudart through ctypes, which JetPack always has).
 
 Every TensorRT call here is checked against the TensorRT 8.5/8.6 Python bindings
 (NVIDIA/TensorRT ``python/src/infer/pyCore.cpp``, ``pyInt8.cpp``, ``parsers/pyOnnx.cpp``) and the
 8.6 Python API reference; the comment next to a call names what it relies on. Only the I/O tensor API
 of 8.5+ is used (``num_io_tensors``, ``get_tensor_*``, ``set_tensor_address``,
-``execute_async_v3``): the binding-index API is deprecated since 8.5 (pyCore.cpp wraps it in
-``utils::deprecate``) and its binding order is not the I/O tensor order.
+``execute_async_v3``): the binding-index API (``get_binding_shape``, ``get_binding_dtype``, ...) is
+deprecated since 8.5 (pyCore.cpp wraps it in ``utils::deprecateMember``), ``execute_async_v2`` is gone
+in TensorRT 10, and a tensor bound by name cannot land in the wrong slot of a bindings list.
 
 Imports are lazy: ``load_tensorrt`` turns a missing or broken installation into a structured
 ``AgentError(stage="import")`` so ``probe`` reports it as data. numpy is never needed: buffer sizes
@@ -20,7 +22,7 @@ import os
 import re
 import time
 
-from .common import AgentError, percentiles
+from .common import AgentError, load_libcudart, percentiles
 
 # ILogger.Severity values (pyCore.cpp binds kINTERNAL_ERROR..kVERBOSE as 0..4, py::arithmetic), named
 # here so log lines read "[ERROR] ..." whatever pybind11 version built the bindings (``.name`` on an
@@ -94,8 +96,9 @@ def _logger(trt, log, verbose=False):
     return _Logger()
 
 
-def _first_error(log, default):
-    errors = log.errors()
+def _first_error(log, default, since=0):
+    """The first TensorRT error logged since ``since`` (a ``log.mark()``), without its "[ERROR] "."""
+    errors = log.errors(since)
     return errors[0].split("] ", 1)[-1] if errors else default
 
 
@@ -240,13 +243,16 @@ def _timing_cache(trt, config, path, log):
         with open(path, "rb") as f:
             blob = f.read()
     info = {"path": path, "loaded_bytes": len(blob), "reused": False}
+    mark = log.mark()
     cache = config.create_timing_cache(blob) if blob else None
-    if cache is not None and config.set_timing_cache(cache, False):
+    if cache is not None and config.set_timing_cache(cache, False) and not log.errors(mark):
         info["reused"] = True
         return cache, info
     if blob:
-        # UNVERIFIED (8.6): whether a corrupt or foreign cache makes create_timing_cache return None or
-        # set_timing_cache return False (both handled); either way the build starts from an empty one.
+        # 8.6.1 logs "Error Code 1: Serialization (... Magic tag does not match)" and "The timing cache
+        # will not be used!" for an unreadable cache and goes on (NVIDIA/TensorRT#3566).
+        # UNVERIFIED (8.6): whether create_timing_cache then returns None or a usable empty cache, and
+        # whether set_timing_cache returns False for another GPU's cache; all three cases end here.
         log.write("[WARNING] edgeq: timing cache %s was not accepted; starting an empty one" % path)
     cache = config.create_timing_cache(b"")
     if cache is None or not config.set_timing_cache(cache, False):
@@ -286,7 +292,12 @@ def build(args, log, tactic_sources):
                 log.write("[WARNING] edgeq: the model has Q/DQ nodes (explicit INT8): --calib is ignored")
         elif args.calib:
             with open(args.calib, "rb") as f:
-                class_name, cache = cache_for_tensorrt(f.read(), trt.__version__)
+                original = f.read()
+            class_name, cache = cache_for_tensorrt(original, trt.__version__)
+            before = original.decode("utf-8", "replace").split("\n", 1)[0].strip()
+            after = cache.decode("utf-8").split("\n", 1)[0]
+            if before != after:
+                log.write("[INFO] edgeq: calibration cache %s replayed as %s" % (before, after))
             calibrator = _cache_calibrator(trt, class_name, cache)
             config.int8_calibrator = calibrator  # config keeps it alive (pyCore.cpp: py::keep_alive<1, 2>)
             mode = "implicit-int8"
@@ -323,10 +334,11 @@ def build(args, log, tactic_sources):
         _cache, cache_info = _timing_cache(trt, config, args.timingCacheFile, log)
 
     started = time.monotonic()
+    mark = log.mark()
     serialized = builder.build_serialized_network(network, config)  # IHostMemory, or None on failure
     elapsed = time.monotonic() - started
     if serialized is None:
-        message = _first_error(log, "build_serialized_network returned no engine")
+        message = _first_error(log, "build_serialized_network returned no engine", mark)
         if calibrator is not None and calibrator.asked_for_batches:
             message += " (TensorRT did not accept the calibration cache %s and asked for data)" % args.calib
         raise AgentError("build", message, log=log.tail())
@@ -358,20 +370,20 @@ def _load_engine(trt, logger, log, path, dla_core, stage):
     if dla_core is not None:
         runtime.DLA_core = int(dla_core)
     with open(path, "rb") as f:
-        engine = runtime.deserialize_cuda_engine(f.read())
+        data = f.read()
+    mark = log.mark()
+    engine = runtime.deserialize_cuda_engine(data)
     if engine is None:
-        raise AgentError(
-            stage,
-            _first_error(log, "cannot deserialize %s (built by another TensorRT version or GPU?)" % path),
-            log=log.tail(),
-        )
+        default = "cannot deserialize %s (built by another TensorRT version or GPU?)" % path
+        raise AgentError(stage, _first_error(log, default, mark), log=log.tail())
     return runtime, engine
 
 
 def _context(engine, log, stage):
+    mark = log.mark()
     context = engine.create_execution_context()  # None when device memory cannot be allocated
     if context is None:
-        raise AgentError(stage, _first_error(log, "cannot create an execution context"), log=log.tail())
+        raise AgentError(stage, _first_error(log, "cannot create an execution context", mark), log=log.tail())
     return context
 
 
@@ -410,89 +422,146 @@ def inspect(args, log):
     # ``context`` stays referenced until the information has been read.
     context = _context(engine, log, "inspect")
     inspector.execution_context = context
-    text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+    try:
+        text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+    except UnicodeDecodeError as e:  # pybind11 decodes the C string as strict UTF-8
+        raise AgentError(
+            "inspect",
+            "the engine inspector's JSON is not UTF-8 (%s)" % e,
+            details={"hint": "use backend: trtexec, which writes the bytes as they are"},
+        ) from None
     return layer_info_result(text, args.exportLayerInfo, trt.__version__)
 
 
-def _cudart():
-    try:
-        from cuda import cudart  # cuda-python 11.x/12.x
-    except ImportError:
-        from cuda.bindings import runtime as cudart  # cuda-python 12.6+ (``cuda.cudart`` removed in 13)
-    return cudart
+class _CudaPython:
+    """cuda-python's runtime API: calls return ``(cudaError_t, value...)`` tuples (TensorRT 8.6
+    samples/python/common.py checks ``err != cudart.cudaError_t.cudaSuccess`` the same way)."""
 
-
-class _Cuda:
-    """Device buffers and a stream through cuda-python, or pycuda when cuda-python is absent.
-
-    Created BEFORE the TensorRT Runtime so every allocation lives in one CUDA context: cuda-python's
-    runtime API uses the device's primary context, as TensorRT does; pycuda uses ``autoprimaryctx``
-    (pycuda >= 2021.1) for the same reason, ``autoinit`` (a context of its own, made current here and
-    used by TensorRT from then on) only on older pycuda.
-    """
+    name = "cuda-python"
 
     def __init__(self):
-        self._cudart = None
-        self._pycuda = None
-        self._keep = []
-        errors = []
         try:
-            cudart = _cudart()
-        except ImportError as e:
-            errors.append("cuda-python: %s" % e)
-        else:
-            self._cudart = cudart
-            err, self.stream = cudart.cudaStreamCreate()  # (cudaError_t, cudaStream_t)
-            self._check(err, "cudaStreamCreate")
-            self.handle = int(self.stream)
-            return
+            from cuda import cudart  # cuda-python 11.x/12.x
+        except ImportError:
+            from cuda.bindings import runtime as cudart  # cuda-python 12.6+ (``cuda.cudart`` gone in 13)
+        self._rt = cudart
+        try:
+            err, self._stream = cudart.cudaStreamCreate()
+        except Exception as e:  # a cuda-python built for another CUDA than the driver's
+            raise AgentError("cuda", "cuda-python cannot create a stream: %s" % (e,)) from None
+        self._check(err, "cudaStreamCreate")
+        self.handle = int(self._stream)
+
+    def _check(self, err, what):
+        if err != self._rt.cudaError_t.cudaSuccess:
+            raise AgentError("cuda", "%s failed: %s" % (what, err))
+
+    def alloc(self, nbytes):
+        err, ptr = self._rt.cudaMalloc(nbytes)
+        self._check(err, "cudaMalloc(%d)" % nbytes)
+        (err,) = self._rt.cudaMemset(ptr, 0, nbytes)
+        self._check(err, "cudaMemset")
+        return int(ptr)
+
+    def sync(self):
+        (err,) = self._rt.cudaStreamSynchronize(self._stream)
+        self._check(err, "cudaStreamSynchronize")
+
+
+class _PyCuda:
+    """pycuda's driver API. ``autoprimaryctx`` (pycuda >= 2021.1) retains and pushes the device's
+    primary context, the one TensorRT's runtime API uses; older pycuda only has ``autoinit``, which
+    pushes a context of its own that TensorRT then uses too (it is current before the Runtime exists)."""
+
+    name = "pycuda"
+
+    def __init__(self):
         try:
             try:
                 import pycuda.autoprimaryctx  # retains and pushes the primary context
             except ImportError:
                 import pycuda.autoinit  # noqa: F401 - creates and pushes a context of its own
             import pycuda.driver as cuda
-        except ImportError as e:
-            errors.append("pycuda: %s" % e)
-            raise AgentError(
-                "import",
-                "neither cuda-python nor pycuda is installed (needed to time the engine)",
-                details={
-                    "hint": "pip install cuda-python (or pycuda), or use backend: trtexec",
-                    "errors": errors,
-                },
-            ) from None
+        except ImportError:
+            raise
         except Exception as e:  # pycuda._driver.Error: cuInit failed, no device
             raise AgentError("cuda", "pycuda cannot initialise CUDA: %s" % (e,)) from None
-        self._pycuda = cuda
-        self.stream = cuda.Stream()
-        self.handle = int(self.stream.handle)
-
-    def _check(self, err, what):
-        if err != self._cudart.cudaError_t.cudaSuccess:
-            raise AgentError("cuda", "%s failed: %s" % (what, err))
+        self._cuda = cuda
+        self._keep = []
+        self._stream = cuda.Stream()
+        self.handle = int(self._stream.handle)
 
     def alloc(self, nbytes):
-        """Zero-filled device memory (zeros: no NaN or denormal inputs skewing the timing)."""
-        nbytes = max(1, int(nbytes))
-        if self._pycuda is not None:
-            buf = self._pycuda.mem_alloc(nbytes)
-            self._pycuda.memset_d8(buf, 0, nbytes)
-            self._keep.append(buf)
-            return int(buf)
-        err, ptr = self._cudart.cudaMalloc(nbytes)
-        self._check(err, "cudaMalloc(%d)" % nbytes)
-        (err,) = self._cudart.cudaMemset(ptr, 0, nbytes)
-        self._check(err, "cudaMemset")
-        self._keep.append(ptr)
-        return int(ptr)
+        buf = self._cuda.mem_alloc(nbytes)
+        self._cuda.memset_d8(buf, 0, nbytes)
+        self._keep.append(buf)  # a DeviceAllocation frees its memory when collected
+        return int(buf)
 
     def sync(self):
-        if self._pycuda is not None:
-            self.stream.synchronize()
-        else:
-            (err,) = self._cudart.cudaStreamSynchronize(self.stream)
-            self._check(err, "cudaStreamSynchronize")
+        self._stream.synchronize()
+
+
+class _LibCudart:
+    """The CUDA runtime library itself through ctypes: JetPack installs libcudart with TensorRT, but
+    neither cuda-python nor pycuda. Signatures: CUDA Runtime API (``cudaMalloc(void**, size_t)``, ...)."""
+
+    name = "libcudart"
+
+    def __init__(self):
+        import ctypes
+
+        lib = load_libcudart()
+        c_int, c_size_t, c_void_p, ptr_t = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.POINTER
+        for fn, args in (
+            ("cudaStreamCreate", [ptr_t(c_void_p)]),
+            ("cudaMalloc", [ptr_t(c_void_p), c_size_t]),
+            ("cudaMemset", [c_void_p, c_int, c_size_t]),
+            ("cudaStreamSynchronize", [c_void_p]),
+        ):
+            getattr(lib, fn).argtypes = args
+            getattr(lib, fn).restype = c_int
+        lib.cudaGetErrorName.argtypes = [c_int]
+        lib.cudaGetErrorName.restype = ctypes.c_char_p
+        lib.cudaGetErrorString.argtypes = [c_int]
+        lib.cudaGetErrorString.restype = ctypes.c_char_p
+        self._ct = ctypes
+        self._lib = lib
+        self._stream = c_void_p()
+        self._check(lib.cudaStreamCreate(ctypes.byref(self._stream)), "cudaStreamCreate")
+        self.handle = int(self._stream.value or 0)
+
+    def _check(self, err, what):
+        if err != 0:  # cudaSuccess
+            name = (self._lib.cudaGetErrorName(err) or b"?").decode("ascii", "replace")
+            text = (self._lib.cudaGetErrorString(err) or b"").decode("utf-8", "replace")
+            raise AgentError("cuda", "%s failed: %s (%s)" % (what, name, text))
+
+    def alloc(self, nbytes):
+        ptr = self._ct.c_void_p()
+        self._check(self._lib.cudaMalloc(self._ct.byref(ptr), nbytes), "cudaMalloc(%d)" % nbytes)
+        self._check(self._lib.cudaMemset(ptr, 0, nbytes), "cudaMemset")
+        return int(ptr.value)
+
+    def sync(self):
+        self._check(self._lib.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+
+
+def open_cuda():
+    """Device buffers and a stream from the first CUDA binding that imports: cuda-python, pycuda, or
+    libcudart through ctypes. Call it BEFORE creating the TensorRT Runtime, so the engine and the
+    buffers live in one CUDA context (each of the three makes the primary context current, except
+    pycuda's ``autoinit``, whose context TensorRT then uses too)."""
+    errors = []
+    for cls in (_CudaPython, _PyCuda, _LibCudart):
+        try:
+            return cls()
+        except ImportError as e:
+            errors.append("%s: %s" % (cls.name, e))
+    raise AgentError(
+        "import",
+        "no CUDA runtime to allocate the engine's buffers (tried cuda-python, pycuda, libcudart)",
+        details={"hint": "pip install cuda-python, or use backend: trtexec", "errors": errors},
+    )
 
 
 def _itemsize(dtype):
@@ -535,21 +604,22 @@ def _bind_tensors(trt, engine, context, cuda):
             engine.get_tensor_vectorized_dim(name),
             engine.get_tensor_components_per_element(name),
         )
-        if not context.set_tensor_address(name, cuda.alloc(nbytes)):
+        if not context.set_tensor_address(name, cuda.alloc(max(1, nbytes))):
             raise AgentError("profile", "set_tensor_address(%r) failed" % name)
 
 
 def profile(args, log):
     trt = load_tensorrt()
     logger = _logger(trt, log, getattr(args, "verbose", False))
-    cuda = _Cuda()  # before the Runtime: one CUDA context for the engine and the buffers
+    cuda = open_cuda()  # before the Runtime: one CUDA context for the engine and the buffers
     _runtime, engine = _load_engine(trt, logger, log, args.loadEngine, args.useDLACore, "profile")
     context = _context(engine, log, "profile")
     _bind_tensors(trt, engine, context, cuda)
 
     def once():
+        mark = log.mark()
         if not context.execute_async_v3(cuda.handle):  # stream handle as an int (pyCore.cpp: size_t)
-            raise AgentError("profile", _first_error(log, "execute_async_v3 failed"), log=log.tail())
+            raise AgentError("profile", _first_error(log, "execute_async_v3 failed", mark), log=log.tail())
         cuda.sync()
 
     warm_until = time.perf_counter() + args.warmUp / 1000.0
@@ -569,6 +639,8 @@ def profile(args, log):
     # after every layer, so it must not be attached while end-to-end latency is measured. The 8.6
     # IProfiler is called once per layer for each executeV2()/enqueueV2()/enqueueV3() (C++ API,
     # IProfiler); the stream is synchronised after every run so each run's reports are complete.
+    # UNVERIFIED (8.6): whether enqueueV3 calls report_layer_time before it returns or after the
+    # stream work ends; both are covered (sync per run, ``count`` = reports received, not runs asked).
     layer_times = {}
     order = []
 
@@ -595,6 +667,8 @@ def profile(args, log):
     _write_atomic(args.exportProfile, json.dumps(records, indent=1).encode("utf-8"))
     return {
         "profile_json": args.exportProfile,
+        # Host-side time of one execute_async_v3 + stream sync (no H2D/D2H copies: the buffers stay on
+        # the device), i.e. close to trtexec's "GPU Compute Time" plus launch overhead.
         "latency_ms": percentiles(samples),
         "throughput_qps": len(samples) / wall if wall > 0 else None,
         "iterations": len(samples),

@@ -239,9 +239,12 @@ def inspect(args, log):
     _expect_file(args.exportLayerInfo, "inspect", lines)
     with open(args.exportLayerInfo, "r", encoding="utf-8", errors="replace") as f:
         info = json.loads(f.read(), strict=False)  # layer names can hold control characters
+    layers = info.get("Layers", []) if isinstance(info, dict) else []
     return {
         "layers_json": args.exportLayerInfo,
-        "layers": len(info.get("Layers", [])),
+        "layers": len(layers),
+        # Names only (strings) when the engine was not built with --profilingVerbosity=detailed.
+        "detailed": bool(layers) and all(isinstance(x, dict) for x in layers),
         "tensorrt": version_from_banner(lines),
     }
 
