@@ -206,7 +206,9 @@ def clean_cmd(
     output: Optional[Path] = typer.Option(
         None, "-o", "--output", help="Where to write the cleaned model \\[default: <name>.clean.onnx]."
     ),
-    opset: int = typer.Option(17, "--opset", help="Highest opset to allow; higher ones are converted down."),
+    opset: int = typer.Option(
+        17, "--opset", help="Highest opset to allow (7-17 for TensorRT 8.6); higher ones are converted down."
+    ),
     verify: bool = typer.Option(
         True, "--verify/--no-verify", help="Compare input and output in onnxruntime on random inputs."
     ),
@@ -220,6 +222,7 @@ def clean_cmd(
     import os
 
     from edgeq.errors import GraphError
+    from edgeq.fs import check_writable
     from edgeq.graph.clean import CleanOptions, clean_model
     from edgeq.graph.io import default_output, load_model, save_model
 
@@ -232,7 +235,9 @@ def clean_cmd(
     _check_writable(dest)
     options = CleanOptions(opset=opset, verify=verify, atol=atol, rtol=rtol, skip=tuple(skip or ()))
     with progress_display(enabled=not json_out) as progress:
-        onnx_model = load_model(model)
+        read: list[Path] = []
+        onnx_model = load_model(model, sources=read)
+        check_writable(dest, inputs=tuple(read))  # -o onto the input's external data file
         result = clean_model(onnx_model, options, progress)
     verified = result.verification is None or bool(result.verification)
     if verified:
@@ -374,7 +379,7 @@ def _quantize_help() -> str:
         "Quantize a float ONNX model to explicit INT8 (Q/DQ) for TensorRT 8.6, placed so TensorRT fuses, "
         "and write the TensorRT calibration cache (implicit INT8 path) from the same statistics. The "
         "model is cleaned first; the input file is never modified. Writes <name>.int8.onnx and "
-        "<name>.int8.cache (in -o's directory) unless -o/--cache say otherwise, the cleaned FP32 model "
+        "<name>.int8.cache (with -o X.onnx: X.cache) unless --cache says otherwise, the cleaned FP32 model "
         "the cache's tensor names belong to as <cache name>.fp32.onnx, plus the summary --json prints as "
         "<output name>.json; then checks accuracy: FP32 vs Q/DQ in "
         "onnxruntime on the held-out part of the data (cosine, max abs error, top-1 agreement for "
@@ -454,7 +459,7 @@ def quantize_cmd(
     ),
     cache: Optional[Path] = typer.Option(
         None, "--cache",
-        help="Where to write the TensorRT calibration cache \\[default: <name>.int8.cache beside -o].",
+        help="Where to write the TensorRT calibration cache \\[default: -o's name with .cache].",
     ),
     holdout: float = typer.Option(0.2, "--holdout", help="Fraction of the data kept for the accuracy check."),
     min_cosine: Optional[float] = typer.Option(
@@ -795,7 +800,8 @@ def targets_list_cmd() -> int:
     help="Connect to a target (host key checked against its known_hosts), ship the edgeq agent, probe it "
     "(TensorRT version, GPU, compute capability, DLA cores, free memory, Python) and compare with the file's "
     "'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 unreachable, "
-    "refused, no TensorRT or not what the file expects; 2 the target file is invalid.",
+    "no TensorRT or not what the file expects; 2 the target file is invalid, or the host key or the "
+    "login is refused (unknown/changed key, wrong identity file).",
 )
 def targets_check_cmd(
     name: str = typer.Argument(..., help="Target name (targets/NAME.yaml) or a YAML path."),
@@ -893,7 +899,8 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         # Usage errors: one line plus the hint to ask for help.
         msg = e.format_message()  # type: ignore[attr-defined]
         see = f"edgeq {_subcommand(argv)}--help"
-        err.print(f"[bold red]error:[/] {escape(msg)}  (see '{see}')", highlight=False)
+        if msg.strip():  # bare 'edgeq' has printed the help already: no empty error line under it
+            err.print(f"[bold red]error:[/] {escape(msg)}  (see '{see}')", highlight=False)
         code = getattr(e, "exit_code", EXIT_USAGE)
         return EXIT_USAGE if code in (None, 2) else int(code)
     return rv if isinstance(rv, int) else EXIT_OK

@@ -50,3 +50,15 @@ def test_demo_workdir_that_is_a_file_is_one_line_exit_2(tmp_path, cli):
     code, out, err = cli("demo", "-o", f)
     assert code == 2 and "not a directory" in err and "Traceback" not in out + err
     assert f.read_text() == "mine"
+
+
+def test_ci_runs_the_readmes_test_command_and_the_readme_starts_with_the_demo():
+    # Acceptance (issue 2): the README's two set-up commands, and .ci/run calling the README's test command.
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    blocks = [b.split("```", 1)[0].strip() for b in readme.split("```bash\n")[1:]]
+    assert blocks[0] == "pip install -e . && edgeq demo" and blocks[1] == "bash tests/run.sh"
+    ci = [ln for ln in (root / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith("#")]
+    assert ci[-1] == "exec bash tests/run.sh"

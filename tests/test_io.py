@@ -70,6 +70,19 @@ def test_external_data_round_trip(tmp_path: Path, cli) -> None:
     assert np.array_equal(numpy_helper.to_array(cleaned.graph.initializer[0]), w)
 
 
+def test_output_onto_the_inputs_external_data_is_refused(tmp_path: Path, cli) -> None:
+    # QA: `clean ext.onnx -o ext.onnx.data` replaced the input's weights with the cleaned model (exit 0).
+    p = io.save_model(_tiny(256), tmp_path / "ext.onnx", external_data=True)
+    data = tmp_path / "ext.onnx.data"
+    read: list[Path] = []
+    io.load_model(p, sources=read)
+    assert read == [p, data]
+    before = (_sha(p), _sha(data))
+    code, out, err = cli("clean", p, "-o", data)
+    assert code == 2 and "input" in err and len(err.strip().splitlines()) == 1, (out, err)
+    assert (_sha(p), _sha(data)) == before
+
+
 def test_external_data_threshold_picks_external(tmp_path: Path, monkeypatch) -> None:
     """Models over the protobuf limit go to external data by themselves (threshold lowered to test it)."""
     monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD", 1000)

@@ -299,6 +299,8 @@ def test_override_file_errors(tmp_path):
             load_overrides(p)
     with pytest.raises(ConfigError, match="not found"):
         load_overrides(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="not a file"):  # QA: a directory was "not found"
+        load_overrides(tmp_path)
     g = graph_from_model(zoo.resnet_like())
     with pytest.raises(ConfigError, match="matches no node"):
         plan_placement(g, "trt", overrides_from_dict({"exclude": ["/no/such/*"]}))

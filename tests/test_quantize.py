@@ -167,8 +167,8 @@ def test_cli_bad_inputs_exit_2(tmp_path, cli):
     _one_line_error(*cli("quantize", src, "--synthetic", "3", "--overrides", bad), "matches no node")
     _one_line_error(*cli("quantize", src, "--synthetic", "3", "--holdout", "1.5"), "--holdout")
     _one_line_error(*cli("quantize", src, "--synthetic", "3", "-o", src), "is the input model")
-    _one_line_error(*cli("quantize", src, "--synthetic", "3", "-o", tmp_path / "m.int8.fp32.onnx"),
-                    "is also the cache or its FP32 model")
+    _one_line_error(*cli("quantize", src, "--synthetic", "3", "-o", tmp_path / "o.fp32.onnx",
+                         "--cache", tmp_path / "o.cache"), "is also the cache or its FP32 model")
     qdq = tmp_path / "q.onnx"
     onnx.save(zoo.qdq_ort(model, quantize_bias=False, samples=1), qdq)
     _one_line_error(*cli("quantize", qdq, "--synthetic", "3"), "already quantized")
@@ -177,7 +177,7 @@ def test_cli_bad_inputs_exit_2(tmp_path, cli):
 
 def test_cli_unwritable_output_fails_before_work_and_cache_goes_beside_o(tmp_path, cli):
     # QA: `-o DIR` calibrated first, then failed, leaving m.int8.cache behind; `--cache DIR` was a traceback;
-    # with `-o elsewhere/x.onnx` the cache and its FP32 model landed beside the input, not with the model.
+    # with `-o elsewhere/q.onnx` the cache and its FP32 model landed beside the input, not with the model.
     src = tmp_path / "m.onnx"
     onnx.save(zoo.resnet_like(size=32), src)
     (tmp_path / "adir").mkdir()
@@ -186,9 +186,23 @@ def test_cli_unwritable_output_fails_before_work_and_cache_goes_beside_o(tmp_pat
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["adir", "m.onnx"]
     code, _, err = cli("quantize", src, "--synthetic", "3", "-o", tmp_path / "out" / "q.onnx")
     assert code == 0, err
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "m.int8.cache", "m.int8.fp32.onnx", "q.json", "q.onnx"]
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ["q.cache", "q.fp32.onnx", "q.json", "q.onnx"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "m.onnx", "out"]
+
+
+def test_cli_float16_model_is_refused_before_calibration(tmp_path, cli):
+    # QA: an FP16 export calibrated, then failed in onnxruntime with "Type 'tensor(float16)' ... is invalid".
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float16), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "half",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4, 6, 6])], [w])
+    src = tmp_path / "half.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), src)
+    _one_line_error(*cli("quantize", src, "--synthetic", "3"), "float16", "FP32 model")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["half.onnx"]
 
 
 def test_cli_overrides_file(tmp_path, cli):

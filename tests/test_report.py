@@ -540,7 +540,7 @@ def test_html_is_self_contained_and_escaped():
 
 
 def test_cli_html_never_overwrites_an_input_and_refuses_a_directory(tmp_path, cli):
-    # QA: `--html layers.json` replaced the engine's layer file with the HTML page; `--html DIR` was a traceback.
+    # QA: `--html layers.json` overwrote the engine's layer file with HTML; `--html DIR` was a traceback.
     import shutil
 
     layers = tmp_path / "layers.json"

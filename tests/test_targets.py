@@ -201,3 +201,9 @@ def test_cli_targets_list_skips_dirs_and_usage_errors_name_the_subcommand(tmp_pa
     assert code == 0 and "old" not in out + err and "t" in out
     code, _, err = cli("targets", "check")
     assert code == 2 and "'edgeq targets check --help'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bare_edgeq_prints_help_without_an_empty_error_line(cli):
+    # QA: `edgeq` alone printed its help, then "error:   (see 'edgeq --help')".
+    code, out, err = cli()
+    assert code == 2 and "Usage: edgeq" in out and "error" not in err

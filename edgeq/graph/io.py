@@ -26,9 +26,17 @@ EXTERNAL_DATA_THRESHOLD = PROTOBUF_LIMIT - 64 * 2**20
 
 
 def load_model(
-    path: str | os.PathLike[str], *, load_external_data: bool = True, check: bool = True
+    path: str | os.PathLike[str],
+    *,
+    load_external_data: bool = True,
+    check: bool = True,
+    sources: list[Path] | None = None,
 ) -> onnx.ModelProto:
-    """Read an ONNX file, with its external data, and fail early and clearly on a broken one."""
+    """Read an ONNX file, with its external data, and fail early and clearly on a broken one.
+
+    ``sources`` (if given) receives every file read: the model and its external data files, which an
+    output path must not overwrite (once loaded, the model no longer says where its data came from).
+    """
     import onnx
     from google.protobuf import json_format, text_format
     from google.protobuf.message import DecodeError
@@ -52,18 +60,23 @@ def load_model(
         raise GraphError(f"{path}: cannot read ONNX model ({e})") from None
     if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):
         raise GraphError(f"{path}: not an ONNX model (no graph)")
+    if sources is not None:
+        sources.append(path)
     if load_external_data:
-        _load_external(model, path)
+        read = _load_external(model, path)
+        if sources is not None:
+            sources.extend(read)
     validate_structure(model, name=str(path))
     if check:
         check_model(model, name=str(path))
     return model
 
 
-def _load_external(model: onnx.ModelProto, path: Path) -> None:
+def _load_external(model: onnx.ModelProto, path: Path) -> list[Path]:
     from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
     base = path.parent
+    files: list[Path] = []
     for t in _all_initializers(model):
         if uses_external_data(t):
             loc = next((e.value for e in t.external_data if e.key == "location"), "")
@@ -73,12 +86,15 @@ def _load_external(model: onnx.ModelProto, path: Path) -> None:
                     f"{path}: external data file '{loc}' for tensor '{t.name}' is missing",
                     hint=f"put it next to the model in {base}",
                 )
+            if f not in files:
+                files.append(f)
     from onnx.checker import ValidationError
 
     try:
         load_external_data_for_model(model, str(base))
     except (OSError, ValueError, ValidationError) as e:  # ValidationError: location outside the model's dir
         raise GraphError(f"{path}: cannot read external data ({e})") from None
+    return files
 
 
 def _all_initializers(model: onnx.ModelProto) -> list[onnx.TensorProto]:

@@ -51,7 +51,7 @@ class CleanOptions:
     def __post_init__(self) -> None:
         # The 8.6 parser reads opsets back to 7; the version converter has no adapters below that.
         if self.opset < 7:
-            raise GraphError(f"--opset {self.opset}: TensorRT 8.6 parses opsets 7 to 17", hint="use --opset 17")
+            raise GraphError(f"--opset {self.opset}: TensorRT 8.6 parses opsets 7 to 17", "use --opset 17")
         if not (self.atol >= 0 and self.rtol >= 0):  # NaN too: every comparison with it passes
             raise GraphError(f"tolerances must be >= 0 (--atol {self.atol}, --rtol {self.rtol})")
 

@@ -99,7 +99,8 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
         elif dtype.kind == "b":
             feeds[vi.name] = rng.random(shape) < 0.5
         else:
-            raise GraphError(f"input '{vi.name}' has type {dtype}; cannot make random inputs for it")
+            raise GraphError(f"input '{vi.name}' has type {dtype}; cannot make random inputs for it",
+                             hint="--no-verify skips the comparison")
         # A rank-0 input (an If condition, a scalar) comes out of numpy as a scalar; onnxruntime wants arrays.
         feeds[vi.name] = np.asarray(feeds[vi.name])
     return feeds

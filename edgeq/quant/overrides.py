@@ -98,7 +98,8 @@ def load_overrides(path: str | Path) -> Overrides:
 
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"{p}: override file not found")
+        raise ConfigError(f"{p}: " + ("not a file; --overrides takes a YAML file" if p.exists()
+                                      else "override file not found"))
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError:

@@ -141,6 +141,16 @@ def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
         raise QuantError(
             f"the model is already quantized ({len(quantized)} Q/DQ nodes, e.g. '{quantized[0]}')",
             hint="edgeq quantize takes a float model; use 'edgeq clean' and 'edgeq lint' on Q/DQ models")
+    # Q/DQ of float16 needs opset 19 and 8.6's scales are float32: an FP16 export would calibrate, then
+    # fail in onnxruntime with an opaque type error. TensorRT picks FP16 itself (--fp16).
+    from onnx import TensorProto
+
+    halfs = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+    half = [t.name for t in model.graph.initializer if t.data_type in halfs] + [
+        i.name for i in model.graph.input if i.type.tensor_type.elem_type in halfs]
+    if half:
+        raise QuantError(f"the model is float16/bfloat16 ({len(half)} tensors, e.g. '{half[0]}'); "
+                         "edgeq quantize needs an FP32 model", hint="export it in FP32")
     cleaned = clean_model(model, CleanOptions(verify=False), progress)
     work = cleaned.model
     changes = tuple(f"{c.pass_name}: {c.message}" for c in cleaned.changes)
@@ -262,8 +272,13 @@ def quantize_file(
 
     src = Path(path)
     out = Path(output) if output is not None else default_output(src, "int8")
-    # Beside the model it belongs to (-o's directory), named after the input: <name>.int8.cache.
-    cache = options.cache_path or default_cache_path(out.with_name(src.name))
+    if out.is_dir():  # first: the names below derive from it ('-o ""' is '.')
+        raise QuantError(f"{out}: is a directory, not a file to write the model to", "give -o a file path")
+    stem = out.name[: -len(".onnx")] if out.name.endswith(".onnx") else out.name
+    summary = out.with_name(f"{stem}.json")
+    # Named after -o, beside it (<name>.int8.cache by default): two runs into one directory with
+    # different -o must not overwrite each other's cache, and the input's directory stays untouched.
+    cache = options.cache_path or out.with_name(f"{stem}.cache")
     fp32 = implicit_model_path(cache)
     for what, p in (("output", out), ("cache", cache), ("FP32 model", fp32)):
         if src.exists() and Path(p).exists() and Path(p).resolve() == src.resolve():
@@ -271,11 +286,13 @@ def quantize_file(
     if Path(out).resolve() in (Path(cache).resolve(), fp32.resolve()):
         raise QuantError(f"the output path {out} is also the cache or its FP32 model",
                          hint="choose another -o/--cache path")
-    stem = out.name[: -len(".onnx")] if out.name.endswith(".onnx") else out.name
-    summary = out.with_name(f"{stem}.json")
+    inputs = tuple(i for i in (src, calib, preprocess) if i is not None)
     for p in (out, cache, fp32, summary):  # before the calibration run, so no output is left half done
-        check_writable(p, inputs=tuple(i for i in (src, calib, preprocess) if i is not None))
-    model = load_model(src)
+        check_writable(p, inputs=inputs)
+    read: list[Path] = []
+    model = load_model(src, sources=read)
+    for p in (out, cache, fp32, summary):  # nor onto the input's external data
+        check_writable(p, inputs=tuple(read))
     data = calibration_set(model, calib, synthetic=synthetic, preprocess=preprocess)
     result = quantize_model(model, data, replace(options, cache_path=Path(cache)), progress)
     save_model(result.reference, fp32)
