@@ -219,20 +219,12 @@ def clean_cmd(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> int:
-    import os
-
-    from edgeq.errors import GraphError
     from edgeq.fs import check_writable
     from edgeq.graph.clean import CleanOptions, clean_model
-    from edgeq.graph.io import default_output, load_model, save_model
+    from edgeq.graph.io import default_output, load_model, opset_of, save_model
 
     dest = output if output is not None else default_output(model, "clean")
-    same = dest.exists() and model.exists() and os.path.samefile(dest, model)
-    if same or dest.resolve() == model.resolve():
-        raise GraphError(
-            f"{dest}: -o is the input file; edgeq never overwrites its input", hint="choose another -o"
-        )
-    _check_writable(dest)
+    check_writable(dest, inputs=(model,))  # fail before the work, not after it
     options = CleanOptions(opset=opset, verify=verify, atol=atol, rtol=rtol, skip=tuple(skip or ()))
     with progress_display(enabled=not json_out) as progress:
         read: list[Path] = []
@@ -255,7 +247,7 @@ def clean_cmd(
         style = "green" if verified else "bold red"
         out.print(f"verify (onnxruntime, same random inputs): [{style}]{escape(str(result.verification))}[/]")
     if verified:
-        versions = f"opset {opset_of_model(result.model)}, IR {result.model.ir_version}"
+        versions = f"opset {opset_of(result.model)}, IR {result.model.ir_version}"
         out.print(f"wrote [bold]{escape(str(dest))}[/] ({versions})")
     else:
         out.print(
@@ -263,27 +255,6 @@ def clean_cmd(
             "(raise --atol/--rtol, --skip the pass at fault, or --no-verify to write it anyway)"
         )
     return code
-
-
-def _check_writable(dest: Path) -> None:
-    """Fail before the work, not after it: the output must be a file in a directory we can write."""
-    import os
-
-    from edgeq.errors import GraphError
-
-    if dest.is_dir():
-        raise GraphError(f"{dest}: is a directory, not a file to write the model to")
-    parent = dest.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise GraphError(f"{dest}: cannot write ({parent} is not a writable directory)")
-
-
-def opset_of_model(model: Any) -> int:
-    from edgeq.graph.io import opset_of
-
-    return opset_of(model)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -298,9 +269,6 @@ class FailOn(str, Enum):
     warning = "warning"
     info = "info"
     never = "never"
-
-
-_FAIL_RANK = {"error": 0, "warning": 1, "info": 2}
 
 
 def _lint_help() -> str:
@@ -339,8 +307,8 @@ def lint_cmd(
     version = normalize_trt(trt)  # usage errors before any work
     select_rules(rule)
     findings = lint_model(load_model(model), trt=version, rules=rule)
-    threshold = _FAIL_RANK.get(fail_on.value, -1)
-    failing = [f for f in findings if _FAIL_RANK[f.level.value] <= threshold]
+    threshold = -1 if fail_on is FailOn.never else Level(fail_on.value).rank
+    failing = [f for f in findings if f.level.rank <= threshold]
     code = EXIT_CHECK_FAILED if failing else EXIT_OK
     summary = {**summarize(findings), "fail_on": fail_on.value, "failing": len(failing), "exit_code": code}
     if json_out:
@@ -502,17 +470,21 @@ _REPORT_HELP = (
     "Adds left unfused; --gate none only reports. Works offline on files.\n\n" + EXIT_CODES_HELP
 )
 _PRECISION_STYLE = {"INT8": "green", "FP16": "yellow", "BF16": "yellow", "FP32": "red", "INT32": "magenta"}
-_CONTROL = None  # compiled lazily
 
 
 def _visible(text: str) -> str:
     """Engine names carry raw control characters; never send them to a terminal."""
-    global _CONTROL
-    import re
+    import re  # stdlib, already loaded by typer; ``re`` caches the compiled pattern
 
-    if _CONTROL is None:
-        _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+    return escape(re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", text))
+
+
+def _print_verdict(gate: Any) -> None:
+    """The gate's verdict line (green or red), then the violations it lists."""
+    lines = str(gate).splitlines()
+    out.print(f"[{'green' if gate else 'bold red'}]{_visible(lines[0])}[/]")
+    for line in lines[1:]:
+        out.print(_visible(line))
 
 
 def _precision_cell(p: Optional[str]) -> str:
@@ -645,11 +617,7 @@ def report_cmd(
     _render_report(report, gate, all_layers)
     if html_out is not None:
         out.print(f"wrote [bold]{escape(str(html_out))}[/]")
-    style = "green" if gate else "bold red"
-    lines = str(gate).splitlines()
-    out.print(f"[{style}]{_visible(lines[0])}[/]")
-    for line in lines[1:]:
-        out.print(_visible(line))
+    _print_verdict(gate)
     return code
 
 
@@ -748,11 +716,7 @@ def deploy_cmd(
     if result.finished is not None:
         out.print(f"report: [bold]{escape(str(result.finished.report_html))}[/]")
     if gate_result is not None:
-        lines = str(gate_result).splitlines()
-        style = "green" if gate_result else "bold red"
-        out.print(f"[{style}]{escape(lines[0])}[/]")
-        for line in lines[1:]:
-            out.print(_visible(line))
+        _print_verdict(gate_result)
     out.print(f"run directory: [bold]{escape(str(result.run_dir))}[/]")
     return code
 

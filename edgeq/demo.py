@@ -12,8 +12,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgeq.findings import Level, ProgressFn, no_progress
+
+if TYPE_CHECKING:
+    import onnx
 
 DONE, STOPPED, SKIPPED, FAILED = "done", "stopped", "skipped", "failed"
 
@@ -39,7 +43,7 @@ class DemoResult:
         return all(s.status != FAILED for s in self.steps)
 
 
-def _lint_counts(model) -> tuple[int, int, list[str]]:
+def _lint_counts(model: onnx.ModelProto) -> tuple[int, int, list[str]]:
     from edgeq.graph.rules import lint_model
 
     findings = lint_model(model)

@@ -40,3 +40,13 @@ class ReportError(EdgeqError):
 
 class ConfigError(EdgeqError):
     """A target, pipeline or override file is invalid."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of a library exception's message, for a one-line error.
+
+    onnx and onnxruntime append C++ context and stack detail after the first line; some exceptions
+    carry no message at all, and then the type name is what there is to say.
+    """
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -8,9 +8,16 @@ from typing import Any, Callable, Optional
 
 
 class Level(str, Enum):
+    """Members are declared most severe first; ``rank`` is that order."""
+
     ERROR = "error"  # TensorRT 8.6 will not parse or build this
     WARNING = "warning"  # it builds, but will not fuse / runs slower or in a wider precision
     INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """0 for the most severe: the order findings are listed in and ``--fail-on`` thresholds compare."""
+        return list(Level).index(self)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,13 @@ from __future__ import annotations
 import tempfile
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from edgeq.graph.io import opset_of
 
 IR_VERSION = 8  # what torch.onnx.export writes with onnx<=1.13 and what the TensorRT 8.6 parser is built on
 OPSET = 13
@@ -78,7 +80,7 @@ class _Net:
 
     # -- ops ----------------------------------------------------------------------------------------
     def node(self, op: str, scope: str, inputs: list[str], n_out: int = 1, out: str | None = None,
-             **attrs) -> list[str]:
+             **attrs: Any) -> list[str]:
         name = self.scope(scope, op)
         outs = [out] if out is not None else [f"{name}_output_{i}" for i in range(n_out)]
         self.nodes.append(helper.make_node(op, inputs, outs, name=name, **attrs))
@@ -277,28 +279,24 @@ def unet_like(*, batch: int = 1, size: int = 64, width: int = 8, seed: int = 0) 
 # Inputs
 # --------------------------------------------------------------------------------------------------
 
-_NP_TYPES = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.INT64: np.int64,
-             TensorProto.INT32: np.int32, TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
-
-
 def random_inputs(model: onnx.ModelProto, *, seed: int = 0,
                   batch: int | None = None) -> dict[str, np.ndarray]:
-    """Seeded standard-normal inputs of the model's (static) shapes; ``batch`` overrides dim 0."""
+    """Seeded standard-normal inputs of the model's (static) shapes; ``batch`` overrides dim 0.
+
+    Standard-normal, not ``verify.random_inputs``' image-like [0, 1): this is the calibration data the
+    zoo's Q/DQ variants are made with, as the fixtures' models were calibrated.
+    """
+    from edgeq.graph.verify import static_inputs
+
     rng = np.random.default_rng(seed)
-    inits = {i.name for i in model.graph.initializer}
     feeds: dict[str, np.ndarray] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
+    for name, (dims, dtype) in static_inputs(model).items():
         if batch is not None and dims:
             dims[0] = batch
-        dtype = _NP_TYPES.get(tt.elem_type, np.float32)
         if np.issubdtype(dtype, np.floating):
-            feeds[vi.name] = rng.standard_normal(dims).astype(dtype)
+            feeds[name] = rng.standard_normal(dims).astype(dtype)
         else:
-            feeds[vi.name] = rng.integers(0, 10, size=dims).astype(dtype)
+            feeds[name] = rng.integers(0, 10, size=dims).astype(dtype)
     return feeds
 
 
@@ -313,10 +311,6 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     return out
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 def qdq_ort(model: onnx.ModelProto, *, quantize_bias: bool = True, samples: int = 4,
@@ -359,7 +353,7 @@ def qdq_ort(model: onnx.ModelProto, *, quantize_bias: bool = True, samples: int 
                            "QuantizeBias": quantize_bias},
         )
         qdq = onnx.load(str(out), load_external_data=True)
-    if qdq.ir_version > model.ir_version and _IR_FOR_OPSET.get(_opset(qdq), 99) <= model.ir_version:
+    if qdq.ir_version > model.ir_version and _IR_FOR_OPSET.get(opset_of(qdq), 99) <= model.ir_version:
         qdq.ir_version = model.ir_version
     return qdq
 
@@ -527,7 +521,7 @@ VARIANTS: dict[str, Callable[..., onnx.ModelProto]] = {
 }
 
 
-def build(name: str, variant: str = "fp32", **kwargs) -> onnx.ModelProto:
+def build(name: str, variant: str = "fp32", **kwargs: Any) -> onnx.ModelProto:
     """``build("yolo", "ort", size=64)``: a zoo model (kwargs go to its builder) in one export pattern."""
     if name not in ZOO:
         raise ValueError(f"unknown zoo model {name!r}; choose one of: {', '.join(ZOO)}")

@@ -171,9 +171,6 @@ class SshdServer:
                 os.kill(pid, signal.SIGKILL)
         return len(victims)
 
-    def session_pids(self) -> list[int]:
-        return _descendants(self.proc.pid) if self.proc is not None else []
-
     def known_hosts_line(self) -> str:
         """``[127.0.0.1]:PORT ssh-ed25519 AAAA...`` and write it as the only line of ``known_hosts``."""
         kind, blob = (self.dir / "ssh_host_ed25519_key.pub").read_text().split()[:2]

@@ -83,6 +83,17 @@ def test_single_input_npz_default_key_and_dynamic_dims(tmp_path) -> None:
     assert len(data) == 2 and [f["x"].shape for f in data] == [(1, 3, 5, 7)] * 2
 
 
+def test_upper_case_suffixes_read_as_their_format(tmp_path) -> None:
+    # Files are picked by suffix case-insensitively (cameras and Windows tools write .NPZ/.NPY).
+    stack, one = rand(2, 3, 8, 8, seed=1), rand(1, 3, 8, 8, seed=2)
+    np.savez(tmp_path / "A.NPZ", images=stack)
+    np.save(tmp_path / "B.NPY", one)
+    feeds = list(calibration_set(IMG, tmp_path))
+    assert len(feeds) == 3
+    np.testing.assert_array_equal(feeds[1]["images"], stack[1:2])
+    np.testing.assert_array_equal(feeds[2]["images"], one)
+
+
 def test_float64_is_cast_with_a_note(tmp_path) -> None:
     np.save(tmp_path / "a.npy", rand(1, 3, 8, 8, dtype=np.float64))
     data = calibration_set(IMG, tmp_path)

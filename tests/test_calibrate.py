@@ -326,6 +326,26 @@ def test_collect_ranges_batches_dynamic_batch_models(tiny_data) -> None:
     assert r1 == r4
 
 
+def test_models_past_the_protobuf_limit_run_from_a_file(tiny_data, monkeypatch) -> None:
+    # Calibration and the accuracy check share one session loader; a limit of 0 sends every model
+    # through the external-data file route that >2 GB models take.
+    from edgeq.graph import io
+    from edgeq.quant.accuracy import compare_accuracy
+
+    d, _ = tiny_data
+    model = tiny_model()
+    data = calibration_set(model, d)
+    in_memory = collect_ranges(model, ["x", "act", "conv"], data, CalibOptions(method="max"))
+    saved = []
+    real_save = io.save_model
+    monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD", 0)
+    monkeypatch.setattr(io, "save_model", lambda m, p, **kw: saved.append(kw) or real_save(m, p, **kw))
+    assert collect_ranges(model, ["x", "act", "conv"], data, CalibOptions(method="max")) == in_memory
+    report = compare_accuracy(model, tiny_model(), data)
+    assert saved == [{"external_data": True}] * 3  # calibration session, then both accuracy sessions
+    assert report.samples == 6 and report.cosine == pytest.approx(1.0)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Calibration cache
 # ---------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgeq import zoo
 from edgeq.errors import ConfigError
-from edgeq.graph.io import graph_from_model, infer_shapes
+from edgeq.graph.io import graph_from_model, infer_shapes, opset_of
 from edgeq.graph.patterns import is_constant, producer, qdq_pair_of, qparams, upstream_dq
 from edgeq.graph.rules import lint_model
 from edgeq.quant.data import calibration_set
@@ -137,7 +137,7 @@ def test_all_qdq_int8_symmetric(quantized, name, placement):
         assert scale.dtype == np.float32 and (scale > 0).all() and zp.shape == scale.shape
         if n.op_type == "QuantizeLinear":
             assert scale.shape == ()  # activations per-tensor
-    assert m.ir_version <= 8 and zoo._opset(m) <= 17
+    assert m.ir_version <= 8 and opset_of(m) <= 17
 
 
 def test_weight_scales_per_channel_on_the_output_axis(quantized):

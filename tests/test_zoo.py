@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from edgeq import zoo
+from edgeq.graph.io import opset_of
 
 OUT_SHAPES = {"resnet": (1, 10), "yolo": (1, 84, 8, 8), "unet": (1, 2, 64, 64)}
 QDQ_VARIANTS = ("ort", "ortfb", "torch", "modelopt")
@@ -60,7 +61,7 @@ def test_fp32_model_is_valid_static_and_runs(name: str) -> None:
     model = _model(name)
     onnx.checker.check_model(model, full_check=True)
     assert model.ir_version == 8
-    assert zoo._opset(model) == 13
+    assert opset_of(model) == 13
     assert [i.name for i in model.graph.input] == ["input"]
     assert [o.name for o in model.graph.output] == ["output"]
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
@@ -206,7 +207,7 @@ def test_ort_variants_bias_patterns(name: str) -> None:
     assert len(_int32_bias_dqs(ortqdq)) == n_weighted
     assert _int32_bias_dqs(ortfb) == []
     for model in (ortqdq, ortfb):
-        assert (model.ir_version, zoo._opset(model)) == (8, 13)
+        assert (model.ir_version, opset_of(model)) == (8, 13)
         inits = _inits(model)
         for n in model.graph.node:
             if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2:
@@ -266,7 +267,7 @@ def test_torch_eager_pattern(name: str) -> None:
 @pytest.mark.parametrize("name", list(zoo.ZOO))
 def test_modelopt_pattern(name: str) -> None:
     model = _model(name, "modelopt")
-    assert model.ir_version == 10 and zoo._opset(model) == 19
+    assert model.ir_version == 10 and opset_of(model) == 19
     assert _int32_bias_dqs(model) == []
     w_dqs = [n for n in model.graph.node if n.op_type == "DequantizeLinear"
              and _inits(model).get(n.input[0]) is not None]

@@ -121,15 +121,10 @@ def clean_model(
 
 
 def _import(model: onnx.ModelProto) -> tuple[gs.Graph, list[str]]:
-    from edgeq.errors import GraphError
-    from edgeq.graph.io import graph_from_model, infer_shapes
+    from edgeq.graph.io import typed_graph_from_model
 
-    try:
-        typed = infer_shapes(model)  # dtypes and static shapes for no-op Casts and shape folding
-    except GraphError:
-        typed = model
     with quiet_graphsurgeon():
-        graph = graph_from_model(typed)
+        graph = typed_graph_from_model(model)  # dtypes and static shapes for no-op Casts and shape folding
     graph.ir_version = model.ir_version
     used = {t.name for t in graph.tensors().values()}
     dropped = [t.name for t in model.graph.initializer if t.name not in used]

@@ -14,7 +14,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgeq.errors import GraphError
+from edgeq.errors import GraphError, first_line
 
 if TYPE_CHECKING:
     import onnx
@@ -54,8 +54,9 @@ def load_model(
         raise GraphError(f"{path}: not an ONNX model or truncated protobuf ({e})") from None
     except (json_format.Error, text_format.Error) as e:
         # onnx.load picks the format from the suffix: a .json/.txt file is parsed as JSON/text protobuf.
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise GraphError(f"{path}: not an ONNX model ({first})", hint="give the binary .onnx file") from None
+        raise GraphError(
+            f"{path}: not an ONNX model ({first_line(e)})", hint="give the binary .onnx file"
+        ) from None
     except (ValueError, RuntimeError, OSError) as e:
         raise GraphError(f"{path}: cannot read ONNX model ({e})") from None
     if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):
@@ -195,8 +196,7 @@ def check_model(model: onnx.ModelProto, name: str = "model") -> None:
         else:
             onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise GraphError(f"{name}: fails the ONNX checker: {first}") from None
+        raise GraphError(f"{name}: fails the ONNX checker: {first_line(e)}") from None
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -213,7 +213,7 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
                 return out
         return onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as e:  # onnx raises InferenceError and plain RuntimeErrors from C++
-        raise GraphError(f"shape inference failed: {str(e).strip().splitlines()[0]}") from None
+        raise GraphError(f"shape inference failed: {first_line(e)}") from None
 
 
 def save_model(
@@ -250,6 +250,8 @@ def _save(model: onnx.ModelProto, path: Path, *, external: bool) -> None:
     import onnx
 
     if external:
+        # onnx's external-data save moves the tensors' bytes out of the message it is given; save a
+        # copy so the caller's model still holds its weights.
         m = type(model)()
         m.CopyFrom(model)
         onnx.save_model(
@@ -268,6 +270,19 @@ def graph_from_model(model: onnx.ModelProto) -> gs.Graph:
     import onnx_graphsurgeon as gs
 
     return gs.import_onnx(model)
+
+
+def typed_graph_from_model(model: onnx.ModelProto) -> gs.Graph:
+    """The graph of a shape-inferred copy, so passes and rules see tensor types and static shapes.
+
+    A model onnx cannot infer is imported as it is: its tensors then carry no types, which passes and
+    rules treat as unknown rather than as an error (TensorRT's parser infers on its own).
+    """
+    try:
+        typed = infer_shapes(model)
+    except GraphError:
+        typed = model
+    return graph_from_model(typed)
 
 
 def model_from_graph(graph: gs.Graph, like: onnx.ModelProto | None = None) -> onnx.ModelProto:

@@ -19,9 +19,10 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Union
 
-from edgeq.errors import GraphError
+from edgeq.errors import GraphError, first_line
+from edgeq.graph.patterns import producer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -84,7 +85,7 @@ ModelPass = Callable[["onnx.ModelProto", CleanOptions], "tuple[onnx.ModelProto, 
 class Pass:
     name: str
     fn: Union[GraphPass, ModelPass]
-    kind: str  # "model" or "graph"
+    kind: Literal["model", "graph"]
 
     @property
     def summary(self) -> str:
@@ -146,10 +147,6 @@ def _opt_input(node: gs.Node, i: int) -> gs.Tensor | None:
     return None
 
 
-def _producer(t: gs.Tensor) -> gs.Node | None:
-    return t.inputs[0] if len(t.inputs) else None
-
-
 def _replace_input(consumer: gs.Node, old: gs.Tensor, new: gs.Tensor) -> None:
     for i, t in enumerate(consumer.inputs):
         if t is old:
@@ -166,7 +163,7 @@ def bypass(graph: gs.Graph, node: gs.Node) -> bool:
 
     inp, out = node.inputs[0], node.outputs[0]
     if out in graph.outputs:
-        prod = _producer(inp)
+        prod = producer(inp)
         if (
             prod is None
             or isinstance(inp, gs.Constant)
@@ -276,7 +273,36 @@ def set_ir_version(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.
 _HOLD_DOMAIN = "edgeq.hold"
 
 
-def _hand_adapt_qdq(node: onnx.NodeProto, model: onnx.ModelProto, shapes: dict[str, list[int]]) -> str | None:
+@dataclass(frozen=True)
+class _Known:
+    """What the hand adapters look up, gathered once per model: a Q/DQ model has hundreds of Q/DQ
+    nodes, and rebuilding these maps per node made opset conversion quadratic."""
+
+    types: dict[str, int]  # element type of every tensor whose type the model states
+    shapes: dict[str, list[int]]  # inferred shapes (-1: unknown dimension); only gathered for Split
+
+
+def _known_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Tensor name -> ONNX element type. Where several say, an initializer wins over value_info and
+    graph inputs/outputs, which win over a Constant node's value."""
+    g = model.graph
+    types: dict[str, int] = {}
+    for n in g.node:
+        if n.op_type == "Constant":
+            value = next((a.t for a in n.attribute if a.name == "value"), None)
+            for o in n.output:
+                if value is not None and value.data_type:
+                    types.setdefault(o, value.data_type)
+    for v in list(g.value_info) + list(g.input) + list(g.output):
+        if v.type.tensor_type.elem_type:
+            types[v.name] = v.type.tensor_type.elem_type
+    for t in g.initializer:
+        if t.data_type:
+            types[t.name] = t.data_type
+    return types
+
+
+def _hand_adapt_qdq(node: onnx.NodeProto, model: onnx.ModelProto, known: _Known) -> str | None:
     """QuantizeLinear/DequantizeLinear 19+ -> 13: drop 'saturate' (it only applies to float8) and the
     other post-13 attributes when they have their default meaning; refuse non-int8/uint8 types."""
     import onnx
@@ -284,16 +310,11 @@ def _hand_adapt_qdq(node: onnx.NodeProto, model: onnx.ModelProto, shapes: dict[s
     allowed = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}
     if node.op_type == "DequantizeLinear":
         allowed.add(onnx.TensorProto.INT32)
-    init_types = {t.name: t.data_type for t in model.graph.initializer}
-    vi_types = {
-        v.name: v.type.tensor_type.elem_type
-        for v in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output)
-    }
     typed = node.input[2] if len(node.input) > 2 and node.input[2] else None
     if node.op_type == "DequantizeLinear" and typed is None:
         typed = node.input[0]
     if typed is not None:
-        dt = init_types.get(typed) or vi_types.get(typed) or _constant_node_type(model, typed)
+        dt = known.types.get(typed)
         if dt and dt not in allowed:
             return f"type {onnx.TensorProto.DataType.Name(dt)} (opset 13 has int8/uint8 only)"
     keep = []
@@ -316,16 +337,7 @@ def _hand_adapt_qdq(node: onnx.NodeProto, model: onnx.ModelProto, shapes: dict[s
     return None
 
 
-def _constant_node_type(model: onnx.ModelProto, name: str) -> int | None:
-    for n in model.graph.node:
-        if n.op_type == "Constant" and name in n.output:
-            for a in n.attribute:
-                if a.name == "value":
-                    return a.t.data_type
-    return None
-
-
-def _hand_adapt_pad(node: onnx.NodeProto, model: onnx.ModelProto, shapes: dict[str, list[int]]) -> str | None:
+def _hand_adapt_pad(node: onnx.NodeProto, model: onnx.ModelProto, known: _Known) -> str | None:
     """Pad 18/19 -> 13: identical unless the 'axes' input (18) or mode 'wrap' (19) is used."""
     if len(node.input) > 3 and node.input[3]:
         return "the 'axes' input does not exist before opset 18"
@@ -335,9 +347,7 @@ def _hand_adapt_pad(node: onnx.NodeProto, model: onnx.ModelProto, shapes: dict[s
     return None
 
 
-def _hand_adapt_split(
-    node: onnx.NodeProto, model: onnx.ModelProto, shapes: dict[str, list[int]]
-) -> str | None:
+def _hand_adapt_split(node: onnx.NodeProto, model: onnx.ModelProto, known: _Known) -> str | None:
     """Split 18 -> 13: 'num_outputs' becomes an explicit 'split' input (needs the static axis size)."""
     import numpy as np
     import onnx
@@ -346,7 +356,7 @@ def _hand_adapt_split(
     if num is None:
         return None
     axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-    shape = shapes.get(node.input[0])
+    shape = known.shapes.get(node.input[0])
     if not shape or not (-len(shape) <= axis < len(shape)) or shape[axis] <= 0:
         return "'num_outputs' needs a static size along the split axis"
     dim = shape[axis]
@@ -368,7 +378,7 @@ def _hand_adapt_split(
 
 # Ops onnx's version converter has no down-adapter for (or a wrong one: Q/DQ keeps 'saturate'),
 # converted by hand. Each returns None when done, or why it cannot be done exactly.
-HAND_ADAPTERS: dict[str, Callable[[Any, Any, dict[str, list[int]]], str | None]] = {
+HAND_ADAPTERS: dict[str, Callable[[onnx.NodeProto, onnx.ModelProto, _Known], str | None]] = {
     "QuantizeLinear": _hand_adapt_qdq,
     "DequantizeLinear": _hand_adapt_qdq,
     "Pad": _hand_adapt_pad,
@@ -401,6 +411,7 @@ def convert_opset(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.M
             for vi in list(inferred.graph.value_info) + list(inferred.graph.input):
                 dims = vi.type.tensor_type.shape.dim
                 shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
+    known = _Known(_known_types(work), shapes)
 
     blocked: dict[str, str] = {}
     held: list[onnx.NodeProto] = []
@@ -412,7 +423,7 @@ def convert_opset(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.M
         if adapt is None:
             continue
         before = n.SerializeToString()
-        why = adapt(n, work, shapes)
+        why = adapt(n, work, known)
         if why:
             blocked[n.name or n.op_type] = f"{n.op_type}: {why}"
         else:
@@ -438,9 +449,8 @@ def convert_opset(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.M
         except (RuntimeError, ValueError, onnx.checker.ValidationError) as e:
             op = _op_named_in(str(e), {n.op_type for n in work.graph.node if n.domain in ("", "ai.onnx")})
             if op is None or op in failed_ops:
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise Unfit(
-                    f"opset {current} cannot be converted to {options.opset}: {first}",
+                    f"opset {current} cannot be converted to {options.opset}: {first_line(e)}",
                     hint=f"re-export the model at opset {options.opset}",
                 ) from None
             # Collect every blocking op type, not just the first, by parking it too and retrying.
@@ -573,7 +583,7 @@ def _cast_elision_hazards(graph: gs.Graph) -> list[gs.Node]:
     for n in graph.nodes:
         if n.op not in _ELISION_OPS:
             continue
-        ins = [_producer(t) for t in n.inputs]
+        ins = [producer(t) for t in n.inputs]
         if not any(
             p is not None and p.op == "Cast" and p.attrs.get("to") == onnx.TensorProto.FLOAT for p in ins
         ):
@@ -603,7 +613,7 @@ def _is_noop(graph: gs.Graph, node: gs.Node) -> str | None:
             return None  # the mask is used
         return "Dropout (inference)"
     if node.op == "Cast":
-        prod = _producer(node.inputs[0])
+        prod = producer(node.inputs[0])
         if prod is not None and prod.op == "QuantizeLinear":
             return None  # Q -> Cast -> DQ is qdq_remove_casts' job
         src = _onnx_dtype(node.inputs[0].dtype)
@@ -644,7 +654,7 @@ def qdq_remove_casts(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     for node in list(graph.nodes):
         if node.op != "Cast" or not node.inputs or not node.outputs:
             continue
-        q = _producer(node.inputs[0])
+        q = producer(node.inputs[0])
         if q is None or q.op != "QuantizeLinear":
             continue
         consumers = node.outputs[0].outputs

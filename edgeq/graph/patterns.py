@@ -140,7 +140,10 @@ def is_constant(tensor: gs.Tensor | None) -> bool:
 
 
 def constant_dtype(tensor: gs.Tensor) -> Any:
-    """The element type of a constant without reading its values (numpy dtype or onnx enum)."""
+    """The element type of a tensor (numpy dtype or onnx enum), a constant's without reading its values.
+
+    A ``Constant`` node's output Variable may carry no dtype of its own; its value does.
+    """
     import onnx_graphsurgeon as gs
 
     if isinstance(tensor, gs.Constant):
@@ -235,17 +238,10 @@ def qparams(node: gs.Node) -> QParams:
         zp, zp_dtype = None, "uint8"
         if is_dequantize(node):
             # DQ's quantized type is its input's type; without a zero-point that is what the data says.
-            zp_dtype = dtype_name(constant_dtype(node.inputs[0])) or dtype_name(
-                getattr(node.inputs[0], "dtype", None)
-            )
-            zp_dtype = zp_dtype or "uint8"
+            zp_dtype = dtype_name(constant_dtype(node.inputs[0])) or "uint8"
     else:
         zp = constant_value(zp_t)
-        zp_dtype = (
-            dtype_name(constant_dtype(zp_t))
-            if is_constant(zp_t)
-            else dtype_name(getattr(zp_t, "dtype", None))
-        )
+        zp_dtype = dtype_name(constant_dtype(zp_t))
     axis = node.attrs.get("axis", 1)
     return QParams(scale=scale, zero_point=zp, zero_point_dtype=zp_dtype, axis=axis)
 

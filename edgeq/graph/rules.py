@@ -33,6 +33,7 @@ from edgeq.graph.patterns import (
     constant_value,
     consumers,
     dtype_name,
+    input_indices,
     is_constant,
     is_dequantize,
     is_op,
@@ -64,8 +65,6 @@ QDQ_PLACEMENT = f"{DEV_GUIDE} §7.4.4 Q/DQ Layer-Placement Recommendations"
 QDQ_PROCESSING = f"{DEV_GUIDE} §7.4.3 TensorRT Processing of Q/DQ Networks"
 PARSER_QDQ = "onnx-tensorrt release/8.6-GA builtin_op_importers.cpp (QuantDequantLinearHelper)"
 FIXTURES = "tests/fixtures/trt86-h200"
-
-_SEVERITY = {Level.ERROR: 0, Level.WARNING: 1, Level.INFO: 2}
 
 
 @dataclass(frozen=True)
@@ -145,7 +144,7 @@ def check_op_type_unsupported(graph: gs.Graph) -> list[Finding]:
             t = n.inputs[0] if n.inputs else None
         if t is None or not t.name:
             continue
-        name = dtype_name(constant_dtype(t)) if is_constant(t) else dtype_name(getattr(t, "dtype", None))
+        name = dtype_name(constant_dtype(t))
         if name is None or name == "int64":
             continue
         trt_type = optable.TRT_TYPE_OF_ONNX.get(name)
@@ -265,7 +264,7 @@ def check_int64_weights(graph: gs.Graph) -> list[Finding]:
             if not t.name or id(t) in seen or not is_constant(t) or dtype_name(constant_dtype(t)) != "int64":
                 continue
             seen.add(id(t))
-            readers = [(c, j) for c in consumers(t) for j, x in enumerate(c.inputs) if x is t]
+            readers = [(c, j) for c in consumers(t) for j in input_indices(c, t)]
             v = constant_value(t)
             if v is not None and v.size:
                 big = (v < _INT32_MIN) | (v > _INT32_MAX)
@@ -935,16 +934,11 @@ def lint_model(
     model: onnx.ModelProto, *, trt: str = "8.6", rules: Iterable[str] | None = None
 ) -> list[Finding]:
     """Every finding TensorRT ``trt`` would give this model, most severe first. The model is not changed."""
-    from edgeq.errors import GraphError
-    from edgeq.graph.io import graph_from_model, infer_shapes
+    from edgeq.graph.io import typed_graph_from_model
 
     normalize_trt(trt)
     selected = select_rules(rules)
-    try:
-        typed = infer_shapes(model)  # a copy with value_info, so graph rules see tensor types
-    except GraphError:
-        typed = model
-    graph = graph_from_model(typed)
+    graph = typed_graph_from_model(model)
     found: list[Finding] = []
     for rule in selected:
         found.extend(rule.check(model) if rule.needs == "model" else rule.check(graph))
@@ -953,7 +947,7 @@ def lint_model(
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     order = {r.id: i for i, r in enumerate(RULES)}
-    return sorted(findings, key=lambda f: (_SEVERITY[f.level], order.get(f.rule, len(order))))
+    return sorted(findings, key=lambda f: (f.level.rank, order.get(f.rule, len(order))))
 
 
 def summarize(findings: Sequence[Finding]) -> dict[str, object]:

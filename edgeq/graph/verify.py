@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from edgeq.errors import GraphError
+from edgeq.errors import GraphError, first_line
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,17 +73,13 @@ def _json_float(x: float) -> float | str:
     return x if math.isfinite(x) else str(x)
 
 
-def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs of the model's shapes; dynamic dimensions become 1.
-
-    Floats are uniform in [0, 1) like normalized images; integers small and non-negative; bools random.
-    """
-    import numpy as np
+def static_inputs(model: onnx.ModelProto) -> dict[str, tuple[list[int], np.dtype]]:
+    """Shape and numpy dtype of each input a caller must feed (not initializers), for made-up inputs:
+    dynamic dimensions become 1. (``edgeq.quant.data.input_specs`` keeps them open for real data.)"""
     import onnx
 
-    rng = np.random.default_rng(seed)
     inits = {t.name for t in model.graph.initializer}
-    feeds: dict[str, np.ndarray] = {}
+    specs: dict[str, tuple[list[int], np.dtype]] = {}
     for vi in model.graph.input:
         if vi.name in inits:
             continue
@@ -91,18 +87,31 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
         if not vi.type.HasField("tensor_type") or tt.elem_type == 0:
             raise GraphError(f"input '{vi.name}' is not a tensor of known type; cannot make inputs for it")
         shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        specs[vi.name] = (shape, onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    return specs
+
+
+def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of the model's shapes; dynamic dimensions become 1.
+
+    Floats are uniform in [0, 1) like normalized images; integers small and non-negative; bools random.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for name, (shape, dtype) in static_inputs(model).items():
         if dtype.kind == "f":
-            feeds[vi.name] = rng.random(shape, dtype=np.float32).astype(dtype)
+            feeds[name] = rng.random(shape, dtype=np.float32).astype(dtype)
         elif dtype.kind in "iu":
-            feeds[vi.name] = rng.integers(0, 4, size=shape).astype(dtype)
+            feeds[name] = rng.integers(0, 4, size=shape).astype(dtype)
         elif dtype.kind == "b":
-            feeds[vi.name] = rng.random(shape) < 0.5
+            feeds[name] = rng.random(shape) < 0.5
         else:
-            raise GraphError(f"input '{vi.name}' has type {dtype}; cannot make random inputs for it",
+            raise GraphError(f"input '{name}' has type {dtype}; cannot make random inputs for it",
                              hint="--no-verify skips the comparison")
         # A rank-0 input (an If condition, a scalar) comes out of numpy as a scalar; onnxruntime wants arrays.
-        feeds[vi.name] = np.asarray(feeds[vi.name])
+        feeds[name] = np.asarray(feeds[name])
     return feeds
 
 
@@ -140,8 +149,7 @@ def _ort_message(e: Exception) -> str:
     """onnxruntime's first line without its '[ONNXRuntimeError] : 1 : FAIL : file.cc:46 signature' prefix."""
     import re
 
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    msg = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", msg)
+    msg = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first_line(e))
     msg = re.sub(r"^\S+\.(?:h|cc|cpp):\d+ [^\n]*?\) ", "", msg)
     return msg if len(msg) <= 300 else msg[:297] + "..."
 
@@ -160,7 +168,8 @@ def compare_models(
 
     feeds = inputs if inputs is not None else random_inputs(a, seed)
     ref = run_model(a, feeds, "the input model")
-    got = run_model(b, {k: v for k, v in feeds.items() if k in {i.name for i in b.graph.input}}, "the result")
+    b_inputs = {i.name for i in b.graph.input}
+    got = run_model(b, {k: v for k, v in feeds.items() if k in b_inputs}, "the result")
     outputs: dict[str, tuple[float, float]] = {}
     failed = total = 0
     worst, worst_key = "", (-1.0, -1.0)

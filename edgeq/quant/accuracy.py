@@ -12,12 +12,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from edgeq.errors import QuantError
+from edgeq.errors import QuantError, first_line
 from edgeq.findings import ProgressFn, no_progress
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
+    import onnxruntime as ort
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def compare_accuracy(
             ref = ref_s.run(names, feed)
             got = q_s.run(names, feed)
         except Exception as e:  # onnxruntime raises untyped errors
-            raise QuantError(f"onnxruntime failed in the accuracy check: {str(e).splitlines()[0]}") from None
+            raise QuantError(f"onnxruntime failed in the accuracy check: {first_line(e)}") from None
         for n, r, g in zip(names, ref, got):
             accs[n].update(np.asarray(r), np.asarray(g))
         done += 1
@@ -157,16 +158,11 @@ def compare_accuracy(
     return AccuracyReport(done, outputs, threshold)
 
 
-def _session(model: onnx.ModelProto, providers: tuple[str, ...] | None):  # -> ort.InferenceSession
+def _session(model: onnx.ModelProto, providers: tuple[str, ...] | None) -> ort.InferenceSession:
     import onnxruntime as ort
 
-    from edgeq.quant.calibrate import default_providers
+    from edgeq.quant.calibrate import inference_session
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    try:
-        return ort.InferenceSession(model.SerializeToString(), opts,
-                                    providers=list(providers or default_providers()))
-    except Exception as e:
-        raise QuantError(f"onnxruntime cannot load the model for the accuracy check: "
-                         f"{str(e).splitlines()[0]}") from None
+    return inference_session(model, opts, providers, purpose="the accuracy check")

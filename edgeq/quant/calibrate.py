@@ -41,12 +41,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from edgeq.errors import QuantError
+from edgeq.errors import QuantError, first_line
 from edgeq.findings import ProgressFn, no_progress
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
+    import onnxruntime as ort
 
     from edgeq.quant.data import CalibrationSet
 
@@ -388,8 +389,7 @@ def collect_histograms(
             try:
                 values = session.run(outputs, feed)
             except Exception as e:  # onnxruntime raises its own untyped failures
-                first = str(e).splitlines()[0]
-                raise QuantError(f"onnxruntime failed on calibration data: {first}") from None
+                raise QuantError(f"onnxruntime failed on calibration data: {first_line(e)}") from None
             items = sorted(zip(outputs, values), key=lambda tv: -tv[1].size)  # big first: balanced
             del values
             list(pool.map(update, items))
@@ -431,8 +431,36 @@ def ranges_from_histograms(hists: Mapping[str, TensorHistogram], options: CalibO
     return {t: h.compute_amax(options) for t, h in hists.items()}
 
 
-def _session(model: onnx.ModelProto, outputs: list[str], options: CalibOptions):  # -> ort.InferenceSession
-    """A session exposing ``outputs`` as extra graph outputs (appended, serialized, then removed again).
+def inference_session(
+    model: onnx.ModelProto, so: ort.SessionOptions, providers: Sequence[str] | None, *, purpose: str
+) -> ort.InferenceSession:
+    """An onnxruntime session for an in-memory model of any size.
+
+    Calibration and the accuracy check run the same models, and both must get past protobuf's 2 GB
+    serialization limit: such a model goes through a temporary file with external data (onnxruntime
+    has read the weights once the session exists, so the file can go).
+    """
+    import tempfile
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    from edgeq.graph.io import EXTERNAL_DATA_THRESHOLD, save_model
+
+    def load(source: bytes | str) -> ort.InferenceSession:
+        try:
+            return ort.InferenceSession(source, so, providers=list(providers or default_providers()))
+        except Exception as e:  # onnxruntime raises its own untyped failures
+            raise QuantError(f"onnxruntime cannot load the model for {purpose}: {first_line(e)}") from None
+
+    if model.ByteSize() <= EXTERNAL_DATA_THRESHOLD:
+        return load(model.SerializeToString())
+    with tempfile.TemporaryDirectory(prefix="edgeq-ort-") as d:
+        return load(str(save_model(model, Path(d) / "model.onnx", external_data=True)))
+
+
+def _session(model: onnx.ModelProto, outputs: list[str], options: CalibOptions) -> ort.InferenceSession:
+    """A session exposing ``outputs`` as extra graph outputs (appended for the session, then removed again).
 
     Graph optimizations stay on (``ORT_ENABLE_ALL``): onnxruntime's fusions never remove a node whose
     output is a graph output, so every requested tensor keeps its float value (the tests compare against
@@ -441,24 +469,6 @@ def _session(model: onnx.ModelProto, outputs: list[str], options: CalibOptions):
     import onnx
     import onnxruntime as ort
 
-    existing = {o.name for o in model.graph.output}
-    added = [t for t in outputs if t not in existing]
-    n_before = len(model.graph.output)
-    model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in added)
-    tmpdir = None
-    try:
-        try:
-            source = model.SerializeToString()
-        except Exception:  # protobuf's 2 GB limit (ValueError or EncodeError): go through a file
-            import tempfile
-
-            from edgeq.graph.io import save_model
-
-            tmpdir = tempfile.TemporaryDirectory(prefix="edgeq-calib-")
-            source = os.path.join(tmpdir.name, "augmented.onnx")
-            save_model(model, source, external_data=True)
-    finally:
-        del model.graph.output[n_before:]
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads = os.cpu_count() or 1
@@ -469,14 +479,13 @@ def _session(model: onnx.ModelProto, outputs: list[str], options: CalibOptions):
     so.enable_mem_pattern = False
     # onnxruntime's idle threads spin after a run and would steal the cores the histogram updates use
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    existing = {o.name for o in model.graph.output}
+    n_before = len(model.graph.output)
+    model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in outputs if t not in existing)
     try:
-        sess = ort.InferenceSession(source, so, providers=list(options.providers or default_providers()))
-    except Exception as e:  # onnxruntime raises its own untyped failures
-        first = str(e).splitlines()[0]
-        raise QuantError(f"onnxruntime cannot load the model for calibration: {first}") from None
+        sess = inference_session(model, so, options.providers, purpose="calibration")
     finally:
-        if tmpdir is not None:
-            tmpdir.cleanup()
+        del model.graph.output[n_before:]
     missing = set(outputs) - {o.name for o in sess.get_outputs()}
     if missing:
         raise QuantError(f"onnxruntime does not expose tensor(s) {sorted(missing)[:5]}")

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from edgeq.errors import QuantError
+from edgeq.errors import QuantError, first_line
 from edgeq.findings import ProgressFn, no_progress
 
 if TYPE_CHECKING:
@@ -147,13 +147,15 @@ class _ArrayFile:
     def __init__(self, path: Path, specs: list[InputSpec]) -> None:
         self.path = path
         self.specs = specs
-        headers = _npz_headers(path) if path.suffix == ".npz" else {"": _npy_header(path)}
+        self.npz = path.suffix.lower() == ".npz"  # as calibration_set matched it: 'X.NPZ' too
+        headers = _npz_headers(path) if self.npz else {"": _npy_header(path)}
         self.keys = self._match_keys(headers)  # input name -> key in the file
-        counts = {}
-        self.unbatched = {}
+        counts: dict[str, int] = {}
+        self.unbatched: dict[str, bool] = {}
         for spec in specs:
             shape, dtype = headers[self.keys[spec.name]]
             counts[spec.name], self.unbatched[spec.name] = _rows_for(spec, shape, dtype, str(path))
+        self.float64 = any(headers[k][1] == "float64" for k in self.keys.values())  # cast when read
         if len(set(counts.values())) > 1:
             raise QuantError(f"{path}: inputs hold different numbers of samples: {counts}")
         self.count = next(iter(counts.values()))
@@ -185,7 +187,7 @@ class _ArrayFile:
     def read(self, k: int, cache: dict[str, Any]) -> dict[str, np.ndarray]:
         import numpy as np
 
-        if self.path.suffix == ".npy":
+        if not self.npz:
             spec = self.specs[0]
             if self.unbatched[spec.name]:
                 x = _read_npy_rows(self.path, 0, None)[None]
@@ -469,19 +471,12 @@ def calibration_set(
     else:
         skipped = f" ({len(files)} files of other kinds)" if files else ""
         raise QuantError(f"{root}: no calibration data (.npy, .npz or images){skipped}")
-    if any(_has_float64(s) for s in sources):
+    if any(isinstance(s, _ArrayFile) and s.float64 for s in sources):
         notes.append("float64 calibration data cast to float32")
     index = [(i, k) for i, s in enumerate(sources) for k in range(s.count)]
     if limit is not None:
         index = index[:limit]
     return CalibrationSet(specs, sources, index, tuple(notes))
-
-
-def _has_float64(src: _Source) -> bool:
-    if not isinstance(src, _ArrayFile):
-        return False
-    headers = _npz_headers(src.path) if src.path.suffix == ".npz" else {"": _npy_header(src.path)}
-    return any(headers[k][1] == "float64" for k in src.keys.values())
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -596,7 +591,7 @@ def load_preprocess(path: str | Path) -> Preprocess:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read preprocessing spec ({e})") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise ConfigError(f"{path}: not valid YAML ({first_line(e)})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: preprocessing spec must be a mapping")
     unknown = sorted(set(raw) - _PRE_KEYS)

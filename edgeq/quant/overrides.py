@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeq.errors import ConfigError
+from edgeq.errors import ConfigError, first_line
 
 _KEYS = ("exclude", "force", "version")
 
@@ -107,6 +107,6 @@ def load_overrides(path: str | Path) -> Overrides:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        problem = getattr(e, "problem", None) or first_line(e)
         raise ConfigError(f"{p}: invalid YAML{where}: {problem}") from None
     return overrides_from_dict(data, source=str(p))

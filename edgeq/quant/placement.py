@@ -25,6 +25,7 @@ from edgeq.quant.overrides import Overrides
 from edgeq.quant.rules import COMMUTING_OPS, ORT_QUANTIZABLE_OPS, WEIGHTED_OPS, rule
 
 if TYPE_CHECKING:
+    import onnx
     import onnx_graphsurgeon as gs
 
 PLACEMENTS = ("trt", "all")
@@ -76,12 +77,7 @@ class Plan:
     activations: tuple[str, ...]  # every float activation tensor of the graph (for the implicit cache)
     excluded: tuple[str, ...] = ()
     forced: tuple[str, ...] = ()
-    _group_of: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        for gid, members in self.groups.items():
-            for m in members:
-                self._group_of[m] = gid
+    group_ids: dict[str, str] = field(default_factory=dict)  # site or commuted tensor -> its group id
 
     @property
     def tensors(self) -> list[str]:
@@ -89,7 +85,7 @@ class Plan:
         return [s.tensor for s in self.sites]
 
     def group_of(self, tensor: str) -> str | None:
-        return self._group_of.get(tensor)
+        return self.group_ids.get(tensor)
 
     def scale_amax(self, amax: dict[str, float]) -> dict[str, float]:
         """amax per site tensor after scale sharing: a group takes the largest amax of its members.
@@ -101,17 +97,11 @@ class Plan:
         if missing:
             raise QuantError(f"no calibration range for tensor '{missing[0]}'"
                              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-        out: dict[str, float] = {}
-        for gid, members in self.groups.items():
-            m = max(float(amax[t]) for t in members)
-            for t in members:
-                out[t] = m
-            for t in self.commuted_in(gid):
-                out[t] = m
-        return out
+        top = {gid: max(float(amax[t]) for t in members) for gid, members in self.groups.items()}
+        return {t: top[gid] for t, gid in self.group_ids.items()}
 
     def commuted_in(self, gid: str) -> list[str]:
-        return [t for t in self.commuted if self._group_of.get(t) == gid]
+        return [t for t in self.commuted if self.group_ids.get(t) == gid]
 
     def float_by_rule(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -328,7 +318,7 @@ class _PlanBuilder:
         self.graph = graph
         self.excluded = excluded
         self.forced = forced
-        self.order = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.order = {n.name: i for i, n in enumerate(graph.nodes)}
         self.blocked: dict[tuple[str, str], str] = {}  # (tensor, consumer node) -> rule that keeps it float
         self.site_rule: dict[str, str] = {}  # site tensor -> rule
         self.site_tensor: dict[str, gs.Tensor] = {}
@@ -340,7 +330,6 @@ class _PlanBuilder:
         self.weights: list[WeightSite] = []
         self.residuals: dict[str, tuple[gs.Tensor, gs.Tensor] | None] = {}
         self.outputs = {t.name for t in graph.outputs}
-        self.by_name = {n.name: n for n in graph.nodes}
         inputs = {t.name for t in graph.inputs}
         self.activations = [
             t for name, t in graph.tensors().items()
@@ -519,7 +508,9 @@ class _PlanBuilder:
             members.setdefault(self.uf.find(s), []).append(s)
         gid_of_root = {root: ms[0] for root, ms in members.items()}  # group id: first member in order
         groups = {gid_of_root[root]: tuple(ms) for root, ms in members.items()}
-        group_of_tensor = {s: gid_of_root[self.uf.find(s)] for s in site_names}
+        # A commuted tensor carries the scale of its group's sites; one in no site's group carries none.
+        commuted = [t for t in sorted(self.commuted, key=key) if self.uf.find(t) in gid_of_root]
+        group_ids = {t: gid_of_root[self.uf.find(t)] for t in (*site_names, *commuted)}
 
         sites = []
         for s in site_names:
@@ -528,15 +519,9 @@ class _PlanBuilder:
             # A site serves every consumer except those the rules keep float.
             if mode == "trt":
                 consumers = consumers | {c.name for c in t.outputs if self._edge_ok(t, c)}
-            ordered = tuple(sorted(consumers, key=lambda n: self.order.get(id(self.by_name.get(n)), 0)))
-            sites.append(QdqSite(s, ordered, self.site_rule[s], group_of_tensor[s],
+            ordered = tuple(sorted(consumers, key=lambda n: self.order.get(n, 0)))
+            sites.append(QdqSite(s, ordered, self.site_rule[s], group_ids[s],
                                  graph_output=s in self.graph_output_sites))
-        commuted = []
-        for name in sorted(self.commuted, key=key):
-            root = self.uf.find(name)
-            if root in gid_of_root:
-                commuted.append(name)
-        plan_groups = dict(groups)
         floats = [FloatTensor(t.name, self._float_rule(t)) for t in self.activations
                   if t.name not in self.site_rule and t.name not in self.commuted]
         plan = Plan(
@@ -545,26 +530,25 @@ class _PlanBuilder:
             weights=tuple(self.weights),
             commuted=tuple(commuted),
             floats=tuple(floats),
-            groups=plan_groups,
+            groups=groups,
             activations=tuple(t.name for t in self.activations),
             excluded=tuple(sorted(self.excluded)),
             forced=tuple(sorted(self.forced)),
+            group_ids=group_ids,
         )
-        for name in commuted:
-            plan._group_of[name] = gid_of_root[self.uf.find(name)]
-        for f in plan.floats:
-            rule(f.rule)  # every decision carries a known rule id
+        for r in {d.rule for d in (*plan.sites, *plan.weights, *plan.floats)}:
+            rule(r)  # every decision carries a known rule id
         return plan
 
 
-def ensure_node_names(model: object) -> int:
+def ensure_node_names(model: onnx.ModelProto) -> int:
     """Give unnamed or duplicate-named nodes unique names (``<op>_<index>``); returns how many changed.
 
     Plans, override files and summaries refer to nodes by name, so every node needs one.
     """
     seen: set[str] = set()
     changed = 0
-    for i, n in enumerate(model.graph.node):  # type: ignore[attr-defined]
+    for i, n in enumerate(model.graph.node):
         name = n.name
         if not name or name in seen:
             base = f"{n.op_type}_{i}"

@@ -141,9 +141,8 @@ def insert_qdq(graph: gs.Graph, plan: Plan, amax: Mapping[str, float]) -> Insert
             new_nodes.append(gs.Node("DequantizeLinear", unique(f"{base}_DequantizeLinear"), attrs=attrs,
                                      inputs=[q_c, s_c, zp_c], outputs=[out]))
             done[key] = out
-        for i, inp in enumerate(list(node.inputs)):
-            if inp is w and i == 1:
-                node.inputs[i] = done[key]
+        if len(node.inputs) > 1 and node.inputs[1] is w:  # input 1: the weight, as placement found it
+            node.inputs[1] = done[key]
 
     graph.nodes.extend(new_nodes)
     graph.cleanup().toposort()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeq.errors import QuantError
+from edgeq.errors import QuantError, first_line
 from edgeq.findings import Finding, ProgressFn, no_progress
 from edgeq.quant.accuracy import AccuracyReport
 from edgeq.quant.overrides import Overrides
@@ -161,7 +161,7 @@ def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
             work = version_converter.convert_version(work, 13)
         except Exception as e:  # the converter raises plain RuntimeErrors/ValueErrors from C++
             raise QuantError(f"cannot raise opset {opset_of(work)} to 13 for per-channel Q/DQ: "
-                             f"{str(e).splitlines()[0]}") from None
+                             f"{first_line(e)}") from None
         changes += ("opset: raised to 13 (per-channel DequantizeLinear needs its axis attribute)",)
     ensure_node_names(work)
     return infer_shapes(work), changes, tuple(cleaned.findings)
@@ -193,7 +193,7 @@ def quantize_model(
         for line in describe(plan):
             log.debug(line)
 
-    notes = list(getattr(data, "notes", ()))
+    notes = list(data.notes)
     if options.holdout > 0 and len(data) >= 2:
         calib, held = data.split(options.holdout)
     else:

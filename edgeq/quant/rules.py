@@ -31,8 +31,8 @@ _RULES = (
         "place-weighted-inputs",
         "Quantize every activation input of Conv, ConvTranspose, Gemm and MatMul (Q/DQ pair, per-tensor "
         "int8, zero-point 0) and give its weight a per-channel int8 DequantizeLinear on the output-channel "
-        "axis (Conv and Gemm transB=1: axis 0; ConvTranspose: axis 1; Gemm transB=0 and 2-D MatMul: "
-        "axis 1). Bias stays float.",
+        "axis (Conv and Gemm transB=1: axis 0; ConvTranspose with group 1: axis 1; Gemm transB=0 and 2-D "
+        "MatMul: axis 1; other weights per-tensor). Bias stays float.",
         f"{TRT86_GUIDE} > 'Q/DQ Layer-Placement Recommendations' (\"quantize all inputs of weighted "
         "operations\"; per-tensor activations, per-channel weights); 'Per-Tensor and Per-Channel "
         "Quantization' (output-channel axis; MatMul per-channel only with a constant 2-D second input); "
@@ -43,9 +43,10 @@ _RULES = (
     ),
     PlacementRule(
         "place-no-output-q",
-        "Leave the outputs of weighted ops and of the epilogue TensorRT fuses into them (BatchNorm, bias "
-        "Add/Mul, Relu/Clip/LeakyRelu, SiLU) in float unless a consumer needs INT8; the next weighted "
-        "op's input Q/DQ then fuses into this op as its INT8 output.",
+        "Leave the outputs of weighted ops and of the epilogue TensorRT fuses into them (BatchNorm, an "
+        f"Add/Sub/Mul/Div with a constant, {'/'.join(sorted(_patterns.ACTIVATION_OPS))}, SiLU) in float "
+        "unless a consumer needs INT8; the next weighted op's input Q/DQ then fuses into this op as its "
+        "INT8 output.",
         f"{TRT86_GUIDE} > 'Q/DQ Layer-Placement Recommendations' (\"do not quantize the outputs of "
         "weighted operations by default\"; do not simulate BN/ReLU fusion)",
     ),

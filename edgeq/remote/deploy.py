@@ -27,13 +27,19 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from edgeq.errors import EdgeqError, GraphError, QuantError, RemoteError
 from edgeq.findings import Level, ProgressFn, no_progress
 from edgeq.fs import atomic_write_text, ensure_dir
 from edgeq.remote.agent import PROTOCOL as AGENT_PROTOCOL  # the envelope version shipped with this host
 from edgeq.remote.targets import Target, version_matches
+
+if TYPE_CHECKING:  # the report and transport load lazily: a deploy that fails early never imports them
+    from edgeq.remote.transport import Connection, SSHConfig
+    from edgeq.report.fusion import FusionReport
+    from edgeq.report.gate import GateResult
+    from edgeq.report.policy import Policy
 
 STAGES = ("clean", "quantize", "lint", "upload", "probe", "build", "inspect", "profile", "report", "gate")
 EventFn = Callable[[str], None]
@@ -75,8 +81,8 @@ class StageRecord:
 class RunReport:
     """What ``finish_run`` produced: the report, the gate verdict and where they were written."""
 
-    report: Any  # edgeq.report.fusion.FusionReport
-    gate: Any  # edgeq.report.gate.GateResult
+    report: FusionReport
+    gate: GateResult
     report_json: Path
     report_html: Path
 
@@ -149,14 +155,14 @@ class RunLog:
         return next(s for s in self.stages if s.name == name)
 
     def save(self) -> None:
-        data = {"stages": [asdict(s) for s in self.stages]}
-        atomic_write_text(self.run_dir / "stages.json", json.dumps(data, indent=2, default=str) + "\n")
+        write_json(self.run_dir / "stages.json", {"stages": [asdict(s) for s in self.stages]})
 
     def close(self) -> None:
         self._log.close()
 
 
 def write_json(path: Path, obj: Any) -> Path:
+    """Every JSON artefact of a run, written the one way (atomic, indented, anything else as str)."""
     atomic_write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
     return path
 
@@ -205,6 +211,43 @@ def parse_agent_reply(stdout: str, stderr: str, exit_code: int, what: str) -> di
     )
 
 
+def call_agent(
+    conn: Connection,
+    target: Target,
+    agent_remote: str,
+    command: str,
+    *args: str,
+    timeout: float,
+    on_stderr: Optional[EventFn] = None,
+) -> dict[str, Any]:
+    """Run one agent command on the target; its reply envelope (``ok`` with ``result`` or ``error``).
+
+    ``check=False``: a non-zero exit still carries the agent's JSON answer, which says more than the
+    exit code (the stage that failed, TensorRT's log)."""
+    argv = agent_argv(target, agent_remote, command, *args)
+    res = conn.run(argv, timeout=timeout, check=False, on_stderr=on_stderr)
+    return parse_agent_reply(res.stdout, res.stderr, res.exit_code, f"{command} on {target.name}")
+
+
+def _agent_failed(
+    command: str, reply: dict[str, Any], target: Target, destination: str, run_dir: Optional[Path] = None
+) -> RemoteError:
+    """The one-line error for a reply with ``ok`` false: the agent's stage and message, and a hint."""
+    err = reply.get("error") or {}
+    return RemoteError(
+        f"{command} on {target.name} ({destination}) failed at stage "
+        f"'{err.get('stage', '?')}': {err.get('message', 'no message')}",
+        _hint(command, err, target, run_dir),
+        exit_code=1,
+    )
+
+
+def _probe_facts(facts: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
+    """(TensorRT version, first GPU's compute capability) from the probe's facts, either may be None."""
+    gpus = facts.get("gpus") or []
+    return (facts.get("tensorrt") or {}).get("version"), (gpus[0].get("compute_capability") if gpus else None)
+
+
 # --------------------------------------------------------------------------------------------------
 # Host-side stages
 # --------------------------------------------------------------------------------------------------
@@ -228,7 +271,7 @@ def _quantize(model: Any, calib: Path, cache_path: Path, progress: ProgressFn) -
     return quantize_model(model, data, QuantizeOptions(cache_path=cache_path), progress)
 
 
-def _policy(options: DeployOptions, target: Target) -> Any:
+def _policy(options: DeployOptions, target: Target) -> Policy:
     from edgeq.report.policy import POLICIES, policy_from_dict
 
     spec: dict[str, Any] = {}
@@ -249,7 +292,7 @@ def finish_run(
     layers_json: Path,
     profile_json: Optional[Path],
     onnx_model: Any,
-    policy: Any,
+    policy: Policy,
 ) -> RunReport:
     """Report + gate from an engine's inspector JSON and profile (as fetched from the target).
 
@@ -281,12 +324,16 @@ class _Deploy:
         model_path: Path,
         target: Target,
         options: DeployOptions,
+        policy: Policy,
+        ssh_config: SSHConfig,
         progress: ProgressFn,
         on_event: EventFn,
     ) -> None:
         self.model_path = model_path
         self.target = target
         self.options = options
+        self.policy = policy
+        self.ssh_config = ssh_config
         self.progress = progress
         self.run_dir = new_run_dir(Path(options.runs_dir), model_path, target.name)
         self.log = RunLog(self.run_dir, on_event)
@@ -325,30 +372,23 @@ class _Deploy:
         self.done += 1
 
     # -- the remote half ------------------------------------------------------------------------------
-    def agent(self, conn: Any, agent_remote: str, command: str, *args: str, timeout: float) -> dict[str, Any]:
-        argv = agent_argv(self.target, agent_remote, command, *args)
-        res = conn.run(argv, timeout=timeout, check=False, on_stderr=self.log.remote_line)
-        reply = parse_agent_reply(res.stdout, res.stderr, res.exit_code, f"{command} on {self.target.name}")
+    def agent(
+        self, conn: Connection, agent_remote: str, command: str, *args: str, timeout: float
+    ) -> dict[str, Any]:
+        """``call_agent`` with the reply kept as ``agent-<command>.json`` and its log in deploy.log."""
+        reply = call_agent(conn, self.target, agent_remote, command, *args, timeout=timeout,
+                           on_stderr=self.log.remote_line)  # fmt: skip
         write_json(self.run_dir / f"agent-{command}.json", reply)
         if not reply.get("ok"):
-            err = reply.get("error") or {}
-            for ln in err.get("log") or []:
+            for ln in (reply.get("error") or {}).get("log") or []:
                 self.log.remote_line(str(ln))
-            raise RemoteError(
-                f"{command} on {self.target.name} ({conn.config.destination}) failed at stage "
-                f"'{err.get('stage', '?')}': {err.get('message', 'no message')}",
-                _hint(command, err, self.target, self.run_dir),
-                exit_code=1,
-            )
+            raise _agent_failed(command, reply, self.target, conn.config.destination, self.run_dir)
         return reply.get("result") or {}
 
     def run(self) -> DeployResult:
         opts, target = self.options, self.target
         from edgeq.graph.clean import CleanOptions, clean_model
         from edgeq.graph.io import load_model, save_model
-
-        # The target's key and known_hosts files are checked before any work: fail fast on setup.
-        ssh_config = target.ssh_config(opts.accept_new_host_key)
 
         # clean
         with self.stage("clean") as rec:
@@ -406,7 +446,7 @@ class _Deploy:
         from edgeq.remote.zipapp import build_agent
 
         fp16 = target.build.fp16 if opts.fp16 is None else opts.fp16
-        with Connection(ssh_config) as conn:
+        with Connection(self.ssh_config) as conn:
             # upload
             with self.stage("upload") as rec:
                 bundle = build_agent(opts.cache_dir or _cache_dir())
@@ -428,9 +468,8 @@ class _Deploy:
             with self.stage("probe") as rec:
                 facts = self.agent(conn, agent_remote, "probe", timeout=t.command)
                 write_json(self.run_dir / "probe.json", facts)
-                trt_version = (facts.get("tensorrt") or {}).get("version")
+                trt_version, cc = _probe_facts(facts)
                 gpus = facts.get("gpus") or []
-                cc = gpus[0].get("compute_capability") if gpus else None
                 rec.summary = (
                     f"TensorRT {trt_version}, {gpus[0].get('name') if gpus else 'no GPU listed'}, sm {cc}"
                 )
@@ -485,7 +524,7 @@ class _Deploy:
                 self.run_dir / "layers.json",
                 self.run_dir / "profile.json",
                 model,
-                _policy(opts, target),
+                self.policy,
             )
             rec.summary = f"{len(finished.report.layers)} layers -> {finished.report_html.name}"
         with self.stage("gate") as rec:
@@ -548,19 +587,22 @@ def _check_expectations(target: Target, trt_version: Optional[str], cc: Optional
         )
 
 
-def _hint(command: str, err: dict[str, Any], target: Target, run_dir: Path) -> str:
+def _hint(command: str, err: dict[str, Any], target: Target, run_dir: Optional[Path]) -> Optional[str]:
+    """The fix for a failed agent stage; ``run_dir`` None (``targets check``): no logs to point at."""
     stage = err.get("stage")
-    where = f"logs in {run_dir}"
+    where = f"; logs in {run_dir}" if run_dir is not None else ""
     if stage == "import" and target.backend == "python":
         return (
             f"install TensorRT 8.6's Python package for {target.python} on the target, or set "
-            f"'backend: trtexec' in {target.path}; {where}"
+            f"'backend: trtexec' in {target.path}{where}"
         )
     if stage == "import":
-        return f"set 'trtexec' in {target.path} to trtexec's path on the target; {where}"
+        return f"set 'trtexec' in {target.path} to trtexec's path on the target{where}"
+    if run_dir is None:
+        return None
     if stage in ("parse", "build"):
         return f"the TensorRT log is in {run_dir / 'deploy.log'} and {run_dir / f'agent-{command}.json'}"
-    return where
+    return f"logs in {run_dir}"
 
 
 def _cache_dir() -> Path:
@@ -586,9 +628,9 @@ def deploy(
         what = "not a file" if model.exists() else "no such file"
         raise GraphError(f"{model}: {what}", "check the model path")
     # Usage errors before a run directory exists: the gate name and the target's key files.
-    _policy(options, target)
-    target.ssh_config(options.accept_new_host_key)
-    d = _Deploy(model, target, options, progress, on_event)
+    policy = _policy(options, target)
+    ssh_config = target.ssh_config(options.accept_new_host_key)
+    d = _Deploy(model, target, options, policy, ssh_config, progress, on_event)
     try:
         result = d.run()
     except BaseException as e:  # EdgeqError, or Ctrl-C: either way the run directory says how far it got
@@ -623,24 +665,11 @@ def check_target(
     with Connection(target.ssh_config(accept_new_host_key)) as conn:
         bundle = build_agent(cache_dir or _cache_dir())
         up = conn.put_cached(bundle.path, target.remote_path("cache"), progress=progress)
-        argv = agent_argv(target, up.remote_path, "probe")
-        res = conn.run(argv, timeout=target.timeouts.command, check=False)
-        reply = parse_agent_reply(res.stdout, res.stderr, res.exit_code, f"probe on {target.name}")
+        reply = call_agent(conn, target, up.remote_path, "probe", timeout=target.timeouts.command)
         if not reply.get("ok"):
-            err = reply.get("error") or {}
-            raise RemoteError(
-                f"probe on {target.name} ({conn.config.destination}) failed at stage "
-                f"'{err.get('stage', '?')}': {err.get('message', 'no message')}",
-                _hint("probe", err, target, Path(".")).rsplit("; logs in", 1)[0],
-                exit_code=1,
-            )
+            raise _agent_failed("probe", reply, target, conn.config.destination)
         facts = reply.get("result") or {}
-        gpus = facts.get("gpus") or []
-        _check_expectations(
-            target,
-            (facts.get("tensorrt") or {}).get("version"),
-            gpus[0].get("compute_capability") if gpus else None,
-        )
+        _check_expectations(target, *_probe_facts(facts))
         facts["agent"] = {
             "version": bundle.version,
             "remote_path": up.remote_path,
@@ -661,6 +690,7 @@ __all__: Sequence[str] = (
     "RunReport",
     "StageRecord",
     "agent_argv",
+    "call_agent",
     "check_target",
     "deploy",
     "finish_run",

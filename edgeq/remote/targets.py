@@ -22,9 +22,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from edgeq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from edgeq.remote.transport import SSHConfig
 
 DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"  # where JetPack installs it
 TARGETS_DIR = "targets"
@@ -90,7 +93,7 @@ class Target:
         """A path under the work dir, POSIX-joined (the target is Linux whatever the host is)."""
         return "/".join([self.work_dir.rstrip("/"), *parts])
 
-    def ssh_config(self, accept_new_host_key: bool = False) -> Any:
+    def ssh_config(self, accept_new_host_key: bool = False) -> SSHConfig:
         """The transport's settings for this target (paramiko stays inside ``transport``)."""
         from edgeq.remote.transport import SSHConfig
 
@@ -406,11 +409,15 @@ def load_target(path: Path, name: Optional[str] = None) -> Target:
     return target_from_dict(read_yaml(path), Path(path), name)
 
 
+def _is_path_spec(spec: str) -> bool:
+    """``--target`` is a path when it has a slash or a YAML suffix, otherwise a name under targets/."""
+    return "/" in spec or os.sep in spec or spec.endswith((".yaml", ".yml"))
+
+
 def target_path(spec: str, cwd: Optional[Path] = None) -> Path:
     """Where ``--target SPEC`` points: a path, or ``targets/SPEC.yaml`` under ``cwd``."""
     cwd = Path(cwd) if cwd is not None else Path.cwd()
-    looks_like_path = "/" in spec or os.sep in spec or spec.endswith((".yaml", ".yml"))
-    if looks_like_path:
+    if _is_path_spec(spec):
         p = Path(spec).expanduser()
         return p if p.is_absolute() else cwd / p
     return cwd / TARGETS_DIR / f"{spec}.yaml"
@@ -430,7 +437,7 @@ def resolve_target(spec: str, cwd: Optional[Path] = None) -> Target:
             else f"create {TARGETS_DIR}/{spec}.yaml (see the examples in the edgeq repository's targets/)"
         )
         raise ConfigError(f"target '{spec}' not found: no file {path}", hint)
-    return load_target(path, None if "/" in spec or spec.endswith((".yaml", ".yml")) else spec)
+    return load_target(path, None if _is_path_spec(spec) else spec)
 
 
 def list_target_files(cwd: Optional[Path] = None) -> list[Path]:

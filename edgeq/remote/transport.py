@@ -633,7 +633,8 @@ class Connection:
 
     # -- files ----------------------------------------------------------------------------------------
     def exists(self, remote: str) -> bool:
-        return self._idempotent(f"stat {remote}", lambda: self._stat_size(remote_path(remote)) is not None)
+        where = f"stat {remote} on {self.config.destination}"
+        return self._idempotent(where, lambda: self._stat_size(remote_path(remote)) is not None)
 
     def get(self, remote: str, local: Path) -> None:
         """Download ``remote`` to ``local`` atomically (a dropped link never leaves half a file)."""
@@ -646,30 +647,40 @@ class Connection:
                 msg = f"{remote}: no such file on {self.config.destination}"
                 raise RemoteError(msg, exit_code=1) from None
 
-        self._idempotent(f"download of {remote}", fetch)
+        self._idempotent(f"download of {remote} on {self.config.destination}", fetch)
 
-    def _idempotent(self, what: str, op: Callable[[], _T]) -> _T:
-        """Run a read-only file operation, reconnecting (with backoff) if the connection drops."""
+    def _idempotent(
+        self,
+        what: str,
+        op: Callable[[], _T],
+        *,
+        refused_hint: str | None = None,
+        dropped_hint: str = "check the target's network and run again",
+    ) -> _T:
+        """Run an operation that is safe to repeat, reconnecting (with backoff) when the connection drops.
+
+        Every other failure is final: edgeq's own errors as they are, an OSError (the target refusing
+        a file operation) as a RemoteError saying ``{what} failed``."""
         cfg = self.config
         attempts = max(0, cfg.retries) + 1
         for attempt in range(attempts):
             try:
                 return op()
-            except RemoteError:
+            except ConnectionDropped as exc:  # e.g. the target's hash command lost its session
+                last: BaseException = exc
+            except RemoteError:  # host key, login, a failed command, a corrupt upload, no reconnect
                 raise
             except Exception as exc:
                 if not self._dropped(exc):
                     if isinstance(exc, OSError):
-                        raise RemoteError(f"{what} on {cfg.destination} failed: {exc}", exit_code=1) from exc
+                        raise RemoteError(f"{what} failed: {exc}", refused_hint, exit_code=1) from exc
                     raise
-                log.info("%s interrupted (%s), try %d/%d", what, exc, attempt + 1, attempts)
+                last = exc
             self._drop()
+            log.info("%s interrupted (%s), try %d/%d", what, last, attempt + 1, attempts)
             if attempt + 1 < attempts:
                 time.sleep(cfg.backoff * 2**attempt)
-        raise ConnectionFailed(
-            f"{what} on {cfg.destination} failed: connection dropped ({attempts} attempt(s))",
-            "check the target's network and run again",
-        )
+        raise ConnectionFailed(f"{what} failed: connection dropped ({attempts} attempt(s))", dropped_hint)
 
     def put_cached(self, local: Path, cache_dir: str, *, progress: ProgressFn = no_progress) -> Upload:
         """Upload ``local`` to ``<cache_dir>/<sha256>/<name>`` unless it is already there; the returned
@@ -690,37 +701,14 @@ class Connection:
         progress(f"sha256 {local.name}", size, size)
         rdir = posixpath.join(self._absolute(cache_dir), digest)
         rpath = posixpath.join(rdir, local.name)
-        cfg = self.config
-        attempts = max(0, cfg.retries) + 1
-        sent = _Sent()
-        for attempt in range(attempts):
-            try:
-                up = self._put_once(local, size, digest, rdir, rpath, progress, sent)
-                return replace(up, bytes_sent=sent.n)
-            except (HostKeyUnknown, HostKeyChanged, AuthenticationFailed, CommandFailed, UploadVerifyFailed):
-                raise
-            except ConnectionFailed as exc:
-                if not isinstance(exc, ConnectionDropped):  # reconnecting already retried with backoff
-                    raise
-                last: BaseException = exc
-            except Exception as exc:
-                if not self._dropped(exc):
-                    if isinstance(exc, OSError):  # e.g. permission denied on the cache dir
-                        raise RemoteError(
-                            f"upload of {local.name} to {cfg.destination}:{rdir} failed: {exc}",
-                            "check the target's cache directory (remote work dir) and its permissions",
-                            exit_code=1,
-                        ) from exc
-                    raise
-                last = exc
-            self._drop()
-            log.info("upload to %s interrupted (%s), try %d/%d", cfg.destination, last, attempt + 1, attempts)
-            if attempt + 1 < attempts:
-                time.sleep(cfg.backoff * 2**attempt)
-        raise ConnectionFailed(
-            f"upload of {local.name} to {cfg.destination} failed: connection dropped ({attempts} attempt(s))",
-            "run the command again: the upload resumes where it stopped",
+        sent = _Sent()  # outlives each attempt: bytes_sent counts what every attempt wrote
+        up = self._idempotent(
+            f"upload of {local.name} to {self.config.destination}:{rdir}",
+            lambda: self._put_once(local, size, digest, rdir, rpath, progress, sent),
+            refused_hint="check the target's cache directory (remote work dir) and its permissions",
+            dropped_hint="run the command again: the upload resumes where it stopped",
         )
+        return replace(up, bytes_sent=sent.n)
 
     def _dropped(self, exc: BaseException) -> bool:
         """Did ``exc`` come from the connection going away, rather than from the target refusing a file

@@ -18,6 +18,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from edgeq.errors import ReportError
+from edgeq.graph import patterns
 from edgeq.report.parse import PRECISION_RANK, EngineLayer, EngineLayers, Profile, Tensor
 
 if TYPE_CHECKING:
@@ -70,23 +71,11 @@ WEIGHT_CHAIN_SOURCE = (
 SHUFFLE_NOOP_SOURCE = "TensorRT: a Shuffle without transposes only reinterprets dimensions (pure reshape)"
 
 POINTWISE_TYPES = frozenset({"PointWise", "PointWiseV2", "ElementWise", "Activation", "Scale"})
-CONV_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
-ACTIVATION_OPS = frozenset(
-    {
-        "Relu",
-        "Clip",
-        "LeakyRelu",
-        "Sigmoid",
-        "HardSigmoid",
-        "HardSwish",
-        "Mul",
-        "Tanh",
-        "Elu",
-        "Selu",
-        "Softplus",
-        "PRelu",
-    }
-)
+# The ONNX vocabulary is the graph side's (edgeq.graph.patterns, stdlib-only at import), so "a
+# convolution" and "an activation" mean the same to lint, placement and this report. After a residual
+# Add, a Swish's Mul and a PRelu also count as the activation TensorRT would have fused with it.
+CONV_OPS = patterns.WEIGHTED_OPS
+ACTIVATION_OPS = patterns.ACTIVATION_OPS | {"Mul", "PRelu"}
 RESIDUAL_SOURCE = (
     "docs/trt86-rules.md 'Explicit quantization: what fuses' (residual Add); measured: "
     "fixtures resnet50_ortfb.explicit.layers.json, 16 PWN(Add, Relu) PointWiseV2 layers (0.73x implicit)"
@@ -432,15 +421,18 @@ def _kinds(el: EngineLayers, g: _Graph) -> list[tuple[LayerKind, str]]:
     return kinds
 
 
+def _from_qdq(lay: EngineLayer) -> bool:
+    """A reformat TensorRT made from a Q/DQ node (8.6 says so in Origin; older JSON only in the name)."""
+    return lay.origin == "QDQ" or lay.name.endswith(("QuantizeLinear", "DequantizeLinear"))
+
+
 def _is_q(rl_layer: EngineLayer, ins: Sequence[Optional[str]], outs: Sequence[Optional[str]]) -> bool:
     """A Q/DQ reformat that quantizes (float -> INT8)."""
-    qdq = rl_layer.origin == "QDQ" or rl_layer.name.endswith(("QuantizeLinear", "DequantizeLinear"))
-    return qdq and "INT8" in outs and any(p in ("FP32", "FP16", "BF16") for p in ins)
+    return _from_qdq(rl_layer) and "INT8" in outs and any(p in ("FP32", "FP16", "BF16") for p in ins)
 
 
 def _is_dq(rl_layer: EngineLayer, ins: Sequence[Optional[str]], outs: Sequence[Optional[str]]) -> bool:
-    qdq = rl_layer.origin == "QDQ" or rl_layer.name.endswith(("QuantizeLinear", "DequantizeLinear"))
-    return qdq and "INT8" in ins and any(p in ("FP32", "FP16", "BF16") for p in outs)
+    return _from_qdq(rl_layer) and "INT8" in ins and any(p in ("FP32", "FP16", "BF16") for p in outs)
 
 
 @dataclass(frozen=True)
@@ -449,6 +441,7 @@ class _Pre:
 
     kind: LayerKind
     rule: str
+    weight_inputs: tuple[int, ...]  # input positions fed by weight layers
     ins: tuple[Optional[str], ...]
     outs: tuple[Optional[str], ...]
     precision: Optional[str]
@@ -509,13 +502,8 @@ def build_report(
         model_name, onnx_ops, onnx_order = _onnx_index(onnx_model)
 
     def data_inputs(lay: EngineLayer) -> list[Tensor]:
-        out = []
-        for t in lay.inputs:
-            p = g.producer.get(t.name)
-            if p is not None and kinds[p][0] == LayerKind.WEIGHTS:
-                continue
-            out.append(t)
-        return out
+        weights = pre[lay.index].weight_inputs
+        return [t for j, t in enumerate(lay.inputs) if j not in weights]
 
     # Per-layer precision and ONNX nodes.
     pre: list[_Pre] = []
@@ -523,11 +511,15 @@ def build_report(
     unknown: list[str] = []
     for lay in layers.layers:
         kind, rule = kinds[lay.index]
-        ins = tuple(t.precision for t in data_inputs(lay))
+        producers = [g.producer.get(t.name) for t in lay.inputs]
+        weights = tuple(
+            j for j, p in enumerate(producers) if p is not None and kinds[p][0] == LayerKind.WEIGHTS
+        )
+        ins = tuple(t.precision for j, t in enumerate(lay.inputs) if j not in weights)
         outs = tuple(t.precision for t in lay.outputs)
         precision = _widest(ins) if ins else _widest(outs)
         nodes = _layer_nodes(lay, onnx_ops, unknown)
-        pre.append(_Pre(kind, rule, ins, outs, precision, nodes))
+        pre.append(_Pre(kind, rule, weights, ins, outs, precision, nodes))
 
     # Boundaries: a reformat whose data comes straight from a network input, or whose result goes
     # straight (through no-ops only) to a network output.
@@ -634,12 +626,7 @@ def build_report(
                 region=region[lay.index] if p.kind != LayerKind.WEIGHTS else "inside",
                 time_ms=times.get(lay.index),
                 kind_rule=p.rule,
-                weight_inputs=tuple(
-                    j
-                    for j, t in enumerate(lay.inputs)
-                    if g.producer.get(t.name) is not None
-                    and kinds[g.producer[t.name]][0] == LayerKind.WEIGHTS
-                ),
+                weight_inputs=p.weight_inputs,
             )
         )
 
@@ -679,7 +666,7 @@ def build_report(
         unfused_residuals=_unfused_residuals(report_layers, g),
         onnx=onnx_map,
         profile_source=profile.source if profile else None,
-        profile_total_ms=sum(times.values()) if profile is not None else None,
+        profile_total_ms=total_ms if profile is not None else None,
         profile_iterations=profile.iterations if profile else None,
         unmatched_profile=tuple(unmatched),
         notes=tuple(notes),

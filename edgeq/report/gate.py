@@ -7,7 +7,7 @@ that made it pass), like Polygraphy's comparison results, so callers write
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import Any, Optional
 
@@ -160,34 +160,18 @@ def apply_gate(report: FusionReport, policy: Policy) -> GateResult:
         by_index = {rl.index: rl for rl in report.layers}
         for u in report.unfused_residuals:
             add = by_index[u.add_layer]
-            found.append(
-                (
-                    add,
-                    _v(
-                        "unfused-residual",
-                        add,
-                        "residual Add not fused into a convolution " + f"({add.formats})",
-                    ),
-                )
-            )
+            why = f"residual Add not fused into a convolution ({add.formats})"
+            found.append((add, _v("unfused-residual", add, why)))
             if u.activation_layer is not None:
                 act = by_index[u.activation_layer]
-                found.append(
-                    (
-                        act,
-                        _v(
-                            "unfused-residual",
-                            act,
-                            f"activation after unfused residual Add #{add.index} runs as its own layer",
-                        ),
-                    )
-                )
+                why = f"activation after unfused residual Add #{add.index} runs as its own layer"
+                found.append((act, _v("unfused-residual", act, why)))
     violations: list[Violation] = []
     allowed: list[Violation] = []
     for rl, v in found:
         pattern = _allowed_by(rl, policy.allow)
         if pattern:
-            allowed.append(_with_allow(v, pattern))
+            allowed.append(replace(v, allowed_by=pattern))
         else:
             violations.append(v)
     return GateResult(policy, tuple(violations), tuple(allowed), checked, boundary, int8)
@@ -196,7 +180,3 @@ def apply_gate(report: FusionReport, policy: Policy) -> GateResult:
 def _v(rule: str, rl: ReportLayer, message: str) -> Violation:
     nodes = rl.onnx_nodes or rl.related_nodes
     return Violation(rule, rl.index, rl.name, rl.layer_type, message, tuple(nodes))
-
-
-def _with_allow(v: Violation, pattern: str) -> Violation:
-    return Violation(v.rule, v.layer, v.layer_name, v.layer_type, v.message, v.nodes, pattern)
