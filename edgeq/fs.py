@@ -43,6 +43,12 @@ def check_writable(dest: str | os.PathLike[str], *, inputs: tuple[str | os.PathL
     return dest
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; rename it over ``dest`` only if the block succeeds."""
@@ -54,6 +60,9 @@ def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     except OSError as e:  # read-only or missing mount, a file where a directory should be
         raise EdgeqError(f"{dest}: cannot write ({e.strerror or e})", hint="choose a writable path") from None
+    # mkstemp makes 0600 files; an output should get the permissions any new file gets (or keep the
+    # mode of the file it replaces), so a calibration cache is as readable as the model beside it.
+    os.fchmod(fd, dest.stat().st_mode & 0o7777 if dest.exists() else 0o666 & ~_umask())
     os.close(fd)
     tmp_path = Path(tmp)
     try:

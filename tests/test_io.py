@@ -266,3 +266,24 @@ def test_cycle_error_names_the_nodes(tmp_path: Path) -> None:
     with pytest.raises(GraphError) as e:
         io.load_model(path)
     assert "add_in_cycle" in str(e.value) and "relu_in_cycle" in str(e.value)
+
+
+def test_atomic_writes_get_normal_file_permissions(tmp_path):
+    """mkstemp's 0600 must not leak into outputs; a replaced file keeps its mode."""
+    import os
+    import stat
+
+    from edgeq.fs import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        new = tmp_path / "new.cache"
+        atomic_write_text(new, "x")
+        assert stat.S_IMODE(new.stat().st_mode) == 0o644
+        kept = tmp_path / "kept.cache"
+        kept.write_text("a")
+        kept.chmod(0o640)
+        atomic_write_text(kept, "b")
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.read_text() == "b"
+    finally:
+        os.umask(old)
