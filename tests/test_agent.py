@@ -3,7 +3,8 @@
 Covers: the zipapp (deterministic bytes, version stamp, no edgeq imports, Python 3.8 grammar), the
 JSON protocol and exit codes of every subcommand without TensorRT, trtexec argv construction checked
 against the command lines that built the real fixture engines, and trtexec output parsing on the real
-fixture logs.
+fixture logs. The trtexec backend's process handling runs against a stand-in that replays recorded
+trtexec 8.6 runs (tests/trtexec_replay.py): real logs and JSON, no TensorRT.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 import shlex
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, ROOT
+from trtexec_replay import Recorded, calls, replay_trtexec
 
 from edgeq.remote import zipapp as za
 from edgeq.remote.agent import trt_backend as trb
@@ -197,36 +198,19 @@ def test_trtexec_backend_missing_binary(agent, tmp_path):
     assert obj["error"]["details"]["python"]["version"]
 
 
-def _replay_trtexec(
-    tmp_path: Path,
-    log: Path,
-    exit_code: int,
-    sleep: float = 0,
-    profile: Path | None = None,
-    layers: Path | None = None,
-) -> Path:
-    """An executable that prints a REAL trtexec 8.6 log from the fixtures and exits like trtexec did
-    (and, given ``profile`` / ``layers``, copies that real --exportProfile / --exportLayerInfo file to
-    where it was asked to write one).
-
-    It exercises the agent's process handling, argv passing and log parsing; it is not TensorRT.
-    """
-    script = tmp_path / "trtexec"
-    copy = ""
-    for flag, src in (("--exportProfile", profile), ("--exportLayerInfo", layers)):
-        if src is not None:
-            copy += (
-                f'for a in "$@"; do case "$a" in {flag}=*) '
-                f'cp {shlex.quote(str(src))} "${{a#{flag}=}}";; esac; done\n'
-            )
-    sleep_line = f"sleep {sleep}\n" if sleep else ""
-    script.write_text(f"#!/bin/sh\ncat {shlex.quote(str(log))}\n{copy}{sleep_line}exit {exit_code}\n")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return script
+def test_trtexec_probe_reads_the_version_banner(agent, tmp_path):
+    """The probe asks trtexec for --help; trtexec 8.6 prints its banner first (the stand-in replays the
+    recorded one, ``[TensorRT v8600]``), and that is the TensorRT version a trtexec target reports."""
+    trtexec = replay_trtexec(tmp_path, build=Recorded(FIXTURES / "resnet50_ortfb.explicit.build.log"))
+    code, obj, _ = run_agent(agent, "probe", "--backend=trtexec", f"--trtexec={trtexec}")
+    assert code == 0 and obj["ok"], obj
+    assert obj["result"]["tensorrt"] == {"version": "8.6.0", "via": "trtexec"}
+    assert obj["result"]["trtexec"]["path"] == str(trtexec)
+    assert calls(trtexec) == [[str(trtexec), "--help"]]
 
 
 def test_trtexec_build_failure_comes_back_structured(agent, tmp_path):
-    trtexec = _replay_trtexec(tmp_path, FIXTURES / "yolo_ortfb.explicit.build.log", 1)
+    trtexec = replay_trtexec(tmp_path, build=Recorded(FIXTURES / "yolo_ortfb.explicit.build.log", 1))
     model = tmp_path / "yolo.onnx"
     model.write_bytes(b"x")
     code, obj, stderr = run_agent(
@@ -250,7 +234,7 @@ def test_trtexec_build_failure_comes_back_structured(agent, tmp_path):
 
 
 def test_trtexec_parse_failure_is_stage_parse(agent, tmp_path):
-    trtexec = _replay_trtexec(tmp_path, FIXTURES / "resnet50_ortqdq.explicit.build.log", 1)
+    trtexec = replay_trtexec(tmp_path, build=Recorded(FIXTURES / "resnet50_ortqdq.explicit.build.log", 1))
     model = tmp_path / "r.onnx"
     model.write_bytes(b"x")
     code, obj, _ = run_agent(
@@ -271,7 +255,7 @@ def test_trtexec_parse_failure_is_stage_parse(agent, tmp_path):
 
 
 def test_trtexec_timeout_kills_and_reports(agent, tmp_path):
-    trtexec = _replay_trtexec(tmp_path, FIXTURES / "resnet50_placed.explicit.run.log", 0, sleep=30)
+    trtexec = replay_trtexec(tmp_path, run=Recorded(FIXTURES / "resnet50_placed.explicit.run.log"), sleep=30)
     engine = tmp_path / "e.plan"
     engine.write_bytes(b"x")
     code, obj, _ = run_agent(
@@ -295,7 +279,7 @@ def test_trtexec_timeout_kills_and_reports(agent, tmp_path):
 
 
 def test_trtexec_exit_0_without_its_output_file_is_an_error(agent, tmp_path):
-    trtexec = _replay_trtexec(tmp_path, FIXTURES / "resnet50_placed.explicit.run.log", 0)
+    trtexec = replay_trtexec(tmp_path, run=Recorded(FIXTURES / "resnet50_placed.explicit.run.log"))
     engine = tmp_path / "e.plan"
     engine.write_bytes(b"x")
     args = ["--trtexec", str(trtexec), "--loadEngine", str(engine), f"--exportProfile={tmp_path / 'p.json'}"]
@@ -306,7 +290,7 @@ def test_trtexec_exit_0_without_its_output_file_is_an_error(agent, tmp_path):
 def test_trtexec_profile_parses_real_run_log(agent, tmp_path):
     real_profile = FIXTURES / "resnet50_placed.explicit.profile.json"
     run_log = FIXTURES / "resnet50_placed.explicit.run.log"
-    trtexec = _replay_trtexec(tmp_path, run_log, 0, profile=real_profile)
+    trtexec = replay_trtexec(tmp_path, run=Recorded(run_log), profile=real_profile)
     engine = tmp_path / "e.plan"
     engine.write_bytes(b"x")
     out = tmp_path / "out dir" / "p.json"  # the agent creates the directory
@@ -325,7 +309,9 @@ def test_trtexec_profile_parses_real_run_log(agent, tmp_path):
 
 def test_trtexec_inspect_reply_matches_the_python_backends(agent, tmp_path):
     layers = FIXTURES / "resnet50_placed.explicit.layers.json"
-    trtexec = _replay_trtexec(tmp_path, FIXTURES / "resnet50_placed.explicit.run.log", 0, layers=layers)
+    trtexec = replay_trtexec(
+        tmp_path, run=Recorded(FIXTURES / "resnet50_placed.explicit.run.log"), layers=layers
+    )
     engine = tmp_path / "e.plan"
     engine.write_bytes(b"x")
     out = tmp_path / "l.json"
@@ -451,6 +437,31 @@ def test_error_extraction_from_real_build_logs():
     unet = (FIXTURES / "unet.implicit.build.log").read_text().splitlines()
     stage, msg = tb.error_from_log(unet)
     assert stage in ("build", "parse") and msg
+
+
+LOADER_ERROR = (  # what glibc's dynamic loader prints when trtexec's TensorRT libraries are missing
+    "{0}: error while loading shared libraries: libnvinfer.so.8: cannot open shared object file: "
+    "No such file or directory"
+)
+
+
+def test_error_without_a_trtexec_report_is_its_last_line():
+    """trtexec killed or never started: no [E] line, no &&&& FAILED; its last words are the reason."""
+    stage, msg = tb.error_from_log(["", LOADER_ERROR.format("trtexec"), ""])
+    assert stage == "build" and msg == "trtexec failed: " + LOADER_ERROR.format("trtexec")
+    assert tb.error_from_log([]) == ("build", "trtexec failed without output")
+
+
+def test_trtexec_that_cannot_start_fails_the_probe(agent, tmp_path):
+    script = tmp_path / "trtexec"
+    script.write_text(f'#!/bin/sh\necho "{LOADER_ERROR.format("$0")}" >&2\nexit 127\n')
+    script.chmod(0o755)
+    code, obj, _ = run_agent(agent, "probe", "--backend=trtexec", f"--trtexec={script}")
+    assert code == 1 and obj["error"]["stage"] == "import"
+    assert obj["error"]["message"] == (
+        f"trtexec at {script} printed no TensorRT banner (exit 127): {LOADER_ERROR.format(script)}"
+    )
+    assert obj["error"]["details"]["trtexec"]["version"] is None
 
 
 # -- python backend helpers that need no TensorRT --------------------------------------------------------
@@ -806,7 +817,7 @@ def test_agent_runs_on_python_38(agent, tmp_path):
     obj = json.loads(proc.stdout)
     assert proc.returncode == 1 and obj["error"]["stage"] == "import"
     assert obj["error"]["details"]["python"]["version"].startswith("3.8.")
-    trtexec = _replay_trtexec(tmp_path, FIXTURES / "yolo_ortfb.explicit.build.log", 1)
+    trtexec = replay_trtexec(tmp_path, build=Recorded(FIXTURES / "yolo_ortfb.explicit.build.log", 1))
     model = tmp_path / "m.onnx"
     model.write_bytes(b"x")
     args = [

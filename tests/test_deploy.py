@@ -2,13 +2,17 @@
 
 This machine has no TensorRT (like a target whose Python lacks it): a deploy must get as far as the
 probe, say so in one line and exit 1, with the run directory holding what it did. The report + gate
-half (``finish_run``) is tested on the real TensorRT 8.6 engine JSON in tests/fixtures/trt86-h200;
-only the transport of those files is skipped, not TensorRT.
+half (``finish_run``) is tested on the real TensorRT 8.6 engine JSON in tests/fixtures/trt86-h200.
+
+The whole deploy, every stage after the probe included, runs over SSH against a ``backend: trtexec``
+target whose trtexec is a stand-in REPLAYING recorded TensorRT 8.6.0 runs (tests/trtexec_replay.py,
+tests/fixtures/trt86-h200/resnet50_ortfb.explicit.*): those tests prove the orchestration, not TensorRT.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -332,6 +336,18 @@ def test_parse_agent_reply():
     assert ei.value.exit_code == 1
 
 
+def test_run_log_lines_are_on_disk_at_once(tmp_path):
+    """deploy.log is what a user tails during a long build: the target's lines may not wait in a buffer."""
+    from edgeq.remote.deploy import RunLog
+
+    log = RunLog(tmp_path)
+    log.line("build: started")
+    log.remote_line("[I] [TRT] Local timing cache in use.")
+    text = (tmp_path / "deploy.log").read_text()
+    assert text.endswith("build: started\n  | [I] [TRT] Local timing cache in use.\n")
+    log.close()
+
+
 def test_run_dirs_are_unique_and_safe(tmp_path):
     a = new_run_dir(tmp_path, Path("my model (v2).onnx"), "orin agx")
     b = new_run_dir(tmp_path, Path("my model (v2).onnx"), "orin agx")
@@ -366,3 +382,278 @@ def test_cli_renders_a_finished_run_and_exits_1_on_the_gate(tmp_path, monkeypatc
     assert "report.html" in out and "run directory: runs" in out
     code, out, _ = cli("deploy", model, "--target", "t", "--gate", "none")
     assert code == 0 and "not applied" in out
+
+
+# -- the whole deploy over SSH against a trtexec stand-in REPLAYING recorded TensorRT 8.6.0 runs ---------
+#
+# tests/trtexec_replay.py: the "trtexec" on this target prints the real logs of the resnet50_ortfb explicit
+# build and run on an H200 (tests/fixtures/trt86-h200/resnet50_ortfb.explicit.*) and copies their real
+# --exportLayerInfo / --exportProfile JSON where it is told to. It proves the orchestration (quoting over
+# SSH, every stage, downloads, run directory, report, gate, exit codes, caches), not TensorRT: the engine
+# it "builds" is a placeholder and the layers it reports are ResNet-50's, not the deployed model's.
+
+QDQ_NAME = "resnet like $(touch pwned) & 'v1'; x.onnx"
+ORTFB = "resnet50_ortfb.explicit"
+
+
+def qdq_model(path: Path) -> Path:
+    """A small explicit-INT8 model as onnxruntime quantizes it (float biases: TensorRT 8.6 parses it)."""
+    from edgeq import zoo
+
+    onnx.save(zoo.qdq_ort(zoo.resnet_like(size=32, width=8), quantize_bias=False), str(path))
+    return path
+
+
+@pytest.fixture
+def trtexec_target(tmp_path, monkeypatch, ssh_server):
+    """targets/replay.yaml: the loopback sshd with ``backend: trtexec`` and ``trtexec:`` the stand-in.
+
+    Yields ``make(build=Recorded, run=Recorded, relative=False, keys=None) -> (root, model, remote work
+    dir, stand-in)``. ``relative``: the work_dir is relative to the login home, as in the shipped target
+    files (a unique directory there, removed afterwards); else an absolute one under tmp_path. ``keys``:
+    more target file keys.
+    """
+    import pwd
+    import shutil
+
+    from trtexec_replay import Recorded, replay_trtexec
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "targets").mkdir()
+    bin_dir = tmp_path / "target bin"  # a space in trtexec's path too
+    bin_dir.mkdir()
+    made: list[Path] = []
+
+    def make(
+        build: Recorded = Recorded(FIXTURES / f"{ORTFB}.build.log"),
+        run: Recorded = Recorded(FIXTURES / f"{ORTFB}.run.log"),
+        relative: bool = False,
+        keys: dict | None = None,
+    ):
+        trtexec = replay_trtexec(
+            bin_dir, build=build, run=run,
+            layers=FIXTURES / f"{ORTFB}.layers.json", profile=FIXTURES / f"{ORTFB}.profile.json",
+        )  # fmt: skip
+        work_dir = f".edgeq-test-{tmp_path.name}" if relative else str(tmp_path / "remote home")
+        remote = Path(pwd.getpwnam(ssh_server.user).pw_dir) / work_dir  # what the session resolves
+        made.append(remote)
+        target = {
+            "host": ssh_server.host,
+            "port": ssh_server.port,
+            "user": ssh_server.user,
+            "identity_file": str(ssh_server.identity_file),
+            "known_hosts": str(ssh_server.known_hosts),
+            "work_dir": work_dir,
+            "python": sys.executable,
+            "tensorrt": "8.6",
+            "backend": "trtexec",
+            "trtexec": str(trtexec),
+            "timeouts": {"connect": 10, "command": 60},
+            **(keys or {}),
+        }
+        (tmp_path / "targets" / "replay.yaml").write_text(yaml.safe_dump(target))
+        return tmp_path, qdq_model(tmp_path / QDQ_NAME), remote, trtexec
+
+    yield make
+    for remote in made:
+        shutil.rmtree(remote, ignore_errors=True)
+
+
+def _on_target(path: str) -> Path:
+    """A path the agent was given, as the target resolves it (relative ones: from the login home)."""
+    import pwd
+
+    return Path(pwd.getpwuid(os.getuid()).pw_dir) / path
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    (value,) = [a.split("=", 1)[1] for a in argv if a.startswith(flag + "=")]
+    return value
+
+
+def _real_latency_median(run_log: Path) -> float:
+    """The median latency trtexec printed in the recorded run (its performance summary)."""
+    import re
+
+    (line,) = [ln for ln in run_log.read_text().splitlines() if "] [I] Latency: " in ln]
+    return float(re.search(r"median = ([0-9.]+) ms", line).group(1))
+
+
+@pytest.mark.sshd
+def test_replayed_trtexec_deploy_runs_every_stage_and_the_int8_gate_fails(trtexec_target, cli):
+    """Replays recorded TensorRT 8.6.0 outputs (resnet50_ortfb.explicit.*): proves the orchestration, not
+    TensorRT. Every stage runs, the run directory holds every artefact, and the gate fails (exit 1) on
+    the recorded engine's one interior reformat, named in one line; ``--gate none`` exits 0."""
+    from trtexec_replay import ENGINE_PLACEHOLDER, calls
+
+    root, model, remote, trtexec = trtexec_target()
+    runs = root / "runs"
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs)
+    assert code == 1, (out, err)
+    assert "Traceback" not in out + err and not [ln for ln in err.splitlines() if ln.startswith("error:")]
+
+    (run_dir,) = runs.iterdir()
+    st = _stages(run_dir)
+    assert {n: s["status"] for n, s in st.items()} == {
+        "clean": "ok", "quantize": "skipped", "lint": "ok", "upload": "ok", "probe": "ok", "build": "ok",
+        "inspect": "ok", "profile": "ok", "report": "ok", "gate": "failed",
+    }  # fmt: skip
+    for name in ("engine.plan", "layers.json", "profile.json", "report.json", "report.html", "timings.json",
+                 "stages.json", "probe.json", "deploy.log"):  # fmt: skip
+        assert (run_dir / name).is_file(), name
+    # what the target wrote came back byte for byte
+    assert (run_dir / "engine.plan").read_bytes() == ENGINE_PLACEHOLDER
+    assert (run_dir / "layers.json").read_bytes() == (FIXTURES / f"{ORTFB}.layers.json").read_bytes()
+    assert (run_dir / "profile.json").read_bytes() == (FIXTURES / f"{ORTFB}.profile.json").read_bytes()
+    # the probe read trtexec's banner; the build and profile replies were parsed from the real logs
+    assert st["probe"]["data"]["tensorrt"] == "8.6.0"
+    assert st["build"]["data"]["mode"] == "explicit-int8"
+    assert st["build"]["data"]["engine_bytes"] == len(ENGINE_PLACEHOLDER)
+    timings = json.loads((run_dir / "timings.json").read_text())
+    assert timings["latency_ms"]["median"] == _real_latency_median(FIXTURES / f"{ORTFB}.run.log")
+    assert set(timings["stages"]) == set(st) - {"quantize"}  # skipped: the model has Q/DQ already
+    assert "[I] Engine built in 303.457 sec." in (run_dir / "deploy.log").read_text()  # the target's log
+
+    # the gate: one offending layer, named once, in one line with its rule
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["gate"]["passed"] is False
+    (violation,) = report["gate"]["violations"]
+    assert violation["rule"] == "interior-reformat"
+    named = [ln for ln in out.splitlines() if violation["layer_name"][:40] in ln]
+    assert len(named) == 1 and "[interior-reformat]" in named[0], out
+    assert "gate int8: FAILED on 1 layer" in out
+    assert st["gate"]["data"] == {"passed": False}
+
+    # every argv element arrived whole: the model's name with spaces, quotes and $(...) included
+    probe, build, inspect, profile = calls(trtexec)
+    assert probe[1:] == ["--help"]
+    cleaned = QDQ_NAME[: -len(".onnx")] + ".clean.onnx"
+    onnx_remote = Path(_flag(build, "--onnx"))
+    assert onnx_remote.name == cleaned and onnx_remote.parent.parent == remote / "cache"
+    assert onnx_remote.read_bytes() == (run_dir / cleaned).read_bytes()
+    assert {"--int8", "--profilingVerbosity=detailed", "--skipInference"} <= set(build)
+    engine = _flag(build, "--saveEngine")
+    assert Path(engine).parent == remote / "runs" / run_dir.name
+    assert _flag(inspect, "--loadEngine") == _flag(profile, "--loadEngine") == engine
+    assert Path(_flag(inspect, "--exportLayerInfo")).parent == Path(engine).parent
+    assert Path(_flag(profile, "--exportProfile")).parent == Path(engine).parent
+    assert "--separateProfileRun" in profile
+    assert not (root / "pwned").exists() and not (Path.home() / "pwned").exists()
+
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs, "--gate", "none")
+    assert code == 0, (out, err)
+    assert "gate none: not applied" in out
+
+
+@pytest.mark.sshd
+def test_replayed_trtexec_second_deploy_reuses_uploads_and_timing_cache(trtexec_target, cli):
+    """Replays recorded TensorRT 8.6.0 outputs: a second deploy of an unchanged model sends nothing (model
+    and agent come from the target's content-addressed cache) and hands trtexec the same timing cache.
+    The work_dir is relative to the login home, as in the shipped target files."""
+    from trtexec_replay import calls
+
+    root, model, remote, trtexec = trtexec_target(relative=True)  # like the examples' "edgeq"
+    runs = root / "runs"
+    assert cli("deploy", model, "--target", "replay", "--runs-dir", runs)[0] == 1
+    (first,) = runs.iterdir()
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs)
+    assert code == 1, (out, err)
+    (second,) = [d for d in runs.iterdir() if d != first]
+
+    up1, up2 = (_stages(d)["upload"]["data"] for d in (first, second))
+    assert up1["model"]["bytes_sent"] > 0 and up1["agent"]["bytes_sent"] > 0
+    assert up2["model"]["bytes_sent"] == 0 and up2["model"]["cached"]
+    assert up2["agent"]["bytes_sent"] == 0 and up2["agent"]["cached"]
+    assert up2["model"]["remote_path"] == up1["model"]["remote_path"]
+
+    builds = [a for a in calls(trtexec) if any(x.startswith("--onnx=") for x in a)]
+    assert len(builds) == 2
+    cache1, cache2 = (_flag(a, "--timingCacheFile") for a in builds)
+    assert cache1 == cache2 and _on_target(cache1).parent == remote / "timing-cache"
+    assert _on_target(cache1).parent.is_dir()  # the agent made the directory trtexec writes the cache into
+    assert _stages(second)["build"]["data"]["timing_cache"] == cache1
+    # each run has its own directory on the target, under the work_dir in the login home
+    engines = [_on_target(_flag(a, "--saveEngine")) for a in builds]
+    assert engines == [remote / "runs" / d.name / "engine.plan" for d in (first, second)]
+    assert all(e.is_file() for e in engines)
+
+
+@pytest.mark.sshd
+def test_replayed_trtexec_deploy_passes_the_targets_build_settings_to_trtexec(trtexec_target, cli):
+    """Replays recorded TensorRT 8.6.0 outputs: the target file's build section and --no-fp16 arrive as
+    trtexec 8.6's own flags, on every trtexec call that needs them (DLA on build, inspect and profile)."""
+    from trtexec_replay import calls
+
+    build = {"workspace": 2048, "tactic_sources": ["-CUBLAS", "-CUBLAS_LT", "-CUDNN"], "dla_core": 1,
+             "allow_gpu_fallback": True, "timing_cache": False}  # fmt: skip
+    root, model, _, trtexec = trtexec_target(keys={"build": build})
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", root / "runs", "--no-fp16",
+                         "--iterations", "7", "--duration", "0.5", "--gate", "none")  # fmt: skip
+    assert code == 0, (out, err)
+    _, b, i, p = calls(trtexec)
+    assert b[1:] == [
+        b[1], b[2], "--int8", "--memPoolSize=workspace:2048", "--tacticSources=-CUBLAS,-CUBLAS_LT,-CUDNN",
+        "--useDLACore=1", "--allowGPUFallback", "--profilingVerbosity=detailed", "--skipInference",
+    ]  # fmt: skip
+    assert b[1].startswith("--onnx=") and b[2].startswith("--saveEngine=")
+    assert "--useDLACore=1" in i and "--allowGPUFallback" not in i
+    assert {"--useDLACore=1", "--iterations=7", "--duration=0.5", "--warmUp=200"} <= set(p)
+
+
+@pytest.mark.sshd
+@pytest.mark.parametrize(
+    ("log", "stage", "message"),
+    [
+        ("yolo_ortfb.explicit.build.log", "build", "Error[10]: Could not find any implementation for node"),
+        ("resnet50_ortqdq.explicit.build.log", "parse",
+         "Error[3]: fc.bias_DequantizeLinear: only activation types allowed as input to this layer."),
+    ],
+)  # fmt: skip
+def test_replayed_trtexec_build_failure_is_one_line(trtexec_target, cli, log, stage, message):
+    """Replays a recorded failing TensorRT 8.6.0 build (its real log, exit code 1): one error line naming
+    the build and TensorRT's own error text, exit 1; stages.json says build failed, later stages not run."""
+    from trtexec_replay import Recorded
+
+    root, model, _, _ = trtexec_target(build=Recorded(FIXTURES / log, 1))
+    runs = root / "runs"
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs)
+    assert code == 1
+    assert "Traceback" not in out + err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, err
+    assert "build on replay" in errors[0] and f"stage '{stage}'" in errors[0] and message in errors[0]
+    (run_dir,) = runs.iterdir()
+    st = _stages(run_dir)
+    assert st["build"]["status"] == "failed" and message in st["build"]["summary"]
+    assert all(st[n]["status"] == "not run" for n in ("inspect", "profile", "report", "gate"))
+    assert not (run_dir / "engine.plan").exists()
+    # TensorRT's whole log is kept in deploy.log, once (it streamed in; the reply's copy is not repeated)
+    logged = (run_dir / "deploy.log").read_text().splitlines()
+    recorded = (FIXTURES / log).read_text().splitlines()
+    assert [ln[4:] for ln in logged if ln.startswith("  | ")] == recorded
+
+
+@pytest.mark.sshd
+def test_trtexec_that_cannot_start_fails_the_probe_with_the_loaders_message(trtexec_target, cli):
+    """A trtexec whose TensorRT libraries are missing (the dynamic loader's own message, exit 127, as on a
+    Jetson with a broken LD_LIBRARY_PATH) must stop the deploy at the probe with that message; it used to
+    pass the probe as "TensorRT None" and fail later with the wrong hint or no reason at all."""
+    root, model, _, trtexec = trtexec_target()
+    trtexec.write_text(
+        '#!/bin/sh\necho "$0: error while loading shared libraries: libnvinfer.so.8: cannot open shared '
+        'object file: No such file or directory" >&2\nexit 127\n'
+    )
+    runs = root / "runs"
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs)
+    assert code == 1 and "Traceback" not in out + err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, err
+    assert "probe on replay" in errors[0] and "stage 'import'" in errors[0]
+    assert "exit 127" in errors[0] and "libnvinfer.so.8: cannot open shared object file" in errors[0]
+    (run_dir,) = runs.iterdir()
+    st = _stages(run_dir)
+    assert st["probe"]["status"] == "failed" and st["build"]["status"] == "not run"
+
+    code, _, err = cli("targets", "check", "replay")
+    assert code == 1 and "libnvinfer.so.8" in err

@@ -150,6 +150,7 @@ class RunLog:
     def remote_line(self, text: str) -> None:
         """A line of the target's stderr (TensorRT / trtexec log): kept in deploy.log, not echoed."""
         self._log.write(f"  | {text}\n")
+        self._log.flush()  # a build runs for minutes: ``tail -f deploy.log`` shows TensorRT's progress
 
     def stage(self, name: str) -> StageRecord:
         return next(s for s in self.stages if s.name == name)
@@ -376,12 +377,22 @@ class _Deploy:
         self, conn: Connection, agent_remote: str, command: str, *args: str, timeout: float
     ) -> dict[str, Any]:
         """``call_agent`` with the reply kept as ``agent-<command>.json`` and its log in deploy.log."""
+        streamed = 0
+
+        def on_stderr(line: str) -> None:
+            nonlocal streamed
+            streamed += 1
+            self.log.remote_line(line)
+
         reply = call_agent(conn, self.target, agent_remote, command, *args, timeout=timeout,
-                           on_stderr=self.log.remote_line)  # fmt: skip
+                           on_stderr=on_stderr)  # fmt: skip
         write_json(self.run_dir / f"agent-{command}.json", reply)
         if not reply.get("ok"):
-            for ln in (reply.get("error") or {}).get("log") or []:
-                self.log.remote_line(str(ln))
+            # The reply's log is a tail of the stderr that already streamed into deploy.log; it is the
+            # only copy only when nothing streamed.
+            if not streamed:
+                for ln in (reply.get("error") or {}).get("log") or []:
+                    self.log.remote_line(str(ln))
             raise _agent_failed(command, reply, self.target, conn.config.destination, self.run_dir)
         return reply.get("result") or {}
 
@@ -597,7 +608,7 @@ def _hint(command: str, err: dict[str, Any], target: Target, run_dir: Optional[P
             f"'backend: trtexec' in {target.path}{where}"
         )
     if stage == "import":
-        return f"set 'trtexec' in {target.path} to trtexec's path on the target{where}"
+        return f"set 'trtexec' in {target.path} to trtexec's path on the target; check it starts there{where}"
     if run_dir is None:
         return None
     if stage in ("parse", "build"):

@@ -130,6 +130,9 @@ def run_command(args, log):
             facts["trtexec"] = sysprobe.trtexec_facts(args.trtexec, log)
             if not facts["trtexec"].get("executable"):
                 raise AgentError("import", "trtexec not found at %s" % args.trtexec, details=facts)
+            if facts["trtexec"].get("version") is None:
+                message = "trtexec at %s %s" % (args.trtexec, facts["trtexec"].get("error"))
+                raise AgentError("import", message, details=facts)
             facts["tensorrt"] = {"version": facts["trtexec"].get("version"), "via": "trtexec"}
             return facts
         from . import trt_backend

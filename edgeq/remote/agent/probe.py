@@ -190,16 +190,24 @@ def system_facts():
 
 
 def trtexec_facts(path, log, timeout=60):
-    """Whether trtexec exists, and its TensorRT version from the banner every run prints."""
+    """Whether trtexec exists, and its TensorRT version from the banner every run prints.
+
+    No banner means trtexec did not start (e.g. the loader cannot find libnvinfer: exit 127): ``error``
+    then carries its exit code and last output line, the reason a user needs.
+    """
     facts = {"path": path, "exists": os.path.isfile(path), "executable": os.access(path, os.X_OK)}
     if not facts["executable"]:
         return facts
     try:
-        _code, lines = run_tool([path, "--help"], None, timeout)
+        code, lines = run_tool([path, "--help"], None, timeout)
     except Exception as e:  # AgentError on launch failure
         facts["error"] = str(e)
         return facts
     from .trtexec_backend import version_from_banner
 
     facts["version"] = version_from_banner(lines)
+    if facts["version"] is None:
+        said = [ln.strip() for ln in lines if ln.strip()]
+        status = "timed out after %d s" % timeout if code is None else "exit %d" % code
+        facts["error"] = "printed no TensorRT banner (%s): %s" % (status, said[-1] if said else "no output")
     return facts

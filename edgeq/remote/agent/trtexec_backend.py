@@ -175,7 +175,11 @@ def error_from_log(lines):
     if errors:
         return stage, errors[0]
     failed = [ln for ln in lines if ln.startswith("&&&& FAILED")]
-    return stage, (failed[-1] if failed else "trtexec failed without an error line")
+    if failed:
+        return stage, failed[-1]
+    # No trtexec report at all (killed, or it never started): its last words are the reason.
+    said = [ln.strip() for ln in lines if ln.strip()]
+    return stage, ("trtexec failed: %s" % said[-1] if said else "trtexec failed without output")
 
 
 # ---------------------------------------------------------------------------------------------------
