@@ -861,7 +861,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         return e.exit_code
     except typer.TyperException as e:
         # Usage errors: one line plus the hint to ask for help.
-        msg = e.format_message()  # type: ignore[attr-defined]
+        msg = e.format_message()
         see = f"edgeq {_subcommand(argv)}--help"
         if msg.strip():  # bare 'edgeq' has printed the help already: no empty error line under it
             err.print(f"[bold red]error:[/] {escape(msg)}  (see '{see}')", highlight=False)
@@ -875,7 +875,7 @@ def _subcommand(argv: Optional[Sequence[str]]) -> str:
     names = {c.name for c in app.registered_commands}
     words = [a for a in args if not a.startswith("-")]
     first = words[0] if words else None
-    groups = {g.name: g.typer_instance for g in app.registered_groups}
+    groups = {g.name: g.typer_instance for g in app.registered_groups if g.typer_instance is not None}
     sub = {c.name for c in groups[first].registered_commands} if first in groups else set()
     if len(words) > 1 and words[1] in sub:  # 'edgeq targets check --help', not 'edgeq --help'
         return f"{first} {words[1]} "

@@ -123,6 +123,37 @@ def test_operator_table_loads_from_package_data():
     assert not optable.is_supported("Hardmax")  # absent from the 8.6 matrix
 
 
+def test_operator_table_needs_only_the_python39_traversable_api(monkeypatch):
+    """On Python 3.9 (and 3.10) a package's Traversable may take one child per joinpath (zipfile.Path,
+    MultiplexedPath): ``joinpath("data", name)`` raised TypeError there, e.g. for a zipped install."""
+    import importlib.resources
+
+    from edgeq.graph import optable
+
+    real = importlib.resources.files("edgeq.graph")
+
+    class Py39Traversable:  # the 3.9 importlib.abc.Traversable surface, over the real package files
+        def __init__(self, path):
+            self.path = path
+
+        def joinpath(self, child):
+            return Py39Traversable(self.path.joinpath(child))
+
+        def __truediv__(self, child):
+            return self.joinpath(child)
+
+        def read_text(self, encoding=None):
+            return self.path.read_text(encoding=encoding)
+
+    monkeypatch.setattr(importlib.resources, "files", lambda pkg: Py39Traversable(real))
+    optable.load_optable.cache_clear()
+    try:
+        table = optable.load_optable()
+    finally:
+        optable.load_optable.cache_clear()  # later tests read the table through the real files()
+    assert len(table) > 100 and "INT8" in table["Conv"].types
+
+
 # --------------------------------------------------------------------------------------------------
 # Parsing rules, one minimal trigger model each
 # --------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ processed at all (and by ``compare_models`` when onnxruntime cannot run a model)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edgeq.errors import ConfigError
 from edgeq.findings import Finding, Level, ProgressFn, no_progress
@@ -20,6 +20,8 @@ from edgeq.graph.verify import Verification, compare_models
 if TYPE_CHECKING:
     import onnx
     import onnx_graphsurgeon as gs
+
+    from edgeq.graph.passes import GraphPass, ModelPass
 
 __all__ = ["PASSES", "Change", "CleanOptions", "CleanResult", "clean_model", "fit_findings"]
 
@@ -80,7 +82,8 @@ def clean_model(
             if graph is not None:
                 work, graph = _export(graph, work), None
             try:
-                work, done = p.fn(work, options)  # type: ignore[call-arg,misc]
+                # Pass.kind says which of the two signatures fn has (PASSES pairs them).
+                work, done = cast("ModelPass", p.fn)(work, options)
             except Unfit as e:
                 findings.append(
                     Finding(Level.ERROR, p.name, e.message, e.hint or "", PARSE_SOURCE, tuple(e.nodes))
@@ -97,7 +100,7 @@ def clean_model(
                         )
                     )
             with quiet_graphsurgeon():
-                done = p.fn(graph, options)  # type: ignore[call-arg,assignment]
+                done = cast("GraphPass", p.fn)(graph, options)
         changes.extend(done)
     if graph is not None:
         work = _export(graph, work)

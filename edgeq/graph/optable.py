@@ -56,7 +56,9 @@ def load_optable() -> dict[str, OpSupport]:
     """Operator name -> support row, read once from the package data."""
     from importlib.resources import files
 
-    text = files("edgeq.graph").joinpath("data", _CSV).read_text(encoding="utf-8")
+    # One child per step: Traversable.joinpath takes several only from Python 3.11 (3.9's zipfile.Path
+    # and MultiplexedPath take one), and host code runs on 3.9.
+    text = (files("edgeq.graph") / "data" / _CSV).read_text(encoding="utf-8")
     table: dict[str, OpSupport] = {}
     for row in csv.DictReader(io.StringIO(text)):
         op = (row.get("operator") or "").strip()

@@ -728,14 +728,14 @@ def qdq_to_int8(graph: gs.Graph, options: CleanOptions) -> list[Change]:
         dqs = list(qout.outputs)
         if qout in graph.outputs or not dqs or any(d.op != "DequantizeLinear" for d in dqs):
             continue
-        dzs = [_zp_values(d) for d in dqs]
-        if any(z is None or z.dtype != np.uint8 or not np.all(z == 128) for z in dzs):
+        dzs = [dz for dz in (_zp_values(d) for d in dqs) if dz is not None]
+        if len(dzs) != len(dqs) or any(dz.dtype != np.uint8 or not np.all(dz == 128) for dz in dzs):
             continue
         if any(d.attrs.get("axis", 1) != q.attrs.get("axis", 1) and zq.size > 1 for d in dqs):
             continue
         _set_zp(q, _new_zp(zps, q, zq.shape))
-        for d, z in zip(dqs, dzs):
-            _set_zp(d, _new_zp(zps, d, z.shape))  # type: ignore[union-attr]
+        for d, dz in zip(dqs, dzs):
+            _set_zp(d, _new_zp(zps, d, dz.shape))
         qout.dtype = np.int8
         converted_pairs.append(node_name(q))
         converted_pairs.extend(node_name(d) for d in dqs)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
     import onnx_graphsurgeon as gs
+    from typing_extensions import TypeGuard  # typing.TypeGuard is 3.10+; only read by type checkers
 
 QUANTIZE = "QuantizeLinear"
 DEQUANTIZE = "DequantizeLinear"
@@ -87,7 +88,7 @@ def input_indices(node: gs.Node, tensor: gs.Tensor) -> list[int]:
     return [i for i, t in enumerate(node.inputs) if t is tensor]
 
 
-def is_op(node: gs.Node | None, *ops: str) -> bool:
+def is_op(node: gs.Node | None, *ops: str) -> TypeGuard[gs.Node]:
     return node is not None and node.op in ops and is_standard(node)
 
 
@@ -96,11 +97,11 @@ def is_standard(node: gs.Node) -> bool:
     return node.domain in (None, "", "ai.onnx")
 
 
-def is_quantize(node: gs.Node | None) -> bool:
+def is_quantize(node: gs.Node | None) -> TypeGuard[gs.Node]:
     return is_op(node, QUANTIZE)
 
 
-def is_dequantize(node: gs.Node | None) -> bool:
+def is_dequantize(node: gs.Node | None) -> TypeGuard[gs.Node]:
     return is_op(node, DEQUANTIZE)
 
 
@@ -234,6 +235,7 @@ def qparams(node: gs.Node) -> QParams:
     """Scale/zero-point/axis of a QuantizeLinear or DequantizeLinear node."""
     scale = constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
     zp_t = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2].name else None
+    zp_dtype: str | None
     if zp_t is None:
         zp, zp_dtype = None, "uint8"
         if is_dequantize(node):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from edgeq.errors import EdgeqError
 from edgeq.findings import Finding, Level
@@ -130,6 +130,7 @@ def check_op_type_unsupported(graph: gs.Graph) -> list[Finding]:
     """
     bad_type: dict[tuple[str, str], list[str]] = {}
     unlisted: dict[tuple[str, str], list[str]] = {}
+    listed_types: dict[str, frozenset[str]] = {}  # op -> the 8.6 table's types, for the unlisted message
     for n in iter_nodes(graph):
         if not is_standard(n) or n.op in _TYPE_CHECK_SKIP:
             continue
@@ -152,6 +153,7 @@ def check_op_type_unsupported(graph: gs.Graph) -> list[Finding]:
             bad_type.setdefault((n.op, name), []).append(node_label(n))
         elif trt_type not in row.types:
             unlisted.setdefault((n.op, name), []).append(node_label(n))
+            listed_types[n.op] = row.types
     out = [
         _finding(
             "op-type-unsupported",
@@ -164,7 +166,7 @@ def check_op_type_unsupported(graph: gs.Graph) -> list[Finding]:
     out += [
         _finding(
             "op-type-unsupported",
-            f"{op} reads {name}; the 8.6 table lists {', '.join(sorted(optable.op_support(op).types))} "
+            f"{op} reads {name}; the 8.6 table lists {', '.join(sorted(listed_types[op]))} "
             f"for {op} ({len(nodes)} node(s))",
             nodes,
         )
@@ -329,7 +331,8 @@ def _qdq_nodes(graph: gs.Graph) -> list[gs.Node]:
 
 
 def check_qdq_uint8(graph: gs.Graph) -> list[Finding]:
-    hits, missing_zp = [], []
+    hits: list[str] = []
+    missing_zp: list[str] = []
     for n in _qdq_nodes(graph):
         p = qparams(n)
         if p.zero_point_dtype != "uint8":
@@ -567,6 +570,7 @@ def check_fuse_silu_qdq(graph: gs.Graph) -> list[Finding]:
         if sig_i is None:
             continue
         sig = producer(paths[sig_i][0])
+        assert sig is not None  # sig_i was chosen for a Sigmoid producer
         to_mul = paths[sig_i][1]  # pairs on Sigmoid -> Mul
         _, to_sig = skip_qdq_up(sig.inputs[0])  # pairs on x -> Sigmoid
         direct = paths[1 - sig_i][1]  # pairs on x -> Mul
@@ -597,8 +601,8 @@ def check_fuse_concat_scales(graph: gs.Graph) -> list[Finding]:
             dq = upstream_dq(t)
             if dq is not None:
                 dqs.append(dq)
-        scales = [qparams(d).scale for d in dqs]
-        if len(dqs) < 2 or any(s is None for s in scales):
+        scales = [s for s in (qparams(d).scale for d in dqs) if s is not None]
+        if len(dqs) < 2 or len(scales) != len(dqs):  # a scale computed at run time cannot be compared
             continue
         if all(same_scale(scales[0], s) for s in scales[1:]):
             continue
@@ -950,7 +954,7 @@ def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.level.rank, order.get(f.rule, len(order))))
 
 
-def summarize(findings: Sequence[Finding]) -> dict[str, object]:
+def summarize(findings: Sequence[Finding]) -> dict[str, Any]:
     """Counts by level and by rule, for JSON output and reports."""
     by_level = {lv.value: sum(f.level == lv for f in findings) for lv in Level}
     by_rule: dict[str, int] = {}

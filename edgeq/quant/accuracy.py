@@ -8,7 +8,7 @@ gate, and it names the figure that decided (as Polygraphy's comparator results d
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -132,7 +132,7 @@ def compare_accuracy(
     if missing:
         raise QuantError(f"the Q/DQ model lost output '{missing[0]}'")
     accs = {n: _Acc() for n in names}
-    total = len(data) if hasattr(data, "__len__") else None  # type: ignore[arg-type]
+    total = len(data) if isinstance(data, Sized) else None
     done = 0
     progress("accuracy check", 0, total)
     for feed in data:

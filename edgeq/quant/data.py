@@ -232,16 +232,16 @@ def _read_npy_rows(path: Path, start: int, rows: int | None) -> np.ndarray:
             shape, fortran, dtype = _npy_layout(f, np)
             offset = f.tell()
             whole = rows is None
-            if whole:
-                start, rows, out_shape = 0, 1, shape
+            if rows is None:  # the whole array counts as one row
+                start, n_rows, out_shape = 0, 1, shape
                 per_row = int(np.prod(shape, dtype=np.int64))
             else:
-                out_shape = (rows, *shape[1:])
+                n_rows, out_shape = rows, (rows, *shape[1:])
                 per_row = int(np.prod(shape[1:], dtype=np.int64))
             if fortran:  # rare; column-major rows are not contiguous, so map and copy the slice
                 a = np.load(path, mmap_mode="r", allow_pickle=False)
-                return np.array(a if whole else a[start:start + rows])
-            count = per_row * rows
+                return np.array(a if whole else a[start:start + n_rows])
+            count = per_row * n_rows
             f.seek(offset + start * per_row * dtype.itemsize)
             x = np.fromfile(f, dtype=dtype, count=count)
     except (OSError, ValueError, EOFError) as e:
@@ -317,13 +317,16 @@ class _Synthetic:
 
     def __init__(self, specs: list[InputSpec], count: int, seed: int) -> None:
         self.specs, self.count, self.seed = specs, count, seed
+        self._shapes: list[tuple[int, ...]] = []  # per spec: (batch, *fixed dims)
         for s in specs:
-            if any(d is None for d in s.shape[1:]):
+            dims = tuple(d for d in s.shape[1:] if d is not None)
+            if len(dims) != len(s.shape[1:]):
                 raise QuantError(
                     f"input '{s.name}' has dynamic dimensions {s.describe()}; synthetic data needs fixed "
                     "shapes",
                     hint="give real calibration data with --calib",
                 )
+            self._shapes.append((s.batch, *dims))
         self.path = Path("<synthetic>")
 
     def read(self, k: int, cache: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -331,8 +334,7 @@ class _Synthetic:
 
         rng = np.random.default_rng([self.seed, k])
         feed = {}
-        for s in self.specs:
-            shape = (s.batch, *s.shape[1:])
+        for s, shape in zip(self.specs, self._shapes):
             if np.issubdtype(np.dtype(s.dtype), np.floating):
                 feed[s.name] = rng.standard_normal(shape, dtype=np.float32).astype(s.dtype)
             elif s.dtype == "bool":

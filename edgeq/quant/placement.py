@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError
 from edgeq.graph.patterns import ACTIVATION_OPS, consumers, is_constant, preserves_scale, producer, silu_input
@@ -128,7 +128,7 @@ def _var_inputs(node: gs.Node) -> list[gs.Tensor]:
     return [t for t in node.inputs if t.name and not is_constant(t)]
 
 
-def _attr(node: gs.Node, name: str, default: object = None) -> object:
+def _attr(node: gs.Node, name: str, default: object = None) -> Any:  # whatever the ONNX attribute holds
     v = node.attrs.get(name, default)
     return v.decode() if isinstance(v, bytes) else v
 
@@ -251,7 +251,11 @@ def _residual_split(add: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
         if la == lb:
             return None  # two parallel branches joining, not a skip around a block
         return (a, b) if la > lb else (b, a)
-    conv_branch, skip, bone = (a, b, ba) if ba is not None else (b, a, bb)
+    if ba is not None:
+        conv_branch, skip, bone = a, b, ba
+    else:
+        assert bb is not None  # both None returned above
+        conv_branch, skip, bone = b, a, bb
     if lca is not None and lca in {o.name for o in bone.outputs}:
         return None
     return conv_branch, skip
@@ -494,7 +498,7 @@ class _PlanBuilder:
         return "place-not-int8-consumer"
 
     def finish(self, mode: str) -> Plan:
-        pos = {}
+        pos: dict[str, int] = {}
         for i, n in enumerate(self.graph.nodes):
             for o in n.outputs:
                 pos.setdefault(o.name, i)
@@ -536,7 +540,8 @@ class _PlanBuilder:
             forced=tuple(sorted(self.forced)),
             group_ids=group_ids,
         )
-        for r in {d.rule for d in (*plan.sites, *plan.weights, *plan.floats)}:
+        decisions: tuple[QdqSite | WeightSite | FloatTensor, ...] = (*plan.sites, *plan.weights, *plan.floats)
+        for r in {d.rule for d in decisions}:
             rule(r)  # every decision carries a known rule id
         return plan
 

@@ -131,11 +131,11 @@ def insert_qdq(graph: gs.Graph, plan: Plan, amax: Mapping[str, float]) -> Insert
             values = np.asarray(w.values)
             if ws.axis is not None and not -values.ndim <= ws.axis < values.ndim:
                 raise QuantError(f"weight '{ws.tensor}' has no axis {ws.axis} (shape {list(values.shape)})")
-            q, scale = quantize_weight(values, ws.axis)
+            q, w_scale = quantize_weight(values, ws.axis)
             base = ws.tensor
             q_c = gs.Constant(unique(f"{base}_quantized"), q)
-            s_c = gs.Constant(unique(f"{base}_scale"), scale)
-            zp_c = gs.Constant(unique(f"{base}_zero_point"), np.zeros(scale.shape, dtype=np.int8))
+            s_c = gs.Constant(unique(f"{base}_scale"), w_scale)
+            zp_c = gs.Constant(unique(f"{base}_zero_point"), np.zeros(w_scale.shape, dtype=np.int8))
             out = gs.Variable(unique(f"{base}_dequantized"), dtype=np.float32, shape=list(values.shape))
             attrs = {"axis": int(ws.axis)} if ws.axis is not None else {}
             new_nodes.append(gs.Node("DequantizeLinear", unique(f"{base}_DequantizeLinear"), attrs=attrs,

@@ -98,7 +98,9 @@ _OP_FROM_NAME = re.compile(r"([A-Z][A-Za-z0-9]*?)(?:_\d+)?$")
 
 def _split_top(text: str, sep: str) -> list[str]:
     """Split on ``sep`` outside (), [] and {} (fused names nest: PWN(PWN(a), b))."""
-    out, depth, cur, i = [], 0, [], 0
+    out: list[str] = []
+    cur: list[str] = []
+    depth, i = 0, 0
     while i < len(text):
         c = text[i]
         if c in "([{":
@@ -597,9 +599,9 @@ def build_report(
         for lay in layers.layers:
             queue.setdefault(lay.name, []).append(lay.index)
         for t in profile.layers:
-            q = queue.get(t.name)
-            if q:
-                times[q.pop(0)] = t.average_ms
+            pending = queue.get(t.name)
+            if pending:
+                times[pending.pop(0)] = t.average_ms
             else:
                 unmatched.append(t.name)
 

@@ -131,7 +131,7 @@ def run_tool(argv, log, timeout):
     return code, lines
 
 
-_ACTIVE = set()  # tools running now, so a signal handler can stop them
+_ACTIVE = set()  # type: set[subprocess.Popen]  # tools running now, so a signal handler can stop them
 
 
 def _kill(proc):
