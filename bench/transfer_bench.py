@@ -3,7 +3,8 @@
     python bench/transfer_bench.py [--size-mb 200] [--rounds 3]
 
 Starts a throw-away sshd on 127.0.0.1 (tests/sshd.py), writes a random file, and in each round uploads
-it with edgeq (connect + sha256 + SFTP upload + sha256 verified by the target + atomic rename), with
+it with edgeq (connect + key lookup + SFTP upload, the local sha256 on a helper thread meanwhile + sha256
+verified by the target + atomic rename + key record), with
 ``sftp -b`` and with ``scp`` (same key, same known_hosts, each a fresh connection). Prints MB/s per
 tool (best and median of the rounds) and edgeq's ratio to each; the target is >= 0.9. Also times an
 unchanged redeploy, which must send 0 bytes. Timings on a shared machine are noisy: rounds interleave
@@ -131,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ratio edgeq/{other}: best {best['edgeq'] / best[other]:.2f}  "
               f"median {med['edgeq'] / med[other]:.2f}  (target >= 0.9)")  # fmt: skip
     print(f"unchanged redeploy: {again.bytes_sent} bytes sent, {redeploy:.2f}s (cached={again.cached})")
-    # Where the gap comes from: edgeq hashes the file before sending (the content address) and the
-    # target hashes it again after (the verification); sftp and scp do neither.
+    # Where a gap comes from: edgeq hashes the file locally (on a helper thread, from the start) and
+    # the target hashes it again after the transfer (the verification); sftp and scp do neither.
     print(f"edgeq SFTP transfer phase alone: best {mb / min(phase):.1f} MB/s, median "
           f"{mb / statistics.median(phase):.1f} MB/s; an OpenSSH connect+auth (ssh true) takes "
           f"{statistics.median(connect):.2f}s of each sftp/scp run")  # fmt: skip

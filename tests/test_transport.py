@@ -26,6 +26,7 @@ from edgeq.remote.transport import (
     HostKeyChanged,
     HostKeyUnknown,
     known_host_lines,
+    quick_key,
     remote_command,
 )
 
@@ -262,13 +263,15 @@ def test_upload_resumes_after_the_connection_is_cut(sshd, tmp_path):
     local = tmp_path / "big model.onnx"
     local.write_bytes(data)
     cache = tmp_path / "cache"
-    part = cache / _sha(data) / "big model.onnx.part"
+    part = cache / "incoming" / quick_key(local) / "big model.onnx.part"
     progress, state = _cut_after(sshd, part, 4 * MiB)
     with Connection(sshd.ssh_config(retries=0)) as c, pytest.raises(ConnectionFailed):
         c.put_cached(local, str(cache), progress=progress)
     assert state["killed"] > 0
     have = part.stat().st_size
     assert MiB <= have < len(data)
+    # nothing of the half upload is at its content address or recorded as cached
+    assert not (cache / _sha(data)).exists() and not (cache / "keys").exists()
 
     with Connection(sshd.ssh_config()) as c:
         up = c.put_cached(local, str(cache))
@@ -284,7 +287,7 @@ def test_upload_reconnects_transparently_when_the_connection_drops(sshd, tmp_pat
     local = tmp_path / "model.onnx"
     local.write_bytes(data)
     cache = tmp_path / "cache"
-    progress, state = _cut_after(sshd, cache / _sha(data) / "model.onnx.part", 4 * MiB)
+    progress, state = _cut_after(sshd, cache / "incoming" / quick_key(local) / "model.onnx.part", 4 * MiB)
     with Connection(sshd.ssh_config(retries=2, backoff=0.1)) as c:
         up = c.put_cached(local, str(cache), progress=progress)
         assert state["killed"] > 0
@@ -292,6 +295,117 @@ def test_upload_reconnects_transparently_when_the_connection_drops(sshd, tmp_pat
         assert up.bytes_sent >= len(data) - up.resumed_from
         assert c.run(["echo", "ok"]).stdout == "ok\n"  # and the connection is usable afterwards
     assert _sha(Path(up.remote_path).read_bytes()) == _sha(data)
+
+
+def _middle_flipped(data: bytes) -> bytes:
+    other = bytearray(data)
+    other[len(data) // 2] ^= 0xFF
+    return bytes(other)
+
+
+@pytest.mark.sshd
+def test_quick_key_hit_from_another_copy_sends_nothing(sshd, conn, tmp_path):
+    """The target's key record finds a file it verified before: a byte-identical copy elsewhere (new
+    mtime, new local path, fresh connection) is cached, and the record holds the full sha256."""
+    data = os.urandom(3 * MiB + 7)
+    first = tmp_path / "a" / "model.onnx"
+    first.parent.mkdir()
+    first.write_bytes(data)
+    cache = tmp_path / "cache"
+    up = conn.put_cached(first, str(cache))
+    assert (cache / "keys" / quick_key(first)).read_text().strip() == _sha(data)
+    assert not [p for p in (cache / "incoming").rglob("*") if p.is_file()]  # no leftovers
+    copy = tmp_path / "b" / "model.onnx"
+    copy.parent.mkdir()
+    copy.write_bytes(data)
+    with Connection(sshd.ssh_config()) as fresh:
+        again = fresh.put_cached(copy, str(cache))
+    assert (again.cached, again.bytes_sent, again.remote_path) == (True, 0, up.remote_path)
+    assert again.sha256 == _sha(data)
+
+
+@pytest.mark.sshd
+def test_quick_key_collision_uploads_and_addresses_by_the_full_sha256(conn, tmp_path):
+    """Same size, head and tail, one different byte in the middle: the same quick key, other content.
+    The full hash decides: the second file is sent in full and lands under its own sha256; both are
+    then cached (0 bytes) although the key record can name only one of them."""
+    a = os.urandom(5 * MiB)
+    b = _middle_flipped(a)
+    la, lb = tmp_path / "a" / "m.onnx", tmp_path / "b" / "m.onnx"
+    for path, data in ((la, a), (lb, b)):
+        path.parent.mkdir()
+        path.write_bytes(data)
+    assert quick_key(la) == quick_key(lb)
+    cache = tmp_path / "cache"
+    up_a = conn.put_cached(la, str(cache))
+    up_b = conn.put_cached(lb, str(cache))
+    assert (up_b.cached, up_b.bytes_sent, up_b.sha256) == (False, len(b), _sha(b))
+    assert up_b.remote_path == f"{cache}/{_sha(b)}/m.onnx" != up_a.remote_path
+    assert Path(up_b.remote_path).read_bytes() == b and Path(up_a.remote_path).read_bytes() == a
+    for path, data in ((la, a), (lb, b)):
+        again = conn.put_cached(path, str(cache))
+        assert (again.cached, again.bytes_sent, again.sha256) == (True, 0, _sha(data))
+
+
+@pytest.mark.sshd
+def test_key_record_pointing_to_a_missing_or_bad_file_means_upload(conn, tmp_path):
+    data = os.urandom(2 * MiB + 5)
+    local = tmp_path / "m.onnx"
+    local.write_bytes(data)
+    cache = tmp_path / "cache"
+    up = conn.put_cached(local, str(cache))
+    shutil.rmtree(Path(up.remote_path).parent)  # the record survives, the file does not
+    again = conn.put_cached(local, str(cache))
+    assert (again.cached, again.bytes_sent, again.remote_path) == (False, len(data), up.remote_path)
+    assert Path(up.remote_path).read_bytes() == data
+    # A record naming another file's (existing, intact, same name and size) address is not trusted:
+    # the full hash differs, and our own address is found instead.
+    other = tmp_path / "o" / "m.onnx"
+    other.parent.mkdir()
+    other.write_bytes(os.urandom(len(data)))
+    up_o = conn.put_cached(other, str(cache))
+    (cache / "keys" / quick_key(local)).write_text(up_o.sha256 + "\n")
+    third = conn.put_cached(local, str(cache))
+    assert (third.cached, third.bytes_sent, third.remote_path) == (True, 0, up.remote_path)
+    (cache / "keys" / quick_key(local)).write_text("garbage")
+    assert conn.put_cached(local, str(cache)).sha256 == _sha(data)
+
+
+@pytest.mark.sshd
+def test_cache_without_key_records_still_sends_nothing_for_a_cached_file(sshd, conn, tmp_path):
+    """A cache filled before key records existed (``<sha256>/<name>`` only): still 0 bytes, once
+    verified the record is written, and another file is uploaded normally."""
+    data = os.urandom(2 * MiB + 1)
+    local = tmp_path / "m.onnx"
+    local.write_bytes(data)
+    cache = tmp_path / "cache"
+    up = conn.put_cached(local, str(cache))
+    shutil.rmtree(cache / "keys")
+    with Connection(sshd.ssh_config()) as fresh:
+        again = fresh.put_cached(local, str(cache))
+    assert (again.cached, again.bytes_sent, again.remote_path) == (True, 0, up.remote_path)
+    assert (cache / "keys" / quick_key(local)).read_text().strip() == _sha(data)
+    shutil.rmtree(cache / "keys")
+    Path(up.remote_path).write_bytes(_middle_flipped(data))  # damaged since: not trusted
+    fixed = conn.put_cached(local, str(cache))
+    assert (fixed.cached, fixed.bytes_sent) == (False, len(data))
+    assert Path(up.remote_path).read_bytes() == data
+
+
+@pytest.mark.sshd
+def test_stale_incoming_part_with_other_content_is_restarted_not_resumed(conn, tmp_path):
+    """A .part left by a different file with the same quick key (or a corrupt one) is not resumed:
+    its prefix does not hash like ours, so the upload starts over and still verifies."""
+    data = os.urandom(4 * MiB)
+    local = tmp_path / "m.onnx"
+    local.write_bytes(data)
+    cache = tmp_path / "cache"
+    part = cache / "incoming" / quick_key(local) / "m.onnx.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(_middle_flipped(data)[: 3 * MiB])  # same first 2 MiB, then different
+    up = conn.put_cached(local, str(cache))
+    assert (up.resumed_from, up.bytes_sent, up.cached) == (0, len(data), False)
+    assert Path(up.remote_path).read_bytes() == data and not part.exists()
 
 
 @pytest.mark.sshd

@@ -5,7 +5,9 @@ what a careful ``ssh`` user does by hand: known_hosts is the authority (unknown 
 the user asked to accept new ones, changed keys are always refused), every remote command is built
 from ``shlex.quote``d arguments, and an upload lands in ``<cache>/<sha256>/<name>`` only after the
 target itself has hashed it, so a redeploy of an unchanged model sends nothing and an interrupted one
-resumes.
+resumes. The full local sha256 runs on a helper thread alongside the handshake, the transfer and the
+target's hash, not as a pass before them: a quick key (size + first/last MiB) and a record on the
+target find what it already holds.
 
 paramiko's own logger is set to CRITICAL here unless someone set its level first (the CLI sets it to
 DEBUG for ``-vv``): its transport thread otherwise prints tracebacks for every dropped connection.
@@ -24,6 +26,7 @@ import select
 import shlex
 import socket
 import stat
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +46,7 @@ _T = TypeVar("_T")
 # messages up to 256 KiB (SFTP_MAX_MSG_LENGTH), so stay under that with room for the header.
 SFTP_WRITE_SIZE = 255 * 1024
 READ_CHUNK = 4 * 1024 * 1024  # local read (and hash) granularity during upload
+QUICK_KEY_SPAN = 1024 * 1024  # head and tail bytes in quick_key(): milliseconds, not a full pass
 WINDOW_SIZE = 64 * 1024 * 1024  # our receive window: downloads (get) are not window-bound
 # AES-GCM needs no separate HMAC pass: the cheapest cipher paramiko offers; the rest stay as fallbacks.
 PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr")
@@ -211,6 +215,21 @@ def sha256_file(path: Path, length: int | None = None, progress: ProgressFn = no
     return h
 
 
+def quick_key(path: Path, size: int | None = None) -> str:
+    """``<size>-<sha256 of the first and last MiB>``: finds the target's record of a file it already
+    verified without hashing all of it first. Only a hint: a hit counts as cached only once the full
+    local sha256 equals the recorded one and the target re-hashes its copy to the same value."""
+    size = path.stat().st_size if size is None else size
+    h = hashlib.sha256(b"edgeq-quick-key-1\0%d\0" % size)
+    with open(path, "rb") as f:
+        h.update(f.read(min(size, QUICK_KEY_SPAN)))
+        if size > QUICK_KEY_SPAN:
+            start = max(QUICK_KEY_SPAN, size - QUICK_KEY_SPAN)
+            f.seek(start)
+            h.update(f.read(size - start))
+    return f"{size}-{h.hexdigest()}"
+
+
 def fingerprint(key: Any) -> str:
     """OpenSSH's ``SHA256:...`` form, as ``ssh-keygen -lf`` prints it."""
     digest = hashlib.sha256(key.asbytes()).digest()
@@ -286,6 +305,11 @@ def _quiet_paramiko() -> Any:
 
 def _transport_factory(sock: Any, **kwargs: Any) -> Any:
     paramiko = _quiet_paramiko()
+    if isinstance(sock, socket.socket):  # not a jump host's channel
+        # Nagle + delayed ACK held every small request (a session open, an SFTP stat) ~40 ms; OpenSSH
+        # sets TCP_NODELAY too.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     t = paramiko.Transport(sock, default_window_size=WINDOW_SIZE, **kwargs)
     opts = t.get_security_options()
     available = tuple(opts.ciphers)
@@ -336,6 +360,49 @@ class _LineStream:
 
     def tail(self, n: int = 5) -> str:
         return " | ".join([ln.strip() for ln in self.parts if ln.strip()][-n:])
+
+
+class _Hashing:
+    """The sha256 of a file's first ``size`` bytes on a daemon thread, started before anything needs it
+    (hashlib releases the GIL): it fills time spent waiting on the network and on the target."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._digest: str | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(path, size), name="edgeq-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path, size: int) -> None:
+        try:
+            h = hashlib.sha256()
+            left = size
+            with open(path, "rb") as f:
+                while left and not self._stop.is_set():
+                    block = f.read(min(READ_CHUNK, left))
+                    if not block:
+                        raise RemoteError(f"{path} shrank during the upload", "run again once it is written")
+                    h.update(block)
+                    left -= len(block)
+            if not left:  # stopped early: no digest, result() raises
+                self._digest = h.hexdigest()
+        except BaseException as exc:  # handed to the caller of result()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def result(self) -> str:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        if self._digest is None:
+            raise RuntimeError("hash stopped")
+        return self._digest
+
+    def stop(self) -> None:
+        """Let an abandoned hash end early (a failed upload need not wait for a multi-GB hash)."""
+        self._stop.set()
 
 
 def _is_drop(exc: BaseException) -> bool:
@@ -686,28 +753,31 @@ class Connection:
         """Upload ``local`` to ``<cache_dir>/<sha256>/<name>`` unless it is already there; the returned
         ``remote_path`` is absolute (a relative or ``~/`` cache_dir is taken from the login home).
 
+        The target keeps ``<cache_dir>/keys/<quick key>`` -> sha256 of every file it verified, so the
+        full local sha256 is not needed before deciding: it runs on a helper thread from the start
+        (during the handshake, the transfer and the target's own hash) instead of ahead of them. A hit
+        waits for it and sends 0 bytes; a miss sends the file to
+        ``<cache_dir>/incoming/<quick key>/<name>.part``, the target hashes that, it is renamed to its
+        content address once both hashes agree, and the key is recorded last.
         Idempotent, so a dropped connection is retried (with backoff) and resumes from the ``.part``
         file's size once the target has confirmed that prefix hashes like ours.
         """
         local = Path(local)
         if not local.is_file():
             raise RemoteError(f"{local}: no such file", "check the path")
-        size = local.stat().st_size
-        progress(f"sha256 {local.name}", 0, size)
-        with ThreadPoolExecutor(1) as pool:  # hashlib releases the GIL: hash while the SSH handshake runs
-            hashing = pool.submit(sha256_file, local)
-            self._sftp_client()
-            digest = hashing.result().hexdigest()
-        progress(f"sha256 {local.name}", size, size)
-        rdir = posixpath.join(self._absolute(cache_dir), digest)
-        rpath = posixpath.join(rdir, local.name)
+        st = local.stat()
+        key = quick_key(local, st.st_size)
         sent = _Sent()  # outlives each attempt: bytes_sent counts what every attempt wrote
-        up = self._idempotent(
-            f"upload of {local.name} to {self.config.destination}:{rdir}",
-            lambda: self._put_once(local, size, digest, rdir, rpath, progress, sent),
-            refused_hint="check the target's cache directory (remote work dir) and its permissions",
-            dropped_hint="run the command again: the upload resumes where it stopped",
-        )
+        hashing = _Hashing(local, st.st_size)
+        try:
+            up = self._idempotent(
+                f"upload of {local.name} to {self.config.destination}:{cache_dir}",
+                lambda: self._put_once(local, st, key, cache_dir, progress, sent, hashing),
+                refused_hint="check the target's cache directory (remote work dir) and its permissions",
+                dropped_hint="run the command again: the upload resumes where it stopped",
+            )
+        finally:
+            hashing.stop()
         return replace(up, bytes_sent=sent.n)
 
     def _dropped(self, exc: BaseException) -> bool:
@@ -728,39 +798,146 @@ class Connection:
         return not self._alive()
 
     def _put_once(
-        self, local: Path, size: int, digest: str, rdir: str, rpath: str, progress: ProgressFn, sent: _Sent
+        self,
+        local: Path,
+        st: os.stat_result,
+        key: str,
+        cache_dir: str,
+        progress: ProgressFn,
+        sent: _Sent,
+        hashing: _Hashing,
     ) -> Upload:
-        if self._stat_size(rpath) == size and self.remote_sha256(rpath) == digest:
-            return Upload(rpath, digest, 0, 0, True)
-        self._makedirs(rdir)
-        part = rpath + ".part"
-        offset = 0
-        have = self._stat_size(part)
-        if have and have <= size:
-            prefix = sha256_file(local, length=have).hexdigest()
-            if self.remote_sha256(part, length=have) == prefix:
-                offset = have
+        size = st.st_size
+        cache = self._absolute(cache_dir)
+        index = posixpath.join(cache, "keys", key)
+        known = self._read_index(index)
+        if known is not None:
+            hit = self._cached_copy(local, size, known, cache, progress, hashing)
+            if hit is not None:
+                return hit
+        elif self._stat_size(posixpath.dirname(index)) is None:
+            hit = self._unindexed_copy(local, size, cache, index, progress, hashing)
+            if hit is not None:
+                return hit
+        incoming = posixpath.join(cache, "incoming", key)
+        self._makedirs(incoming)
+        part = posixpath.join(incoming, local.name + ".part")
+        offset = self._resume_point(local, part, size)
         self._send(local, part, offset, size, progress, sent)
         remote = self.remote_sha256(part)  # computed by the target, from its own disk
-        if remote != digest:
+        digest = hashing.result()  # long done, or finishing while the target hashed
+        now = local.stat()
+        changed = (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns)
+        if remote != digest or changed:
             with contextlib.suppress(OSError):
                 self._sftp_client().remove(part)
-            if sha256_file(local).hexdigest() != digest:
+            if changed or sha256_file(local, size).hexdigest() != digest:
                 raise RemoteError(f"{local} changed during the upload", "run again once it is written")
             raise UploadVerifyFailed(
                 f"{local.name} arrived corrupted on {self.config.destination} (sha256 {remote} != {digest})",
                 "run again; if it repeats, check the target's disk",
             )
+        rdir = posixpath.join(cache, digest)
+        rpath = posixpath.join(rdir, local.name)
+        self._makedirs(rdir)
         self._sftp_client().posix_rename(part, rpath)
+        self._write_index(index, digest)  # last: a record always names a verified, complete file
         return Upload(rpath, digest, sent.n, offset, False)
+
+    def _read_index(self, index: str) -> str | None:
+        """The sha256 the target recorded for a quick key, or None (no record, or not a sha256)."""
+        try:
+            with self._sftp_client().open(index, "rb") as f:
+                text = f.read(256).decode("ascii", "replace").strip()
+        except FileNotFoundError:
+            return None
+        ok = len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+        return text if ok else None
+
+    def _write_index(self, index: str, digest: str) -> None:
+        """Record quick key -> sha256 atomically (temp file + rename), after the file is in place. Best
+        effort: the upload itself is complete and verified; without the record the next deploy of the
+        same file sends it again."""
+        tmp = f"{index}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            self._makedirs(posixpath.dirname(index))
+            sftp = self._sftp_client()
+            with sftp.open(tmp, "wb") as f:
+                f.write(f"{digest}\n".encode())
+            sftp.posix_rename(tmp, index)
+        except Exception as exc:  # incl. a dropped link: the next operation reconnects
+            where = self.config.destination
+            log.warning("could not record the cache key of %s on %s: %s", digest, where, exc)
+            with contextlib.suppress(Exception):
+                self._sftp.remove(tmp)
+
+    def _cached_copy(
+        self, local: Path, size: int, known: str, cache: str, progress: ProgressFn, hashing: _Hashing
+    ) -> Upload | None:
+        """The cached copy when the full local sha256 and the target's hash of its copy (it may have
+        been damaged since) agree, else None. Only here does anything wait for the local hash before
+        sending: nothing is sent."""
+        rpath = posixpath.join(cache, known, local.name)
+        if self._stat_size(rpath) != size:
+            return None
+        task = f"sha256 {local.name}"
+        progress(task, 0, size)
+        remote = self.remote_sha256(rpath)  # while the local hash finishes
+        digest = hashing.result()
+        progress(task, size, size)
+        if digest == known:
+            return Upload(rpath, digest, 0, 0, True) if remote == digest else None
+        # Same quick key, other content: the file may still be cached under its own address.
+        other = posixpath.join(cache, digest, local.name)
+        if self._stat_size(other) == size and self.remote_sha256(other) == digest:
+            return Upload(other, digest, 0, 0, True)
+        return None
+
+    def _unindexed_copy(
+        self, local: Path, size: int, cache: str, index: str, progress: ProgressFn, hashing: _Hashing
+    ) -> Upload | None:
+        """A cache without ``keys/`` (filled by an edgeq before the key records): look for
+        ``<sha256>/<name>`` of our size and, only if there is one, wait for the local hash; a verified
+        match is recorded, so this runs once per cache. One listing when the cache is new or empty."""
+        sftp = self._sftp_client()
+        try:
+            entries = sftp.listdir(cache)
+        except FileNotFoundError:
+            return None
+        hexdigits = set("0123456789abcdef")
+        candidates = [e for e in entries if len(e) == 64 and set(e) <= hexdigits]
+        found = {e for e in candidates if self._stat_size(posixpath.join(cache, e, local.name)) == size}
+        if not found:
+            return None
+        task = f"sha256 {local.name}"
+        progress(task, 0, size)
+        digest = hashing.result()
+        progress(task, size, size)
+        rpath = posixpath.join(cache, digest, local.name)
+        if digest not in found or self.remote_sha256(rpath) != digest:
+            return None
+        self._write_index(index, digest)
+        return Upload(rpath, digest, 0, 0, True)
+
+    def _resume_point(self, local: Path, part: str, size: int) -> int:
+        """Where to start sending: an existing .part is kept only when the target hashes it like our
+        file's prefix (local and remote prefix hashed in parallel)."""
+        have = self._stat_size(part)
+        if have and have <= size:
+            with ThreadPoolExecutor(1) as pool:
+                prefix = pool.submit(sha256_file, local, have)
+                remote = self.remote_sha256(part, length=have)
+                if remote == prefix.result().hexdigest():
+                    return have
+        return 0
 
     def _send(
         self, local: Path, part: str, offset: int, size: int, progress: ProgressFn, sent: _Sent
     ) -> None:
-        """Pipelined SFTP writes of SFTP_WRITE_SIZE from 4 MiB reads, exactly the ``size`` bytes that were
-        hashed. No second local hash: the target's hash must equal the digest the file is addressed by,
-        which also catches a local file rewritten mid-upload. (Hashing on the target while the data
-        arrives was tried: on a CPU-bound link it slowed the transfer more than the pass after it.)"""
+        """Pipelined SFTP writes of SFTP_WRITE_SIZE from 4 MiB reads, exactly the ``size`` bytes the
+        helper thread hashes; the target's hash must equal that digest, which also catches a local file
+        rewritten mid-upload. (Hashing each block here, on the path that feeds SFTP, measured slower on
+        a CPU-bound link; so did hashing on the target while the data arrives.)"""
         sftp = self._sftp_client()
         task = f"upload {local.name}"
         with sftp.open(part, "r+b" if offset else "wb") as remote, open(local, "rb") as f:
