@@ -11,8 +11,9 @@ import os
 import shutil
 import tempfile
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import GraphError, first_line
 
@@ -264,6 +265,23 @@ def _save(model: onnx.ModelProto, path: Path, *, external: bool) -> None:
         )
     else:
         onnx.save_model(model, str(path))
+
+
+def ort_session(model: onnx.ModelProto, options: Any = None, providers: Sequence[str] | None = None) -> Any:
+    """An onnxruntime session for an in-memory model of any size.
+
+    Past protobuf's 2 GB limit the model cannot be serialized to bytes, so it goes through a temporary
+    file with external data (onnxruntime has read it once the session exists). onnxruntime's own errors
+    propagate: each caller knows what the session was for and words the error for its user.
+    """
+    import onnxruntime as ort
+
+    providers = list(providers or ["CPUExecutionProvider"])
+    if model.ByteSize() <= EXTERNAL_DATA_THRESHOLD:
+        return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+    with tempfile.TemporaryDirectory(prefix="edgeq-ort-") as d:
+        path = save_model(model, Path(d) / "model.onnx", external_data=True)
+        return ort.InferenceSession(str(path), options, providers=providers)
 
 
 def graph_from_model(model: onnx.ModelProto) -> gs.Graph:

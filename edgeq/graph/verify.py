@@ -119,24 +119,15 @@ def run_model(
     model: onnx.ModelProto, feeds: dict[str, np.ndarray], label: str = "the model"
 ) -> dict[str, np.ndarray]:
     """Run once on onnxruntime's CPU provider with graph optimizations off."""
-    import tempfile
-    from pathlib import Path
-
     import onnxruntime as ort
 
-    from edgeq.graph.io import EXTERNAL_DATA_THRESHOLD, save_model
+    from edgeq.graph.io import ort_session
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     try:
-        if model.ByteSize() > EXTERNAL_DATA_THRESHOLD:
-            with tempfile.TemporaryDirectory() as d:
-                p = save_model(model, Path(d) / "m.onnx", external_data=True)
-                sess = ort.InferenceSession(str(p), so, providers=["CPUExecutionProvider"])
-                names = [o.name for o in sess.get_outputs()]
-                return dict(zip(names, sess.run(names, feeds)))
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort_session(model, so, ["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         return dict(zip(names, sess.run(names, feeds)))
     except Exception as e:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)

@@ -434,29 +434,13 @@ def ranges_from_histograms(hists: Mapping[str, TensorHistogram], options: CalibO
 def inference_session(
     model: onnx.ModelProto, so: ort.SessionOptions, providers: Sequence[str] | None, *, purpose: str
 ) -> ort.InferenceSession:
-    """An onnxruntime session for an in-memory model of any size.
+    """``io.ort_session`` with calibration's providers, its failures worded as a ``QuantError``."""
+    from edgeq.graph.io import ort_session
 
-    Calibration and the accuracy check run the same models, and both must get past protobuf's 2 GB
-    serialization limit: such a model goes through a temporary file with external data (onnxruntime
-    has read the weights once the session exists, so the file can go).
-    """
-    import tempfile
-    from pathlib import Path
-
-    import onnxruntime as ort
-
-    from edgeq.graph.io import EXTERNAL_DATA_THRESHOLD, save_model
-
-    def load(source: bytes | str) -> ort.InferenceSession:
-        try:
-            return ort.InferenceSession(source, so, providers=list(providers or default_providers()))
-        except Exception as e:  # onnxruntime raises its own untyped failures
-            raise QuantError(f"onnxruntime cannot load the model for {purpose}: {first_line(e)}") from None
-
-    if model.ByteSize() <= EXTERNAL_DATA_THRESHOLD:
-        return load(model.SerializeToString())
-    with tempfile.TemporaryDirectory(prefix="edgeq-ort-") as d:
-        return load(str(save_model(model, Path(d) / "model.onnx", external_data=True)))
+    try:
+        return ort_session(model, so, list(providers or default_providers()))
+    except Exception as e:  # onnxruntime raises its own untyped failures
+        raise QuantError(f"onnxruntime cannot load the model for {purpose}: {first_line(e)}") from None
 
 
 def _session(model: onnx.ModelProto, outputs: list[str], options: CalibOptions) -> ort.InferenceSession:
