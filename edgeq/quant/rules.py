@@ -100,6 +100,37 @@ _RULES = (
         "get_fusible_backbone ([Mul, Sigmoid, BatchNormalization, Conv])",
     ),
     PlacementRule(
+        "place-concat-conv",
+        "A weighted op that reads a Concat (directly, or through ops that move data) gets its own Q/DQ "
+        "pair right before it, on the Concat's output, in the Concat's scale group. TensorRT 8.6 does not "
+        "carry the DQ on the Concat's inputs forward to the convolution: it clones the DQ per Split "
+        "output, concatenates in FP16 and runs the convolution in FP16/FP32.",
+        "measured: fixtures trt86-h200-edgeq/yolo_edgeq.explicit.layers.json (every C2f/SPPF cv2 "
+        "convolution FP16/FP32 behind '..._DequantizeLinear_clone_N' INT8->FP16 reformats) vs "
+        "yolo_fix2.explicit.layers.json (one Q/DQ before each such convolution: 49/49 INT8, the implicit "
+        "engine's 69 layers, 1.00x implicit)",
+    ),
+    PlacementRule(
+        "place-silu-residual",
+        "A SiLU whose output is the convolution branch of a residual Add: quantize the SiLU's input (the "
+        "convolution's output, one Q/DQ read by both the Sigmoid and the Mul) and the skip, so the "
+        "convolution ends in INT8 and PWN(Sigmoid, Mul, Add) runs INT8. TensorRT 8.6 cannot fuse "
+        "Conv+SiLU+Add into one kernel, so ResNet's skip-only placement leaves that PointWise in FP16.",
+        "measured: fixtures trt86-h200-edgeq/yolo_edgeq.explicit.layers.json (each bottleneck's "
+        "PWN(PWN(Sigmoid, Mul), Add) FP16 behind reformats) vs yolo_fix1.explicit.layers.json (the 8 "
+        "PointWise layers INT8) and yolo_edgeq.implicit.layers.json (the same layers)",
+    ),
+    PlacementRule(
+        "place-pool-tail",
+        "An averaging op (GlobalAveragePool; AveragePool and ReduceMean by the same reasoning, unverified) "
+        "that reads a convolution's fused chain gets a Q/DQ on its input, so the convolution (with its "
+        "residual Add and ReLU) ends in INT8 and the pool runs INT8.",
+        "measured: fixtures trt86-h200-edgeq/r50b64_edgeq.explicit.layers.json (last 'conv3 + Add + "
+        "Relu' and GlobalAveragePool FP16, 3 interior reformats) vs r50b64_tailfix.explicit.layers.json "
+        "(one Q/DQ on the pool's input: 55/55 INT8, the implicit engine's layers); AveragePool and "
+        "ReduceMean unverified on 8.6",
+    ),
+    PlacementRule(
         "place-not-int8-consumer",
         "No consumer of this tensor runs INT8 under the rules above: a Q/DQ pair here would add a layer "
         "TensorRT cannot fuse, so it stays float.",
