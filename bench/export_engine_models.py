@@ -52,6 +52,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--samples", type=int, default=8, help="synthetic calibration batches per model")
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {list(MODELS)}")
+    ap.add_argument("--placements", default="trt,all",
+                    help="comma-separated: trt (edgeq's), all (onnxruntime-style, for comparison)")
     args = ap.parse_args()
 
     from edgeq import zoo
@@ -71,7 +73,10 @@ def main() -> int:
         fp32 = getattr(zoo, builder)(batch=args.batch, **kwargs)
         save_model(fp32, args.out / f"{name}.onnx")
         data = calibration_set(fp32, None, synthetic=args.samples, seed=0)
+        placements = args.placements.split(",")
         for placement, stem in (("trt", f"{name}_edgeq"), ("all", f"{name}_edgeq_all")):
+            if placement not in placements:
+                continue
             cache = args.out / f"{stem}.cache"
             options = QuantizeOptions(placement=placement, holdout=0, cache_path=cache)
             res = quantize_model(fp32, data, options)
@@ -83,6 +88,7 @@ def main() -> int:
             print(f"{stem}: {res.summary_line()}", flush=True)
         runs = [("explicit", f"{name}_edgeq", None), ("explicit", f"{name}_edgeq_all", None),
                 ("implicit", f"{name}_edgeq.implicit", f"{name}_edgeq.cache")]
+        runs = [r for r in runs if not r[1].endswith("_all") or "all" in placements]
         for mode, stem, calib in runs:
             script.append(f"echo '== {stem} ({mode})'")
             for i, argv in enumerate(_commands("__T__", stem, calib)):

@@ -143,15 +143,25 @@ class _Net:
 
 
 def resnet_like(*, batch: int = 1, size: int = 64, width: int = 16, layers: tuple[int, ...] = (1, 1),
-                bottleneck: bool = False, classes: int = 10, seed: int = 0) -> onnx.ModelProto:
+                bottleneck: bool = False, classes: int = 10, seed: int = 0, stem_act: str = "relu",
+                tail: str = "gap") -> onnx.ModelProto:
     """torchvision ResNet (v1.5: stride on the 3x3) with BN folded, as ``torch.onnx.export`` writes it.
 
     The stem Conv->Relu->MaxPool and the residual Add->Relu are the patterns the 8.6 fusion rules are
-    about (CaskConvActPool; Add fused into the block's last conv).
+    about (CaskConvActPool; Add fused into the block's last conv). ``stem_act`` (relu, relu6 as Clip,
+    leakyrelu) and ``tail`` (gap: GlobalAveragePool, avgpool: AveragePool over the whole map, mean:
+    ReduceMean over H, W) give the variants other exporters and networks write.
     """
     net = _Net(seed, first_param_id=497 if bottleneck else 100)
     x = net.conv("input", "/conv1", 3, width, 7, 2, 3)
-    x = net.relu(x, "/relu")
+    if stem_act == "relu6":
+        lo, hi = net.init("/relu/Constant_output_0", np.array(0, np.float32)), net.init(
+            "/relu/Constant_1_output_0", np.array(6, np.float32))
+        x = net.node("Clip", "/relu", [x, lo, hi])[0]
+    elif stem_act == "leakyrelu":
+        x = net.node("LeakyRelu", "/relu", [x], alpha=0.1)[0]
+    else:
+        x = net.relu(x, "/relu")
     x = net.maxpool(x, "/maxpool", 3, 2, 1)
     expansion = 4 if bottleneck else 1
     inplanes = width
@@ -173,7 +183,15 @@ def resnet_like(*, batch: int = 1, size: int = 64, width: int = 16, layers: tupl
                                     stride, 0)
             x = net.relu(net.add(y, identity, s), f"{s}/relu")
             inplanes = planes * expansion
-    x = net.node("GlobalAveragePool", "/avgpool", [x])[0]
+    if tail == "avgpool":
+        k = -(-size // 4)  # the last feature map's side: stem conv and pool halve, then each later layer
+        for _ in layers[1:]:
+            k = -(-k // 2)
+        x = net.node("AveragePool", "/avgpool", [x], kernel_shape=[k, k], strides=[k, k])[0]
+    elif tail == "mean":
+        x = net.node("ReduceMean", "/avgpool", [x], axes=[2, 3], keepdims=1)[0]
+    else:
+        x = net.node("GlobalAveragePool", "/avgpool", [x])[0]
     x = net.node("Flatten", "", [x], axis=1)[0]
     fc_w = net.rng.standard_normal((classes, inplanes)).astype(np.float32) / np.sqrt(inplanes)
     fc_b = (0.01 * net.rng.standard_normal(classes)).astype(np.float32)
@@ -195,13 +213,19 @@ def _cbs(net: _Net, x: str, scope: str, cin: int, cout: int, k: int = 1, s: int 
     return net.silu(y, f"{scope}/{scope.rsplit('/', 1)[-1]}.2")
 
 
-def _c2f(net: _Net, x: str, scope: str, cin: int, cout: int, n: int = 1) -> str:
+def _c2f(net: _Net, x: str, scope: str, cin: int, cout: int, n: int = 1, split: str = "split") -> str:
     c = cout // 2
     y = _cbs(net, x, f"{scope}/cv1", cin, 2 * c)
-    split = net.init(f"onnx::Split_{net._param_id}", np.array([c, c], dtype=np.int64))
-    net._param_id += 1
-    parts = net.node("Split", scope, [y, split], n_out=2, axis=1)
-    ys = list(parts)
+    if split == "slice":  # ultralytics' export of ``chunk(2, 1)``: two Slices on the channel axis
+        ys = []
+        for i, (lo, hi) in enumerate(((0, c), (c, 2 * c))):
+            args = [net.init(f"{scope}/Constant_{3 * i + j}_output_0", np.array([v], np.int64))
+                    for j, v in enumerate((lo, hi, 1))]
+            ys.append(net.node("Slice", scope, [y, *args])[0])
+    else:
+        sizes = net.init(f"onnx::Split_{net._param_id}", np.array([c, c], dtype=np.int64))
+        net._param_id += 1
+        ys = list(net.node("Split", scope, [y, sizes], n_out=2, axis=1))
     for i in range(n):
         b = f"{scope}/m.{i}"
         t = _cbs(net, ys[-1], f"{b}/a", c, c, 3)
@@ -227,10 +251,12 @@ def _upsample(net: _Net, x: str) -> str:
                     cubic_coeff_a=-0.75, mode="nearest", nearest_mode="floor")[0]
 
 
-def yolo_like(*, batch: int = 1, size: int = 64, width: int = 16, seed: int = 0) -> onnx.ModelProto:
+def yolo_like(*, batch: int = 1, size: int = 64, width: int = 16, seed: int = 0,
+              split: str = "split") -> onnx.ModelProto:
     """YOLOv8-like (the reference's YoloLike at ``w=width``): C2f, SPPF, nearest upsample + concat.
 
     ``size`` must be a multiple of 32 (five stride-2 convs, two 2x upsamples re-joined by Concat).
+    ``split="slice"`` writes each C2f's split as two Slices, as ultralytics' exports do.
     """
     if size % 32:
         raise ValueError(f"yolo_like needs size % 32 == 0, got {size}")
@@ -238,16 +264,16 @@ def yolo_like(*, batch: int = 1, size: int = 64, width: int = 16, seed: int = 0)
     net = _Net(seed)
     x = _cbs(net, "input", "/stem/stem.0", 3, w // 2, 3, 2)
     x = _cbs(net, x, "/stem/stem.1", w // 2, w, 3, 2)
-    x = _c2f(net, x, "/stem/stem.2", w, w)
+    x = _c2f(net, x, "/stem/stem.2", w, w, split=split)
     x = _cbs(net, x, "/p3/p3.0", w, 2 * w, 3, 2)
-    p3 = _c2f(net, x, "/p3/p3.1", 2 * w, 2 * w, 2)
+    p3 = _c2f(net, x, "/p3/p3.1", 2 * w, 2 * w, 2, split=split)
     x = _cbs(net, p3, "/p4/p4.0", 2 * w, 4 * w, 3, 2)
-    p4 = _c2f(net, x, "/p4/p4.1", 4 * w, 4 * w, 2)
+    p4 = _c2f(net, x, "/p4/p4.1", 4 * w, 4 * w, 2, split=split)
     x = _cbs(net, p4, "/p5/p5.0", 4 * w, 8 * w, 3, 2)
-    x = _c2f(net, x, "/p5/p5.1", 8 * w, 8 * w)
+    x = _c2f(net, x, "/p5/p5.1", 8 * w, 8 * w, split=split)
     p5 = _sppf(net, x, "/p5/p5.2", 8 * w, 8 * w)
-    h4 = _c2f(net, net.concat([_upsample(net, p5), p4], ""), "/h4", 12 * w, 4 * w)
-    h3 = _c2f(net, net.concat([_upsample(net, h4), p3], ""), "/h3", 6 * w, 2 * w)
+    h4 = _c2f(net, net.concat([_upsample(net, p5), p4], ""), "/h4", 12 * w, 4 * w, split=split)
+    h3 = _c2f(net, net.concat([_upsample(net, h4), p3], ""), "/h3", 6 * w, 2 * w, split=split)
     net.conv(h3, "/out", 2 * w, 84, 1, param="out", out="output")
     return net.model("yolo_like", batch, size, [batch, 84, size // 8, size // 8])
 

@@ -423,8 +423,9 @@ def test_a_trt_style_placement_of_a_yolo_block_is_clean():
     a = g.op("Split", "split", [g.qdq(x, "s1a", scale=0.1), halves], n_out=2, axis=1)
     b = "split_out1"  # the Split's second output
     y = silu(g.conv(g.qdq(b, "s1b", scale=0.1), "m_a", c=2, quantize_weight=True), "act2")  # same scale again
-    y = silu(g.conv(g.qdq(y, "m_mid"), "m_b", c=2, quantize_weight=True), "act3")
-    res = g.op("Add", "res", [y, g.qdq(b, "s1c", scale=0.1)])  # only the skip branch quantized
+    # place-silu-residual: the SiLU before the residual Add reads the quantized convolution output
+    y = silu(g.qdq(g.conv(g.qdq(y, "m_mid"), "m_b", c=2, quantize_weight=True), "m_b_out"), "act3")
+    res = g.op("Add", "res", [y, g.qdq(b, "s1c", scale=0.1)])  # the SiLU's own output stays float
     cat = g.op("Concat", "cat", [a, b, g.qdq(res, "s1d", scale=0.1)], axis=1)  # 6 channels, one scale
     w = g.const("w6", np.ones((4, 6, 1, 1), np.float32) * 0.1)
     z = silu(g.op("Conv", "cv2", [g.qdq(cat, "s1e", scale=0.1), w]), "act4")

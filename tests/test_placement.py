@@ -14,17 +14,18 @@ from onnx import TensorProto, helper, numpy_helper
 from edgeq import zoo
 from edgeq.errors import ConfigError
 from edgeq.graph.io import graph_from_model, infer_shapes, opset_of
-from edgeq.graph.patterns import is_constant, producer, qdq_pair_of, qparams, upstream_dq
+from edgeq.graph.patterns import is_constant, preserves_scale, producer, qdq_pair_of, qparams, upstream_dq
 from edgeq.graph.rules import lint_model
 from edgeq.quant.data import calibration_set
 from edgeq.quant.overrides import Overrides, load_overrides, overrides_from_dict
 from edgeq.quant.placement import plan_placement
 from edgeq.quant.quantize import QuantizeOptions, quantize_model
-from edgeq.quant.rules import COMMUTING_OPS, RULES, WEIGHTED_OPS
+from edgeq.quant.rules import RULES, WEIGHTED_OPS
 
 MODELS = {
     "resnet_like": zoo.resnet_like,
     "yolo_like": zoo.yolo_like,
+    "yolo_slice": lambda: zoo.yolo_like(split="slice"),  # ultralytics writes chunk() as two Slices
     "unet_like": zoo.unet_like,
 }
 FUSION_RULES = {"fuse-add-both-quantized", "fuse-relu-maxpool", "fuse-silu-qdq", "fuse-concat-scales",
@@ -32,7 +33,10 @@ FUSION_RULES = {"fuse-add-both-quantized", "fuse-relu-maxpool", "fuse-silu-qdq",
 
 
 def _quantize(name: str, placement: str, overrides: Overrides | None = None):
-    model = MODELS[name]()
+    return _quantize_model(MODELS[name](), placement, overrides)
+
+
+def _quantize_model(model, placement: str, overrides: Overrides | None = None):
     data = calibration_set(model, None, synthetic=4, seed=1)
     options = QuantizeOptions(calibrator="max", placement=placement, overrides=overrides, holdout=0.25)
     return quantize_model(model, data, options)
@@ -52,7 +56,7 @@ def _int8_input(t: gs.Tensor, depth: int = 0) -> bool:
     if qdq_pair_of(t) is not None:
         return True
     p = producer(t)
-    if p is None or p.op not in COMMUTING_OPS or depth > 32:
+    if p is None or not (p.op == "Concat" or preserves_scale(p)) or depth > 32:
         return False
     data = [x for x in p.inputs if not is_constant(x) and x.name] if p.op == "Concat" else [p.inputs[0]]
     return all(_int8_input(x, depth + 1) for x in data)
@@ -82,21 +86,81 @@ def test_every_weighted_op_has_int8_activation_and_weight_dq(quantized, name):
             assert isinstance(n.inputs[2], gs.Constant) and n.inputs[2].dtype == np.float32
 
 
-@pytest.mark.parametrize("name,expected", [("resnet_like", 2), ("yolo_like", 8)])
-def test_residual_add_quantizes_only_the_skip_branch(quantized, name, expected):
-    g = _graph(quantized[(name, "trt")])
+def test_resnet_residual_add_quantizes_only_the_skip_branch(quantized):
+    g = _graph(quantized[("resnet_like", "trt")])
     adds = _residual_adds(g)
-    assert len(adds) == expected
+    assert len(adds) == 2
     for add in adds:
         quantized_inputs = [t for t in add.inputs if _int8_input(t)]
         float_inputs = [t for t in add.inputs if not _int8_input(t)]
         assert len(quantized_inputs) == 1 and len(float_inputs) == 1, add.name
-        # the float one comes straight from the block's last convolution (through its activation only)
+        # the float one comes straight from the block's last convolution (conv-add-relu fuses it)
         p = producer(float_inputs[0])
-        while p is not None and p.op not in WEIGHTED_OPS:
-            assert p.op in ("Relu", "Mul", "Sigmoid", "BatchNormalization"), f"{add.name}: via {p.op}"
-            p = producer(p.inputs[0])
-        assert p is not None and p.op == "Conv"
+        assert p is not None and p.op == "Conv", add.name
+
+
+@pytest.mark.parametrize("name", ["yolo_like", "yolo_slice"])
+def test_silu_residual_quantizes_the_convolution_output(quantized, name):
+    """place-silu-residual (yolo_fix1): one Q/DQ on the Conv output read by both Sigmoid and Mul, none
+    inside the SiLU, the skip quantized, the SiLU's own output float into the Add."""
+    g = _graph(quantized[(name, "trt")])
+    adds = _residual_adds(g)
+    assert len(adds) == 8
+    for add in adds:
+        silu_out = next(t for t in add.inputs if producer(t) is not None and producer(t).op == "Mul")
+        skip = next(t for t in add.inputs if t is not silu_out)
+        assert _int8_input(skip), add.name
+        mul = producer(silu_out)
+        sig_out = next(t for t in mul.inputs if producer(t) is not None and producer(t).op == "Sigmoid")
+        x = next(t for t in mul.inputs if t is not sig_out)
+        sig = producer(sig_out)
+        assert sig.inputs[0] is x, f"{add.name}: Sigmoid and Mul read different tensors"
+        pair = qdq_pair_of(x)
+        assert pair is not None, f"{add.name}: the SiLU's input is not quantized"
+        assert producer(pair.q.inputs[0]).op == "Conv"
+        assert qdq_pair_of(sig_out) is None
+
+
+@pytest.mark.parametrize("name,expected", [("yolo_like", 9), ("yolo_slice", 9), ("unet_like", 2)])
+def test_convolution_reading_a_concat_has_its_own_qdq(quantized, name, expected):
+    """place-concat-conv (yolo_edgeq vs yolo_fix2): a Q/DQ right before every convolution that reads a
+    Concat, in the Concat's scale group; the Concat's inputs keep their Q/DQ (one scale)."""
+    g = _graph(quantized[(name, "trt")])
+    readers = [n for n in g.nodes if n.op in WEIGHTED_OPS
+               and (pair := qdq_pair_of(n.inputs[0])) is not None and pair.q.inputs[0].inputs
+               and pair.q.inputs[0].inputs[0].op == "Concat"]
+    assert len(readers) == expected
+    for conv in readers:
+        pair = qdq_pair_of(conv.inputs[0])
+        cat = pair.q.inputs[0].inputs[0]
+        scales = {float(qparams(upstream_dq(t)).scale) for t in cat.inputs}
+        assert scales == {float(qparams(pair.dq).scale)}, conv.name
+    # and no convolution reads a Concat any other way
+    for n in g.nodes:
+        if n.op in WEIGHTED_OPS:
+            p = producer(n.inputs[0])
+            assert p is None or p.op != "Concat", n.name
+
+
+@pytest.mark.parametrize("tail", ["gap", "avgpool", "mean"])
+def test_pool_tail_input_is_quantized(tail):
+    """place-pool-tail (r50b64_edgeq vs r50b64_tailfix): the pool reads a Q/DQ of the last Relu, so the
+    last convolution (with its Add and Relu) ends INT8."""
+    g = _graph(_quantize_model(zoo.resnet_like(tail=tail), "trt"))
+    pool = next(n for n in g.nodes if n.op in ("GlobalAveragePool", "AveragePool", "ReduceMean"))
+    pair = qdq_pair_of(pool.inputs[0])
+    assert pair is not None, tail
+    assert producer(pair.q.inputs[0]).op == "Relu"
+
+
+@pytest.mark.parametrize("act", ["relu6", "leakyrelu"])
+def test_no_qdq_between_clip_or_leakyrelu_and_maxpool(act):
+    g = _graph(_quantize_model(zoo.resnet_like(stem_act=act), "trt"))
+    pool = next(n for n in g.nodes if n.op == "MaxPool")
+    a = producer(pool.inputs[0])
+    assert a is not None and a.op == {"relu6": "Clip", "leakyrelu": "LeakyRelu"}[act]
+    assert producer(a.inputs[0]).op == "Conv"
+    assert {c.op for c in pool.outputs[0].outputs} == {"QuantizeLinear"}
 
 
 def test_no_qdq_between_relu_and_stem_maxpool(quantized):
@@ -244,6 +308,7 @@ def test_rules_are_data_with_sources():
     [
         ("resnet_like", {"fuse-add-both-quantized", "fuse-relu-maxpool"}),
         ("yolo_like", {"fuse-add-both-quantized", "fuse-silu-qdq", "fuse-concat-scales"}),
+        ("yolo_slice", {"fuse-add-both-quantized", "fuse-silu-qdq", "fuse-concat-scales"}),
         ("unet_like", {"fuse-concat-scales"}),
     ],
 )

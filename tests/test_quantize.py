@@ -91,7 +91,8 @@ def test_cli_quantize_synthetic_writes_model_cache_and_summary(tmp_path, cli):
     assert (tmp_path / "m.int8.fp32.onnx").is_file()
     saved = json.loads((tmp_path / "m.int8.json").read_text())
     assert saved["fp32_model"] == str(tmp_path / "m.int8.fp32.onnx")
-    assert saved["quantized"]["activations"] == 7 and saved["output"] == str(tmp_path / "m.int8.onnx")
+    # 6 weighted-op inputs, 1 residual skip, 1 pool input (place-pool-tail)
+    assert saved["quantized"]["activations"] == 8 and saved["output"] == str(tmp_path / "m.int8.onnx")
     assert _sha(src) == before
     assert "activation Q/DQ pairs" in out and "place-residual-skip-only" in out and "top-1" in out
     # --json: the same summary, machine-readable

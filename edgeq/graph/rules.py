@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from edgeq.errors import EdgeqError
 from edgeq.findings import Finding, Level
-from edgeq.graph import optable
+from edgeq.graph import fusion, optable
 from edgeq.graph.patterns import (
     ACTIVATION_OPS,
     WEIGHTED_OPS,
@@ -47,6 +47,7 @@ from edgeq.graph.patterns import (
     qparams,
     same_scale,
     silu_input,
+    skip_qdq_down,
     skip_qdq_up,
     upstream_dq,
 )
@@ -446,30 +447,6 @@ def check_qdq_int32_bias(graph: gs.Graph) -> list[Finding]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _conv_origin(tensor: gs.Tensor, *, through_activations: bool = True) -> gs.Node | None:
-    """The convolution (or Gemm/MatMul) a tensor comes straight from, seeing through Q/DQ pairs,
-    BatchNormalization, a bias Add and (``through_activations``) activations and SiLU; else None."""
-    seen: set[int] = set()
-    while True:
-        p = producer(skip_qdq_up(tensor)[0])
-        if p is None or id(p) in seen:
-            return None
-        seen.add(id(p))
-        if p.op in WEIGHTED_OPS and is_standard(p):
-            return p
-        if p.op == "BatchNormalization" or (through_activations and p.op in ACTIVATION_OPS):
-            tensor = p.inputs[0]
-            continue
-        x = silu_input(p) if through_activations else None
-        if x is not None:
-            tensor = x
-            continue
-        if p.op == "Add" and len(p.inputs) == 2 and sum(is_constant(t) for t in p.inputs) == 1:
-            tensor = next(t for t in p.inputs if not is_constant(t))  # MatMul + bias Add
-            continue
-        return None
-
-
 def _single_reader_chain(float_t: gs.Tensor, crossed: Sequence[QDQPair]) -> bool:
     """Does every tensor from ``float_t`` through the crossed Q/DQ pairs have exactly one reader?"""
     if len(consumers(float_t)) != 1:
@@ -502,7 +479,7 @@ def check_fuse_add_both_quantized(graph: gs.Graph) -> list[Finding]:
         a, b = add.inputs
         if not (qdq_pair_of(a) and qdq_pair_of(b)):
             continue
-        conv_sides = [(t, c) for t in (a, b) if (c := _conv_origin(t)) is not None]
+        conv_sides = [(t, c) for t in (a, b) if (c := fusion.fused_origin(t)) is not None]
         if not conv_sides:
             continue
         pairs = [qdq_pair_of(t) for t, _ in conv_sides]
@@ -527,23 +504,18 @@ def check_fuse_relu_maxpool(graph: gs.Graph) -> list[Finding]:
     """Conv -> ReLU -> Q/DQ -> MaxPool: the Q/DQ stops Conv+ReLU+MaxPool fusing as CaskConvActPool."""
     out = []
     for pool in iter_nodes(graph):
-        if not is_op(pool, "MaxPool") or not pool.inputs:
+        found = fusion.act_before_pool(pool)
+        if found is None or qdq_pair_of(pool.inputs[0]) is None:
             continue
-        pair = qdq_pair_of(pool.inputs[0])
-        if pair is None:
-            continue
-        float_t, crossed = skip_qdq_up(pool.inputs[0])
-        act = producer(float_t)
-        if not is_op(act, "Relu", "Clip", "LeakyRelu") or not _single_reader_chain(float_t, crossed):
-            continue
-        conv = _conv_origin(act.inputs[0], through_activations=False)
-        if not is_op(conv, "Conv", "ConvTranspose"):
-            continue
+        act, _ = found
+        _, crossed = skip_qdq_up(pool.inputs[0])
+        conv = fusion.fused_origin(act.inputs[0], through_activations=False)
+        assert conv is not None  # act_before_pool found it
         out.append(
             _finding(
                 "fuse-relu-maxpool",
                 f"Q/DQ between '{node_label(act)}' and MaxPool '{node_label(pool)}' after convolution "
-                f"'{node_label(conv)}' stops Conv+ReLU+MaxPool fusing (CaskConvActPool); "
+                f"'{node_label(conv)}' stops Conv+{act.op}+MaxPool fusing (CaskConvActPool); "
                 "quantize after the pool instead",
                 [node_label(act), *_pair_names(crossed), node_label(pool)],
             )
@@ -702,6 +674,8 @@ def check_fuse_conv_output_quantized(graph: gs.Graph) -> list[Finding]:
         residual = is_op(p, "Add") and len(p.inputs) == 2 and not any(is_constant(x) for x in p.inputs)
         if p is None or not ((p.op in WEIGHTED_OPS and p.op != "ConvTranspose") or residual):
             continue
+        if len(acts) == 2 and _feeds_silu_residual(acts[1]):
+            continue  # silu-add-not-fused: here the Q/DQ before the SiLU is what makes both INT8
         kind = "residual Add" if residual else p.op
         act = "SiLU" if len(acts) == 2 else acts[0].op
         out.append(
@@ -710,6 +684,89 @@ def check_fuse_conv_output_quantized(graph: gs.Graph) -> list[Finding]:
                 f"Q/DQ between {kind} '{node_label(p)}' and {act} '{node_label(acts[-1])}' keeps the {act} "
                 f"from fusing into the {kind}; quantize after the activation",
                 [node_label(p), *_pair_names(crossed), *(node_label(n) for n in acts)],
+            )
+        )
+    return out
+
+
+def _feeds_silu_residual(mul: gs.Node) -> bool:
+    """Is this SiLU's Mul the convolution branch of a residual Add (silu-add-not-fused)?"""
+    for t in mul.outputs:
+        for add, _, _ in skip_qdq_down(t):
+            found = fusion.silu_residual(add)
+            if found is not None and found[1] is mul:
+                return True
+    return False
+
+
+def _quantized(tensor: gs.Tensor) -> bool:
+    """Does ``tensor`` carry INT8 into its reader: a Q/DQ pair on it, or a DQ behind data movement?"""
+    return qdq_pair_of(tensor) is not None or upstream_dq(tensor) is not None
+
+
+def check_fuse_concat_conv(graph: gs.Graph) -> list[Finding]:
+    """A weighted op reading a Concat whose inputs are quantized, with no Q/DQ of its own on that input:
+    TensorRT 8.6 does not carry the DQ forward across the Concat (concat-dq-not-forwarded)."""
+    out = []
+    for node in iter_nodes(graph):
+        if not fusion.has_weight(node) or not node.inputs:
+            continue
+        t = node.inputs[0]
+        cat = fusion.concat_behind(t)
+        if cat is None or not any(_quantized(x) for x in cat.inputs if not is_constant(x)):
+            continue
+        out.append(
+            _finding(
+                "fuse-concat-conv",
+                f"{node.op} '{node_label(node)}' reads Concat '{node_label(cat)}' whose inputs are quantized "
+                "but has no Q/DQ of its own: TensorRT 8.6 concatenates in FP16 and runs it in FP16/FP32; "
+                "add a Q/DQ on the Concat's output (the Concat's scale) right before it",
+                [node_label(node), *(node_label(n) for n in fusion.epilogue(node)), node_label(cat)],
+            )
+        )
+    return out
+
+
+def check_fuse_silu_residual(graph: gs.Graph) -> list[Finding]:
+    """A residual Add whose convolution branch is a SiLU of a float convolution output while the skip is
+    quantized: Conv+SiLU+Add cannot fuse, so the SiLU+Add PointWise runs FP16 behind reformats."""
+    out = []
+    for add in iter_nodes(graph):
+        found = fusion.silu_residual(add)
+        if found is None:
+            continue
+        sig, mul, x, skip = found
+        if qdq_pair_of(x) is not None or not _quantized(skip):
+            continue
+        conv = fusion.fused_origin(x, through_activations=False)
+        assert conv is not None  # silu_residual checked it
+        out.append(
+            _finding(
+                "fuse-silu-residual",
+                f"residual Add '{node_label(add)}' reads the SiLU '{node_label(sig)}' * "
+                f"'{node_label(mul)}' of {conv.op} '{node_label(conv)}' in float: TensorRT 8.6 cannot fuse "
+                "Conv+SiLU+Add, so PWN(Sigmoid, Mul, Add) runs FP16 behind reformats; quantize the "
+                "convolution's output (one Q/DQ read by both the Sigmoid and the Mul)",
+                [node_label(conv), node_label(sig), node_label(mul), node_label(add)],
+            )
+        )
+    return out
+
+
+def check_fuse_pool_input_float(graph: gs.Graph) -> list[Finding]:
+    """An averaging op reading a quantized convolution chain with its own input float: the convolution
+    (with its Add and ReLU) and the pool end FP16 (pool-input-float)."""
+    out = []
+    for pool in iter_nodes(graph):
+        conv = fusion.averaging_tail(pool)
+        if conv is None or qdq_pair_of(pool.inputs[0]) is not None or not _quantized(conv.inputs[0]):
+            continue
+        out.append(
+            _finding(
+                "fuse-pool-input-float",
+                f"{pool.op} '{node_label(pool)}' reads the chain of {conv.op} '{node_label(conv)}' in float: "
+                "that convolution ends FP16 and the pool runs FP16; quantize the pool's input",
+                [node_label(conv), *(node_label(n) for n in fusion.epilogue(conv)), node_label(pool)],
             )
         )
     return out
@@ -873,6 +930,30 @@ RULES: tuple[Rule, ...] = (
         f"measured: {FIXTURES}/resnet50_placed.explicit.layers.json (Q/DQ between Conv/Add and ReLU removed: "
         f"all convolutions fused with their ReLU); {QDQ_PLACEMENT} (do not quantize outputs of weighted ops)",
         check_fuse_conv_output_quantized,
+    ),
+    Rule(
+        "fuse-concat-conv",
+        Level.WARNING,
+        "convolution reading a quantized Concat without a Q/DQ of its own",
+        _PLACE + " (a Q/DQ on the Concat's output before each convolution that reads it)",
+        fusion.fact("concat-dq-not-forwarded").evidence,
+        check_fuse_concat_conv,
+    ),
+    Rule(
+        "fuse-silu-residual",
+        Level.WARNING,
+        "SiLU branch of a residual Add reading a float convolution output",
+        _PLACE + " (quantizes the convolution's output before the SiLU)",
+        fusion.fact("silu-add-not-fused").evidence,
+        check_fuse_silu_residual,
+    ),
+    Rule(
+        "fuse-pool-input-float",
+        Level.WARNING,
+        "averaging pool reading a quantized convolution chain in float",
+        _PLACE + " (quantizes the pool's input)",
+        fusion.fact("pool-input-float").evidence,
+        check_fuse_pool_input_float,
     ),
 )
 

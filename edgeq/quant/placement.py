@@ -14,15 +14,15 @@ inside of a SiLU are never cut. ``all`` placement reproduces onnxruntime's QDQ o
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError
-from edgeq.graph.patterns import ACTIVATION_OPS, consumers, is_constant, preserves_scale, producer, silu_input
+from edgeq.graph import fusion
+from edgeq.graph.patterns import is_constant, preserves_scale, producer, silu_input
 from edgeq.quant.overrides import Overrides
-from edgeq.quant.rules import COMMUTING_OPS, ORT_QUANTIZABLE_OPS, WEIGHTED_OPS, rule
+from edgeq.quant.rules import ORT_QUANTIZABLE_OPS, WEIGHTED_OPS, rule
 
 if TYPE_CHECKING:
     import onnx
@@ -134,9 +134,7 @@ def _attr(node: gs.Node, name: str, default: object = None) -> Any:  # whatever 
 
 
 def _commutes(node: gs.Node) -> bool:
-    """place-commute: the op is in the rule's list (Resize only in nearest mode, as lint reads it)."""
-    if node.op not in COMMUTING_OPS:
-        return False
+    """place-commute: Concat, or an op that moves data (the one list lint reads too; Resize nearest)."""
     return node.op == "Concat" or preserves_scale(node)
 
 
@@ -189,89 +187,6 @@ def _is_silu_mul(node: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
         return None
     s = node.inputs[1] if node.inputs[0] is x else node.inputs[0]
     return x, s
-
-
-def _backbone(t: gs.Tensor) -> gs.Node | None:
-    """The weighted op whose fused epilogue (BN, bias, activation, SiLU) produces ``t``, if any."""
-    seen = 0
-    node = producer(t)
-    while node is not None and seen < 16:
-        seen += 1
-        if node.op in WEIGHTED_OPS and _weight_of(node) is not None:
-            return node
-        silu = _is_silu_mul(node)
-        if silu is not None:
-            nxt = silu[0]
-        elif node.op == "BatchNormalization" or node.op in ACTIVATION_OPS:  # as lint's _conv_origin
-            nxt = node.inputs[0]
-        elif node.op in ("Add", "Mul", "Sub", "Div") and len(_var_inputs(node)) == 1:
-            nxt = _var_inputs(node)[0]  # bias add / constant scale
-        else:
-            return None
-        node = producer(nxt)
-    return None
-
-
-def _tensor_distances(t: gs.Tensor) -> dict[str, int]:
-    """Tensor name -> shortest backward distance (in nodes) from ``t``, over all its ancestors."""
-    dist = {t.name: 0}
-    q = deque([t])
-    while q:
-        cur = q.popleft()
-        p = producer(cur)
-        if p is None:
-            continue
-        for x in p.inputs:
-            if x.name and x.name not in dist and not is_constant(x):
-                dist[x.name] = dist[cur.name] + 1
-                q.append(x)
-    return dist
-
-
-def _residual_split(add: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
-    """(convolution branch, skip) of a residual Add, or None if it is not one.
-
-    The NVIDIA ModelOpt rule (graph_utils.build_non_residual_input_map): an input whose chain starts at
-    a convolution is the branch TensorRT fuses the Add into; if both are, the one with the longer path
-    to the inputs' lowest common ancestor is; a convolution whose output is itself the common ancestor
-    (Conv -> x -> Add, Conv -> Add) makes no residual.
-    """
-    ins = _var_inputs(add)
-    if add.op != "Add" or len(add.inputs) != 2 or len(ins) != 2:
-        return None
-    a, b = ins
-    ba, bb = _backbone(a), _backbone(b)
-    if (ba is None and bb is None) or (ba is not None and ba is bb):
-        return None
-    da, db = _tensor_distances(a), _tensor_distances(b)
-    common = set(da) & set(db)
-    lca = min(common, key=lambda k: (da[k] + db[k], k)) if common else None
-    la, lb = (da[lca], db[lca]) if lca is not None else (0, 0)
-    if ba is not None and bb is not None:
-        if la == lb:
-            return None  # two parallel branches joining, not a skip around a block
-        return (a, b) if la > lb else (b, a)
-    if ba is not None:
-        conv_branch, skip, bone = a, b, ba
-    else:
-        assert bb is not None  # both None returned above
-        conv_branch, skip, bone = b, a, bb
-    if lca is not None and lca in {o.name for o in bone.outputs}:
-        return None
-    return conv_branch, skip
-
-
-def _relu_before_maxpool(pool: gs.Node) -> gs.Tensor | None:
-    """Conv -> (BN/bias) -> Relu -> MaxPool: the Relu output, whose edge into the pool stays float."""
-    if pool.op != "MaxPool" or not pool.inputs:
-        return None
-    r = pool.inputs[0]
-    p = producer(r)
-    # Only a Relu read by the pool alone can fuse (as lint's fuse-relu-maxpool reads it): with more
-    # readers the convolution's output is needed anyway, and one INT8 output serves them all.
-    if p is None or p.op != "Relu" or len(consumers(r)) != 1 or _backbone(r) is None:
-        return None
-    return r
 
 
 # --------------------------------------------------------------------------------------------------
@@ -353,7 +268,7 @@ class _PlanBuilder:
         if node.op != "Add":
             return None
         if node.name not in self.residuals:
-            self.residuals[node.name] = _residual_split(node)
+            self.residuals[node.name] = fusion.residual_split(node)
         return self.residuals[node.name]
 
     def _site(self, t: gs.Tensor, rule_id: str) -> str:
@@ -382,16 +297,23 @@ class _PlanBuilder:
                 self.blocked[(s.name, node.name)] = "place-silu-whole"
                 if sig is not None:
                     self.blocked[(x.name, sig.name)] = "place-silu-whole"
-            r = _relu_before_maxpool(node)
-            if r is not None:
-                self.blocked[(r.name, node.name)] = "place-no-qdq-relu-maxpool"
+            act_pool = fusion.act_before_pool(node)
+            if act_pool is not None:
+                self.blocked[(act_pool[1].name, node.name)] = "place-no-qdq-relu-maxpool"
         skips: list[tuple[gs.Tensor, gs.Node]] = []
+        silu_convs: list[tuple[gs.Tensor, gs.Node, gs.Node]] = []
         for node in nodes:
             split = self._residual(node)
             if split is not None and node.name not in self.excluded:
                 conv_branch, skip = split
                 self.blocked[(conv_branch.name, node.name)] = "place-residual-skip-only"
                 skips.append((skip, node))
+                silu_res = fusion.silu_residual(node)
+                if silu_res is not None:  # silu-add-not-fused: the SiLU's input is the conv's INT8 output
+                    sig, mul, x, _ = silu_res
+                    self.blocked.pop((x.name, sig.name), None)
+                    self.blocked.pop((x.name, mul.name), None)
+                    silu_convs.append((x, sig, mul))
 
         self._place_weights()
         for node in nodes:
@@ -400,6 +322,12 @@ class _PlanBuilder:
                     self._need(t, node, "place-weighted-inputs")
         for skip, add in skips:
             self._need(skip, add, "place-residual-skip-only")
+        for x, sig, mul in silu_convs:
+            self._need(x, sig, "place-silu-residual")
+            self._need(x, mul, "place-silu-residual")
+        for node in nodes:
+            if node.name not in self.excluded and fusion.averaging_tail(node) is not None:
+                self._need(node.inputs[0], node, "place-pool-tail")
         for node in nodes:
             if node.name in self.forced:
                 for t in _data_inputs(node) or [t for t in _var_inputs(node) if _is_float(t)]:
@@ -413,6 +341,9 @@ class _PlanBuilder:
             site = self._site(t, rule_id)
             self.site_consumers[site].add(consumer.name)
             return self.uf.find(site)
+        if (consumer.op in WEIGHTED_OPS and t.name not in self.outputs
+                and fusion.concat_behind(t) is not None):
+            return self._concat_conv(t, consumer, rule_id)
         group = self._resolve(t, rule_id)
         if t.name in self.site_rule:
             self.site_consumers[t.name].add(consumer.name)
@@ -442,6 +373,15 @@ class _PlanBuilder:
         site = self._site(t, rule_id)
         self.resolved[t.name] = site
         return self.uf.find(site)
+
+    def _concat_conv(self, t: gs.Tensor, consumer: gs.Node, rule_id: str) -> str:
+        """place-concat-conv: the Concat's inputs are quantized as before (one scale), and the weighted
+        op gets its own Q/DQ on ``t`` in that scale group (TensorRT 8.6 does not carry the DQ forward)."""
+        group = self._resolve(t, rule_id)
+        self.commuted.pop(t.name, None)
+        site = self._site(t, "place-concat-conv")
+        self.site_consumers[site].add(consumer.name)
+        return self.uf.union(group, site)
 
     def _concat_rule(self, x: gs.Tensor) -> None:
         # Site created only to feed a Concat: its reason is the shared concat scale.
@@ -488,7 +428,7 @@ class _PlanBuilder:
                 return r
         if p is not None and p.op == "Sigmoid" and any(_is_silu_mul(c) for c in consumers):
             return "place-silu-whole"
-        if _backbone(t) is not None:
+        if fusion.fused_origin(t) is not None:
             return "place-no-output-q"
         q = p
         while q is not None and q.op in ("Relu", "Clip", "LeakyRelu") and q.inputs:

@@ -55,7 +55,8 @@ _RULES = (
         "Residual Add (one input from a convolution's fused chain, the other a skip from further up): "
         "quantize the skip input only and leave the convolution branch in float, so the Add (and a "
         "following ReLU) fuses into that convolution. The branch with the longer path back to the two "
-        "inputs' common ancestor is the convolution branch.",
+        "inputs' common ancestor is the convolution branch. A SiLU convolution branch is the measured "
+        "exception (place-silu-residual).",
         f"{TRT86_GUIDE} > 'Q/DQ Layer-Placement Recommendations' (element-wise addition fused after a "
         "weighted layer); NVIDIA/TensorRT tools/pytorch-quantization/examples/torchvision/models/"
         "classification/resnet.py (residual_quantizer on the identity only); NVIDIA/TensorRT-Model-"
@@ -75,10 +76,11 @@ _RULES = (
     ),
     PlacementRule(
         "place-commute",
-        "MaxPool, Concat, Split, Slice, Reshape, Transpose, Flatten, Squeeze/Unsqueeze and Resize "
-        "(nearest) commute with Q/DQ: they get no Q/DQ of their own; the Q/DQ a downstream weighted op "
-        "needs is placed on their inputs (TensorRT propagates DQ forward and Q backward across them) and "
-        "their outputs run INT8.",
+        "Concat and the ops that only move data (MaxPool, Split, Slice, Reshape, Transpose, Flatten, "
+        "Squeeze/Unsqueeze, nearest Resize, ...: edgeq.graph.patterns.SCALE_PRESERVING_OPS, the list lint "
+        "reads) commute with Q/DQ: they get no Q/DQ of their own; the Q/DQ a downstream weighted op needs "
+        "is placed on their inputs and their outputs run INT8. Measured exception: a weighted op that "
+        "reads a Concat also gets its own (place-concat-conv).",
         f"{TRT86_GUIDE} > 'TensorRT Processing Of Q/DQ Networks' (Q/DQ propagation, commute-with-"
         "quantization layers such as Max Pooling); docs/trt86-rules.md 'Explicit quantization: what fuses'",
     ),
@@ -93,7 +95,8 @@ _RULES = (
     PlacementRule(
         "place-silu-whole",
         "SiLU (x * Sigmoid(x)) stays whole: no Q/DQ on the Sigmoid's input or output nor on the Mul's "
-        "inputs; only the SiLU's output may be quantized when a consumer needs INT8.",
+        "inputs; only the SiLU's output may be quantized when a consumer needs INT8, and its input when it "
+        "feeds a residual Add (place-silu-residual: one Q/DQ read by both the Sigmoid and the Mul).",
         "fixture yolo_ortfb.explicit.build.log ('Could not find any implementation for node "
         f"PWN(PWN(.../Sigmoid), PWN(.../Mul))'); {TRT86_GUIDE} > 'Q/DQ Layer-Placement Recommendations' "
         "(SiLU after a linear op wants a higher-precision input); NVIDIA/TensorRT-Model-Optimizer "
@@ -157,13 +160,6 @@ RULES: dict[str, PlacementRule] = {r.id: r for r in _RULES}
 
 # Weighted ops: their inputs are quantized (place-weighted-inputs). One definition, shared with lint.
 WEIGHTED_OPS = _patterns.WEIGHTED_OPS
-
-# Ops that commute with Q/DQ in TensorRT 8.6 (place-commute); their data input is input 0, except
-# Concat whose every input is data. Resize only in nearest mode (checked in placement).
-COMMUTING_OPS = frozenset({
-    "MaxPool", "Concat", "Split", "Slice", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
-    "Resize",
-})
 
 # --placement all: onnxruntime's quantizable ops (QLinearOpsRegistry | QDQRegistry, onnxruntime 1.31).
 ORT_QUANTIZABLE_OPS = frozenset({
