@@ -102,7 +102,7 @@ def test_cli_quantize_synthetic_writes_model_cache_and_summary(tmp_path, cli):
     s = json.loads(out)
     assert s["output"] == str(tmp_path / "o.onnx") and s["cache"] == str(tmp_path / "o.cache")
     assert s["fp32_model"] == str(tmp_path / "o.fp32.onnx")  # named after the cache it goes with
-    assert s["quantized"]["activations"] == 7 and s["quantized"]["weights"] == 7
+    assert s["quantized"]["activations"] == 8 and s["quantized"]["weights"] == 7
     assert s["float"]["by_rule"]["place-no-qdq-relu-maxpool"] == 1
     assert {"tensor": "/relu/Relu_output_0", "rule": "place-no-qdq-relu-maxpool"} in s["float_tensors"]
     assert s["rules"]["place-residual-skip-only"]["source"]
