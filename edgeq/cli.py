@@ -466,8 +466,9 @@ _REPORT_HELP = (
     "reformat, no-op) with its precision, format and the ONNX nodes fused into it; per-layer times with "
     "--profile (trtexec --exportProfile or the edgeq agent's profile); the ONNX graph mapped back with "
     "--onnx. Then applies a gate: int8 (default) fails when a compute layer between the first Q and the "
-    "last DQ runs FP16/FP32 or an interior Reformat copy exists; --require-fusion also fails on residual "
-    "Adds left unfused; --gate none only reports. Works offline on files.\n\n" + EXIT_CODES_HELP
+    "last DQ runs FP16/FP32 or an interior Reformat changes precision or layout (same-format copies, "
+    "TensorRT's Concat, are reported; --forbid-copies fails them too); --require-fusion also fails on "
+    "residual Adds left unfused; --gate none only reports. Works offline on files.\n\n" + EXIT_CODES_HELP
 )
 _PRECISION_STYLE = {"INT8": "green", "FP16": "yellow", "BF16": "yellow", "FP32": "red", "INT32": "magenta"}
 
@@ -581,6 +582,9 @@ def report_cmd(
         "--require-fusion",
         help="Also fail on residual Add(+Relu) layers not fused into a convolution.",
     ),
+    forbid_copies: bool = typer.Option(
+        False, "--forbid-copies", help="Also fail on interior copies that keep precision and layout (Concat)."
+    ),
     allow: Optional[list[str]] = typer.Option(
         None, "--allow", metavar="NAME",
         help="ONNX node (or layer) name the gate excuses; wildcards allowed (repeatable).",
@@ -604,6 +608,8 @@ def report_cmd(
     policy = POLICIES[gate_name].with_allow(list(allow or ()))
     if require_fusion:
         policy = policy.replace(require_fusion=True)
+    if forbid_copies:
+        policy = policy.replace(forbid_interior_copies=True)
     engine = load_layers(layers)
     prof = load_profile(profile) if profile is not None else None
     report = build_report(engine, prof, onnx_model=onnx_path)
