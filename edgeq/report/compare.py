@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -68,7 +68,9 @@ def _stem_of(path: Path) -> str:
     return path.stem
 
 
-def engine_from_path(path: os.PathLike[str] | str, onnx_model: Any = None, name: Optional[str] = None) -> Engine:
+def engine_from_path(
+    path: os.PathLike[str] | str, onnx_model: Any = None, name: Optional[str] = None
+) -> Engine:
     """An engine from a directory (one ``*.layers.json``, optional ``*.profile.json`` and ``*.run.log``;
     a deploy run directory's ``layers.json``/``profile.json`` too) or from a ``*.layers.json`` file with
     its same-named siblings. A directory with only a ``*.build.log`` is a failed build."""
@@ -77,7 +79,9 @@ def engine_from_path(path: os.PathLike[str] | str, onnx_model: Any = None, name:
         raise ReportError(f"{p}: no such file or directory", hint=FILES_HINT)
     if p.is_dir():
         layers = _one(sorted(p.glob("*.layers.json")) or sorted(p.glob("layers.json")), "*.layers.json", p)
-        profile = _one(sorted(p.glob("*.profile.json")) or sorted(p.glob("profile.json")), "*.profile.json", p)
+        profile = _one(
+            sorted(p.glob("*.profile.json")) or sorted(p.glob("profile.json")), "*.profile.json", p
+        )
         run_log = _one(sorted(p.glob("*.run.log")), "*.run.log", p)
         build_log = _one(sorted(p.glob("*.build.log")), "*.build.log", p)
         label = name or (_stem_of(layers) if layers and layers.name != "layers.json" else p.name)
@@ -308,7 +312,9 @@ class Region:
 
     def label(self, limit: int = 3) -> str:
         shown = ", ".join(self.nodes[:limit])
-        return shown + (f" (+{len(self.nodes) - limit})" if len(self.nodes) > limit else "") or "(no ONNX node)"
+        return (
+            shown + (f" (+{len(self.nodes) - limit})" if len(self.nodes) > limit else "") or "(no ONNX node)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -620,6 +626,12 @@ def compare_engines(engines: Sequence[Engine], findings: Sequence[Any] = ()) -> 
     """Every built engine against ``engines[0]`` (the baseline); failed builds stay rows of their own."""
     if len(engines) < 2:
         raise ReportError("compare needs at least two engines (the first is the baseline)", hint=FILES_HINT)
+    seen: dict[str, int] = {}
+    unique = []
+    for e in engines:  # names key the diffs and the page: two "implicit" directories stay apart
+        seen[e.name] = seen.get(e.name, 0) + 1
+        unique.append(e if seen[e.name] == 1 else replace(e, name=f"{e.name} ({seen[e.name]})"))
+    engines = unique
     base = engines[0]
     if not base.built:
         raise ReportError(
@@ -674,9 +686,10 @@ class RelativeGate:
         return f"gate relative: {self.candidate} FAILED against {self.baseline} ({rules}; throughput {fig})"
 
     def __str__(self) -> str:
-        return "\n".join([self.summary(), *(f"  [{rule}] {msg}" for rule, msg in self.failures[:12])] + (
-            [f"  ... and {len(self.failures) - 12} more"] if len(self.failures) > 12 else []
-        ))
+        return "\n".join(
+            [self.summary(), *(f"  [{rule}] {msg}" for rule, msg in self.failures[:12])]
+            + ([f"  ... and {len(self.failures) - 12} more"] if len(self.failures) > 12 else [])
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -700,7 +713,10 @@ def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO) -> Relat
     for layer, ws in by_layer.items():
         names = ", ".join(w.node for w in ws[:3]) + (f" (+{len(ws) - 3})" if len(ws) > 3 else "")
         fails.append(
-            ("wider-than-baseline", f"#{layer} {names}: {ws[0].cand_precision} (baseline {ws[0].base_precision})")
+            (
+                "wider-than-baseline",
+                f"#{layer} {names}: {ws[0].cand_precision} (baseline {ws[0].base_precision})",
+            )
         )
     b, c = diff.base_stats.reformats, diff.cand_stats.reformats
     if c > b:
@@ -709,6 +725,10 @@ def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO) -> Relat
     if r is None:
         fails.append(("no-timing", RELATIVE_RULES["no-timing"]))
     elif r < min_ratio:
-        fails.append(("slower-than-baseline", f"throughput {r:.3f}x the baseline's ({diff.ratio.source}), "
-                      f"minimum {min_ratio:g}"))
+        fails.append(
+            (
+                "slower-than-baseline",
+                f"throughput {r:.3f}x the baseline's ({diff.ratio.source}), minimum {min_ratio:g}",
+            )
+        )
     return RelativeGate(diff.candidate, diff.baseline, min_ratio, tuple(fails), diff.ratio)
