@@ -30,9 +30,7 @@ PASSING = [
 
 @pytest.mark.parametrize("stem", PASSING)
 def test_engines_without_fallback_pass(cli, stem):
-    code, out, _ = cli(
-        "report", EDGEQ / f"{stem}.layers.json", "--profile", EDGEQ / f"{stem}.profile.json"
-    )
+    code, out, _ = cli("report", EDGEQ / f"{stem}.layers.json", "--profile", EDGEQ / f"{stem}.profile.json")
     assert code == 0, out
     assert "gate int8: passed" in out
 
