@@ -16,12 +16,20 @@ other line up. Reformats and no-ops belong to the region of the compute layer th
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
 from edgeq.errors import ReportError
+from edgeq.report.explain import (
+    Explanation,
+    Links,
+    compute_nodes,
+    lint_explanations,
+    placement_rule,
+    wide_layer_rule,
+)
 from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer, build_report
 from edgeq.report.parse import PRECISION_RANK, load_layers, load_profile
 from edgeq.report.runlog import RunFigures, build_error_from_log, run_figures_from_log
@@ -112,15 +120,6 @@ def engine_from_path(
 # --------------------------------------------------------------------------------------------------
 
 
-def _is_qdq_name(n: str) -> bool:
-    return "QuantizeLinear" in n  # also matches DequantizeLinear and their _clone_N copies
-
-
-def compute_nodes(rl: ReportLayer) -> tuple[str, ...]:
-    """The ONNX nodes a compute layer ran, Q/DQ nodes left out (they are not compute in either mode)."""
-    return tuple(n for n in rl.onnx_nodes if not _is_qdq_name(n))
-
-
 def _rank(p: Optional[str]) -> int:
     return PRECISION_RANK.get(p or "", 9)  # unknown counts as widest: it cannot be proven narrower
 
@@ -194,69 +193,6 @@ class _UnionFind:
             self.parent[rb] = ra
 
 
-class _Links:
-    """Producers (all of them: a Concat's copies write one tensor) and consumers of each layer."""
-
-    def __init__(self, report: FusionReport) -> None:
-        self.report = report
-        producers: dict[str, list[int]] = {}
-        consumers: dict[str, list[int]] = {}
-        for rl in report.layers:
-            for t in rl.layer.outputs:
-                producers.setdefault(t.name, []).append(rl.index)
-            for t in rl.layer.inputs:
-                consumers.setdefault(t.name, []).append(rl.index)
-        self.producers, self.consumers = producers, consumers
-
-    def before(self, i: int) -> list[int]:
-        return [p for t in self.report.layers[i].layer.inputs for p in self.producers.get(t.name, ())]
-
-    def after(self, i: int) -> list[int]:
-        return [c for t in self.report.layers[i].layer.outputs for c in self.consumers.get(t.name, ())]
-
-    def nearest_compute(self, i: int, forward: bool) -> Optional[int]:
-        """The first compute layer reached from layer ``i`` through non-compute layers."""
-        seen = {i}
-        frontier = [i]
-        for _ in range(16):
-            nxt: list[int] = []
-            for j in frontier:
-                for k in self.after(j) if forward else self.before(j):
-                    if k in seen:
-                        continue
-                    seen.add(k)
-                    if self.report.layers[k].kind == LayerKind.COMPUTE:
-                        return k
-                    nxt.append(k)
-            frontier = nxt
-            if not frontier:
-                break
-        return None
-
-    def upstream_ops(self, i: int, depth: int = 6) -> set[str]:
-        """Op types (and 'multi-producer' when several layers write one tensor: a Concat built as copies)
-        of the non-compute layers and the compute layers just behind layer ``i``."""
-        ops: set[str] = set()
-        frontier, seen = [i], {i}
-        for _ in range(depth):
-            nxt = []
-            for j in frontier:
-                for t in self.report.layers[j].layer.inputs:
-                    prods = self.producers.get(t.name, [])
-                    if len(prods) > 1:
-                        ops.add("multi-producer")
-                    for k in prods:
-                        if k in seen:
-                            continue
-                        seen.add(k)
-                        rl = self.report.layers[k]
-                        ops.update(rl.onnx_ops)
-                        if rl.kind != LayerKind.COMPUTE and rl.kind != LayerKind.WEIGHTS:
-                            nxt.append(k)
-            frontier = nxt
-        return ops
-
-
 @dataclass(frozen=True)
 class Side:
     """One engine's part of a region."""
@@ -277,15 +213,6 @@ class Side:
             "copies": self.copies,
             "time_ms": self.time_ms,
         }
-
-
-@dataclass(frozen=True)
-class Explanation:
-    rule: str  # a placement rule id (edgeq.quant.rules) or a lint rule id (edgeq.graph.rules)
-    why: str  # what in the engines matched it
-
-    def to_dict(self) -> dict[str, str]:
-        return {"rule": self.rule, "why": self.why}
 
 
 @dataclass(frozen=True)
@@ -353,7 +280,7 @@ def _regions(base: FusionReport, cand: FusionReport) -> list[tuple[list[int], li
                 uf.union((side, rl.index), ("node", n))
     members: dict[Any, tuple[list[int], list[int]]] = {}
     for side, report in enumerate(reports):
-        links = _Links(report)
+        links = Links(report)
         for rl in report.layers:
             if rl.kind == LayerKind.WEIGHTS:
                 continue
@@ -391,15 +318,6 @@ def _regions(base: FusionReport, cand: FusionReport) -> list[tuple[list[int], li
 # Explaining a region: the placement rules, from the layer structure
 # --------------------------------------------------------------------------------------------------
 
-POOL_OPS = frozenset({"GlobalAveragePool", "AveragePool", "ReduceMean"})
-
-
-def _placement_rule(rule_id: str) -> str:
-    """The id, checked against ``edgeq.quant.rules.RULES`` (a missing id is a bug here)."""
-    from edgeq.quant.rules import RULES
-
-    return RULES[rule_id].id
-
 
 def _ops(report: FusionReport, side: Side) -> list[tuple[ReportLayer, set[str]]]:
     return [
@@ -410,7 +328,7 @@ def _ops(report: FusionReport, side: Side) -> list[tuple[ReportLayer, set[str]]]
 
 
 def explain(
-    base: FusionReport, cand: FusionReport, base_side: Side, cand_side: Side, links: tuple[_Links, _Links]
+    base: FusionReport, cand: FusionReport, base_side: Side, cand_side: Side, links: tuple[Links, Links]
 ) -> list[Explanation]:
     """Which placement rule explains how the candidate's region differs from the baseline's."""
     out: list[Explanation] = []
@@ -422,7 +340,7 @@ def explain(
         if {"MaxPool", "Relu"} <= ops and compute_nodes(rl) not in cand_groups:
             out.append(
                 Explanation(
-                    _placement_rule("place-no-qdq-relu-maxpool"),
+                    placement_rule("place-no-qdq-relu-maxpool"),
                     f"the baseline fuses {' + '.join(compute_nodes(rl))}; the candidate does not",
                 )
             )
@@ -432,39 +350,22 @@ def explain(
     ):
         out.append(
             Explanation(
-                _placement_rule("place-residual-skip-only"),
+                placement_rule("place-residual-skip-only"),
                 "residual Add runs as its own point-wise layer; the baseline fuses it into the convolution",
             )
         )
-    for rl, ops in cand_ops:
+    base_upstream: set[str] = set()
+    for i in base_side.layers:
+        if base.layers[i].kind == LayerKind.COMPUTE:
+            base_upstream |= links[0].upstream_ops(i)
+    for rl, _ in cand_ops:
         if _rank(rl.precision) <= base_rank:
             continue
-        what = f"{' + '.join(compute_nodes(rl)) or rl.name} runs {rl.precision or '?'}"
-        what += f" (baseline {base_side.precision})" if base_side.precision else ""
-        downstream = links[1].nearest_compute(rl.index, forward=True)
-        down_ops = set(cand.layers[downstream].onnx_ops) if downstream is not None else set()
-        if {"Sigmoid", "Mul"} <= ops and {"Add", "Sum"} & ops:
-            out.append(Explanation(_placement_rule("place-silu-residual"), what))
-        elif POOL_OPS & ops or POOL_OPS & down_ops:
-            out.append(Explanation(_placement_rule("place-pool-tail"), what))
-        elif "Conv" in ops:
-            upstream = links[1].upstream_ops(rl.index)
-            for i in base_side.layers:
-                if base.layers[i].kind == LayerKind.COMPUTE:
-                    upstream |= links[0].upstream_ops(i)
-            if "Concat" in upstream or "multi-producer" in upstream:
-                out.append(Explanation(_placement_rule("place-concat-conv"), what + ", reads a Concat"))
-    return out
-
-
-def lint_explanations(findings: Iterable[Any], nodes: Sequence[str]) -> list[Explanation]:
-    """Lint findings (``edgeq.graph.rules.lint_model``) that name one of the region's nodes."""
-    names = set(nodes)
-    out = []
-    for f in findings:
-        hit = [n for n in getattr(f, "nodes", ()) if n in names]
-        if hit:
-            out.append(Explanation(f.rule, f"{f.message} ({', '.join(hit[:3])})"))
+        rule = wide_layer_rule(cand, links[1], rl, base_upstream)
+        if rule is not None:
+            what = f"{' + '.join(compute_nodes(rl)) or rl.name} runs {rl.precision or '?'}"
+            what += f" (baseline {base_side.precision})" if base_side.precision else ""
+            out.append(Explanation(rule, what))
     return out
 
 
@@ -582,7 +483,7 @@ def diff_pair(base: Engine, cand: Engine, findings: Sequence[Any] = ()) -> PairD
             f"{which}: built with ProfilingVerbosity.LAYER_NAMES_ONLY: no precisions or formats to compare",
             hint="rebuild with --profilingVerbosity=detailed (trtexec) or ProfilingVerbosity.DETAILED",
         )
-    links = (_Links(b), _Links(c))
+    links = (Links(b), Links(c))
     regions = []
     for bm, cm in _regions(b, c):
         bs, cs = _side(b, bm), _side(c, cm)
