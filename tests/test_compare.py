@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from functools import cache
 from pathlib import Path
 
@@ -199,3 +200,33 @@ def test_bad_input_is_one_line_exit_2(tmp_path, cli):
         compare_engines(
             [engine_from_path(EDGEQ / "yolo_edgeq_all.explicit.build.log"), engine_from_path(one)]
         )
+
+
+def test_report_html_leads_with_the_engine_strip_and_violations_by_region(tmp_path, cli):
+    page = tmp_path / "report.html"
+    stem = EDGEQ / "yolo_edgeq.explicit"
+    code, _, _ = cli("report", f"{stem}.layers.json", "--profile", f"{stem}.profile.json", "--html", page)
+    assert code == 1
+    html = page.read_text()
+    strip = html.index('<div class="strip">')
+    assert (
+        strip
+        < html.index("Violations by region")
+        < html.index("All 62 violations")
+        < html.index("<h2>Layers")
+    )
+    # one block per activation layer (126 layers - 31 weight layers), the 62 violating ones marked
+    blocks = re.findall(r'<div class="blk[^"]*"', html[strip : html.index("</div></div>", strip)])
+    assert len(blocks) == 95 and sum("viol" in b for b in blocks) == 62
+    assert sum("reformat" in b for b in blocks) == 46 and not any("copy" in b for b in blocks)
+    # 62 violations in 7 regions (C2f/SPPF blocks and head blocks), each with its placement rule
+    assert "Violations by region (62 in 7 regions)" in html
+    table = html[html.index("Violations by region") : html.index("All 62 violations")]
+    assert table.count('<tr class="viol">') == 7
+    assert ">/p5/p5.2</td>" in table and "place-concat-conv" in table and "place-silu-residual" in table
+    assert "<details><summary>All 62 violations, in engine order</summary>" in html
+    # the implicit engine's Concat copies are drawn as copies, and it has no violations to group
+    stem = EDGEQ / "yolo_edgeq.implicit"
+    cli("report", f"{stem}.layers.json", "--profile", f"{stem}.profile.json", "--html", page)
+    html = page.read_text()
+    assert html.count('class="blk copy"') == 19 and "Violations by region" not in html

@@ -33,7 +33,7 @@ def placement_rule(rule_id: str) -> str:
 
 
 def _is_qdq_name(n: str) -> bool:
-    return "QuantizeLinear" in n  # also matches DequantizeLinear and their _clone_N copies
+    return "quantizelinear" in n.lower()  # QuantizeLinear, DequantizeLinear and their _clone_N copies
 
 
 def compute_nodes(rl: ReportLayer) -> tuple[str, ...]:
@@ -134,3 +134,61 @@ def lint_explanations(findings: Iterable[Any], nodes: Sequence[str]) -> list[Exp
         if hit:
             out.append(Explanation(f.rule, f"{f.message} ({', '.join(hit[:3])})"))
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Gate violations grouped by region (the report page)
+# --------------------------------------------------------------------------------------------------
+
+
+def scope_of(name: str) -> str:
+    """The exporter's module scope of an ONNX node name: one block of the network. torch.onnx names a
+    Sequential's children '<parent>.<i>', so '/p3/p3.1/cv2/cv2.0/Conv' -> '/p3/p3.1' (one C2f block),
+    '/layer4/layer4.2/conv3/Conv' -> '/layer4/layer4.2'; otherwise the first scope: '/h4/cv2/cv2.0/Conv' ->
+    '/h4', '/fc/Gemm' -> '/fc'. Names without a scope group under '(graph)'."""
+    if not name.startswith("/"):
+        return "(graph)"
+    parts = [p for p in name.split("/") if p][:-1] or [name.strip("/")]
+    if len(parts) >= 2 and parts[1].startswith(parts[0] + "."):
+        return f"/{parts[0]}/{parts[1]}"
+    return f"/{parts[0]}"
+
+
+@dataclass(frozen=True)
+class ViolationRegion:
+    scope: str
+    violations: tuple[Any, ...]  # edgeq.report.gate.Violation
+    rules: tuple[str, ...]  # placement rule ids that explain the wide layers in it
+    nodes: tuple[str, ...]
+    time_ms: Optional[float]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for v in self.violations:
+            out[v.rule] = out.get(v.rule, 0) + 1
+        return out
+
+
+def group_violations(report: FusionReport, violations: Sequence[Any]) -> list[ViolationRegion]:
+    """Violations by the module scope of their ONNX nodes, most expensive region first (then most
+    violations), each with the placement rules that explain its wide compute layers."""
+    links = Links(report)
+    groups: dict[str, list[Any]] = {}
+    for v in violations:
+        names = [n for n in v.nodes if n.startswith("/")] or list(v.nodes) or [v.layer_name]
+        groups.setdefault(scope_of(names[0]), []).append(v)
+    out = []
+    for scope, vs in groups.items():
+        rules: list[str] = []
+        for v in vs:
+            rl = report.layers[v.layer]
+            if rl.kind == LayerKind.COMPUTE and v.rule == "int8-compute":
+                rule = wide_layer_rule(report, links, rl)
+                if rule is not None and rule not in rules:
+                    rules.append(rule)
+        layers = {v.layer for v in vs}
+        times = [report.layers[i].time_ms for i in layers]
+        nodes = tuple(dict.fromkeys(n for v in vs for n in v.nodes if not _is_qdq_name(n)))
+        total = sum(t for t in times if t is not None) if report.timed else None
+        out.append(ViolationRegion(scope, tuple(vs), tuple(rules), nodes, total))
+    return sorted(out, key=lambda g: (-(g.time_ms or 0.0), -len(g.violations), g.scope))
