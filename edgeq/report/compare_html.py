@@ -113,16 +113,6 @@ def _diff_section(base: Engine, cand: Engine, d: PairDiff, gate: Optional[Any], 
         parts.append(
             f"<p>throughput <b>{r.throughput:.2f}x</b>{lat} the baseline's (from {esc(r.source)})</p>"
         )
-    for label, groups in (
-        ("Fused in the baseline only", d.missing_groups),
-        ("Fused in the candidate only", d.extra_groups),
-    ):
-        if groups:
-            lis = "".join(f"<li>{esc(g)}</li>" for g in groups)
-            parts.append(
-                f"<details open><summary>{label} ({len(groups)})</summary>"
-                f'<ul class="viol">{lis}</ul></details>'
-            )
     times = [
         rep.layers[i].time_ms or 0.0
         for rep, side in ((base.report, "base"), (cand.report, "cand"))
@@ -146,6 +136,17 @@ def _diff_section(base: Engine, cand: Engine, d: PairDiff, gate: Optional[Any], 
             f"<td>{_cell(c_report, reg.cand, scale)}</td><td>{_delta(reg)}</td><td>{_rules(reg)}</td></tr>"
         )
 
+    group_parts: list[str] = []
+    for label, groups in (
+        ("Fused in the baseline only", d.missing_groups),
+        ("Fused in the candidate only", d.extra_groups),
+    ):
+        if groups:
+            lis = "".join(f"<li>{esc(g)}</li>" for g in groups)
+            group_parts.append(
+                f"<details{' open' if len(groups) <= 6 else ''}><summary>{label} ({len(groups)})</summary>"
+                f'<ul class="viol">{lis}</ul></details>'
+            )
     top_regions = d.top(top)
     n_diff = sum(reg.differs for reg in d.regions)
     if top_regions:
@@ -155,6 +156,7 @@ def _diff_section(base: Engine, cand: Engine, d: PairDiff, gate: Optional[Any], 
         parts.append(
             '<div class="verdict pass">No region differs: same fusion, precisions and reformats.</div>'
         )
+    parts.extend(group_parts)
     parts.append(
         f"<details{' open' if n_diff else ''}><summary>Both engines aligned, region by region "
         f"({len(d.regions)} regions, {n_diff} differ)</summary>"
