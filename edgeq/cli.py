@@ -910,7 +910,8 @@ def compare_cmd(
     ),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories are created."),
     onnx_path: Optional[Path] = typer.Option(
-        None, "--onnx", help="The float ONNX model (offline): lint findings that name a region's nodes."
+        None, "--onnx", help="The Q/DQ model the candidates were built from (offline): its lint findings "
+        "are attached to the regions whose nodes they name."
     ),
     gate_name: str = typer.Option(
         "none", "--gate", help="relative: fail a candidate worse than the baseline; none: report only."

@@ -230,3 +230,22 @@ def test_report_html_leads_with_the_engine_strip_and_violations_by_region(tmp_pa
     cli("report", f"{stem}.layers.json", "--profile", f"{stem}.profile.json", "--html", page)
     html = page.read_text()
     assert html.count('class="blk copy"') == 19 and "Violations by region" not in html
+
+
+def test_lint_findings_of_the_qdq_model_explain_the_regions_they_name(tmp_path, cli):
+    import onnx
+    from test_report import resnet50_like
+
+    model = tmp_path / "resnet50.qdq.onnx"
+    onnx.save(resnet50_like(qdq=True), str(model))
+    base, cand = (FIXTURES / f"{s}.layers.json" for s in ("resnet50.implicit", "resnet50_ortfb.explicit"))
+    code, out, _ = cli("compare", "--engines", base, cand, "--onnx", model, "--json")
+    assert code == 0
+    regions = json.loads(out)["diffs"][0]["regions"]
+    residual = [r for r in regions if any(e["rule"] == "place-residual-skip-only" for e in r["explanations"])]
+    assert len(residual) == 16
+    for r in residual:
+        lint = [e for e in r["explanations"] if e["rule"] == "fuse-add-both-quantized"]
+        assert len(lint) == 1 and any(n.endswith("/Add") and n in lint[0]["why"] for n in r["nodes"])
+    code, _, err = cli("compare", "--engines", base, cand, "--onnx", tmp_path / "missing.onnx")
+    assert code == 2 and "no such file" in err
