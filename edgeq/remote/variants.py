@@ -47,6 +47,7 @@ class TargetEngines:
     run_dir: Path
     engines: tuple[Engine, ...]
     findings: tuple[Any, ...] = ()  # lint findings of the float model (explain regions)
+    gated: tuple[str, ...] = ("explicit",)  # the variants a relative gate judges (not the comparison ones)
 
 
 def _stem(model: Path) -> str:
@@ -168,7 +169,9 @@ def engines_on_target(
     variants = quantize_variants(model, Path(options.calib), run_dir, options.calibrator)
     if options.fp16:
         variants.append(Variant("fp16", variants[0].model))
+    gated = ["explicit"]
     if options.qdq_model is not None:
         variants.append(Variant(f"user:{_stem(options.qdq_model)}", Path(options.qdq_model)))
+        gated.append(variants[-1].name)
     engines = [_engine(v, _deploy_one(v, target, options, run_dir / "runs", progress)) for v in variants]
-    return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)))
+    return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated))

@@ -96,7 +96,8 @@ def engine_from_path(
     elif p.name.endswith(".layers.json") or p.name.endswith(".build.log"):
         stem = _stem_of(p)
         sib = p.parent / stem
-        layers = p if p.name.endswith(".layers.json") else None
+        layers = Path(f"{sib}.layers.json")
+        layers = layers if layers.is_file() else None  # a build log alone: a failed build
         profile = Path(f"{sib}.profile.json")
         run_log = Path(f"{sib}.run.log")
         build_log = Path(f"{sib}.build.log")
