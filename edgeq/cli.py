@@ -668,7 +668,12 @@ def deploy_cmd(
         False, "--accept-new-host-key", help="Trust and record the target's host key if known_hosts lacks it."
     ),
     gate: Optional[str] = typer.Option(
-        None, "--gate", help="Gate policy: int8 or none (or fusion) \\[default: the target's, else int8]."
+        None, "--gate", help="Gate policy: int8 or none (or fusion) \\[default: the target's, else int8]; "
+        "relative with --baseline implicit."
+    ),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", help="implicit: also build the implicit INT8 engine from the same calibration "
+        "(float model and --calib) and apply the relative gate against it."
     ),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories are created."),
     fp16: Optional[bool] = typer.Option(
@@ -693,9 +698,10 @@ def deploy_cmd(
     if pipeline is not None:
         pl = load_pipeline(pipeline)
         allow = pl.gate.allow if pl.gate is not None else ()
+    deploy_gate = _baseline_gate(gate, baseline, calib)
     options = DeployOptions(
-        calib=calib, accept_new_host_key=accept_new_host_key, gate=gate, gate_allow=allow, runs_dir=runs_dir,
-        fp16=fp16, iterations=iterations, duration=duration,
+        calib=calib, accept_new_host_key=accept_new_host_key, gate=deploy_gate, gate_allow=allow,
+        runs_dir=runs_dir, fp16=fp16, iterations=iterations, duration=duration,
     )  # fmt: skip
 
     def event(line: str) -> None:
@@ -705,7 +711,8 @@ def deploy_cmd(
 
     with progress_display(enabled=not json_out) as progress:
         result = deploy(model, tgt, options, progress=progress, on_event=event)
-    code = EXIT_OK if result.gate_passed else EXIT_CHECK_FAILED
+        relative = _relative_to_baseline(result, tgt, accept_new_host_key, progress) if baseline else None
+    code = EXIT_OK if result.gate_passed and relative is not False else EXIT_CHECK_FAILED
     gate_result = result.finished.gate if result.finished is not None else None
     if json_out:
         print_json(
@@ -714,6 +721,7 @@ def deploy_cmd(
                 "stages": [vars(s) for s in result.stages],
                 "timings": result.timings,
                 "gate": gate_result.to_dict() if gate_result is not None else None,
+                "relative_gate": relative.to_dict() if relative else None,
                 "exit_code": code,
             }
         )
@@ -723,6 +731,8 @@ def deploy_cmd(
         out.print(f"report: [bold]{escape(str(result.finished.report_html))}[/]")
     if gate_result is not None:
         _print_verdict(gate_result)
+    if relative is not None:
+        _print_verdict(relative)
     out.print(f"run directory: [bold]{escape(str(result.run_dir))}[/]")
     return code
 
@@ -889,6 +899,32 @@ def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
         out.print(f"[yellow]note:[/] {_visible(note)}")
     for g in gates:
         _print_verdict(g)
+
+
+def _baseline_gate(gate: Optional[str], baseline: Optional[str], calib: Optional[Path]) -> Optional[str]:
+    """deploy's own gate policy given --gate/--baseline: 'relative' replaces it (the policy is then none)."""
+    if baseline not in (None, "implicit"):
+        raise typer.BadParameter(f"unknown baseline {baseline!r}; only: implicit", param_hint="--baseline")
+    if gate == "relative" and baseline is None:
+        raise typer.BadParameter("--gate relative needs --baseline implicit", param_hint="--gate")
+    if baseline is not None and calib is None:
+        raise typer.BadParameter("--baseline implicit needs a float model and --calib", param_hint="--calib")
+    return "none" if gate == "relative" else gate
+
+
+def _relative_to_baseline(result: Any, target: Any, accept_new_host_key: bool, progress: ProgressFn) -> Any:
+    """deploy --baseline implicit: build the implicit engine of the run, gate the run's engine against it."""
+    from edgeq.remote.variants import VariantOptions, engine_of_run, implicit_baseline
+    from edgeq.report.compare import compare_engines, relative_gate
+
+    if result.finished is None:
+        return None
+    opts = VariantOptions(accept_new_host_key=accept_new_host_key)
+    base = implicit_baseline(result, target, opts, progress)
+    comparison = compare_engines([base, engine_of_run(result)])
+    if not comparison.diffs:
+        raise EdgeqError(f"--baseline implicit: the implicit engine did not build: {base.error}", exit_code=1)
+    return relative_gate(comparison.diffs[0])
 
 
 @app.command("compare", help=_COMPARE_HELP)

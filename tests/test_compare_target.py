@@ -110,3 +110,39 @@ def test_compare_replayed_on_a_trtexec_target_builds_each_variant_once(trtexec_t
     assert Path(_flag(builds[0], "--calib")).name == "tiny.implicit.cache"
     assert all("--int8" in a and "--fp16" in a for a in builds)
     assert not [a for a in builds[1:] if any(x.startswith("--calib=") for x in a)]
+
+
+@pytest.mark.sshd
+def test_deploy_with_an_implicit_baseline_applies_the_relative_gate(trtexec_target, cli):  # noqa: F811
+    """deploy --baseline implicit --gate relative on the replayed trtexec target: the run's explicit engine,
+    then the implicit one from the same calibration (its cache), then the relative gate (exit 0: the replay
+    gives both the same recorded engine)."""
+    from test_deploy import _flag
+    from trtexec_replay import calls
+
+    root, _, _, trtexec = trtexec_target()
+    model = tiny_model(root / "tiny.onnx")
+    calib = root / "calib"
+    calib.mkdir()
+    for i in range(3):
+        np.save(calib / f"s{i}.npy", np.random.default_rng(i).random((1, 3, 16, 16), dtype=np.float32))
+    runs = root / "runs"
+    args = ("deploy", model, "--target", "replay", "--calib", calib, "--runs-dir", runs)
+    code, out, err = cli(*args, "--baseline", "implicit", "--gate", "relative", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["gate"]["policy"]["name"] == "none"  # the relative gate replaces the int8 policy
+    rel = d["relative_gate"]
+    assert rel["passed"] and rel["candidate"] == "explicit" and rel["baseline"] == "implicit"
+    assert rel["ratio"]["source"] == "run logs"
+    builds = [a for a in calls(trtexec) if any(x.startswith("--onnx=") for x in a)]
+    assert len(builds) == 2 and not any(x.startswith("--calib=") for x in builds[0])
+    assert Path(_flag(builds[1], "--calib")).name == "tiny.int8.cache"
+    (run_dir,) = runs.iterdir()
+    assert len(list((run_dir / "baseline").iterdir())) == 1  # the implicit build's own run directory
+    # usage errors before any run
+    code, _, err = cli(*args, "--gate", "relative")
+    assert code == 2 and "--baseline implicit" in err
+    code, _, err = cli("deploy", model, "--target", "replay", "--baseline", "implicit")
+    assert code == 2 and "--calib" in err
+    assert len(list(runs.iterdir())) == 1

@@ -175,3 +175,27 @@ def engines_on_target(
         gated.append(variants[-1].name)
     engines = [_engine(v, _deploy_one(v, target, options, run_dir / "runs", progress)) for v in variants]
     return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated))
+
+
+def implicit_baseline(
+    run: Any, target: Target, options: VariantOptions, progress: ProgressFn = no_progress
+) -> Engine:
+    """``deploy --baseline implicit``: the implicit INT8 engine of a finished deploy run that quantized a
+    float model (its cleaned FP32 model and the calibration cache from the same statistics), built and
+    profiled the same way, into ``<run>/baseline/``."""
+    run_dir = Path(run.run_dir)
+    caches = sorted(run_dir.glob("*.int8.cache"))
+    models = sorted(run_dir.glob("*.clean.onnx"))
+    if len(caches) != 1 or len(models) != 1:
+        raise QuantError(
+            f"{run_dir}: this run wrote no calibration cache: --baseline implicit needs a float model "
+            "and --calib",
+            "deploy the float model with --calib (the implicit engine uses the same statistics)",
+        )
+    variant = Variant("implicit", models[0], caches[0])
+    return _engine(variant, _deploy_one(variant, target, options, run_dir / "baseline", progress))
+
+
+def engine_of_run(run: Any, name: str = "explicit") -> Engine:
+    """A finished deploy run as an ``Engine`` (its layers, profile and timings)."""
+    return _engine(Variant(name, Path(run.run_dir)), run)
