@@ -877,6 +877,9 @@ def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
             if groups:
                 shown = "; ".join(groups[:4]) + (f"; ... {len(groups) - 4} more" if len(groups) > 4 else "")
                 out.print(f"  {len(groups)} {label}: {_visible(shown)}")
+        b_res, c_res = d.base_stats.unfused_residuals, d.cand_stats.unfused_residuals
+        if c_res != b_res:
+            out.print(f"  {c_res} residual Add layers not fused into a convolution (baseline {b_res})")
         if d.wider:
             out.print(f"  [red]{len(d.wider)} ONNX nodes in a wider precision than in the baseline[/]")
         regions = d.top(top)

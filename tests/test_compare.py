@@ -65,6 +65,7 @@ def test_resnet50_ortfb_names_the_missing_stem_fusion_the_16_residuals_and_the_r
     code, out, _ = cli("compare", "--engines", base, cand)
     assert "0.73x" in out and "/conv1/Conv + /relu/Relu + /maxpool/MaxPool" in out
     assert "17 fused only in the baseline" in out
+    assert "16 residual Add layers not fused into a convolution (baseline 0)" in out
 
 
 def test_yolo_edgeq_names_the_concat_convolutions_and_the_silu_residuals():

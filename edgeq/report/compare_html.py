@@ -137,6 +137,10 @@ def _diff_section(base: Engine, cand: Engine, d: PairDiff, gate: Optional[Any], 
         )
 
     group_parts: list[str] = []
+    b_res, c_res = d.base_stats.unfused_residuals, d.cand_stats.unfused_residuals
+    if c_res != b_res:
+        unfused = f"{c_res} residual Add layers not fused into a convolution (baseline {b_res})"
+        group_parts.append(f"<p>{unfused}</p>")
     for label, groups in (
         ("Fused in the baseline only", d.missing_groups),
         ("Fused in the candidate only", d.extra_groups),
