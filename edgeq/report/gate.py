@@ -189,8 +189,14 @@ def apply_gate(report: FusionReport, policy: Policy) -> GateResult:
     timed = [rl.time_ms for rl, _ in copies if rl.time_ms is not None]
     copies_ms = sum(timed) if copies and len(timed) == len(copies) else None
     return GateResult(
-        policy, tuple(violations), tuple(allowed), checked, boundary, int8,
-        copies=tuple(c for _, c in copies), copies_ms=copies_ms,
+        policy,
+        tuple(violations),
+        tuple(allowed),
+        checked,
+        boundary,
+        int8,
+        copies=tuple(c for _, c in copies),
+        copies_ms=copies_ms,
     )
 
 
