@@ -15,7 +15,7 @@ from conftest import FIXTURES, ROOT
 
 from edgeq.errors import ReportError
 from edgeq.quant.rules import RULES as PLACEMENT_RULES
-from edgeq.report.compare import compare_engines, engine_from_path, relative_gate
+from edgeq.report.compare import RELATIVE_RULES, compare_engines, engine_from_path, relative_gate
 
 EDGEQ = ROOT / "tests" / "fixtures" / "trt86-h200-edgeq"
 
@@ -123,6 +123,7 @@ def test_relative_gate_fails_wider_layers_more_reformats_and_a_low_ratio():
     assert rules.count("wider-than-baseline") == 17
     assert "more-reformats" in rules and "slower-than-baseline" in rules
     assert "0.553x" in g.summary()
+    assert set(rules) <= set(RELATIVE_RULES) and all(r.source for r in RELATIVE_RULES.values())
     # the resnet tail: two wider layers and 3 reformats, explained by the pool rule
     d = diff_of("r50b64_edgeq.implicit", "r50b64_edgeq.explicit")
     g = relative_gate(d, min_ratio=0.9)  # 0.96x passes a 0.9 threshold; precision still fails
