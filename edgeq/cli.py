@@ -530,6 +530,8 @@ def _render_report(report: Any, gate: Any, all_layers: bool) -> None:
             tags.append(f"[yellow]allowed ({_visible(str(excused[rl.index]))})[/]")
         if rl.boundary:
             tags.append(f"[cyan]{rl.boundary} boundary[/]")
+        elif rl.same_format_copy and rl.index not in flagged:
+            tags.append("[dim]copy[/]")  # a Concat/Slice copy: reported, not a fallback
         if rl.region != "inside":
             tags.append(f"[dim]{rl.region} region[/]")
         if rl.kind == LayerKind.REFORMAT:
