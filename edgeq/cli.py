@@ -466,8 +466,9 @@ _REPORT_HELP = (
     "reformat, no-op) with its precision, format and the ONNX nodes fused into it; per-layer times with "
     "--profile (trtexec --exportProfile or the edgeq agent's profile); the ONNX graph mapped back with "
     "--onnx. Then applies a gate: int8 (default) fails when a compute layer between the first Q and the "
-    "last DQ runs FP16/FP32 or an interior Reformat copy exists; --require-fusion also fails on residual "
-    "Adds left unfused; --gate none only reports. Works offline on files.\n\n" + EXIT_CODES_HELP
+    "last DQ runs FP16/FP32 or an interior Reformat changes precision or layout (same-format copies, "
+    "TensorRT's Concat, are reported; --forbid-copies fails them too); --require-fusion also fails on "
+    "residual Adds left unfused; --gate none only reports. Works offline on files.\n\n" + EXIT_CODES_HELP
 )
 _PRECISION_STYLE = {"INT8": "green", "FP16": "yellow", "BF16": "yellow", "FP32": "red", "INT32": "magenta"}
 
@@ -529,6 +530,8 @@ def _render_report(report: Any, gate: Any, all_layers: bool) -> None:
             tags.append(f"[yellow]allowed ({_visible(str(excused[rl.index]))})[/]")
         if rl.boundary:
             tags.append(f"[cyan]{rl.boundary} boundary[/]")
+        elif rl.same_format_copy and rl.index not in flagged:
+            tags.append("[dim]copy[/]")  # a Concat/Slice copy: reported, not a fallback
         if rl.region != "inside":
             tags.append(f"[dim]{rl.region} region[/]")
         if rl.kind == LayerKind.REFORMAT:
@@ -581,6 +584,9 @@ def report_cmd(
         "--require-fusion",
         help="Also fail on residual Add(+Relu) layers not fused into a convolution.",
     ),
+    forbid_copies: bool = typer.Option(
+        False, "--forbid-copies", help="Also fail on interior copies that keep precision and layout (Concat)."
+    ),
     allow: Optional[list[str]] = typer.Option(
         None, "--allow", metavar="NAME",
         help="ONNX node (or layer) name the gate excuses; wildcards allowed (repeatable).",
@@ -604,6 +610,8 @@ def report_cmd(
     policy = POLICIES[gate_name].with_allow(list(allow or ()))
     if require_fusion:
         policy = policy.replace(require_fusion=True)
+    if forbid_copies:
+        policy = policy.replace(forbid_interior_copies=True)
     engine = load_layers(layers)
     prof = load_profile(profile) if profile is not None else None
     report = build_report(engine, prof, onnx_model=onnx_path)
@@ -662,7 +670,12 @@ def deploy_cmd(
         False, "--accept-new-host-key", help="Trust and record the target's host key if known_hosts lacks it."
     ),
     gate: Optional[str] = typer.Option(
-        None, "--gate", help="Gate policy: int8 or none (or fusion) \\[default: the target's, else int8]."
+        None, "--gate", help="Gate policy: int8 or none (or fusion) \\[default: the target's, else int8]; "
+        "relative with --baseline implicit."
+    ),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", help="implicit: also build the implicit INT8 engine from the same calibration "
+        "(float model and --calib) and apply the relative gate against it."
     ),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories are created."),
     fp16: Optional[bool] = typer.Option(
@@ -687,9 +700,10 @@ def deploy_cmd(
     if pipeline is not None:
         pl = load_pipeline(pipeline)
         allow = pl.gate.allow if pl.gate is not None else ()
+    deploy_gate = _baseline_gate(gate, baseline, calib)
     options = DeployOptions(
-        calib=calib, accept_new_host_key=accept_new_host_key, gate=gate, gate_allow=allow, runs_dir=runs_dir,
-        fp16=fp16, iterations=iterations, duration=duration,
+        calib=calib, accept_new_host_key=accept_new_host_key, gate=deploy_gate, gate_allow=allow,
+        runs_dir=runs_dir, fp16=fp16, iterations=iterations, duration=duration,
     )  # fmt: skip
 
     def event(line: str) -> None:
@@ -699,7 +713,8 @@ def deploy_cmd(
 
     with progress_display(enabled=not json_out) as progress:
         result = deploy(model, tgt, options, progress=progress, on_event=event)
-    code = EXIT_OK if result.gate_passed else EXIT_CHECK_FAILED
+        relative = _relative_to_baseline(result, tgt, accept_new_host_key, progress) if baseline else None
+    code = EXIT_OK if result.gate_passed and relative is not False else EXIT_CHECK_FAILED
     gate_result = result.finished.gate if result.finished is not None else None
     if json_out:
         print_json(
@@ -708,6 +723,7 @@ def deploy_cmd(
                 "stages": [vars(s) for s in result.stages],
                 "timings": result.timings,
                 "gate": gate_result.to_dict() if gate_result is not None else None,
+                "relative_gate": relative.to_dict() if relative else None,
                 "exit_code": code,
             }
         )
@@ -717,6 +733,8 @@ def deploy_cmd(
         out.print(f"report: [bold]{escape(str(result.finished.report_html))}[/]")
     if gate_result is not None:
         _print_verdict(gate_result)
+    if relative is not None:
+        _print_verdict(relative)
     out.print(f"run directory: [bold]{escape(str(result.run_dir))}[/]")
     return code
 
@@ -793,6 +811,211 @@ def targets_check_cmd(
         f"Python {escape(str((facts.get('python') or {}).get('version')))}"
     )
     return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------------
+# edgeq compare  (edgeq.report.compare; edgeq.remote.variants builds the engines on a target)
+# --------------------------------------------------------------------------------------------------
+
+_COMPARE_HELP = (
+    "Why is the explicit engine slower than the implicit one? Engines of one model side by side, the "
+    "first the baseline: throughput and latency ratios, layer counts, compute precisions, "
+    "precision-changing reformats vs same-format copies, fused groups one engine has and another lacks, "
+    "and the regions that differ most in time, each with its ONNX nodes and the placement rule that "
+    "explains it.\n\n"
+    "Offline: 'edgeq compare --engines A/ B/ [C/ ...]', each a directory with one *.layers.json and "
+    "optionally one *.profile.json and *.run.log (or a *.layers.json file, its siblings found by name; a "
+    "directory with only a *.build.log is a failed build). Ratios come from the run logs' throughput "
+    "where both have one, else from summed per-layer times.\n\n"
+    "On a target: 'edgeq compare model.onnx --target T --calib data/' calibrates once and builds implicit "
+    "INT8 (the baseline), explicit INT8 with edgeq's placement and with --placement all (plus --fp16 and "
+    "--qdq-model), each profiled the same way; a build that fails is a row with its error.\n\n"
+    "--gate relative fails (exit 1) when a candidate runs an ONNX node in a wider precision than the "
+    "baseline, has more precision-changing reformats, or its throughput ratio is under --min-ratio (on a "
+    "target it judges edgeq's explicit engine and --qdq-model, not the comparison builds).\n\n"
+    + EXIT_CODES_HELP
+)
+
+
+def _ratio_cell(value: Optional[float], good_above: bool) -> str:
+    if value is None:
+        return "-"
+    good = value >= 0.995 if good_above else value <= 1.005
+    return f"[{'green' if good else 'red'}]{value:.2f}x[/]"
+
+
+def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
+    from edgeq.report.compare import engine_stats
+
+    t = Table(title="engines (the first is the baseline)", expand=False)
+    cols = ("engine", "mode", "layers", "compute", "reformats", "copies", "ms (sum)", "qps", "thr.", "lat.")
+    for col in cols:
+        t.add_column(col, overflow="fold")
+    diffs = {d.candidate: d for d in comparison.diffs}
+    failed: list[Any] = []
+    for e in comparison.engines:
+        if e.report is None:
+            t.add_row(_visible(e.name), "[bold red]build failed[/]", *[""] * 8)
+            failed.append(e)
+            continue
+        s = engine_stats(e.report)
+        comp = ", ".join(f"{n} {_precision_cell(p)}" for p, n in sorted(s.precisions.items()))
+        d = diffs.get(e.name)
+        t.add_row(
+            _visible(e.name), e.report.mode, str(s.layers), comp, str(s.reformats), str(s.copies),
+            f"{s.total_ms:.3f}" if s.total_ms is not None else "-",
+            f"{e.run.throughput_qps:.0f}" if e.run and e.run.throughput_qps else "-",
+            _ratio_cell(d.ratio.throughput, True) if d else "1.00x",
+            _ratio_cell(d.ratio.latency, False) if d else "1.00x",
+        )  # fmt: skip
+    out.print(t)
+    for e in failed:
+        out.print(f"[bold red]{_visible(e.name)}: build failed:[/] {_visible(e.error or '')}")
+    for d in comparison.diffs:
+        src = f" (from {d.ratio.source})" if d.ratio.throughput is not None else " (no timing)"
+        out.print(f"\n[bold]{_visible(d.candidate)}[/] vs [bold]{_visible(d.baseline)}[/]{src}")
+        for label, groups in (("fused only in the baseline", d.missing_groups),
+                              ("fused only in the candidate", d.extra_groups)):  # fmt: skip
+            if groups:
+                shown = "; ".join(groups[:4]) + (f"; ... {len(groups) - 4} more" if len(groups) > 4 else "")
+                out.print(f"  {len(groups)} {label}: {_visible(shown)}")
+        b_res, c_res = d.base_stats.unfused_residuals, d.cand_stats.unfused_residuals
+        if c_res != b_res:
+            out.print(f"  {c_res} residual Add layers not fused into a convolution (baseline {b_res})")
+        if d.wider:
+            out.print(f"  [red]{len(d.wider)} ONNX nodes in a wider precision than in the baseline[/]")
+        regions = d.top(top)
+        if not regions:
+            out.print("  [green]no region differs: same fusion, precisions and reformats[/]")
+            continue
+        rt = Table(box=None, expand=False, pad_edge=False)
+        for col in ("region (ONNX nodes)", "baseline", "candidate", "Δ µs", "rule"):
+            rt.add_column(col, overflow="fold")
+        for r in regions:
+            def side(s: Any) -> str:
+                us = f" {s.time_ms * 1000:.1f}µs" if s.time_ms is not None else ""
+                extra = f" +{s.reformats} reformat" if s.reformats else ""
+                return f"{_precision_cell(s.precision or None)} {len(s.groups)} layer{us}{extra}"
+
+            delta = f"{r.delta_ms * 1000:+.1f}" if r.delta_ms is not None else "-"
+            rt.add_row(_visible(r.label(1)), side(r.base), side(r.cand), delta, _visible(", ".join(r.rules)))
+        out.print(rt)
+    for note in comparison.notes:
+        out.print(f"[yellow]note:[/] {_visible(note)}")
+    for g in gates:
+        _print_verdict(g)
+
+
+def _baseline_gate(gate: Optional[str], baseline: Optional[str], calib: Optional[Path]) -> Optional[str]:
+    """deploy's own gate policy given --gate/--baseline: 'relative' replaces it (the policy is then none)."""
+    if baseline not in (None, "implicit"):
+        raise typer.BadParameter(f"unknown baseline {baseline!r}; only: implicit", param_hint="--baseline")
+    if gate == "relative" and baseline is None:
+        raise typer.BadParameter("--gate relative needs --baseline implicit", param_hint="--gate")
+    if baseline is not None and calib is None:
+        raise typer.BadParameter("--baseline implicit needs a float model and --calib", param_hint="--calib")
+    return "none" if gate == "relative" else gate
+
+
+def _relative_to_baseline(result: Any, target: Any, accept_new_host_key: bool, progress: ProgressFn) -> Any:
+    """deploy --baseline implicit: build the implicit engine of the run, gate the run's engine against it."""
+    from edgeq.remote.variants import VariantOptions, engine_of_run, implicit_baseline
+    from edgeq.report.compare import compare_engines, relative_gate
+
+    if result.finished is None:
+        return None
+    opts = VariantOptions(accept_new_host_key=accept_new_host_key)
+    base = implicit_baseline(result, target, opts, progress)
+    comparison = compare_engines([base, engine_of_run(result)])
+    if not comparison.diffs:
+        raise EdgeqError(f"--baseline implicit: the implicit engine did not build: {base.error}", exit_code=1)
+    return relative_gate(comparison.diffs[0])
+
+
+@app.command("compare", help=_COMPARE_HELP)
+def compare_cmd(
+    paths: Optional[list[Path]] = typer.Argument(
+        None, help="With --engines: engine directories (or *.layers.json files), the baseline first. "
+        "With --target: the float ONNX model."
+    ),
+    engines: bool = typer.Option(False, "--engines", help="Compare engines from files (offline)."),
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Build the variants on this target (targets/NAME.yaml or a path)."
+    ),
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data (with --target)."),
+    fp16: bool = typer.Option(False, "--fp16", help="Also build an FP16 engine (with --target)."),
+    qdq_model: Optional[Path] = typer.Option(
+        None, "--qdq-model", help="Also build this Q/DQ model of your own (with --target)."
+    ),
+    accept_new_host_key: bool = typer.Option(
+        False, "--accept-new-host-key", help="Trust and record the target's host key if known_hosts lacks it."
+    ),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories are created."),
+    onnx_path: Optional[Path] = typer.Option(
+        None, "--onnx", help="The Q/DQ model the candidates were built from (offline): its lint findings "
+        "are attached to the regions whose nodes they name."
+    ),
+    gate_name: str = typer.Option(
+        "none", "--gate", help="relative: fail a candidate worse than the baseline; none: report only."
+    ),
+    min_ratio: float = typer.Option(0.97, "--min-ratio", help="Relative gate: lowest throughput ratio."),
+    top: int = typer.Option(10, "--top", min=1, help="Differing regions listed per candidate."),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML page."),
+) -> int:
+    from edgeq.fs import atomic_write_text, check_writable
+    from edgeq.report.compare import compare_engines, engine_from_path, relative_gate
+    from edgeq.report.compare_html import render_compare_html
+
+    if gate_name not in ("relative", "none"):
+        raise typer.BadParameter(f"unknown gate {gate_name!r}; one of: relative, none", param_hint="--gate")
+    paths = list(paths or [])
+    if engines == (target is not None):
+        raise typer.BadParameter("give --engines DIR DIR ... (offline) or MODEL --target T (build)")
+    if html_out is not None:
+        check_writable(html_out, inputs=tuple(paths))
+    findings: list[Any] = []
+    gated: Optional[tuple[str, ...]] = None  # None: every candidate
+    if engines:
+        if len(paths) < 2:
+            raise typer.BadParameter("--engines needs two or more directories, the baseline first")
+        onnx_model = None
+        if onnx_path is not None:
+            from edgeq.graph.io import load_model
+            from edgeq.graph.rules import lint_model
+
+            onnx_model = load_model(onnx_path)
+            findings = lint_model(onnx_model)
+        found = [engine_from_path(p, onnx_model) for p in paths]
+    else:
+        from edgeq.remote.targets import resolve_target
+        from edgeq.remote.variants import VariantOptions, engines_on_target
+
+        if len(paths) != 1:
+            raise typer.BadParameter("--target takes one float ONNX model")
+        options = VariantOptions(
+            calib=calib, fp16=fp16, qdq_model=qdq_model, accept_new_host_key=accept_new_host_key,
+            runs_dir=runs_dir,
+        )  # fmt: skip
+        tgt = resolve_target(target or "")
+        with progress_display(enabled=not json_out) as progress:
+            built = engines_on_target(paths[0], tgt, options, progress=progress)
+        found, findings, gated = list(built.engines), list(built.findings), built.gated
+        if not json_out:
+            out.print(f"run directory: [bold]{escape(str(built.run_dir))}[/]")
+    comparison = compare_engines(found, findings)
+    judged = [d for d in comparison.diffs if gated is None or d.candidate in gated]
+    gates = [relative_gate(d, min_ratio) for d in judged] if gate_name == "relative" else []
+    code = EXIT_OK if all(gates) else EXIT_CHECK_FAILED
+    if html_out is not None:
+        atomic_write_text(html_out, render_compare_html(comparison, gates))
+    if json_out:
+        print_json({**comparison.to_dict(top), "gates": [g.to_dict() for g in gates], "exit_code": code})
+        return code
+    _render_comparison(comparison, gates, top)
+    if html_out is not None:
+        out.print(f"wrote [bold]{escape(str(html_out))}[/]")
+    return code
 
 
 # --------------------------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ class DeployOptions:
     duration: float = 3.0  # trtexec --duration (at least S seconds)
     warmup_ms: int = 200  # trtexec --warmUp
     cache_dir: Optional[Path] = None  # where the agent zipapp is built (default: the user cache)
+    calib_cache: Optional[Path] = None  # implicit INT8: a float model built with this calibration cache
 
 
 @dataclass
@@ -419,6 +420,8 @@ class _Deploy:
             self.skip(
                 "quantize", "the model already has Q/DQ nodes" + (" (--calib ignored)" if opts.calib else "")
             )
+        elif opts.calib_cache is not None:
+            self.skip("quantize", f"implicit INT8 with the calibration cache {Path(opts.calib_cache).name}")
         elif opts.calib is None:
             self.skip(
                 "quantize", "float model and no --calib: building without INT8 (the INT8 gate will say so)"
@@ -464,6 +467,7 @@ class _Deploy:
                 cache = target.remote_path("cache")
                 up_agent = conn.put_cached(bundle.path, cache, progress=self.progress)
                 up_model = conn.put_cached(model_file, cache, progress=self.progress)
+                up_cache = conn.put_cached(Path(opts.calib_cache), cache) if opts.calib_cache else None
                 rec.data = {
                     "agent": {"version": bundle.version, **asdict(up_agent)},
                     "model": asdict(up_model),
@@ -490,8 +494,10 @@ class _Deploy:
             # build
             engine_remote = f"{self.remote_run}/engine.plan"
             with self.stage("build") as rec:
-                args = build_args(target, up_model.remote_path, engine_remote, int8=qdq, fp16=fp16,
-                                  trt_version=trt_version, cc=cc)  # fmt: skip
+                args = build_args(target, up_model.remote_path, engine_remote, int8=qdq or bool(up_cache),
+                                  fp16=fp16, trt_version=trt_version, cc=cc)  # fmt: skip
+                if up_cache is not None and not qdq:
+                    args.append(f"--calib={up_cache.remote_path}")
                 args.append(f"--timeout={t.build:g}")
                 built = self.agent(conn, agent_remote, "build", *args, timeout=t.build + 60)
                 conn.get(engine_remote, self.run_dir / "engine.plan")

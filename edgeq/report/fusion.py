@@ -223,6 +223,16 @@ class ReportLayer:
         return tuple(t for i, t in enumerate(self.layer.inputs) if i not in self.weight_inputs)
 
     @property
+    def same_format_copy(self) -> bool:
+        """A reformat whose every output has its input's precision and layout: a copy (TensorRT builds
+        a Concat as copies into the output buffer), not a precision fallback or a layout change."""
+        if self.kind != LayerKind.REFORMAT:
+            return False
+        fins = {t.format.short if t.format else None for t in self.data_inputs}
+        fouts = {t.format.short if t.format else None for t in self.layer.outputs}
+        return len(fins) == 1 and fins == fouts and None not in fins
+
+    @property
     def formats(self) -> str:
         """'INT8 NC/32HW32 -> INT8 NCHW' (activations only) for display."""
 

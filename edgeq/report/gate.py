@@ -53,6 +53,8 @@ class GateResult:
     checked: int = 0  # layers the policy looked at (compute + reformat inside the region)
     boundary_reformats: int = 0
     int8_compute: int = 0
+    copies: tuple[Violation, ...] = ()  # same-format interior copies the policy reports but passes
+    copies_ms: Optional[float] = None  # their profiled time (None without a profile)
 
     def __bool__(self) -> bool:
         return not self.violations
@@ -76,6 +78,9 @@ class GateResult:
         if not self.policy.checks_anything:
             return f"gate {self.policy.name}: not applied (report only)"
         extra = f", {len(self.allowed)} excused by --allow" if self.allowed else ""
+        if self.copies:
+            t = f", {self.copies_ms:.3f} ms" if self.copies_ms is not None else ""
+            extra += f", {len(self.copies)} same-format copies{t} reported"
         if self.passed:
             return (
                 f"gate {self.policy.name}: passed ({self.checked} layers checked, {self.int8_compute} "
@@ -106,6 +111,8 @@ class GateResult:
             "checked": self.checked,
             "int8_compute": self.int8_compute,
             "boundary_reformats": self.boundary_reformats,
+            "copies": [v.to_dict() for v in self.copies],
+            "copies_ms": self.copies_ms,
             "violations": [v.to_dict() for v in self.violations],
             "allowed": [v.to_dict() for v in self.allowed],
         }
@@ -137,6 +144,7 @@ def apply_gate(report: FusionReport, policy: Policy) -> GateResult:
             "trt.ProfilingVerbosity.DETAILED, or use --gate none",
         )
     found: list[tuple[ReportLayer, Violation]] = []
+    copies: list[tuple[ReportLayer, Violation]] = []
     checked = boundary = int8 = 0
     for rl in report.layers:
         if rl.kind == LayerKind.COMPUTE and rl.region == "inside":
@@ -151,11 +159,15 @@ def apply_gate(report: FusionReport, policy: Policy) -> GateResult:
                 boundary += 1
             elif rl.region == "inside":
                 checked += 1
-                if policy.forbid_interior_reformats:
-                    why = f"interior Reformat {rl.formats}"
-                    if rl.layer.origin:
-                        why += f" (origin {rl.layer.origin})"
-                    found.append((rl, _v("interior-reformat", rl, why)))
+                origin = f" (origin {rl.layer.origin})" if rl.layer.origin else ""
+                if rl.same_format_copy:
+                    copy = _v("interior-copy", rl, f"interior copy {rl.formats}{origin}")
+                    if policy.forbid_interior_copies:
+                        found.append((rl, copy))
+                    else:
+                        copies.append((rl, copy))
+                elif policy.forbid_interior_reformats:
+                    found.append((rl, _v("interior-reformat", rl, f"interior Reformat {rl.formats}{origin}")))
     if policy.require_fusion:
         by_index = {rl.index: rl for rl in report.layers}
         for u in report.unfused_residuals:
@@ -174,7 +186,18 @@ def apply_gate(report: FusionReport, policy: Policy) -> GateResult:
             allowed.append(replace(v, allowed_by=pattern))
         else:
             violations.append(v)
-    return GateResult(policy, tuple(violations), tuple(allowed), checked, boundary, int8)
+    timed = [rl.time_ms for rl, _ in copies if rl.time_ms is not None]
+    copies_ms = sum(timed) if copies and len(timed) == len(copies) else None
+    return GateResult(
+        policy,
+        tuple(violations),
+        tuple(allowed),
+        checked,
+        boundary,
+        int8,
+        copies=tuple(c for _, c in copies),
+        copies_ms=copies_ms,
+    )
 
 
 def _v(rule: str, rl: ReportLayer, message: str) -> Violation:

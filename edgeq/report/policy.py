@@ -9,6 +9,7 @@ YAML shape accepted by ``policy_from_dict`` (e.g. under a target's or pipeline's
     gate:
       policy: int8            # a name from POLICIES (alias: "gate"); default int8
       require_fusion: true    # also fail on residual Adds left unfused (default: the policy's)
+      forbid_copies: true     # also fail on same-format interior copies (default: reported only)
       allow:                  # ONNX node names (or engine layer names) excused from the gate;
         - /head/Softmax       # shell-style wildcards allowed: "/detect/*"
 """
@@ -36,15 +37,25 @@ RULES: dict[str, Rule] = {
         Rule(
             "int8-compute",
             "a compute layer inside the INT8 region runs in a wider precision (FP16/FP32)",
-            "issue 4, item 5 (the gate: INT8 everywhere between the first Q and the last DQ); measured: "
-            "fixtures resnet50.implicit.layers.json (54 FP16 layers, only the stem ran INT8)",
+            "docs/trt86-rules.md 'Reading an engine' (INT8 everywhere between the first Q and the last DQ); "
+            "measured: fixtures resnet50.implicit.layers.json (54 FP16 layers, only the stem ran INT8)",
         ),
         Rule(
             "interior-reformat",
-            "a Reformat copy inside the network (not at an input/output binding, not the first Q or last DQ)",
+            "a Reformat inside the network that changes precision or layout (not at an input/output "
+            "binding, not the first Q or last DQ)",
             "docs/trt86-rules.md 'Reading an engine' (interior Reformat layers are what the gate must "
             "catch); measured: fixtures resnet50_ortfb.explicit.layers.json, INT8 NC/32HW32 -> INT8 NCHW "
             "copy before the final squeeze",
+        ),
+        Rule(
+            "interior-copy",
+            "a Reformat inside the network that keeps precision and layout (INT8 NC/32HW32 -> INT8 "
+            "NC/32HW32): TensorRT builds a Concat or Slice as copies, not a fallback; reported, and fails "
+            "only with forbid_copies",
+            "measured: fixtures trt86-h200-edgeq/yolo_fix2.explicit.layers.json and "
+            "yolo_edgeq.implicit.layers.json, 19 INT8 -> INT8 same-format copies with Origin CONCAT in "
+            "both (981 vs 980 qps)",
         ),
         Rule(
             "unknown-precision",
@@ -70,7 +81,7 @@ EXEMPTIONS: dict[str, str] = {
     "weights": "Constant layers and copies of constants (MyelinReformat/Reformat 'Identity_N' into a conv "
     "bias) are weights, not compute (docs/trt86-rules.md 'Reading an engine')",
     "outside-region": "layers before the first Q or after the last DQ of an explicit engine are outside the "
-    "INT8 region (issue 4, item 5)",
+    "INT8 region (docs/trt86-rules.md 'Reading an engine')",
     "no-op": "NoOp layers move no data",
 }
 
@@ -83,7 +94,8 @@ class Policy:
     description: str
     source: str
     precision: Optional[str] = "INT8"  # required compute precision inside the region; None: unchecked
-    forbid_interior_reformats: bool = True
+    forbid_interior_reformats: bool = True  # precision- or layout-changing reformats
+    forbid_interior_copies: bool = False  # same-precision, same-layout copies (Concat/Slice)
     require_fusion: bool = False
     allow: tuple[str, ...] = ()
 
@@ -95,6 +107,8 @@ class Policy:
             ids += ["int8-compute", "unknown-precision"]
         if self.forbid_interior_reformats:
             ids.append("interior-reformat")
+        if self.forbid_interior_copies:
+            ids.append("interior-copy")
         if self.require_fusion:
             ids.append("unfused-residual")
         return tuple(RULES[i] for i in ids)
@@ -116,6 +130,7 @@ class Policy:
             "source": self.source,
             "precision": self.precision,
             "forbid_interior_reformats": self.forbid_interior_reformats,
+            "forbid_interior_copies": self.forbid_interior_copies,
             "require_fusion": self.require_fusion,
             "allow": list(self.allow),
             "rules": [dataclasses.asdict(r) for r in self.rules],
@@ -126,8 +141,9 @@ POLICIES: dict[str, Policy] = {
     "int8": Policy(
         name="int8",
         description="INT8 everywhere between the network's first Q and last DQ: no FP16/FP32 compute and "
-        "no Reformat copies inside; reformats at the inputs/outputs and weight layers allowed",
-        source="issue 4, item 5; docs/trt86-rules.md 'Reading an engine'",
+        "no precision- or layout-changing Reformat inside; same-format copies (Concat/Slice) reported; "
+        "reformats at the inputs/outputs and weight layers allowed",
+        source="docs/trt86-rules.md 'Reading an engine'; fixtures trt86-h200-edgeq/yolo_fix2.explicit",
     ),
     "fusion": Policy(
         name="fusion",
@@ -141,13 +157,13 @@ POLICIES: dict[str, Policy] = {
     "none": Policy(
         name="none",
         description="report only, no gate",
-        source="issue 4, item 4 (--gate none)",
+        source="README 'Commands' (edgeq report --gate none)",
         precision=None,
         forbid_interior_reformats=False,
     ),
 }
 
-_KEYS = ("policy", "gate", "require_fusion", "allow")
+_KEYS = ("policy", "gate", "require_fusion", "forbid_copies", "allow")
 
 
 def policy_from_dict(d: Optional[Mapping[str, Any]], where: str = "gate") -> Policy:
@@ -172,6 +188,11 @@ def policy_from_dict(d: Optional[Mapping[str, Any]], where: str = "gate") -> Pol
         if not isinstance(rf, bool):
             raise ConfigError(f"{where}.require_fusion: expected true or false, got {rf!r}")
         policy = policy.replace(require_fusion=rf)
+    if "forbid_copies" in d:
+        fc = d["forbid_copies"]
+        if not isinstance(fc, bool):
+            raise ConfigError(f"{where}.forbid_copies: expected true or false, got {fc!r}")
+        policy = policy.replace(forbid_interior_copies=fc)
     allow = d.get("allow") or []
     if isinstance(allow, str):
         allow = [allow]

@@ -177,6 +177,12 @@ ul.viol li{margin:2px 0;font-family:ui-monospace,Menlo,Consolas,monospace;font-s
 """
 
 
+def _view_css() -> str:
+    from edgeq.report.views import VIEW_CSS
+
+    return VIEW_CSS
+
+
 def _precision_cell(rl: ReportLayer) -> str:
     if rl.kind == LayerKind.NOOP:
         return ""
@@ -226,6 +232,57 @@ def _layer_row(rl: ReportLayer, max_ms: float, flagged: dict[int, list[str]], al
     )
 
 
+def _picture(report: FusionReport, gate: Optional[GateResult]) -> str:
+    """The first screen: the engine as a strip, where the time goes by precision, violations by region."""
+    from edgeq.report.explain import group_violations
+    from edgeq.report.views import breakdown, engine_strip, legend, stacked_bar
+
+    flagged = [v.layer for v in gate.violations] if gate is not None else []
+    timed = "width = share of the profiled time" if report.timed else "equal widths: no profile given"
+    parts = [f"<h2>The engine, layer by layer ({timed})</h2>", engine_strip(report, flagged), legend()]
+    rows = breakdown(report)
+    total_ms = sum(ms or 0.0 for _, _, ms, _ in rows)
+    weights = [(label, (ms if report.timed else n) or 0.0, c) for label, n, ms, c in rows]
+    cells = "".join(
+        f'<tr><td><span class="badge" style="background:{c}">&nbsp;</span> {esc(label)}</td><td>{n}</td>'
+        + (
+            f"<td>{ms * 1000:.1f} µs</td><td>{100 * ms / total_ms:.1f}%</td>"
+            if ms is not None and total_ms
+            else ""
+        )
+        + "</tr>"
+        for label, n, ms, c in rows
+    )
+    parts.append(
+        f"<h2>Where the {'time' if report.timed else 'layers'} go{'es' if report.timed else ''}</h2>"
+        + stacked_bar(weights)
+        + f'<table style="width:auto">{cells}</table>'
+    )
+    if gate is not None and gate.violations:
+        groups = group_violations(report, gate.violations)
+        trs = []
+        for g in groups:
+            counts = ", ".join(f"{n} {rule}" for rule, n in g.counts().items())
+            rules = (
+                " ".join(f'<span class="tag v">{esc(r)}</span>' for r in g.rules)
+                or '<span class="muted">-</span>'
+            )
+            nodes = ", ".join(esc(n) for n in g.nodes[:6]) + (
+                f" &hellip; +{len(g.nodes) - 6}" if len(g.nodes) > 6 else ""
+            )
+            t = f"{g.time_ms * 1000:.1f} µs" if g.time_ms is not None else "-"
+            trs.append(
+                f'<tr class="viol"><td class="name">{esc(g.scope)}</td><td>{esc(counts)}</td><td>{rules}</td>'
+                f'<td>{t}</td><td class="name nodes">{nodes}</td></tr>'
+            )
+        parts.append(
+            f"<h2>Violations by region ({len(gate.violations)} in {len(groups)} regions)</h2>"
+            "<table><tr><th>region</th><th>violations</th><th>placement rule that explains it</th>"
+            "<th>time</th><th>ONNX nodes</th></tr>" + "".join(trs) + "</table>"
+        )
+    return "\n".join(parts)
+
+
 def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
     """One self-contained HTML page: verdict, summary, layers with precision colours and time bars."""
     flagged: dict[int, list[str]] = {}
@@ -240,16 +297,22 @@ def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>edgeq report: {esc(report.source)}</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{_CSS}{_view_css()}</style></head><body>",
         f'<h1>Engine fusion report</h1><div class="muted">{esc(report.source)} &middot; {esc(report.mode)} '
         f"quantization &middot; {len(report.layers)} engine layers</div>",
     ]
     if gate is not None:
         cls = "info" if not gate.policy.checks_anything else ("pass" if gate.passed else "fail")
         parts.append(f'<div class="verdict {cls}">{esc(gate.summary())}</div>')
+    if report.detailed:
+        parts.append(_picture(report, gate))
+    if gate is not None:
         if gate.violations:
             parts.append(
-                '<ul class="viol">' + "".join(f"<li>{esc(v)}</li>" for v in gate.violations) + "</ul>"
+                f"<details><summary>All {len(gate.violations)} violations, in engine order</summary>"
+                '<ul class="viol">'
+                + "".join(f"<li>{esc(v)}</li>" for v in gate.violations)
+                + "</ul></details>"
             )
         parts.append(
             f'<div class="muted">Policy {esc(gate.policy.name)}: {esc(gate.policy.description)} '

@@ -1,0 +1,201 @@
+"""The engines ``edgeq compare --target`` compares: one calibration, several builds on one target.
+
+From one set of calibration statistics: (a) implicit INT8 (the FP32 model + the calibration cache, FP16
+allowed), (b) explicit INT8 with edgeq's placement, (c) explicit with ``--placement all`` (the
+onnxruntime-style baseline), optionally (d) FP16 and (e) a Q/DQ model of the user's. Each is built and
+profiled by the same deploy run (one call site: ``_deploy_one``); a build that fails is an ``Engine``
+with its TensorRT error, not an abort. A failure before any build (connection, host key, probe: no
+TensorRT on the target) stops everything at the build stage with that one message.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from edgeq.errors import EdgeqError, QuantError, RemoteError
+from edgeq.findings import ProgressFn, no_progress
+from edgeq.remote.targets import Target
+from edgeq.report.compare import Engine
+from edgeq.report.runlog import RunFigures
+
+# Deploy stages whose failure is this variant's own (its TensorRT build or run), not the target's.
+BUILD_STAGES = ("build", "inspect", "profile")
+
+
+@dataclass(frozen=True)
+class VariantOptions:
+    calib: Optional[Path] = None
+    fp16: bool = False  # also build an FP16 engine
+    qdq_model: Optional[Path] = None  # also build this Q/DQ model
+    accept_new_host_key: bool = False
+    runs_dir: Path = Path("runs")
+    calibrator: str = "entropy"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    model: Path
+    calib_cache: Optional[Path] = None  # implicit INT8: built with this TensorRT calibration cache
+
+
+@dataclass(frozen=True)
+class TargetEngines:
+    run_dir: Path
+    engines: tuple[Engine, ...]
+    findings: tuple[Any, ...] = ()  # lint findings of the float model (explain regions)
+    gated: tuple[str, ...] = ("explicit",)  # the variants a relative gate judges (not the comparison ones)
+
+
+def _stem(model: Path) -> str:
+    return model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
+
+
+def quantize_variants(
+    model_path: Path, calib: Path, out_dir: Path, calibrator: str = "entropy"
+) -> list[Variant]:
+    """Calibrate once; write the implicit pair (FP32 model + cache) and both explicit placements."""
+    from edgeq.graph.io import graph_from_model, load_model, model_from_graph, save_model
+    from edgeq.quant.cache import write_calibration_cache
+    from edgeq.quant.calibrate import CalibOptions, collect_ranges
+    from edgeq.quant.data import calibration_set
+    from edgeq.quant.placement import plan_placement
+    from edgeq.quant.qdq import insert_qdq
+    from edgeq.quant.quantize import prepare_model
+
+    model = load_model(model_path)
+    reference, _, _ = prepare_model(model)
+    data = calibration_set(reference, calib)
+    graphs = {p: graph_from_model(reference) for p in ("trt", "all")}
+    plans = {p: plan_placement(g, p) for p, g in graphs.items()}
+    wanted = list(dict.fromkeys(t for plan in plans.values() for t in plan.activations))
+    amax = collect_ranges(reference, wanted, data, CalibOptions(method=calibrator))
+    stem = _stem(model_path)
+    fp32 = save_model(reference, out_dir / f"{stem}.implicit.fp32.onnx")
+    cache_path = out_dir / f"{stem}.implicit.cache"
+    shared_trt = plans["trt"].scale_amax(amax)
+    write_calibration_cache(cache_path, {t: shared_trt.get(t, amax[t]) for t in wanted if t in amax})
+    variants = [Variant("implicit", fp32, cache_path)]
+    for placement, name in (("trt", "explicit"), ("all", "explicit-all")):
+        insert_qdq(graphs[placement], plans[placement], plans[placement].scale_amax(amax))
+        qdq = model_from_graph(graphs[placement], like=reference)
+        variants.append(Variant(name, save_model(qdq, out_dir / f"{stem}.{name}.onnx")))
+    return variants
+
+
+def _deploy_one(
+    variant: Variant, target: Target, options: VariantOptions, runs: Path, progress: ProgressFn
+) -> Any:
+    """The one place compare calls deploy: build, inspect and profile one variant, no gate."""
+    from edgeq.remote.deploy import DeployOptions, deploy
+
+    failed: list[str] = []
+
+    def on_event(line: str) -> None:
+        stage, _, rest = line.partition(": ")
+        if rest.startswith("failed"):
+            failed.append(stage)
+
+    opts = DeployOptions(
+        accept_new_host_key=options.accept_new_host_key,
+        gate="none",
+        runs_dir=runs,
+        fp16=True,  # implicit INT8 with FP16 allowed, as trtexec --int8 --fp16; the explicit ones alike
+        calib_cache=variant.calib_cache,
+    )
+    try:
+        return deploy(variant.model, target, opts, progress=progress, on_event=on_event)
+    except EdgeqError as e:
+        if failed and failed[-1] in BUILD_STAGES:
+            return e  # this variant's own failure: a row
+        raise RemoteError(
+            f"build stage: cannot build '{variant.name}' on {target.name}: {e}",
+            e.hint or "see the run directory's stages.json",
+            exit_code=e.exit_code,
+        ) from None
+
+
+def _engine(variant: Variant, result: Any) -> Engine:
+    from edgeq.report.compare import engine_from_path
+
+    if isinstance(result, EdgeqError):
+        return Engine(variant.name, None, error=str(result), files=(str(variant.model),))
+    engine = engine_from_path(result.run_dir, name=variant.name)
+    t = result.timings
+    qps = t.get("throughput_qps")
+    lat = (t.get("latency_ms") or {}).get("median")
+    gpu = (t.get("gpu_compute_ms") or {}).get("median")
+    if qps is None and lat is None:
+        return engine
+    run = RunFigures(str(result.run_dir / "timings.json"), qps, lat, gpu)
+    return Engine(engine.name, engine.report, run, files=engine.files)
+
+
+def engines_on_target(
+    model: Path,
+    target: Target,
+    options: VariantOptions,
+    *,
+    progress: ProgressFn = no_progress,
+) -> TargetEngines:
+    """Quantize once, build every variant on ``target``, read back each engine (see the module doc)."""
+    from edgeq.graph.io import load_model
+    from edgeq.graph.rules import lint_model
+    from edgeq.remote.deploy import has_qdq
+
+    model = Path(model)
+    if not model.is_file():
+        raise QuantError(
+            f"{model}: {'not a file' if model.exists() else 'no such file'}", "check the model path"
+        )
+    if options.calib is None:
+        raise QuantError(
+            "compare --target needs --calib: the implicit and explicit engines come from one calibration",
+            "give calibration data (.npy/.npz files or images)",
+        )
+    float_model = load_model(model)
+    if has_qdq(float_model):
+        raise QuantError(
+            f"{model}: already has Q/DQ nodes; compare --target starts from the float model",
+            "give the FP32 model, and your Q/DQ model with --qdq-model",
+        )
+    target.ssh_config(options.accept_new_host_key)  # key files checked before any work
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(options.runs_dir) / f"compare-{_stem(model)}-{target.name}-{stamp}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    variants = quantize_variants(model, Path(options.calib), run_dir, options.calibrator)
+    if options.fp16:
+        variants.append(Variant("fp16", variants[0].model))
+    gated = ["explicit"]
+    if options.qdq_model is not None:
+        variants.append(Variant(f"user:{_stem(options.qdq_model)}", Path(options.qdq_model)))
+        gated.append(variants[-1].name)
+    engines = [_engine(v, _deploy_one(v, target, options, run_dir / "runs", progress)) for v in variants]
+    return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated))
+
+
+def implicit_baseline(
+    run: Any, target: Target, options: VariantOptions, progress: ProgressFn = no_progress
+) -> Engine:
+    """``deploy --baseline implicit``: the implicit INT8 engine of a finished deploy run that quantized a
+    float model (its cleaned FP32 model and the calibration cache from the same statistics), built and
+    profiled the same way, into ``<run>/baseline/``."""
+    run_dir = Path(run.run_dir)
+    caches = sorted(run_dir.glob("*.int8.cache"))
+    models = sorted(run_dir.glob("*.clean.onnx"))
+    if len(caches) != 1 or len(models) != 1:
+        raise QuantError(
+            f"{run_dir}: this run wrote no calibration cache: --baseline implicit needs a float model "
+            "and --calib",
+            "deploy the float model with --calib (the implicit engine uses the same statistics)",
+        )
+    variant = Variant("implicit", models[0], caches[0])
+    return _engine(variant, _deploy_one(variant, target, options, run_dir / "baseline", progress))
+
+
+def engine_of_run(run: Any, name: str = "explicit") -> Engine:
+    """A finished deploy run as an ``Engine`` (its layers, profile and timings)."""
+    return _engine(Variant(name, Path(run.run_dir)), run)

@@ -1,0 +1,253 @@
+"""`edgeq compare` on real TensorRT 8.6 engine pairs (tests/fixtures/trt86-h200 and trt86-h200-edgeq): the
+fusions, precisions and time one engine has and the other lacks, the rule that explains each, and the
+relative gate."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ROOT
+
+from edgeq.errors import ReportError
+from edgeq.quant.rules import RULES as PLACEMENT_RULES
+from edgeq.report.compare import RELATIVE_RULES, compare_engines, engine_from_path, relative_gate
+
+EDGEQ = ROOT / "tests" / "fixtures" / "trt86-h200-edgeq"
+
+
+def engine_dir(tmp: Path, src: Path, stem: str, run_log: str | None = None) -> Path:
+    """A directory as a user would have it: one engine's files (linked from the fixtures)."""
+    d = tmp / stem
+    d.mkdir()
+    for suffix in ("layers.json", "profile.json"):
+        if (src / f"{stem}.{suffix}").exists():
+            os.symlink(src / f"{stem}.{suffix}", d / f"{stem}.{suffix}")
+    log = src / (run_log or f"{stem}.run.log")
+    if log.exists():
+        os.symlink(log, d / f"{stem}.run.log")
+    return d
+
+
+@cache
+def diff_of(base: str, cand: str, src: Path = EDGEQ):
+    c = compare_engines(
+        [engine_from_path(src / f"{base}.layers.json"), engine_from_path(src / f"{cand}.layers.json")]
+    )
+    return c.diffs[0]
+
+
+def test_resnet50_ortfb_names_the_missing_stem_fusion_the_16_residuals_and_the_ratio(tmp_path, cli):
+    base = engine_dir(tmp_path, FIXTURES, "resnet50.implicit")
+    cand = engine_dir(tmp_path, FIXTURES, "resnet50_ortfb.explicit")
+    code, out, _ = cli("compare", "--engines", base, cand, "--json")
+    assert code == 0
+    d = json.loads(out)["diffs"][0]
+    assert d["ratio"]["source"] == "run logs"
+    assert round(d["ratio"]["throughput"], 2) == 0.73  # 1233.99 / 1687.06 qps
+    assert "/conv1/Conv + /relu/Relu + /maxpool/MaxPool" in d["missing_groups"]
+    assert "/conv1/Conv + /relu/Relu" in d["extra_groups"]
+    separate = [g for g in d["extra_groups"] if g.endswith("/Add + " + g.split(" + ")[-1]) and "Relu" in g]
+    assert len(separate) == 16 and all(" + " in g and "Conv" not in g for g in separate)
+    stats = {e["name"]: e["stats"] for e in json.loads(out)["engines"]}
+    assert stats["resnet50_ortfb.explicit"]["unfused_residuals"] == 16
+    assert stats["resnet50.implicit"]["unfused_residuals"] == 0
+    # the regions that explain them carry the placement rule ids
+    rules = {r["nodes"][0]: [e["rule"] for e in r["explanations"]] for r in d["regions"]}
+    assert rules["/conv1/Conv"] == ["place-no-qdq-relu-maxpool"]
+    residual = [n for n, r in rules.items() if "place-residual-skip-only" in r]
+    assert len(residual) == 16
+    # terminal: the same facts, readable
+    code, out, _ = cli("compare", "--engines", base, cand)
+    assert "0.73x" in out and "/conv1/Conv + /relu/Relu + /maxpool/MaxPool" in out
+    assert "17 fused only in the baseline" in out
+    assert "16 residual Add layers not fused into a convolution (baseline 0)" in out
+
+
+def test_yolo_edgeq_names_the_concat_convolutions_and_the_silu_residuals():
+    d = diff_of("yolo_edgeq.implicit", "yolo_edgeq.explicit")
+    differing = [r for r in d.regions if r.differs]
+    assert len(differing) == 17  # 13 FP16 + 4 FP32 compute layers in the explicit engine
+    by_rule: dict[str, list] = {}
+    for r in differing:
+        assert len(r.rules) == 1, r.nodes
+        by_rule.setdefault(r.rules[0], []).append(r)
+    assert set(by_rule) == {"place-concat-conv", "place-silu-residual"} <= set(PLACEMENT_RULES)
+    convs = by_rule["place-concat-conv"]
+    # every C2f/SPPF cv2 (and the head's cv1, which reads the upsample Concat) convolution
+    assert sorted(r.nodes[0] for r in convs) == sorted(
+        [
+            f"/{b}/cv2/cv2.0/Conv"
+            for b in ("stem/stem.2", "p3/p3.1", "p4/p4.1", "p5/p5.1", "p5/p5.2", "h3", "h4")
+        ]
+        + ["/h3/cv1/cv1.0/Conv", "/h4/cv1/cv1.0/Conv"]
+    )
+    assert {r.cand.precision for r in convs} == {"FP16", "FP32"} and {r.base.precision for r in convs} == {
+        "INT8"
+    }
+    silu = by_rule["place-silu-residual"]
+    assert len(silu) == 8
+    assert all(r.nodes[-1].endswith("/Add") and "Sigmoid" in r.nodes[0] for r in silu)
+    assert {r.cand.precision for r in silu} == {"FP16", "FP32"}
+    # each region's time is the layer and the reformats around it: the explicit side costs more
+    assert all(r.delta_ms is not None and r.delta_ms > 0 for r in differing)
+    assert [r.nodes[0] for r in d.top(1)] == ["/h4/cv1/cv1.0/Conv"]
+    assert d.ratio.source == "run logs" and round(d.ratio.throughput, 2) == 0.55
+    assert d.cand_stats.reformats == 45 and d.base_stats.copies == 19 and d.cand_stats.copies == 0
+
+
+def test_yolo_fix2_matches_implicit_and_passes_the_relative_gate(tmp_path, cli):
+    d = diff_of("yolo_edgeq.implicit", "yolo_fix2.explicit")
+    assert d.wider == () and not any(r.differs for r in d.regions)
+    assert d.base_stats.layers == d.cand_stats.layers == 69
+    assert d.missing_groups == d.extra_groups == ()
+    # timed on the same machine (the machine2 run log): 1.00x
+    base = engine_dir(tmp_path, EDGEQ, "yolo_edgeq.implicit", "yolo_edgeq.implicit.machine2.run.log")
+    cand = engine_dir(tmp_path, EDGEQ, "yolo_fix2.explicit")
+    code, out, _ = cli("compare", "--engines", base, cand, "--gate", "relative")
+    assert code == 0, out
+    assert (
+        "gate relative: yolo_fix2.explicit passed against yolo_edgeq.implicit (throughput 1.000x (run logs)"
+        in out
+    )
+
+
+def test_relative_gate_fails_wider_layers_more_reformats_and_a_low_ratio():
+    g = relative_gate(diff_of("yolo_edgeq.implicit", "yolo_edgeq.explicit"))
+    assert not g
+    rules = [r for r, _ in g.failures]
+    assert rules.count("wider-than-baseline") == 17
+    assert "more-reformats" in rules and "slower-than-baseline" in rules
+    assert "0.553x" in g.summary()
+    assert set(rules) <= set(RELATIVE_RULES) and all(r.source for r in RELATIVE_RULES.values())
+    # the resnet tail: two wider layers and 3 reformats, explained by the pool rule
+    d = diff_of("r50b64_edgeq.implicit", "r50b64_edgeq.explicit")
+    g = relative_gate(d, min_ratio=0.9)  # 0.96x passes a 0.9 threshold; precision still fails
+    assert [r for r, _ in g.failures] == ["wider-than-baseline", "wider-than-baseline", "more-reformats"]
+    tail = [r for r in d.regions if "place-pool-tail" in r.rules]
+    assert sorted(r.nodes[0] for r in tail) == ["/avgpool/GlobalAveragePool", "/layer4/layer4.2/conv3/Conv"]
+    assert relative_gate(diff_of("r50b64_edgeq.implicit", "r50b64_tailfix.explicit"), 0.9)
+
+
+def test_ratio_from_summed_layer_times_without_run_logs_says_so(tmp_path, cli):
+    base = engine_dir(tmp_path, EDGEQ, "r50b8_edgeq.implicit", "none")
+    cand = engine_dir(tmp_path, EDGEQ, "r50b8_edgeq.explicit", "none")
+    code, out, _ = cli("compare", "--engines", base, cand, "--json", "--gate", "relative")
+    d = json.loads(out)
+    r = d["diffs"][0]["ratio"]
+    assert r["source"] == "summed layer times" and 0.9 < r["throughput"] < 1.0
+    assert code == 1 and d["exit_code"] == 1
+
+
+def test_a_failed_build_is_a_row_not_an_abort(tmp_path, cli):
+    failed = tmp_path / "all"
+    failed.mkdir()
+    os.symlink(EDGEQ / "yolo_edgeq_all.explicit.build.log", failed / "yolo_edgeq_all.explicit.build.log")
+    base = engine_dir(tmp_path, EDGEQ, "yolo_edgeq.implicit")
+    code, out, _ = cli(
+        "compare", "--engines", base, failed, EDGEQ / "yolo_fix2.explicit.layers.json", "--json"
+    )
+    assert code == 0
+    rows = {e["name"]: e for e in json.loads(out)["engines"]}
+    assert rows["all"]["built"] is False
+    assert rows["all"]["error"].startswith("Could not find any implementation for node PWN(PWN(")
+    assert [d["candidate"] for d in json.loads(out)["diffs"]] == ["yolo_fix2.explicit"]
+    code, out, _ = cli("compare", "--engines", base, failed, EDGEQ / "yolo_fix2.explicit.layers.json")
+    assert "all: build failed: Could not find any implementation" in out
+
+
+def test_html_aligns_both_engines_and_is_self_contained(tmp_path, cli):
+    page = tmp_path / "compare.html"
+    code, _, _ = cli(
+        "compare", "--engines", EDGEQ / "yolo_edgeq.implicit.layers.json",
+        EDGEQ / "yolo_edgeq.explicit.layers.json", "--html", page, "--gate", "relative",
+    )  # fmt: skip
+    assert code == 1
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    assert "http://" not in html and "https://" not in html and "<script" not in html and " src=" not in html
+    assert html.count('<tr class="diff">') == 17 + 10  # the aligned list plus the top 10
+    assert html.count('<tr class="same">') == 49 - 17
+    assert "place-concat-conv" in html and "place-silu-residual" in html
+    assert "gate relative: yolo_edgeq.explicit FAILED" in html
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, cli):
+    one = EDGEQ / "yolo_fix2.explicit.layers.json"
+    code, _, err = cli("compare", "--engines", one)
+    assert code == 2 and "two or more" in err
+    code, _, err = cli("compare", "--engines", one, tmp_path / "missing")
+    assert code == 2 and "no such file or directory" in err and "Traceback" not in err
+    two = tmp_path / "two"
+    two.mkdir()
+    for stem in ("yolo_fix2.explicit", "yolo_fix1.explicit"):
+        os.symlink(EDGEQ / f"{stem}.layers.json", two / f"{stem}.layers.json")
+    code, _, err = cli("compare", "--engines", one, two)
+    assert code == 2 and "2 *.layers.json files" in err
+    code, _, err = cli("compare", "--engines", one, one, "--gate", "int8")
+    assert code == 2 and "unknown gate" in err
+    code, _, err = cli("compare", one)
+    assert code == 2 and "--engines" in err
+    bad_log = tmp_path / "bad"
+    bad_log.mkdir()
+    os.symlink(EDGEQ / "yolo_fix2.explicit.layers.json", bad_log / "x.layers.json")
+    (bad_log / "x.run.log").write_text("not a trtexec log\n")
+    code, _, err = cli("compare", "--engines", one, bad_log)
+    assert code == 2 and "not a trtexec run log" in err
+    with pytest.raises(ReportError, match="the baseline did not build"):
+        compare_engines(
+            [engine_from_path(EDGEQ / "yolo_edgeq_all.explicit.build.log"), engine_from_path(one)]
+        )
+
+
+def test_report_html_leads_with_the_engine_strip_and_violations_by_region(tmp_path, cli):
+    page = tmp_path / "report.html"
+    stem = EDGEQ / "yolo_edgeq.explicit"
+    code, _, _ = cli("report", f"{stem}.layers.json", "--profile", f"{stem}.profile.json", "--html", page)
+    assert code == 1
+    html = page.read_text()
+    strip = html.index('<div class="strip">')
+    assert (
+        strip
+        < html.index("Violations by region")
+        < html.index("All 62 violations")
+        < html.index("<h2>Layers")
+    )
+    # one block per activation layer (126 layers - 31 weight layers), the 62 violating ones marked
+    blocks = re.findall(r'<div class="blk[^"]*"', html[strip : html.index("</div></div>", strip)])
+    assert len(blocks) == 95 and sum("viol" in b for b in blocks) == 62
+    assert sum("reformat" in b for b in blocks) == 46 and not any("copy" in b for b in blocks)
+    # 62 violations in 7 regions (C2f/SPPF blocks and head blocks), each with its placement rule
+    assert "Violations by region (62 in 7 regions)" in html
+    table = html[html.index("Violations by region") : html.index("All 62 violations")]
+    assert table.count('<tr class="viol">') == 7
+    assert ">/p5/p5.2</td>" in table and "place-concat-conv" in table and "place-silu-residual" in table
+    assert "<details><summary>All 62 violations, in engine order</summary>" in html
+    # the implicit engine's Concat copies are drawn as copies, and it has no violations to group
+    stem = EDGEQ / "yolo_edgeq.implicit"
+    cli("report", f"{stem}.layers.json", "--profile", f"{stem}.profile.json", "--html", page)
+    html = page.read_text()
+    assert html.count('class="blk copy"') == 19 and "Violations by region" not in html
+
+
+def test_lint_findings_of_the_qdq_model_explain_the_regions_they_name(tmp_path, cli):
+    import onnx
+    from test_report import resnet50_like
+
+    model = tmp_path / "resnet50.qdq.onnx"
+    onnx.save(resnet50_like(qdq=True), str(model))
+    base, cand = (FIXTURES / f"{s}.layers.json" for s in ("resnet50.implicit", "resnet50_ortfb.explicit"))
+    code, out, _ = cli("compare", "--engines", base, cand, "--onnx", model, "--json")
+    assert code == 0
+    regions = json.loads(out)["diffs"][0]["regions"]
+    residual = [r for r in regions if any(e["rule"] == "place-residual-skip-only" for e in r["explanations"])]
+    assert len(residual) == 16
+    for r in residual:
+        lint = [e for e in r["explanations"] if e["rule"] == "fuse-add-both-quantized"]
+        assert len(lint) == 1 and any(n.endswith("/Add") and n in lint[0]["why"] for n in r["nodes"])
+    code, _, err = cli("compare", "--engines", base, cand, "--onnx", tmp_path / "missing.onnx")
+    assert code == 2 and "no such file" in err
