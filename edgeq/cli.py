@@ -217,6 +217,13 @@ def clean_cmd(
     skip: Optional[list[str]] = typer.Option(
         None, "--skip", metavar="PASS", help="Do not run this pass (repeatable; names listed above)."
     ),
+    torch_qint8: bool = typer.Option(
+        False,
+        "--torch-qint8",
+        help="The file is PyTorch's export of qint8 tensors: make its uint8 zero-point 0 Q/DQ int8 "
+        "zero-point 0, what PyTorch computed (deliberately changes the file's function; verification "
+        "then checks everything else). See `edgeq rules qdq-torch-qint8`.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> int:
     from edgeq.fs import check_writable
@@ -225,7 +232,9 @@ def clean_cmd(
 
     dest = output if output is not None else default_output(model, "clean")
     check_writable(dest, inputs=(model,))  # fail before the work, not after it
-    options = CleanOptions(opset=opset, verify=verify, atol=atol, rtol=rtol, skip=tuple(skip or ()))
+    options = CleanOptions(
+        opset=opset, verify=verify, atol=atol, rtol=rtol, skip=tuple(skip or ()), torch_qint8=torch_qint8
+    )
     with progress_display(enabled=not json_out) as progress:
         read: list[Path] = []
         onnx_model = load_model(model, sources=read)
