@@ -805,6 +805,38 @@ def targets_check_cmd(
 
 
 # --------------------------------------------------------------------------------------------------
+# edgeq rules  (edgeq/docs/trt86-rules.md)
+# --------------------------------------------------------------------------------------------------
+
+
+@app.command("rules")
+def rules_cmd(
+    rule_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="A rule id, e.g. qdq-uint8."),
+) -> int:
+    """Show the TensorRT 8.6 rules edgeq applies, with the evidence each rests on.
+
+    Without ID: every section id and its title. With ID: that section of edgeq/docs/trt86-rules.md, the
+    file findings, gate reports and --help cite.
+    """
+    from edgeq.docs import RULES_DOC, sections
+
+    found = sections()
+    if rule_id is None:
+        t = Table(title=RULES_DOC, expand=False)
+        t.add_column("id", style="bold")
+        t.add_column("title", overflow="fold")
+        for sid, text in found.items():
+            title = text.splitlines()[0][3:].split(" — ", 1)
+            t.add_row(escape(sid), escape(title[1] if len(title) > 1 else ""))
+        out.print(t)
+        return EXIT_OK
+    if rule_id not in found:
+        raise EdgeqError(f"no rule '{rule_id}' in {RULES_DOC}", hint="`edgeq rules` lists the ids")
+    out.print(found[rule_id], markup=False, highlight=False)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------------
 # edgeq demo
 # --------------------------------------------------------------------------------------------------
 

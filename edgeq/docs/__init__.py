@@ -35,5 +35,5 @@ def sections() -> dict[str, str]:
 
 
 def cited_sections(text: str) -> list[str]:
-    """Every section id ``text`` cites (``edgeq/docs/trt86-rules.md#id``)."""
+    """Every section id ``text`` cites (the file name, a hash sign, the section id)."""
     return re.findall(re.escape(RULES_DOC) + r"#([A-Za-z0-9_-]+)", text)

@@ -268,7 +268,7 @@ def fit_findings(
                 f"{len(casts)} Cast node(s) between QuantizeLinear and DequantizeLinear change the type; "
                 "TensorRT 8.6 cannot parse a Cast inside Q/DQ and removing these is not exact",
                 "re-export with int8 Q/DQ and no Cast between them",
-                PARSE_SOURCE,
+                cite("qdq-cast-between"),
                 tuple(casts),
             )
         )
@@ -304,7 +304,7 @@ def fit_findings(
                 "not exactly convertible to int8, which is all TensorRT 8.6 takes",
                 "re-quantize to int8 with zero-point 0 (`edgeq quantize`); for a PyTorch qint8 export, "
                 "edgeq clean --torch-qint8",
-                PARSE_SOURCE,
+                cite("qdq-uint8"),
                 tuple(unsigned),
             )
         )
@@ -316,7 +316,7 @@ def fit_findings(
                 f"{len(asym)} Q/DQ node(s) have a non-zero zero-point; TensorRT 8.6 only supports "
                 "symmetric quantization and the shift is not exact here",
                 "re-quantize symmetric (zero-point 0)",
-                PARSE_SOURCE,
+                cite("qdq-asymmetric"),
                 tuple(asym),
             )
         )
@@ -340,7 +340,7 @@ def fit_findings(
                 "convert_opset",
                 f"opset {opset} > {options.opset}: the 8.6 parser follows opset <= 17",
                 "do not skip convert_opset, or re-export at opset 17",
-                PARSE_SOURCE,
+                cite("opset-too-high"),
             )
         )
     if model.ir_version > options.ir_version and "set_ir_version" not in already:
@@ -350,7 +350,7 @@ def fit_findings(
                 "set_ir_version",
                 f"IR version {model.ir_version} > {options.ir_version}",
                 "do not skip set_ir_version",
-                PARSE_SOURCE,
+                cite("ir-too-high"),
             )
         )
     return out

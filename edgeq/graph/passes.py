@@ -726,8 +726,8 @@ def remove_noops(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     """Remove Identity, inference-mode Dropout and Casts to a tensor's own type.
 
     They compute nothing, but sit between Q/DQ and the ops TensorRT fuses them with, hiding
-    patterns from both the 8.6 fusion passes and our own Q/DQ passes (edgeq/docs/
-    trt86-rules.md#what-fuses). A Dropout whose mask is used is kept.
+    patterns from both the 8.6 fusion passes and our own Q/DQ passes
+    (edgeq/docs/trt86-rules.md#what-fuses). A Dropout whose mask is used is kept.
     """
     removed: dict[str, list[str]] = {}
     for node in list(graph.nodes):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from edgeq.docs import cite
 from edgeq.errors import EdgeqError
 from edgeq.findings import Finding, Level
 from edgeq.graph import optable
@@ -978,7 +979,7 @@ def _finding(
         rule=rule_id,
         message=message,
         fix=fix or rule.fix,
-        source=rule.source,
+        source=cite(rule_id),  # the shipped section holds this rule's evidence (``Rule.source``)
         nodes=tuple(nodes),
     )
 

@@ -80,7 +80,7 @@ _RULES = (
         "needs is placed on their inputs (TensorRT propagates DQ forward and Q backward across them) and "
         "their outputs run INT8.",
         f"{TRT86_GUIDE} > 'TensorRT Processing Of Q/DQ Networks' (Q/DQ propagation, commute-with-"
-        "quantization layers such as Max Pooling); docs/trt86-rules.md 'Explicit quantization: what fuses'",
+        "quantization layers such as Max Pooling); edgeq/docs/trt86-rules.md#what-fuses",
     ),
     PlacementRule(
         "place-concat-shared-scale",
