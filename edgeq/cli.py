@@ -667,6 +667,9 @@ def deploy_cmd(
     calib: Optional[Path] = typer.Option(
         None, "--calib", help="Calibration data: quantize a float model first."
     ),
+    preprocess: Optional[Path] = typer.Option(
+        None, "--preprocess", help="YAML preprocessing for --calib images (pipelines/preprocess-*.yaml)."
+    ),
     accept_new_host_key: bool = typer.Option(
         False, "--accept-new-host-key", help="Trust and record the target's host key if known_hosts lacks it."
     ),
@@ -697,7 +700,8 @@ def deploy_cmd(
         pl = load_pipeline(pipeline)
         allow = pl.gate.allow if pl.gate is not None else ()
     options = DeployOptions(
-        calib=calib, accept_new_host_key=accept_new_host_key, gate=gate, gate_allow=allow, runs_dir=runs_dir,
+        calib=calib, preprocess=preprocess, accept_new_host_key=accept_new_host_key, gate=gate,
+        gate_allow=allow, runs_dir=runs_dir,
         fp16=fp16, iterations=iterations, duration=duration,
     )  # fmt: skip
 

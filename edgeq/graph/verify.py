@@ -175,17 +175,23 @@ def compare_models(
     feeds = inputs if inputs is not None else random_inputs(a, seed)
     ref = run_model(a, feeds, "the input model")
     b_inputs = {i.name for i in b.graph.input}
-    got = run_model(b, {k: v for k, v in feeds.items() if k in b_inputs}, "the result")
+    try:
+        got = run_model(b, {k: v for k, v in feeds.items() if k in b_inputs}, "the result")
+    except GraphError as e:
+        # The input ran and the result passed the ONNX checker: a rewrite of ours broke it.
+        raise RuntimeError(f"edgeq bug: {e.message}; please report it with the model") from e
     outputs: dict[str, tuple[float, float]] = {}
     failed = total = 0
     worst, worst_key = "", (-1.0, -1.0)
     max_abs = max_rel = 0.0
     for name, r in ref.items():
         if name not in got:
-            raise GraphError(f"the cleaned model lost output '{name}'")
+            raise RuntimeError(f"edgeq bug: the result lost output '{name}'; please report it with the model")
         g = got[name]
         if r.shape != g.shape:
-            raise GraphError(f"output '{name}' changed shape: {r.shape} -> {g.shape}")
+            raise RuntimeError(
+                f"edgeq bug: output '{name}' changed shape: {r.shape} -> {g.shape}; please report it"
+            )
         r64, g64 = np.asarray(r, dtype=np.float64), np.asarray(g, dtype=np.float64)
         same_nan = np.isnan(r64) & np.isnan(g64)
         absdiff = np.where(same_nan, 0.0, np.abs(r64 - g64))
