@@ -156,11 +156,6 @@ def progress_display(enabled: bool = True) -> Iterator[ProgressFn]:
         yield update
 
 
-def _existing_file(path: Path) -> Path:
-    """Typer's own exists-checks print a boxed usage error; keep the one-line style instead."""
-    return path
-
-
 # --------------------------------------------------------------------------------------------------
 # edgeq clean  (edgeq.graph)
 # --------------------------------------------------------------------------------------------------

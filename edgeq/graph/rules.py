@@ -6,7 +6,7 @@ source it comes from (a section of the TensorRT 8.6 Developer Guide, the onnx-te
 the fixture file where our own engines showed it). Two shapes of rule function:
 
 - ``(graph: gs.Graph) -> list[Finding]`` (``needs="graph"``): most rules; they read an onnx-graphsurgeon
-  graph, so the placement engine can run them on the graph it is building;
+  graph;
 - ``(model: onnx.ModelProto) -> list[Finding]`` (``needs="model"``): the two that read what graphsurgeon
   does not keep faithfully (the opset imports and the IR version).
 
@@ -1010,15 +1010,6 @@ def select_rules(rules: Iterable[str] | None = None) -> list[Rule]:
     if unknown:
         raise EdgeqError(f"unknown rule id(s): {', '.join(unknown)}", hint=f"known: {', '.join(RULES_BY_ID)}")
     return [r for r in RULES if r.id in wanted]
-
-
-def lint_graph(graph: gs.Graph, *, rules: Iterable[str] | None = None) -> list[Finding]:
-    """Run the graph rules on a graphsurgeon graph (model-level rules are skipped)."""
-    found = []
-    for rule in select_rules(rules):
-        if rule.needs == "graph":
-            found.extend(rule.check(graph))
-    return sort_findings(found)
 
 
 def lint_model(

@@ -687,11 +687,6 @@ def check_target(
         return facts
 
 
-def summarize(result: DeployResult) -> list[str]:
-    """One line per stage, for the CLI."""
-    return [f"{s.name:<9} {s.status:<8} {s.seconds:7.2f}s  {s.summary}" for s in result.stages]
-
-
 __all__: Sequence[str] = (
     "STAGES",
     "DeployOptions",
@@ -705,5 +700,4 @@ __all__: Sequence[str] = (
     "finish_run",
     "new_run_dir",
     "parse_agent_reply",
-    "summarize",
 )
