@@ -9,6 +9,7 @@ processed at all (and by ``compare_models`` when onnxruntime cannot run a model)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -121,6 +122,9 @@ def clean_model(
         verification = compare_models(
             reference, work, atol=options.atol, rtol=options.rtol, seed=options.seed, widen_half=True
         )
+    if verification is not None and options.torch_qint8:
+        note = "reference: the input with only the --torch-qint8 repair applied (what PyTorch computed)"
+        verification = dataclasses.replace(verification, notes=(*verification.notes, note))
     progress("clean", total, total)
     return CleanResult(work, changes, findings, verification, tuple(p.name for p in passes))
 
