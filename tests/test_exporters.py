@@ -221,3 +221,20 @@ def test_pass_names_cover_the_new_passes() -> None:
     order = PASS_NAMES.index
     assert order("convert_opset") < order("qdq_float32") < order("fold_constants")
     assert PASS_NAMES.index("qdq_torch_qint8") < PASS_NAMES.index("qdq_remove_casts")
+
+
+def test_a_pass_that_breaks_a_valid_model_is_a_bug_not_a_user_error(monkeypatch) -> None:
+    """A rewrite of ours that the checker rejects raises with a traceback, never as 'bad input'."""
+    from edgeq.graph import clean as clean_mod
+    from edgeq.graph.passes import PASSES, Pass
+
+    def break_types(graph, options):  # a buggy pass: float16 scale at opset 17
+        for n in graph.nodes:
+            if n.op == "QuantizeLinear":
+                n.inputs[1].values = n.inputs[1].values.astype(np.float16)
+                return []
+        return []
+
+    monkeypatch.setattr(clean_mod, "PASSES", (*PASSES, Pass("break_types", break_types, "graph")))
+    with pytest.raises(RuntimeError, match="edgeq bug"):
+        clean_model(zoo.build("resnet", "ort"), CleanOptions(verify=False))
