@@ -87,3 +87,12 @@ def test_cli_rules_lists_ids_and_refuses_unknown(cli) -> None:
     assert code == 0 and "qdq-float16" in out
     code, _, err = cli("rules", "no-such-rule")
     assert code == 2 and "edgeq rules" in err
+
+
+@pytest.mark.parametrize("command", ["clean", "lint", "quantize", "report", "deploy", "rules"])
+def test_help_cites_only_what_ships(command: str, cli) -> None:
+    code, out, _ = cli(command, "--help")
+    assert code == 0
+    text = " ".join(out.split())
+    assert all(s in sections() for s in cited_sections(text))
+    assert not re.search(r"(?<!edgeq/)docs/trt86-rules", text) and not re.search(r"\bissue \d", text, re.I)
