@@ -238,3 +238,22 @@ def test_a_pass_that_breaks_a_valid_model_is_a_bug_not_a_user_error(monkeypatch)
     monkeypatch.setattr(clean_mod, "PASSES", (*PASSES, Pass("break_types", break_types, "graph")))
     with pytest.raises(RuntimeError, match="edgeq bug"):
         clean_model(zoo.build("resnet", "ort"), CleanOptions(verify=False))
+
+
+def test_opset19_cast_saturate_is_dropped_when_lowering() -> None:
+    """Cast-19 carries 'saturate' (float8 only); onnx's converter keeps it, which opset 17 rejects."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    nodes = [
+        h.make_node("Cast", ["x"], ["c"], to=T.FLOAT16, saturate=1, name="to_half"),
+        h.make_node("Relu", ["c"], ["r"]),
+        h.make_node("Cast", ["r"], ["y"], to=T.FLOAT, saturate=1, name="to_float"),
+    ]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2, 3])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 19)], ir_version=10)
+    r = clean_model(m)
+    assert opset_of(r.model) == 17 and r.findings == [] and r.verification is not None
+    assert r.verification.max_abs == 0.0
+    assert all(a.name != "saturate" for n in r.model.graph.node for a in n.attribute)

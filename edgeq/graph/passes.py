@@ -381,11 +381,22 @@ def _hand_adapt_split(node: onnx.NodeProto, model: onnx.ModelProto, known: _Know
     return None
 
 
-# Ops onnx's version converter has no down-adapter for (or a wrong one: Q/DQ keeps 'saturate'),
-# converted by hand. Each returns None when done, or why it cannot be done exactly.
+def _hand_adapt_cast(node: onnx.NodeProto, model: onnx.ModelProto, known: _Known) -> str | None:
+    """Cast/CastLike 19 -> 13: drop 'saturate', which only applies to float8 targets (refused with
+    the IR version: TensorRT 8.6 has no float8); the rest is identical."""
+    keep = [a for a in node.attribute if a.name != "saturate"]
+    del node.attribute[:]
+    node.attribute.extend(keep)
+    return None
+
+
+# Ops onnx's version converter has no down-adapter for (or a wrong one: Q/DQ and Cast keep
+# 'saturate'), converted by hand. Each returns None when done, or why it cannot be done exactly.
 HAND_ADAPTERS: dict[str, Callable[[onnx.NodeProto, onnx.ModelProto, _Known], str | None]] = {
     "QuantizeLinear": _hand_adapt_qdq,
     "DequantizeLinear": _hand_adapt_qdq,
+    "Cast": _hand_adapt_cast,
+    "CastLike": _hand_adapt_cast,
     "Pad": _hand_adapt_pad,
     "Split": _hand_adapt_split,
 }
@@ -480,7 +491,7 @@ def convert_opset(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.M
         changes.append(
             Change(
                 "convert_opset",
-                f"converted {len(hand_done)} Q/DQ/Pad/Split nodes by hand (dropped 'saturate', "
+                f"converted {len(hand_done)} Q/DQ/Cast/Pad/Split nodes by hand (dropped 'saturate', "
                 "num_outputs -> split sizes)",
                 tuple(hand_done),
             )
