@@ -64,7 +64,6 @@ def clean_model(
     """Clean a copy of ``model`` for TensorRT 8.6; the argument is not modified."""
     import onnx
 
-
     unknown = [s for s in options.skip if s not in PASS_NAMES]
     if unknown:
         raise ConfigError(
