@@ -19,7 +19,7 @@ from edgeq import zoo
 from edgeq.errors import EdgeqError
 from edgeq.graph.clean import CleanOptions, clean_model
 from edgeq.graph.io import load_model, opset_of, save_model
-from edgeq.graph.passes import PASS_NAMES, convert_opset, set_ir_version
+from edgeq.graph.passes import PASS_NAMES, convert_opset, qdq_float32, set_ir_version
 from edgeq.graph.rules import lint_model
 from edgeq.graph.verify import run_model
 
@@ -257,3 +257,31 @@ def test_opset19_cast_saturate_is_dropped_when_lowering() -> None:
     assert opset_of(r.model) == 17 and r.findings == [] and r.verification is not None
     assert r.verification.max_abs == 0.0
     assert all(a.name != "saturate" for n in r.model.graph.node for a in n.attribute)
+
+
+def test_qdq_float32_alone_keeps_graph_outputs_and_constant_node_scales() -> None:
+    """A float16 Q -> DQ pair whose DQ writes the graph output and whose scale is a Constant node."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    scale = h.make_node("Constant", [], ["s"], value=nh.from_array(np.array(0.05, np.float16), "v"))
+    nodes = [
+        scale,
+        h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="Q"),
+        h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="DQ"),
+    ]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT16, [8])],
+                     [h.make_tensor_value_info("y", T.FLOAT16, [8])], [nh.from_array(np.int8(0), "z")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 19)], ir_version=9)
+    out, _ = set_ir_version(m, CleanOptions())
+    out, _ = convert_opset(out, CleanOptions())
+    out, changes = qdq_float32(out, CleanOptions())
+    onnx.checker.check_model(out, full_check=True)
+    assert [o.name for o in out.graph.output] == ["y"]
+    assert {c.op_type for c in out.graph.node} >= {"Cast"} and changes[-1].nodes
+    x = np.array([-9, -1.3, -0.02, 0, 0.024, 0.026, 3.3, 7], np.float16)
+    want = run_model(m, {"x": x})["y"]
+    got = run_model(out, {"x": x})["y"]
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, want)
