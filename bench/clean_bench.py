@@ -1,6 +1,9 @@
 """Time and peak memory of ``edgeq clean`` (with --verify) on a generated ResNet-50-sized model.
 
-    python bench/clean_bench.py [--variant fp32|ort|torch|modelopt] [--size 224] [--keep DIR]
+    python bench/clean_bench.py [--variant fp32|ort|torch|modelopt|torch-qint8|modelopt-fp16] [--size 224]
+                                [--keep DIR]
+
+(``torch-qint8`` is cleaned with --torch-qint8.)
 
 The model is built and saved by this process; the clean runs in a fresh child process, so the peak
 RSS it reports (``resource.getrusage``: onnx, graphsurgeon and onnxruntime's native allocations
@@ -52,7 +55,7 @@ def build(variant: str, size: int, dest: str) -> None:
     print(json.dumps({"params": params, "nodes": len(model.graph.node), "build_s": time.perf_counter() - t}))
 
 
-def child(model_path: str, out_path: str) -> None:
+def child(model_path: str, out_path: str, torch_qint8: bool = False) -> None:
     """Load, clean with verify, save; print JSON figures on stdout."""
     t0 = time.perf_counter()
     from edgeq.graph.clean import CleanOptions, clean_model
@@ -68,7 +71,7 @@ def child(model_path: str, out_path: str) -> None:
     def progress(task: str, done: int, total: int | None) -> None:
         marks.append((f"{done}", time.perf_counter()))
 
-    result = clean_model(model, CleanOptions(verify=True), progress)
+    result = clean_model(model, CleanOptions(verify=True, torch_qint8=torch_qint8), progress)
     t_clean = time.perf_counter()
     save_model(result.model, out_path)
     t_save = time.perf_counter()
@@ -98,7 +101,9 @@ def child(model_path: str, out_path: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
-        "--variant", default="torch", help="zoo export pattern: fp32, ort, ortfb, torch, modelopt"
+        "--variant",
+        default="torch",
+        help="zoo export pattern: fp32, ort, ortfb, torch, modelopt, torch-qint8, modelopt-fp16",
     )
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--keep", type=Path, help="keep the models in this directory")
@@ -106,7 +111,7 @@ def main() -> int:
     ap.add_argument("--build", metavar="OUT", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(*args.child)
+        child(*args.child, torch_qint8=args.variant == "torch-qint8")
         return 0
     if args.build:
         build(args.variant, args.size, args.build)
@@ -130,7 +135,8 @@ def main() -> int:
     )
     out = work / f"resnet50_{args.variant}.clean.onnx"
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", str(src), str(out)], capture_output=True, text=True, env=env
+        [sys.executable, __file__, "--variant", args.variant, "--child", str(src), str(out)],
+        capture_output=True, text=True, env=env,
     )
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)

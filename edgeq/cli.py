@@ -156,11 +156,6 @@ def progress_display(enabled: bool = True) -> Iterator[ProgressFn]:
         yield update
 
 
-def _existing_file(path: Path) -> Path:
-    """Typer's own exists-checks print a boxed usage error; keep the one-line style instead."""
-    return path
-
-
 # --------------------------------------------------------------------------------------------------
 # edgeq clean  (edgeq.graph)
 # --------------------------------------------------------------------------------------------------
@@ -217,6 +212,13 @@ def clean_cmd(
     skip: Optional[list[str]] = typer.Option(
         None, "--skip", metavar="PASS", help="Do not run this pass (repeatable; names listed above)."
     ),
+    torch_qint8: bool = typer.Option(
+        False,
+        "--torch-qint8",
+        help="The file is PyTorch's export of qint8 tensors: make its uint8 zero-point 0 Q/DQ int8 "
+        "zero-point 0, what PyTorch computed (deliberately changes the file's function; verification "
+        "then checks everything else). See `edgeq rules qdq-torch-qint8`.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> int:
     from edgeq.fs import check_writable
@@ -225,7 +227,9 @@ def clean_cmd(
 
     dest = output if output is not None else default_output(model, "clean")
     check_writable(dest, inputs=(model,))  # fail before the work, not after it
-    options = CleanOptions(opset=opset, verify=verify, atol=atol, rtol=rtol, skip=tuple(skip or ()))
+    options = CleanOptions(
+        opset=opset, verify=verify, atol=atol, rtol=rtol, skip=tuple(skip or ()), torch_qint8=torch_qint8
+    )
     with progress_display(enabled=not json_out) as progress:
         read: list[Path] = []
         onnx_model = load_model(model, sources=read)
@@ -666,6 +670,9 @@ def deploy_cmd(
     calib: Optional[Path] = typer.Option(
         None, "--calib", help="Calibration data: quantize a float model first."
     ),
+    preprocess: Optional[Path] = typer.Option(
+        None, "--preprocess", help="YAML preprocessing for --calib images (pipelines/preprocess-*.yaml)."
+    ),
     accept_new_host_key: bool = typer.Option(
         False, "--accept-new-host-key", help="Trust and record the target's host key if known_hosts lacks it."
     ),
@@ -702,8 +709,8 @@ def deploy_cmd(
         allow = pl.gate.allow if pl.gate is not None else ()
     deploy_gate = _baseline_gate(gate, baseline, calib)
     options = DeployOptions(
-        calib=calib, accept_new_host_key=accept_new_host_key, gate=deploy_gate, gate_allow=allow,
-        runs_dir=runs_dir, fp16=fp16, iterations=iterations, duration=duration,
+        calib=calib, preprocess=preprocess, accept_new_host_key=accept_new_host_key, gate=deploy_gate,
+        gate_allow=allow, runs_dir=runs_dir, fp16=fp16, iterations=iterations, duration=duration,
     )  # fmt: skip
 
     def event(line: str) -> None:
@@ -1016,6 +1023,38 @@ def compare_cmd(
     if html_out is not None:
         out.print(f"wrote [bold]{escape(str(html_out))}[/]")
     return code
+
+
+# --------------------------------------------------------------------------------------------------
+# edgeq rules  (edgeq/docs/trt86-rules.md)
+# --------------------------------------------------------------------------------------------------
+
+
+@app.command("rules")
+def rules_cmd(
+    rule_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="A rule id, e.g. qdq-uint8."),
+) -> int:
+    """Show the TensorRT 8.6 rules edgeq applies, with the evidence each rests on.
+
+    Without ID: every section id and its title. With ID: that section of edgeq/docs/trt86-rules.md, the
+    file findings, gate reports and --help cite.
+    """
+    from edgeq.docs import RULES_DOC, sections
+
+    found = sections()
+    if rule_id is None:
+        t = Table(title=RULES_DOC, expand=False)
+        t.add_column("id", style="bold")
+        t.add_column("title", overflow="fold")
+        for sid, text in found.items():
+            title = text.splitlines()[0][3:].split(" — ", 1)
+            t.add_row(escape(sid), escape(title[1] if len(title) > 1 else ""))
+        out.print(t)
+        return EXIT_OK
+    if rule_id not in found:
+        raise EdgeqError(f"no rule '{rule_id}' in {RULES_DOC}", hint="`edgeq rules` lists the ids")
+    out.print(found[rule_id], markup=False, highlight=False)
+    return EXIT_OK
 
 
 # --------------------------------------------------------------------------------------------------

@@ -384,8 +384,11 @@ def qdq_ort(model: onnx.ModelProto, *, quantize_bias: bool = True, samples: int 
     return qdq
 
 
-def qdq_modelopt(model: onnx.ModelProto) -> onnx.ModelProto:
+def qdq_modelopt(model: onnx.ModelProto, *, fp16: bool = False) -> onnx.ModelProto:
     """What NVIDIA ModelOpt writes: int8 Q/DQ at opset 19 and IR 10, per-channel weights, float bias.
+
+    ``fp16=True``: ModelOpt 0.47's default int8 output, the network converted to float16: float16
+    inputs, outputs, weights, biases and Q/DQ scales (float16 Q/DQ exist from opset 19 on).
 
     Built from ``qdq_ort(model, quantize_bias=False)`` and converted with ``onnx.version_converter``
     (which moves Split/Resize and Q/DQ to their opset-18/19 signatures), then stamped IR 10 as current
@@ -395,6 +398,17 @@ def qdq_modelopt(model: onnx.ModelProto) -> onnx.ModelProto:
 
     qdq = version_converter.convert_version(qdq_ort(model, quantize_bias=False), 19)
     qdq.ir_version = 10
+    if fp16:
+        g = qdq.graph
+        sizes = {n.input[i] for n in g.node if n.op_type == "Resize" for i in (1, 2) if len(n.input) > i}
+        for i, t in enumerate(g.initializer):
+            if t.data_type == TensorProto.FLOAT and t.name not in sizes:  # Resize scales stay float
+                g.initializer[i].CopyFrom(numpy_helper.from_array(
+                    numpy_helper.to_array(t).astype(np.float16), t.name))
+        for v in list(g.input) + list(g.output):
+            if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+                v.type.tensor_type.elem_type = TensorProto.FLOAT16
+        del g.value_info[:]
     qdq.producer_name = "edgeq.zoo (modelopt pattern)"
     return qdq
 
@@ -432,8 +446,15 @@ _WEIGHTED = ("Conv", "ConvTranspose", "Gemm")
 _TORCH_ACT_CONSUMERS = (*_WEIGHTED, "Add", "Concat")
 
 
-def qdq_torch_eager(model: onnx.ModelProto, *, samples: int = 4, seed: int = 0) -> onnx.ModelProto:
+def qdq_torch_eager(model: onnx.ModelProto, *, samples: int = 4, seed: int = 0, qint8: bool = False,
+                    as_computed: bool = False) -> onnx.ModelProto:
     """The pattern a PyTorch eager-mode quantized model exports as, hand-built on ``model``.
+
+    ``qint8=True``: activations quantized as torch.qint8 (signed, symmetric), written as torch 2.5's
+    ``torch.onnx.export`` writes them: the quantize stub on the graph input gets an int8 zero-point 0 and
+    ``Cast(to=INT8)``, every other activation a *uint8* zero-point 0 and ``Cast(to=UINT8)`` (the
+    exporter casts the op's int64 zero-point to uint8), which clamps negative values to 0.
+    ``as_computed=True`` writes what PyTorch computed instead: int8 zero-point 0 everywhere, no Cast.
 
     Activations feeding Conv/ConvTranspose/Gemm/Add/Concat: QuantizeLinear to uint8 with zero-point 128
     ('quint8'), a ``Cast(to=UINT8)`` (the exporter writes one between Q and DQ), DequantizeLinear.
@@ -459,6 +480,7 @@ def qdq_torch_eager(model: onnx.ModelProto, *, samples: int = 4, seed: int = 0) 
     batches = [random_inputs(src, seed=seed * 1000 + i) for i in range(1, samples + 1)]
     ranges = _activation_ranges(src, targets, batches)
     act_scale = {t: max(ranges[t], 1e-6) / 127.0 for t in targets}
+    graph_inputs = {i.name for i in g.input}
 
     new_inits: list[onnx.TensorProto] = []
     prologue: dict[str, list[onnx.NodeProto]] = {}  # nodes to insert before the first consumer
@@ -469,13 +491,18 @@ def qdq_torch_eager(model: onnx.ModelProto, *, samples: int = 4, seed: int = 0) 
 
     for t in targets:
         s = add_init(f"{t}_scale", np.array(act_scale[t], dtype=np.float32))
-        zp = add_init(f"{t}_zero_point", np.array(128, dtype=np.uint8))
+        zp_value = np.array(128, dtype=np.uint8)
+        if qint8:
+            signed = as_computed or t in graph_inputs
+            zp_value = np.array(0, dtype=np.int8 if signed else np.uint8)
+        zp = add_init(f"{t}_zero_point", zp_value)
         q = helper.make_node("QuantizeLinear", [t, s, zp], [f"{t}_quantized"], name=f"{t}_QuantizeLinear")
-        cast = helper.make_node("Cast", [f"{t}_quantized"], [f"{t}_quantized_uint8"], name=f"{t}_Cast",
-                                to=TensorProto.UINT8)
-        dq = helper.make_node("DequantizeLinear", [f"{t}_quantized_uint8", s, zp], [f"{t}_dequantized"],
+        to = TensorProto.INT8 if zp_value.dtype == np.int8 else TensorProto.UINT8
+        cast = helper.make_node("Cast", [f"{t}_quantized"], [f"{t}_quantized_cast"], name=f"{t}_Cast", to=to)
+        dq_in = f"{t}_quantized" if as_computed else f"{t}_quantized_cast"
+        dq = helper.make_node("DequantizeLinear", [dq_in, s, zp], [f"{t}_dequantized"],
                               name=f"{t}_DequantizeLinear")
-        prologue.setdefault(consumers[t][0].name, []).extend([q, cast, dq])
+        prologue.setdefault(consumers[t][0].name, []).extend([q, dq] if as_computed else [q, cast, dq])
         for node in consumers[t]:
             for i, name in enumerate(node.input):
                 if name == t and not (node.op_type in _WEIGHTED and i > 0):
@@ -524,7 +551,7 @@ def qdq_torch_eager(model: onnx.ModelProto, *, samples: int = 4, seed: int = 0) 
     g.node.extend(ordered)
     del g.initializer[:]
     g.initializer.extend(kept + new_inits)
-    model.producer_name = "edgeq.zoo (pytorch eager-mode pattern)"
+    model.producer_name = "pytorch" if qint8 else "edgeq.zoo (pytorch eager-mode pattern)"
     return model
 
 
@@ -544,6 +571,8 @@ VARIANTS: dict[str, Callable[..., onnx.ModelProto]] = {
     "ortfb": partial(qdq_ort, quantize_bias=False),
     "torch": qdq_torch_eager,
     "modelopt": qdq_modelopt,
+    "torch-qint8": partial(qdq_torch_eager, qint8=True),
+    "modelopt-fp16": partial(qdq_modelopt, fp16=True),
 }
 
 

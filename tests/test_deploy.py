@@ -176,6 +176,26 @@ def test_float_model_with_calib_is_quantized_before_upload(workspace, cli):
 
 
 @pytest.mark.sshd
+def test_calib_images_take_a_preprocessing_spec(workspace, cli):
+    """--calib images/ needs --preprocess; deploy passes it to quantization as `edgeq quantize` does."""
+    from PIL import Image
+
+    root, model, _ = workspace
+    images = root / "images"
+    images.mkdir()
+    rng = np.random.default_rng(2)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (24, 20, 3), dtype=np.uint8)).save(images / f"i{i}.png")
+    spec = root / "pre.yaml"
+    spec.write_text("resize: [16, 16]\nscale: 1/255\nchannels: RGB\nlayout: NCHW\n")
+    args = ("deploy", model, "--target", "loopback", "--calib", images, "--runs-dir", root / "runs")
+    code, _, err = cli(*args, "--preprocess", spec)
+    assert code == 1 and "TensorRT not available" in err
+    (run_dir,) = (root / "runs").iterdir()
+    assert _stages(run_dir)["quantize"]["status"] == "ok"
+
+
+@pytest.mark.sshd
 def test_unknown_host_key_refused_then_accepted_on_request(workspace, cli, ssh_server):
     root, model, _ = workspace
     Path(ssh_server.known_hosts).write_text("")

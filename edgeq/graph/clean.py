@@ -9,12 +9,14 @@ processed at all (and by ``compare_models`` when onnxruntime cannot run a model)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from edgeq.errors import ConfigError
+from edgeq.docs import cite
+from edgeq.errors import ConfigError, GraphError
 from edgeq.findings import Finding, Level, ProgressFn, no_progress
-from edgeq.graph.passes import PASS_NAMES, PASSES, TRT_RULES, Change, CleanOptions, Unfit, quiet_graphsurgeon
+from edgeq.graph.passes import PASS_NAMES, PASSES, Change, CleanOptions, Unfit, quiet_graphsurgeon
 from edgeq.graph.verify import Verification, compare_models
 
 if TYPE_CHECKING:
@@ -25,8 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PASSES", "Change", "CleanOptions", "CleanResult", "clean_model", "fit_findings"]
 
-PARSE_SOURCE = f"{TRT_RULES}, Parsing"
-BIAS_SOURCE = "tests/fixtures/trt86-h200/resnet50_ortqdq.explicit.build.log"
+PARSE_SOURCE = cite("parsing")
+BIAS_SOURCE = cite("qdq-int32-bias")
 
 
 @dataclass(frozen=True)
@@ -62,13 +64,13 @@ def clean_model(
     """Clean a copy of ``model`` for TensorRT 8.6; the argument is not modified."""
     import onnx
 
-    from edgeq.graph.io import check_model
-
     unknown = [s for s in options.skip if s not in PASS_NAMES]
     if unknown:
         raise ConfigError(
             f"unknown pass {', '.join(map(repr, unknown))}", hint=f"passes: {', '.join(PASS_NAMES)}"
         )
+    # PyTorch's qint8 export pattern is recognized on the input: cleaning removes the Casts that mark it.
+    torch_nodes = frozenset() if options.torch_qint8 else _torch_qint8_nodes(model)
     work = onnx.ModelProto()
     work.CopyFrom(model)
     passes = [p for p in PASSES if p.name not in options.skip]
@@ -104,12 +106,12 @@ def clean_model(
         changes.extend(done)
     if graph is not None:
         work = _export(graph, work)
-    check_model(work, name="cleaned model")
-    findings.extend(fit_findings(work, options, already={f.rule for f in findings}))
+    _check_result(work, model, options.skip)
+    findings.extend(fit_findings(work, options, already={f.rule for f in findings}, torch_qint8=torch_nodes))
     verification = None
     if options.verify:
         progress("clean", len(passes), total)
-        reference = model
+        reference = _torch_repaired(model, options) if options.torch_qint8 else model
         if model.ir_version > work.ir_version:
             # The IR version is a file-format stamp; onnxruntime refuses ones newer than it knows
             # (onnx 1.23 writes IR 12+), so run the original graph under the cleaned model's stamp.
@@ -117,10 +119,66 @@ def clean_model(
             reference.CopyFrom(model)
             reference.ir_version = work.ir_version
         verification = compare_models(
-            reference, work, atol=options.atol, rtol=options.rtol, seed=options.seed
+            reference, work, atol=options.atol, rtol=options.rtol, seed=options.seed, widen_half=True
         )
+    if verification is not None and options.torch_qint8:
+        note = "reference: the input with only the --torch-qint8 repair applied (what PyTorch computed)"
+        verification = dataclasses.replace(verification, notes=(*verification.notes, note))
     progress("clean", total, total)
     return CleanResult(work, changes, findings, verification, tuple(p.name for p in passes))
+
+
+def _check_result(work: onnx.ModelProto, model: onnx.ModelProto, skip: tuple[str, ...]) -> None:
+    """Never hand back a model the ONNX checker (with its strict type inference) rejects.
+
+    A result is held to what its input meets: an input that fails the strict check too (a shape
+    inference onnx cannot do, say) only needs a result that passes the plain checker; a failure
+    there is one line, exit 2. So is a failure after a pass the user skipped. If the input passes and
+    only the result fails, a pass broke a valid model: a bug in edgeq, which must look like one.
+    """
+    from edgeq.graph.io import check_model
+
+    try:
+        check_model(work, name="cleaned model", full=True)
+    except GraphError as e:
+        try:
+            check_model(model, name="input model", full=True)
+        except GraphError:
+            check_model(work, name="cleaned model")
+            return
+        if skip:
+            hint = f"nothing written; it may need the skipped {', '.join(skip)}"
+            raise GraphError(e.message, hint=hint) from None
+        raise RuntimeError(
+            f"edgeq bug: {e.message}, though the input passes the checker; please report it with the model"
+        ) from None
+
+
+def _torch_qint8_nodes(model: onnx.ModelProto) -> frozenset[str]:
+    """Names of the Q/DQ nodes in PyTorch's qint8 export pattern (``passes.torch_qint8_pairs``)."""
+    from edgeq.graph.io import graph_from_model
+    from edgeq.graph.passes import node_name, torch_qint8_pairs
+
+    if not any(n.op_type == "QuantizeLinear" for n in model.graph.node):
+        return frozenset()
+    with quiet_graphsurgeon():
+        graph = graph_from_model(model)
+    names: set[str] = set()
+    for q, readers in torch_qint8_pairs(graph):
+        names.add(node_name(q))
+        names.update(node_name(r) for r in readers if r.op == "DequantizeLinear")
+    return frozenset(names)
+
+
+def _torch_repaired(model: onnx.ModelProto, options: CleanOptions) -> onnx.ModelProto:
+    """The input with only the --torch-qint8 repair applied: what PyTorch computed, the reference that
+    verification holds every other (exact) change to."""
+    from edgeq.graph.passes import qdq_torch_qint8
+
+    graph, _ = _import(model)
+    with quiet_graphsurgeon():
+        qdq_torch_qint8(graph, options)
+    return _export(graph, model)
 
 
 def _import(model: onnx.ModelProto) -> tuple[gs.Graph, list[str]]:
@@ -148,8 +206,13 @@ def fit_findings(
     model: onnx.ModelProto,
     options: CleanOptions = CleanOptions(),
     already: set[str] | frozenset[str] = frozenset(),
+    torch_qint8: frozenset[str] = frozenset(),
 ) -> list[Finding]:
-    """What still keeps the model from TensorRT 8.6 after cleaning, with the nodes named (read-only)."""
+    """What still keeps the model from TensorRT 8.6 after cleaning, with the nodes named (read-only).
+
+    ``torch_qint8`` names the Q/DQ nodes that were PyTorch's qint8 export pattern in the input: those
+    are reported as what they are, with the repair flag, rather than as uint8 Q/DQ to re-quantize.
+    """
     import numpy as np
     from onnx import numpy_helper
 
@@ -176,7 +239,8 @@ def fit_findings(
                     return numpy_helper.to_array(a.t)
         return None
 
-    casts, unsigned, asym, bias = [], [], [], []
+    casts, unsigned, asym, bias, torch, half = [], [], [], [], [], []
+    below19 = opset_of(model) < 19
     for n in g.node:
         if n.op_type == "Cast":
             p = producer.get(n.input[0])
@@ -187,12 +251,17 @@ def fit_findings(
             ):
                 casts.append(name(n))
         if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            scale = values(n.input[1]) if len(n.input) > 1 else None
+            if below19 and scale is not None and scale.dtype != np.float32:
+                half.append(name(n))
             zp = values(n.input[2]) if len(n.input) > 2 and n.input[2] else None
             x = values(n.input[0]) if n.op_type == "DequantizeLinear" else None
             if x is not None and x.dtype == np.int32:
                 bias.append(name(n))
                 continue
-            if zp is None and n.op_type == "QuantizeLinear" and not (len(n.input) > 2 and n.input[2]):
+            if name(n) in torch_qint8 and zp is not None and zp.dtype == np.uint8:
+                torch.append(name(n))
+            elif zp is None and n.op_type == "QuantizeLinear" and not (len(n.input) > 2 and n.input[2]):
                 unsigned.append(name(n))  # no zero-point: uint8 output
             elif (zp is not None and zp.dtype == np.uint8) or (x is not None and x.dtype == np.uint8):
                 unsigned.append(name(n))
@@ -207,8 +276,31 @@ def fit_findings(
                 f"{len(casts)} Cast node(s) between QuantizeLinear and DequantizeLinear change the type; "
                 "TensorRT 8.6 cannot parse a Cast inside Q/DQ and removing these is not exact",
                 "re-export with int8 Q/DQ and no Cast between them",
-                PARSE_SOURCE,
+                cite("qdq-cast-between"),
                 tuple(casts),
+            )
+        )
+    if torch:
+        out.append(
+            Finding(
+                Level.ERROR,
+                "qdq_torch_qint8",
+                f"{len(torch)} Q/DQ node(s) carry the uint8 zero-point 0 that PyTorch's exporter writes for "
+                "qint8 tensors: the file clamps negative values to 0 where PyTorch did not",
+                "edgeq clean --torch-qint8 (int8 zero-point 0: what PyTorch computed)",
+                cite("qdq-torch-qint8"),
+                tuple(torch),
+            )
+        )
+    if half:
+        out.append(
+            Finding(
+                Level.ERROR,
+                "qdq_float32",
+                f"{len(half)} Q/DQ node(s) have float16/bfloat16 scales, defined from opset 19 only",
+                "do not skip qdq_float32",
+                cite("qdq-float16"),
+                tuple(half),
             )
         )
     if unsigned:
@@ -218,8 +310,9 @@ def fit_findings(
                 "qdq_to_int8",
                 f"{len(unsigned)} Q/DQ node(s) are uint8 with a zero-point other than 128 (or none); "
                 "not exactly convertible to int8, which is all TensorRT 8.6 takes",
-                "re-quantize with int8 symmetric activations (zero-point 0)",
-                PARSE_SOURCE,
+                "re-quantize to int8 with zero-point 0 (`edgeq quantize`); for a PyTorch qint8 export, "
+                "edgeq clean --torch-qint8",
+                cite("qdq-uint8"),
                 tuple(unsigned),
             )
         )
@@ -231,7 +324,7 @@ def fit_findings(
                 f"{len(asym)} Q/DQ node(s) have a non-zero zero-point; TensorRT 8.6 only supports "
                 "symmetric quantization and the shift is not exact here",
                 "re-quantize symmetric (zero-point 0)",
-                PARSE_SOURCE,
+                cite("qdq-asymmetric"),
                 tuple(asym),
             )
         )
@@ -255,7 +348,7 @@ def fit_findings(
                 "convert_opset",
                 f"opset {opset} > {options.opset}: the 8.6 parser follows opset <= 17",
                 "do not skip convert_opset, or re-export at opset 17",
-                PARSE_SOURCE,
+                cite("opset-too-high"),
             )
         )
     if model.ir_version > options.ir_version and "set_ir_version" not in already:
@@ -265,7 +358,7 @@ def fit_findings(
                 "set_ir_version",
                 f"IR version {model.ir_version} > {options.ir_version}",
                 "do not skip set_ir_version",
-                PARSE_SOURCE,
+                cite("ir-too-high"),
             )
         )
     return out

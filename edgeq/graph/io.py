@@ -185,18 +185,21 @@ def _cycle_nodes(model: onnx.ModelProto) -> list[str]:
     return [n.name or f"{n.op_type}#{i}" for i, n in enumerate(model.graph.node) if i not in done][:6]
 
 
-def check_model(model: onnx.ModelProto, name: str = "model") -> None:
+def check_model(model: onnx.ModelProto, name: str = "model", *, full: bool = False) -> None:
+    """``onnx.checker``; ``full`` adds its strict type and shape inference (``full_check``), which is
+    what catches an operator given a type its opset does not define (float16 Q/DQ before opset 19)."""
     import onnx
+    from onnx.shape_inference import InferenceError
 
     try:
         if model.ByteSize() > EXTERNAL_DATA_THRESHOLD:
             with tempfile.TemporaryDirectory() as d:
                 p = Path(d) / "m.onnx"
                 _save(model, p, external=True)
-                onnx.checker.check_model(str(p))
+                onnx.checker.check_model(str(p), full_check=full)
         else:
-            onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as e:
+            onnx.checker.check_model(model, full_check=full)
+    except (onnx.checker.ValidationError, InferenceError) as e:
         raise GraphError(f"{name}: fails the ONNX checker: {first_line(e)}") from None
 
 
@@ -276,12 +279,22 @@ def ort_session(model: onnx.ModelProto, options: Any = None, providers: Sequence
     """
     import onnxruntime as ort
 
+    quiet_onnxruntime()
     providers = list(providers or ["CPUExecutionProvider"])
     if model.ByteSize() <= EXTERNAL_DATA_THRESHOLD:
         return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
     with tempfile.TemporaryDirectory(prefix="edgeq-ort-") as d:
         path = save_model(model, Path(d) / "model.onnx", external_data=True)
         return ort.InferenceSession(str(path), options, providers=providers)
+
+
+def quiet_onnxruntime() -> None:
+    """onnxruntime logs warnings (optimizer notes, in colour) to stderr from every session, ours and
+    graphsurgeon's constant folding alike: keep its default logger at error severity. Library code
+    never prints; what matters comes back as edgeq's own findings and errors."""
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(3)
 
 
 def graph_from_model(model: onnx.ModelProto) -> gs.Graph:
@@ -305,11 +318,21 @@ def typed_graph_from_model(model: onnx.ModelProto) -> gs.Graph:
 
 def model_from_graph(graph: gs.Graph, like: onnx.ModelProto | None = None) -> onnx.ModelProto:
     """Export a graphsurgeon graph, keeping the original model's IR version and metadata."""
+    import onnx
     import onnx_graphsurgeon as gs
 
     model = gs.export_onnx(graph, do_type_check=False)
     if like is not None:
         model.ir_version = like.ir_version
+        if model.ir_version < 4:
+            # IR 3 requires every initializer to be a graph input too (IR 4 dropped that rule);
+            # graphsurgeon exports initializers as constants only.
+            listed = {i.name for i in model.graph.input}
+            model.graph.input.extend(
+                onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                for t in model.graph.initializer
+                if t.name not in listed
+            )
         model.producer_name = like.producer_name or model.producer_name
         model.producer_version = like.producer_version or model.producer_version
         del model.metadata_props[:]

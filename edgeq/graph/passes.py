@@ -7,8 +7,8 @@ live outside the graph, and ``onnx.version_converter`` works on models); they ha
 leaves the graph alone: what it cannot fix exactly is left for ``clean.fit_findings`` to name, or, for
 the all-or-nothing model passes, raised as ``Unfit`` (which ``clean_model`` turns into an ERROR finding).
 
-Sources cited in docstrings: ``docs/trt86-rules.md`` (project summary of the TensorRT 8.6 developer
-guide and onnx-tensorrt 8.6 importers) and the measured logs in ``tests/fixtures/trt86-h200``.
+Sources cited in docstrings: ``edgeq/docs/trt86-rules.md`` (the shipped rules, from the TensorRT 8.6
+developer guide, the onnx-tensorrt 8.6 importers and the measured logs in ``tests/fixtures/trt86-h200``).
 """
 
 from __future__ import annotations
@@ -48,10 +48,13 @@ class CleanOptions:
     rtol: float = 1e-3
     seed: int = 0
     skip: tuple[str, ...] = ()
+    # The file came from PyTorch's exporter with qint8 activations: its uint8 zero-point 0 Q/DQ become
+    # int8 zero-point 0, restoring what PyTorch computed (a deliberate change; see qdq_torch_qint8).
+    torch_qint8: bool = False
 
     def __post_init__(self) -> None:
         # The 8.6 parser reads opsets back to 7; the version converter has no adapters below that.
-        if self.opset < 7:
+        if not 7 <= self.opset <= 17:
             raise GraphError(f"--opset {self.opset}: TensorRT 8.6 parses opsets 7 to 17", "use --opset 17")
         if not (self.atol >= 0 and self.rtol >= 0):  # NaN too: every comparison with it passes
             raise GraphError(f"tolerances must be >= 0 (--atol {self.atol}, --rtol {self.rtol})")
@@ -97,7 +100,6 @@ class Pass:
 # helpers
 # --------------------------------------------------------------------------------------------------
 
-TRT_RULES = "docs/trt86-rules.md"
 
 
 def node_name(node: gs.Node) -> str:
@@ -112,6 +114,9 @@ def quiet_graphsurgeon() -> Iterator[None]:
     """graphsurgeon logs to stdout; library code never prints, so silence it for the duration."""
     from onnx_graphsurgeon.logger import G_LOGGER
 
+    from edgeq.graph.io import quiet_onnxruntime
+
+    quiet_onnxruntime()  # graphsurgeon folds constants in onnxruntime sessions of its own
     old = G_LOGGER.severity
     G_LOGGER.severity = G_LOGGER.CRITICAL
     try:
@@ -238,7 +243,7 @@ def set_ir_version(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.
     """Lower the IR version to 8: the 8.6 parser is built on onnx 1.13 (IR 8).
 
     Current onnx writes IR 10+, which older onnxruntime builds refuse and the 8.6 parser was never built
-    for (trt86-rules.md, "Parsing"). Refused when the model uses types IR 8 lacks (float8, int4).
+    for (edgeq/docs/trt86-rules.md#parsing). Refused when the model uses types IR 8 lacks (float8, int4).
     Runs first: graphsurgeon folds constants with onnxruntime at the graph's IR version, and
     onnxruntime refuses IR versions newer than it knows.
     """
@@ -376,11 +381,22 @@ def _hand_adapt_split(node: onnx.NodeProto, model: onnx.ModelProto, known: _Know
     return None
 
 
-# Ops onnx's version converter has no down-adapter for (or a wrong one: Q/DQ keeps 'saturate'),
-# converted by hand. Each returns None when done, or why it cannot be done exactly.
+def _hand_adapt_cast(node: onnx.NodeProto, model: onnx.ModelProto, known: _Known) -> str | None:
+    """Cast/CastLike 19 -> 13: drop 'saturate', which only applies to float8 targets (refused with
+    the IR version: TensorRT 8.6 has no float8); the rest is identical."""
+    keep = [a for a in node.attribute if a.name != "saturate"]
+    del node.attribute[:]
+    node.attribute.extend(keep)
+    return None
+
+
+# Ops onnx's version converter has no down-adapter for (or a wrong one: Q/DQ and Cast keep
+# 'saturate'), converted by hand. Each returns None when done, or why it cannot be done exactly.
 HAND_ADAPTERS: dict[str, Callable[[onnx.NodeProto, onnx.ModelProto, _Known], str | None]] = {
     "QuantizeLinear": _hand_adapt_qdq,
     "DequantizeLinear": _hand_adapt_qdq,
+    "Cast": _hand_adapt_cast,
+    "CastLike": _hand_adapt_cast,
     "Pad": _hand_adapt_pad,
     "Split": _hand_adapt_split,
 }
@@ -390,7 +406,7 @@ def convert_opset(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.M
     """Convert opset > 17 down to 17: the TensorRT 8.6 parser's importers follow opset <= 17 semantics.
 
     Opsets 18-19 moved ReduceX axes to an input and changed Split, Pad, Resize and Q/DQ ('saturate');
-    NVIDIA ModelOpt writes int8 Q/DQ models only at opset 19 (trt86-rules.md, "Parsing"). Uses
+    NVIDIA ModelOpt writes int8 Q/DQ models only at opset 19 (edgeq/docs/trt86-rules.md#parsing). Uses
     onnx.version_converter; ops it has no adapter for (Q/DQ, Pad, Split) are converted by hand. If any
     op cannot be converted, the model is left as it was and the blocking nodes are named.
     """
@@ -475,7 +491,7 @@ def convert_opset(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.M
         changes.append(
             Change(
                 "convert_opset",
-                f"converted {len(hand_done)} Q/DQ/Pad/Split nodes by hand (dropped 'saturate', "
+                f"converted {len(hand_done)} Q/DQ/Cast/Pad/Split nodes by hand (dropped 'saturate', "
                 "num_outputs -> split sizes)",
                 tuple(hand_done),
             )
@@ -508,6 +524,101 @@ def _unfit_opset(current: int, target: int, blocked: dict[str, str]) -> Unfit:
     )
 
 
+_HALF_TYPES = ("FLOAT16", "BFLOAT16")
+
+
+def qdq_float32(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.ModelProto, list[Change]]:
+    """Make float16/bfloat16 Q/DQ float32 below opset 19, where Q/DQ are defined on float32 only.
+
+    NVIDIA ModelOpt's default int8 output is an fp16 network with fp16 Q/DQ scales at opset 19; lowered
+    to 17 as it is, the file fails the checker and onnxruntime. TensorRT 8.6 reads float32 Q/DQ
+    (edgeq/docs/trt86-rules.md#qdq-float16). Scales become float32 of the same values (exact); a
+    QuantizeLinear reads its input through a Cast to float32 (exact), a DequantizeLinear writes float32
+    and a Cast takes it back to the network's type (the one rounding, as the fp16 DequantizeLinear did).
+    """
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from edgeq.graph.io import opset_of
+
+    if opset_of(model) >= 19:
+        return model, []
+    half = {int(getattr(onnx.TensorProto, t)) for t in _HALF_TYPES}
+    g = model.graph
+    types = _known_types(model)
+    inits = {t.name: t for t in g.initializer}
+    taken = {o for n in g.node for o in n.output} | set(inits) | {i.name for i in g.input}
+
+    def fresh(base: str) -> str:
+        name, i = base, 1
+        while name in taken:
+            name, i = f"{base}_{i}", i + 1
+        taken.add(name)
+        return name
+
+    f32: dict[str, str] = {}  # half initializer -> its float32 copy
+
+    def as_float32(t: str, before: list[onnx.NodeProto], label: str) -> str:
+        if t in inits:
+            if t not in f32:
+                f32[t] = fresh(f"{t}_float32")
+                values = numpy_helper.to_array(inits[t]).astype(np.float32)
+                g.initializer.append(numpy_helper.from_array(values, f32[t]))
+            return f32[t]
+        out = fresh(f"{t}_float32")
+        before.append(helper.make_node("Cast", [t], [out], to=onnx.TensorProto.FLOAT, name=fresh(label)))
+        return out
+
+    nodes: list[onnx.NodeProto] = []
+    q_casts: list[str] = []
+    dq_casts: list[str] = []
+    for n in g.node:
+        scale_type = types.get(n.input[1], 0) if len(n.input) > 1 else 0
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") or n.domain not in ("", "ai.onnx"):
+            nodes.append(n)
+            continue
+        if scale_type not in half:
+            nodes.append(n)
+            continue
+        label = n.name or n.output[0]
+        before: list[onnx.NodeProto] = []
+        after: list[onnx.NodeProto] = []
+        n.input[1] = as_float32(n.input[1], before, f"{label}_scale_to_float32")
+        if n.op_type == "QuantizeLinear":
+            n.input[0] = as_float32(n.input[0], before, f"{label}_input_to_float32")
+            if before and before[-1].output[0] == n.input[0]:
+                q_casts.append(before[-1].name)
+        else:
+            out = n.output[0]
+            n.output[0] = fresh(f"{out}_float32")
+            back = fresh(f"{label}_to_half")
+            cast = helper.make_node("Cast", [n.output[0]], [out], to=scale_type, name=back)
+            after.append(cast)
+            dq_casts.append(cast.name)
+        nodes.extend([*before, n, *after])
+    if not q_casts and not dq_casts and not f32:
+        return model, []
+    del g.node[:]
+    g.node.extend(nodes)
+    used = {i for n in g.node for i in n.input}
+    kept = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    changes = [Change("qdq_float32", f"{len(f32)} float16/bfloat16 Q/DQ scales -> float32 (exact)")]
+    if q_casts or dq_casts:
+        changes.append(
+            Change(
+                "qdq_float32",
+                f"inserted {len(q_casts)} Cast to float32 before QuantizeLinear and {len(dq_casts)} Cast "
+                "back after DequantizeLinear: each converts one tensor elementwise, a layer of its own "
+                "in TensorRT 8.6 unless the builder folds it into the Q/DQ (unmeasured)",
+                tuple(q_casts + dq_casts),
+            )
+        )
+    return model, changes
+
+
 # --------------------------------------------------------------------------------------------------
 # graph passes
 # --------------------------------------------------------------------------------------------------
@@ -517,7 +628,7 @@ def fold_constants(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     """Fold constant subgraphs and static shape computations into initializers (graphsurgeon).
 
     TensorRT 8.6 casts INT64 weights down with a warning and handles shape arithmetic poorly;
-    folding beforehand avoids most of both (trt86-rules.md, "Parsing"). graphsurgeon never folds
+    folding beforehand avoids most of both (edgeq/docs/trt86-rules.md#parsing). graphsurgeon never folds
     Q/DQ nodes, so quantized weights stay int8 + DequantizeLinear as TensorRT needs them.
     """
     import onnx_graphsurgeon as gs
@@ -626,8 +737,8 @@ def remove_noops(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     """Remove Identity, inference-mode Dropout and Casts to a tensor's own type.
 
     They compute nothing, but sit between Q/DQ and the ops TensorRT fuses them with, hiding
-    patterns from both the 8.6 fusion passes and our own Q/DQ passes (trt86-rules.md, "Explicit
-    quantization: what fuses"). A Dropout whose mask is used is kept.
+    patterns from both the 8.6 fusion passes and our own Q/DQ passes
+    (edgeq/docs/trt86-rules.md#what-fuses). A Dropout whose mask is used is kept.
     """
     removed: dict[str, list[str]] = {}
     for node in list(graph.nodes):
@@ -643,10 +754,92 @@ def remove_noops(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     return [Change("remove_noops", f"removed {len(v)} {k}", tuple(v)) for k, v in removed.items()]
 
 
+def torch_qint8_pairs(graph: gs.Graph, *, exporter_cast: bool = True) -> list[tuple[gs.Node, list[gs.Node]]]:
+    """QuantizeLinear nodes with a uint8 zero-point of all zeros whose readers are all DequantizeLinear
+    with the same zero-point, directly or through a ``Cast(to=UINT8)``; with each, those Casts and DQs.
+
+    torch.onnx.export writes a qint8 (signed, symmetric) tensor this way: it casts the op's int64
+    zero-point 0 to uint8 and puts a Cast between Q and DQ. uint8 zero-point 0 clamps every negative
+    value to 0, so the file does not compute what PyTorch did. ``exporter_cast`` keeps only pairs with
+    that Cast, the exporter's mark (a uint8 zero-point 0 without it may be a real quint8 tensor).
+    """
+    import numpy as np
+    import onnx
+
+    out = []
+    for q in graph.nodes:
+        if q.op != "QuantizeLinear" or not q.outputs:
+            continue
+        zq = _zp_values(q)
+        if zq is None or zq.dtype != np.uint8 or np.any(zq) or _opt_input(q, 2) is None:
+            continue
+        qout = q.outputs[0]
+        readers: list[gs.Node] = []
+        dqs: list[gs.Node] = []
+        ok = qout not in graph.outputs and bool(qout.outputs)
+        for r in qout.outputs:
+            if r.op == "Cast" and r.attrs.get("to") == onnx.TensorProto.UINT8 and r.outputs:
+                readers.append(r)
+                dqs.extend(r.outputs[0].outputs)
+                ok = ok and bool(r.outputs[0].outputs) and r.outputs[0] not in graph.outputs
+            else:
+                dqs.append(r)
+        ok = ok and all(d.op == "DequantizeLinear" for d in dqs)
+        zs = [_zp_values(d) for d in dqs]
+        ok = ok and all(z is not None and z.dtype == np.uint8 and not np.any(z) for z in zs)
+        if ok and (readers or not exporter_cast):
+            out.append((q, readers + dqs))
+    return out
+
+
+def qdq_torch_qint8(graph: gs.Graph, options: CleanOptions) -> list[Change]:
+    """With --torch-qint8: make PyTorch's uint8 zero-point 0 Q/DQ int8 zero-point 0, what PyTorch computed.
+
+    Only on request, because it changes the file's function: the file clamps negative values to 0 where
+    PyTorch's qint8 tensors did not (edgeq/docs/trt86-rules.md#qdq-torch-qint8). The Casts between Q and DQ
+    become
+    Cast(to=INT8), which qdq_remove_casts then removes; verification compares against the input with
+    only this repair applied, so everything else clean does is still checked to be exact.
+    """
+    import numpy as np
+    import onnx
+
+    if not options.torch_qint8:
+        return []
+    zps: dict[int, gs.Constant] = {}
+    done: list[str] = []
+    for q, readers in torch_qint8_pairs(graph, exporter_cast=False):
+        zq = _zp_values(q)
+        assert zq is not None  # torch_qint8_pairs checked it
+        _set_zp(q, _new_zp(zps, q, zq.shape))
+        q.outputs[0].dtype = np.int8
+        done.append(node_name(q))
+        for r in readers:
+            if r.op == "Cast":
+                r.attrs["to"] = onnx.TensorProto.INT8
+                r.outputs[0].dtype = np.int8
+            else:
+                zd = _zp_values(r)
+                assert zd is not None
+                _set_zp(r, _new_zp(zps, r, zd.shape))
+                done.append(node_name(r))
+    if not done:
+        return []
+    return [
+        Change(
+            "qdq_torch_qint8",
+            f"uint8 zero-point 0 -> int8 zero-point 0 on {len(done)} Q/DQ nodes: deliberately changes the "
+            "file's function back to PyTorch's qint8 (negative values are no longer clamped to 0); "
+            "verification compares against the input with this repair applied",
+            tuple(done),
+        )
+    ]
+
+
 def qdq_remove_casts(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     """Remove the Cast PyTorch eager-mode export writes between QuantizeLinear and DequantizeLinear.
 
-    TensorRT 8.6 cannot parse a Cast inside a Q/DQ pair (trt86-rules.md, "Parsing"). Only Casts to
+    TensorRT 8.6 cannot parse a Cast inside a Q/DQ pair (edgeq/docs/trt86-rules.md#parsing). Only Casts to
     the type the QuantizeLinear already produces are removed (exact); any other is left for the
     findings, since dropping it would change the values.
     """
@@ -706,8 +899,8 @@ def qdq_to_int8(graph: gs.Graph, options: CleanOptions) -> list[Change]:
 
     TensorRT 8.6 only takes signed symmetric int8: a uint8 zero-point is an invalid type and a
     non-zero one "TensorRT only supports symmetric quantization" (onnx-tensorrt 8.6
-    builtin_op_importers.cpp; trt86-rules.md, "Parsing"). Exact cases: an activation Q -> DQ pair with
-    uint8 zero-point 128 (q_u8 - 128 = q_i8 for every input, clamp bounds included); a constant
+    builtin_op_importers.cpp; edgeq/docs/trt86-rules.md#qdq-uint8). Exact cases: an activation Q -> DQ
+    pair with uint8 zero-point 128 (q_u8 - 128 = q_i8 for every input, clamp bounds included); a constant
     (weight) feeding a DequantizeLinear, with any zero-point, when every w - zp fits int8. Other
     zero-points are not exact and are left for the findings.
     """
@@ -830,7 +1023,7 @@ def dedupe_initializers(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     Exporters (and folding) repeat the same constants: Q/DQ scales and zero-points, shape vectors,
     weights. The TensorRT 8.6 parser makes one weights object per initializer, so duplicates cost
     engine weight memory (shared with the CPU on Jetson) and parse time; one copy also makes equal
-    Q/DQ scales visibly shared (trt86-rules.md, "Explicit quantization": one scale across a Concat).
+    Q/DQ scales visibly shared (edgeq/docs/trt86-rules.md#fuse-concat-scales).
     Values are unchanged.
     """
     import onnx_graphsurgeon as gs
@@ -871,7 +1064,7 @@ def remove_unused(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     """Drop nodes that feed no graph output, their initializers, and node outputs nobody reads.
 
     The TensorRT 8.6 parser imports every node, dead or not: a dead branch holding an op outside the
-    8.6 operator table (docs/trt86-onnx-operators.csv) fails the whole parse. Initializers that no
+    8.6 operator table (edgeq/graph/data/trt86-onnx-operators.csv) fails the whole parse. Initializers that no
     node reads at all are dropped when the graph is imported; ``clean_model`` reports those here too.
     """
     import onnx_graphsurgeon as gs
@@ -928,18 +1121,23 @@ def toposort(graph: gs.Graph, options: CleanOptions) -> list[Change]:
 # The order matters:
 # - set_ir_version first: graphsurgeon folds with onnxruntime at the graph's IR version, which must be
 #   one onnxruntime knows; convert_opset next, so every graph pass sees opset <= 17 semantics and
-#   folding tidies the constants the converter adds.
+#   folding tidies the constants the converter adds; qdq_float32 right after it, because float16 Q/DQ
+#   are invalid below opset 19 and every later pass (and onnxruntime folding) needs a valid model.
 # - fold_constants before the Q/DQ passes: it lowers Constant nodes and folds the Casts PyTorch puts on
 #   zero-points and scales, so the Q/DQ passes can read their types and values (it never folds Q/DQ).
 # - remove_noops before the Q/DQ passes: Identity/Dropout between Q and DQ hide the pairs (it leaves
 #   the Q -> Cast -> DQ pattern to qdq_remove_casts, so that change is reported where it belongs).
+# - qdq_torch_qint8 (only with --torch-qint8) before qdq_remove_casts: it retargets PyTorch's Casts to
+#   INT8, which makes them no-ops that qdq_remove_casts removes.
 # - qdq_remove_casts before qdq_to_int8: the int8 conversion needs Q directly feeding DQ.
 # - dedupe, remove_unused, toposort last: earlier passes create duplicates, orphans and reorderings.
 PASSES: tuple[Pass, ...] = (
     Pass("set_ir_version", set_ir_version, "model"),
     Pass("convert_opset", convert_opset, "model"),
+    Pass("qdq_float32", qdq_float32, "model"),
     Pass("fold_constants", fold_constants, "graph"),
     Pass("remove_noops", remove_noops, "graph"),
+    Pass("qdq_torch_qint8", qdq_torch_qint8, "graph"),
     Pass("qdq_remove_casts", qdq_remove_casts, "graph"),
     Pass("qdq_to_int8", qdq_to_int8, "graph"),
     Pass("fold_bias_dq", fold_bias_dq, "graph"),

@@ -267,11 +267,6 @@ def is_weight_dq(node: gs.Node) -> bool:
     return is_dequantize(node) and is_constant(node.inputs[0])
 
 
-def is_dequantized(tensor: gs.Tensor) -> bool:
-    """Is ``tensor`` written by any DequantizeLinear (activation pair or weight DQ)?"""
-    return is_dequantize(producer(tensor))
-
-
 def skip_qdq_up(tensor: gs.Tensor) -> tuple[gs.Tensor, list[QDQPair]]:
     """Walk back through Q/DQ pairs: the float tensor they quantize, and the pairs crossed (nearest first)."""
     crossed: list[QDQPair] = []

@@ -6,7 +6,7 @@ source it comes from (a section of the TensorRT 8.6 Developer Guide, the onnx-te
 the fixture file where our own engines showed it). Two shapes of rule function:
 
 - ``(graph: gs.Graph) -> list[Finding]`` (``needs="graph"``): most rules; they read an onnx-graphsurgeon
-  graph, so the placement engine can run them on the graph it is building;
+  graph;
 - ``(model: onnx.ModelProto) -> list[Finding]`` (``needs="model"``): the two that read what graphsurgeon
   does not keep faithfully (the opset imports and the IR version).
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from edgeq.docs import cite
 from edgeq.errors import EdgeqError
 from edgeq.findings import Finding, Level
 from edgeq.graph import fusion, optable
@@ -331,10 +332,61 @@ def _qdq_nodes(graph: gs.Graph) -> list[gs.Node]:
     return [n for n in iter_nodes(graph) if is_quantize(n) or is_dequantize(n)]
 
 
+def _torch_qint8_nodes(graph: gs.Graph) -> set[str]:
+    """Q/DQ nodes in PyTorch's qint8 export pattern (``passes.torch_qint8_pairs``: one place for it)."""
+    from edgeq.graph.passes import torch_qint8_pairs
+
+    out: set[str] = set()
+    for q, readers in torch_qint8_pairs(graph):
+        out.add(node_label(q))
+        out.update(node_label(r) for r in readers if is_dequantize(r))
+    return out
+
+
+def check_qdq_torch_qint8(graph: gs.Graph) -> list[Finding]:
+    """uint8 zero-point 0 with a Cast between Q and DQ: torch.onnx.export's writing of qint8 tensors."""
+    hits = sorted(_torch_qint8_nodes(graph))
+    if not hits:
+        return []
+    return [
+        _finding(
+            "qdq-torch-qint8",
+            f"{len(hits)} Q/DQ node(s) carry the uint8 zero-point 0 that PyTorch's exporter writes for qint8 "
+            "tensors (with a Cast between Q and DQ): the file clamps negative values to 0 where PyTorch "
+            "did not",
+            hits,
+        )
+    ]
+
+
+def check_qdq_float16(graph: gs.Graph) -> list[Finding]:
+    """float16/bfloat16 Q/DQ scales below opset 19, where Q/DQ are defined on float32 only."""
+    if (graph.opset or 0) >= 19:
+        return []
+    hits = [
+        node_label(n)
+        for n in _qdq_nodes(graph)
+        if len(n.inputs) > 1 and dtype_name(constant_dtype(n.inputs[1])) in ("float16", "bfloat16")
+    ]
+    if not hits:
+        return []
+    return [
+        _finding(
+            "qdq-float16",
+            f"{len(hits)} Q/DQ node(s) have float16/bfloat16 scales at opset {graph.opset}: defined from "
+            "opset 19 only, so the ONNX checker and onnxruntime refuse the file",
+            hits,
+        )
+    ]
+
+
 def check_qdq_uint8(graph: gs.Graph) -> list[Finding]:
     hits: list[str] = []
     missing_zp: list[str] = []
+    torch = _torch_qint8_nodes(graph)  # reported as what they are by qdq-torch-qint8
     for n in _qdq_nodes(graph):
+        if node_label(n) in torch:
+            continue
         p = qparams(n)
         if p.zero_point_dtype != "uint8":
             continue
@@ -360,27 +412,41 @@ def check_qdq_uint8(graph: gs.Graph) -> list[Finding]:
 
 
 def check_qdq_asymmetric(graph: gs.Graph) -> list[Finding]:
-    """Non-zero int8 zero-points, and uint8 zero-points other than 128 (no exact int8 symmetric form)."""
+    """Zero-points off the symmetric centre: int8 other than 0, uint8 other than 128 (uint8 128 is int8 0
+    shifted; uint8 0 is a range of 0..255, not symmetric)."""
     import numpy as np
 
-    hits = []
+    signed: list[str] = []
+    unsigned: list[str] = []
+    torch = _torch_qint8_nodes(graph)  # reported as what they are by qdq-torch-qint8
     for n in _qdq_nodes(graph):
         p = qparams(n)
-        if p.zero_point is None or p.zero_point.size == 0:
+        if p.zero_point is None or p.zero_point.size == 0 or node_label(n) in torch:
             continue
         center = 128 if p.zero_point_dtype == "uint8" else 0
         if bool(np.any(p.zero_point.astype(np.int64) != center)):
-            hits.append(node_label(n))
-    if not hits:
-        return []
-    return [
-        _finding(
-            "qdq-asymmetric",
-            f"{len(hits)} Q/DQ node(s) have non-zero (asymmetric) zero-points; TensorRT 8.6 "
-            "supports symmetric quantization only",
-            hits,
+            (unsigned if p.zero_point_dtype == "uint8" else signed).append(node_label(n))
+    out = []
+    if signed:
+        out.append(
+            _finding(
+                "qdq-asymmetric",
+                f"{len(signed)} Q/DQ node(s) have non-zero int8 zero-points; TensorRT 8.6 supports "
+                "symmetric quantization only (zero-point 0)",
+                signed,
+            )
         )
-    ]
+    if unsigned:
+        out.append(
+            _finding(
+                "qdq-asymmetric",
+                f"{len(unsigned)} uint8 Q/DQ node(s) have zero-points other than 128, so they are not an "
+                "exact shift of int8 zero-point 0 (asymmetric); TensorRT 8.6 supports symmetric "
+                "quantization only",
+                unsigned,
+            )
+        )
+    return out
 
 
 def check_qdq_scale_invalid(graph: gs.Graph) -> list[Finding]:
@@ -403,6 +469,7 @@ def check_qdq_scale_invalid(graph: gs.Graph) -> list[Finding]:
 def check_qdq_cast_between(graph: gs.Graph) -> list[Finding]:
     """QuantizeLinear -> Cast -> DequantizeLinear, as PyTorch eager-mode export writes it."""
     out = []
+    torch = _torch_qint8_nodes(graph)
     for q in _qdq_nodes(graph):
         if not is_quantize(q) or not q.outputs:
             continue
@@ -417,6 +484,7 @@ def check_qdq_cast_between(graph: gs.Graph) -> list[Finding]:
                         f"Cast '{node_label(cast)}' sits between QuantizeLinear '{node_label(q)}' and "
                         f"DequantizeLinear '{node_label(dqs[0])}'",
                         [node_label(q), node_label(cast), *(node_label(d) for d in dqs)],
+                        fix=RULES_BY_ID["qdq-torch-qint8"].fix if node_label(q) in torch else None,
                     )
                 )
     return out
@@ -818,7 +886,8 @@ RULES: tuple[Rule, ...] = (
         "qdq-uint8",
         Level.ERROR,
         "uint8 QuantizeLinear/DequantizeLinear",
-        "run `edgeq clean` (converts uint8 Q/DQ to int8 where the shift is exact)",
+        "run `edgeq clean` (makes uint8 zero-point 128 int8 zero-point 0, an exact shift; other uint8 "
+        "zero-points need `edgeq quantize`)",
         f"{PARSER_QDQ}; onnx-tensorrt 8.6 docs/operators.md (DequantizeLinear: INT8); "
         f"{DEV_GUIDE} §7.1 Introduction to Quantization (signed INT8, symmetric)",
         check_qdq_uint8,
@@ -826,11 +895,29 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "qdq-asymmetric",
         Level.ERROR,
-        "non-zero zero-point",
+        "zero-point off the symmetric centre (int8 0, uint8 128)",
         "re-quantize symmetric (`edgeq quantize`: int8, zero-point 0)",
         f"{PARSER_QDQ} ('TRT only supports symmetric quantization - zeroPt must be all zeros'); "
         "onnx-tensorrt 8.6 docs/operators.md (QuantizeLinear: y_zero_point must be 0)",
         check_qdq_asymmetric,
+    ),
+    Rule(
+        "qdq-torch-qint8",
+        Level.ERROR,
+        "uint8 zero-point 0 where PyTorch's exporter wrote qint8 tensors (clamps negatives to 0)",
+        "run `edgeq clean --torch-qint8` (int8 zero-point 0: what PyTorch computed)",
+        "torch.onnx symbolic_helper quantize_helper (casts the int64 zero-point to uint8); "
+        "ONNX QuantizeLinear (uint8 saturates to 0..255)",
+        check_qdq_torch_qint8,
+    ),
+    Rule(
+        "qdq-float16",
+        Level.ERROR,
+        "float16/bfloat16 Q/DQ scales below opset 19",
+        "run `edgeq clean` (makes Q/DQ float32 with Casts around them)",
+        "ONNX QuantizeLinear-13/DequantizeLinear-13 (scale: tensor(float)); -19 adds float16/bfloat16; "
+        f"{PARSER_QDQ}",
+        check_qdq_float16,
     ),
     Rule(
         "qdq-scale-invalid",
@@ -973,7 +1060,7 @@ def _finding(
         rule=rule_id,
         message=message,
         fix=fix or rule.fix,
-        source=rule.source,
+        source=cite(rule_id),  # the shipped section holds this rule's evidence (``Rule.source``)
         nodes=tuple(nodes),
     )
 
@@ -1004,15 +1091,6 @@ def select_rules(rules: Iterable[str] | None = None) -> list[Rule]:
     if unknown:
         raise EdgeqError(f"unknown rule id(s): {', '.join(unknown)}", hint=f"known: {', '.join(RULES_BY_ID)}")
     return [r for r in RULES if r.id in wanted]
-
-
-def lint_graph(graph: gs.Graph, *, rules: Iterable[str] | None = None) -> list[Finding]:
-    """Run the graph rules on a graphsurgeon graph (model-level rules are skipped)."""
-    found = []
-    for rule in select_rules(rules):
-        if rule.needs == "graph":
-            found.extend(rule.check(graph))
-    return sort_findings(found)
 
 
 def lint_model(

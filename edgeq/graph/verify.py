@@ -42,6 +42,7 @@ class Verification:
 
     def __str__(self) -> str:
         where = f" (output '{self.worst}')" if self.worst else ""
+        where += "".join(f"; {n}" for n in self.notes)
         if self.passed:
             return (
                 f"PASSED: max abs error {self.max_abs:.3g} (atol {self.atol:g}), max rel error "
@@ -62,6 +63,7 @@ class Verification:
             "rtol": self.rtol,
             "worst_output": self.worst,
             "failed_elements": self.failed_elements,
+            "notes": list(self.notes),
             "outputs": {
                 k: {"max_abs": _json_float(a), "max_rel": _json_float(r)}
                 for k, (a, r) in self.outputs.items()
@@ -153,24 +155,43 @@ def compare_models(
     rtol: float,
     seed: int = 0,
     inputs: dict[str, np.ndarray] | None = None,
+    widen_half: bool = False,
 ) -> Verification:
-    """Run ``a`` (reference) and ``b`` on the same inputs; compare every output ``a`` has."""
+    """Run ``a`` (reference) and ``b`` on the same inputs; compare every output ``a`` has.
+
+    ``widen_half``: when ``a`` is a float16/bfloat16 network, compare both with those types widened to
+    float32 (``widened_to_float32``), and say so in the result's notes.
+    """
     import numpy as np
 
+    notes: tuple[str, ...] = ()
+    if widen_half and inputs is None and _has_half(a):
+        a, b = widened_to_float32(a), widened_to_float32(b)
+        notes = (
+            "float16 network: both models compared with float16 widened to float32 (onnxruntime's CPU "
+            "provider runs float16 layers in float32 and drops roundings, so it cannot compare "
+            "float16 graphs exactly)",
+        )
     feeds = inputs if inputs is not None else random_inputs(a, seed)
     ref = run_model(a, feeds, "the input model")
     b_inputs = {i.name for i in b.graph.input}
-    got = run_model(b, {k: v for k, v in feeds.items() if k in b_inputs}, "the result")
+    try:
+        got = run_model(b, {k: v for k, v in feeds.items() if k in b_inputs}, "the result")
+    except GraphError as e:
+        # The input ran and the result passed the ONNX checker: a rewrite of ours broke it.
+        raise RuntimeError(f"edgeq bug: {e.message}; please report it with the model") from e
     outputs: dict[str, tuple[float, float]] = {}
     failed = total = 0
     worst, worst_key = "", (-1.0, -1.0)
     max_abs = max_rel = 0.0
     for name, r in ref.items():
         if name not in got:
-            raise GraphError(f"the cleaned model lost output '{name}'")
+            raise RuntimeError(f"edgeq bug: the result lost output '{name}'; please report it with the model")
         g = got[name]
         if r.shape != g.shape:
-            raise GraphError(f"output '{name}' changed shape: {r.shape} -> {g.shape}")
+            raise RuntimeError(
+                f"edgeq bug: output '{name}' changed shape: {r.shape} -> {g.shape}; please report it"
+            )
         r64, g64 = np.asarray(r, dtype=np.float64), np.asarray(g, dtype=np.float64)
         same_nan = np.isnan(r64) & np.isnan(g64)
         absdiff = np.where(same_nan, 0.0, np.abs(r64 - g64))
@@ -197,4 +218,50 @@ def compare_models(
         worst=worst,
         failed_elements=failed,
         total_elements=total,
+        notes=notes,
     )
+
+
+_HALF = ("FLOAT16", "BFLOAT16")
+
+
+def _has_half(model: onnx.ModelProto) -> bool:
+    import onnx
+
+    half = {getattr(onnx.TensorProto, t) for t in _HALF}
+    g = model.graph
+    return any(v.type.tensor_type.elem_type in half for v in list(g.input) + list(g.output)) or any(
+        t.data_type in half for t in g.initializer
+    )
+
+
+def widened_to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy with every float16/bfloat16 tensor, initializer, Constant and Cast made float32.
+
+    The graph's structure and every other value stay as they are, so comparing two widened models checks
+    that a rewrite kept the graph's function up to float16 rounding.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    half = {getattr(onnx.TensorProto, t) for t in _HALF}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+
+    def widen(t: onnx.TensorProto) -> None:
+        if t.data_type in half:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype("float32"), t.name))
+
+    for t in g.initializer:
+        widen(t)
+    for v in list(g.input) + list(g.output) + list(g.value_info):
+        if v.type.tensor_type.elem_type in half:
+            v.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    for n in g.node:
+        for a in n.attribute:
+            if a.name == "to" and a.i in half:
+                a.i = onnx.TensorProto.FLOAT
+            if a.type == onnx.AttributeProto.TENSOR:
+                widen(a.t)
+    return out

@@ -453,6 +453,8 @@ def _session(model: onnx.ModelProto, outputs: list[str], options: CalibOptions) 
     import onnx
     import onnxruntime as ort
 
+    from edgeq.graph.io import ort_session
+
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads = os.cpu_count() or 1
@@ -467,7 +469,14 @@ def _session(model: onnx.ModelProto, outputs: list[str], options: CalibOptions) 
     n_before = len(model.graph.output)
     model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in outputs if t not in existing)
     try:
-        sess = inference_session(model, so, options.providers, purpose="calibration")
+        sess = ort_session(model, so, list(options.providers or default_providers()))
+    except Exception as e:  # onnxruntime's own untyped failures: whose fault is it?
+        del model.graph.output[n_before:]
+        inference_session(model, so, options.providers, purpose="calibration")  # the model's: QuantError
+        raise RuntimeError(
+            "edgeq bug: onnxruntime loads the model but not with the tensors calibration exposes "
+            f"({first_line(e)}); please report it with the model"
+        ) from e
     finally:
         del model.graph.output[n_before:]
     missing = set(outputs) - {o.name for o in sess.get_outputs()}

@@ -675,11 +675,8 @@ def _pil_error(path: Path, e: BaseException) -> QuantError:
 
 def _check_image_header(path: Path) -> None:
     """Open the header only (no pixel decoding), so a non-image fails when the set is built."""
-    try:
-        import PIL.Image
-    except ImportError:  # a dependency; only a broken install gets here
-        raise QuantError(f"{path}: reading {path.suffix} images needs Pillow",
-                         hint="pip install Pillow, or convert the images to .npy") from None
+    import PIL.Image
+
     try:
         with PIL.Image.open(path):
             pass

@@ -228,13 +228,6 @@ def quantize_model(
     )
 
 
-def default_cache_path(model_path: str | Path) -> Path:
-    """``model.onnx`` -> ``model.int8.cache`` beside it."""
-    p = Path(model_path)
-    stem = p.name[: -len(".onnx")] if p.name.endswith(".onnx") else p.name
-    return p.with_name(f"{stem}.int8.cache")
-
-
 def implicit_model_path(cache_path: str | Path) -> Path:
     """``model.int8.cache`` -> ``model.int8.fp32.onnx`` beside it: the FP32 model the cache is for.
 

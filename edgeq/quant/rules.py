@@ -82,7 +82,7 @@ _RULES = (
         "is placed on their inputs and their outputs run INT8. Measured exception: a weighted op that "
         "reads a Concat also gets its own (place-concat-conv).",
         f"{TRT86_GUIDE} > 'TensorRT Processing Of Q/DQ Networks' (Q/DQ propagation, commute-with-"
-        "quantization layers such as Max Pooling); docs/trt86-rules.md 'Explicit quantization: what fuses'",
+        "quantization layers such as Max Pooling); edgeq/docs/trt86-rules.md#what-fuses",
     ),
     PlacementRule(
         "place-concat-shared-scale",

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from edgeq.errors import EdgeqError, GraphError, QuantError, RemoteError
+from edgeq.errors import EdgeqError, GraphError, RemoteError
 from edgeq.findings import Level, ProgressFn, no_progress
 from edgeq.fs import atomic_write_text, ensure_dir
 from edgeq.remote.agent import PROTOCOL as AGENT_PROTOCOL  # the envelope version shipped with this host
@@ -57,6 +57,7 @@ def _no_event(line: str) -> None:
 @dataclass(frozen=True)
 class DeployOptions:
     calib: Optional[Path] = None  # a float model is quantized with this calibration data
+    preprocess: Optional[Path] = None  # YAML preprocessing spec when calib is an image directory
     accept_new_host_key: bool = False
     gate: Optional[str] = None  # policy name; None: the target's (else int8)
     gate_allow: tuple[str, ...] = ()  # extra allowlist (e.g. from a pipeline file)
@@ -259,17 +260,14 @@ def has_qdq(model: Any) -> bool:
     return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
 
 
-def _quantize(model: Any, calib: Path, cache_path: Path, progress: ProgressFn) -> Any:
+def _quantize(
+    model: Any, calib: Path, preprocess: Optional[Path], cache_path: Path, progress: ProgressFn
+) -> Any:
     """``edgeq quantize`` in-process: TensorRT-aware Q/DQ placement plus the calibration cache."""
-    try:
-        from edgeq.quant.data import calibration_set
-        from edgeq.quant.quantize import QuantizeOptions, quantize_model
-    except ImportError:
-        raise QuantError(
-            "cannot quantize: edgeq.quant.quantize is not part of this edgeq build",
-            "deploy a Q/DQ model (quantized elsewhere), or drop --calib to build an FP16 engine",
-        ) from None
-    data = calibration_set(model, calib)
+    from edgeq.quant.data import calibration_set
+    from edgeq.quant.quantize import QuantizeOptions, quantize_model
+
+    data = calibration_set(model, calib, preprocess=preprocess)
     return quantize_model(model, data, QuantizeOptions(cache_path=cache_path), progress)
 
 
@@ -429,7 +427,7 @@ class _Deploy:
         else:
             with self.stage("quantize") as rec:
                 cache_file = self.run_dir / f"{stem}.int8.cache"
-                q = _quantize(model, Path(opts.calib), cache_file, self.progress)
+                q = _quantize(model, Path(opts.calib), opts.preprocess, cache_file, self.progress)
                 model = q.model
                 model_file = self.run_dir / f"{stem}.int8.onnx"
                 save_model(model, model_file)
@@ -695,11 +693,6 @@ def check_target(
         return facts
 
 
-def summarize(result: DeployResult) -> list[str]:
-    """One line per stage, for the CLI."""
-    return [f"{s.name:<9} {s.status:<8} {s.seconds:7.2f}s  {s.summary}" for s in result.stages]
-
-
 __all__: Sequence[str] = (
     "STAGES",
     "DeployOptions",
@@ -713,5 +706,4 @@ __all__: Sequence[str] = (
     "finish_run",
     "new_run_dir",
     "parse_agent_reply",
-    "summarize",
 )

@@ -266,10 +266,8 @@ def _policy(v: Any) -> str:
 
 
 def _known_policies() -> set[str]:
-    try:
-        from edgeq.report.policy import POLICIES
-    except ImportError:  # the report package is optional for reading a target file
-        return {"int8", "none"}
+    from edgeq.report.policy import POLICIES
+
     return set(POLICIES)
 
 

@@ -55,18 +55,19 @@ KIND_RULES: tuple[KindRule, ...] = (
         "constant-layer",
         frozenset({"Constant"}),
         LayerKind.WEIGHTS,
-        "docs/trt86-rules.md 'Reading an engine': Constant weight layers are not compute",
+        "edgeq/docs/trt86-rules.md#reading-an-engine: Constant weight layers are not compute",
     ),
     KindRule(
         "reformat-layer",
         frozenset({"Reformat", "MyelinReformat"}),
         LayerKind.REFORMAT,
-        "docs/trt86-rules.md 'Reading an engine': Reformat layers; fixtures: Origin QDQ/REFORMAT/CAST",
+        "edgeq/docs/trt86-rules.md#reading-an-engine: Reformat layers; fixtures: Origin QDQ/REFORMAT/CAST",
     ),
 )
 WEIGHT_CHAIN_SOURCE = (
     "fixtures resnet50*.layers.json: 'Identity_N' MyelinReformat/Reformat(CAST) layers copy a Constant "
-    "into a convolution's bias input; docs/trt86-rules.md: MyelinReformat weight layers are not compute"
+    "into a convolution's bias input; edgeq/docs/trt86-rules.md#reading-an-engine: MyelinReformat weight "
+    "layers are not compute"
 )
 SHUFFLE_NOOP_SOURCE = "TensorRT: a Shuffle without transposes only reinterprets dimensions (pure reshape)"
 
@@ -77,7 +78,7 @@ POINTWISE_TYPES = frozenset({"PointWise", "PointWiseV2", "ElementWise", "Activat
 CONV_OPS = patterns.WEIGHTED_OPS
 ACTIVATION_OPS = patterns.ACTIVATION_OPS | {"Mul", "PRelu"}
 RESIDUAL_SOURCE = (
-    "docs/trt86-rules.md 'Explicit quantization: what fuses' (residual Add); measured: "
+    "edgeq/docs/trt86-rules.md#unfused-residual (residual Add); measured: "
     "fixtures resnet50_ortfb.explicit.layers.json, 16 PWN(Add, Relu) PointWiseV2 layers (0.73x implicit)"
 )
 

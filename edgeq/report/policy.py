@@ -37,14 +37,14 @@ RULES: dict[str, Rule] = {
         Rule(
             "int8-compute",
             "a compute layer inside the INT8 region runs in a wider precision (FP16/FP32)",
-            "docs/trt86-rules.md 'Reading an engine' (INT8 everywhere between the first Q and the last DQ); "
+            "edgeq/docs/trt86-rules.md#int8-compute (INT8 everywhere between the first Q and the last DQ); "
             "measured: fixtures resnet50.implicit.layers.json (54 FP16 layers, only the stem ran INT8)",
         ),
         Rule(
             "interior-reformat",
             "a Reformat inside the network that changes precision or layout (not at an input/output "
             "binding, not the first Q or last DQ)",
-            "docs/trt86-rules.md 'Reading an engine' (interior Reformat layers are what the gate must "
+            "edgeq/docs/trt86-rules.md#interior-reformat (interior Reformat layers are what the gate must "
             "catch); measured: fixtures resnet50_ortfb.explicit.layers.json, INT8 NC/32HW32 -> INT8 NCHW "
             "copy before the final squeeze",
         ),
@@ -67,7 +67,7 @@ RULES: dict[str, Rule] = {
             "unfused-residual",
             "a residual Add (and the Relu after it) left as its own point-wise layer instead of fused "
             "into the convolution that feeds it",
-            "docs/trt86-rules.md 'Explicit quantization: what fuses' (residual Add: quantize the skip "
+            "edgeq/docs/trt86-rules.md#unfused-residual (residual Add: quantize the skip "
             "branch only); measured: fixtures resnet50_ortfb.explicit.layers.json, 16 PWN(Add, Relu) "
             "PointWiseV2 layers, 0.73x implicit throughput",
         ),
@@ -77,11 +77,11 @@ RULES: dict[str, Rule] = {
 # What a policy lets through without a rule firing, with the reason (shown in reports).
 EXEMPTIONS: dict[str, str] = {
     "boundary-reformat": "Reformat at a network input/output binding, or the first Q / last DQ of the INT8 "
-    "region: expected (docs/trt86-rules.md 'Reading an engine')",
+    "region: expected (edgeq/docs/trt86-rules.md#reading-an-engine)",
     "weights": "Constant layers and copies of constants (MyelinReformat/Reformat 'Identity_N' into a conv "
-    "bias) are weights, not compute (docs/trt86-rules.md 'Reading an engine')",
+    "bias) are weights, not compute (edgeq/docs/trt86-rules.md#reading-an-engine)",
     "outside-region": "layers before the first Q or after the last DQ of an explicit engine are outside the "
-    "INT8 region (docs/trt86-rules.md 'Reading an engine')",
+    "INT8 region (edgeq/docs/trt86-rules.md#gate)",
     "no-op": "NoOp layers move no data",
 }
 
@@ -143,7 +143,7 @@ POLICIES: dict[str, Policy] = {
         description="INT8 everywhere between the network's first Q and last DQ: no FP16/FP32 compute and "
         "no precision- or layout-changing Reformat inside; same-format copies (Concat/Slice) reported; "
         "reformats at the inputs/outputs and weight layers allowed",
-        source="docs/trt86-rules.md 'Reading an engine'; fixtures trt86-h200-edgeq/yolo_fix2.explicit",
+        source="edgeq/docs/trt86-rules.md#gate; measured: fixtures trt86-h200-edgeq/yolo_fix2.explicit",
     ),
     "fusion": Policy(
         name="fusion",
@@ -157,7 +157,7 @@ POLICIES: dict[str, Policy] = {
     "none": Policy(
         name="none",
         description="report only, no gate",
-        source="README 'Commands' (edgeq report --gate none)",
+        source="edgeq/docs/trt86-rules.md#gate (--gate none)",
         precision=None,
         forbid_interior_reformats=False,
     ),
