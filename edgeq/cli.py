@@ -675,10 +675,20 @@ def deploy_cmd(
         3.0, "--duration", min=0, help="Profile at least S seconds (trtexec --duration)."
     ),
     pipeline: Optional[Path] = typer.Option(
-        None, "--pipeline", help="Pipeline YAML: its gate allowlist is added (full pipelines: a later issue)."
+        None, "--pipeline", help="Pipeline YAML: its gate allowlist is added ('edgeq run' runs a whole one)."
+    ),
+    calibrator: Calibrator = typer.Option(Calibrator.entropy, "--calibrator", case_sensitive=False,
+                                          help="With --calib: how activation ranges are chosen."),
+    percentile: float = typer.Option(99.99, "--percentile", help="Percentile for --calibrator percentile."),
+    placement: Placement = typer.Option(Placement.trt, "--placement", case_sensitive=False,
+                                        help="trt: TensorRT 8.6 rules; all: every quantizable tensor."),
+    overrides: Optional[Path] = typer.Option(None, "--overrides", help="YAML file forcing/excluding nodes."),
+    preprocess: Optional[Path] = typer.Option(
+        None, "--preprocess", help="YAML preprocessing for calibration images."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the stages, timings and verdict as JSON."),
 ) -> int:
+    from edgeq.pipeline import QuantizeSpec
     from edgeq.remote.deploy import DeployOptions, deploy
     from edgeq.remote.targets import load_pipeline, resolve_target
 
@@ -687,9 +697,11 @@ def deploy_cmd(
     if pipeline is not None:
         pl = load_pipeline(pipeline)
         allow = pl.gate.allow if pl.gate is not None else ()
+    spec = QuantizeSpec(calibrator=calibrator.value, percentile=percentile, placement=placement.value,
+                        overrides=overrides, preprocess=preprocess)  # fmt: skip
     options = DeployOptions(
         calib=calib, accept_new_host_key=accept_new_host_key, gate=gate, gate_allow=allow, runs_dir=runs_dir,
-        fp16=fp16, iterations=iterations, duration=duration,
+        fp16=fp16, iterations=iterations, duration=duration, quantize=spec,
     )  # fmt: skip
 
     def event(line: str) -> None:
