@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeq.config import unknown_key
 from edgeq.errors import ConfigError, first_line
 
 _KEYS = ("exclude", "force", "version")
@@ -75,7 +76,7 @@ def overrides_from_dict(data: object, source: str = "overrides") -> Overrides:
                           f"got {type(data).__name__}")
     unknown = [k for k in data if k not in _KEYS]
     if unknown:
-        raise ConfigError(f"{source}: unknown key '{unknown[0]}'", hint="allowed keys: exclude, force")
+        raise unknown_key(source, unknown[0], ("exclude", "force"))
     if "version" in data and data["version"] != 1:
         raise ConfigError(f"{source}: unsupported version {data['version']!r}", hint="use version: 1")
     lists: dict[str, tuple[str, ...]] = {}
