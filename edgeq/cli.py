@@ -808,6 +808,126 @@ def targets_check_cmd(
 
 
 # --------------------------------------------------------------------------------------------------
+# edgeq fleet validate  (edgeq.fleet)
+# --------------------------------------------------------------------------------------------------
+
+fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a fleet YAML or an Ansible "
+                        "inventory).")
+app.add_typer(fleet_app, name="fleet")
+
+_ROW_STYLE = {"pending": "dim", "running": "cyan", "passed": "green", "failed": "bold red"}
+
+
+def _live_rows(rows: dict[str, Any]) -> Table:
+    t = Table(title="fleet", expand=False)
+    for col in ("target", "destination", "status", "stage"):
+        t.add_column(col)
+    for r in rows.values():
+        st = _ROW_STYLE.get(r.status, "")
+        t.add_row(escape(r.target), escape(r.destination), f"[{st}]{r.status}[/]", escape(r.stage))
+    return t
+
+
+def _fleet_matrix(result: Any) -> Table:
+    from edgeq.fleet import matrix
+
+    cells = matrix(result)
+    t = Table(title=f"fleet: {escape(result.model.name)}", expand=False)
+    for col in (cells[0].keys() if cells else ()):
+        t.add_column(col, overflow="fold")
+    for row in cells:
+        style = "green" if row["result"] == "passed" else "red"
+        t.add_row(*(escape(v) for v in list(row.values())[:-1]), f"[{style}]{escape(row['result'])}[/]")
+    return t
+
+
+def fleet_options_from_cli(calib: Optional[Path], calibrator: Calibrator, preprocess: Optional[Path],
+                           overrides: Optional[Path], gate: Optional[str], runs_dir: Path,
+                           accept_new_host_key: bool, build_once_per_kind: bool, workers: Optional[int],
+                           iterations: int, duration: float) -> Any:
+    from edgeq.fleet import FleetOptions
+    from edgeq.pipeline import ProfileSettings, QuantizeSpec
+
+    spec = QuantizeSpec(calib=calib, calibrator=calibrator.value, preprocess=preprocess, overrides=overrides)
+    return FleetOptions(quantize=spec, gate=gate, runs_dir=runs_dir, accept_new_host_key=accept_new_host_key,
+                        build_once_per_kind=build_once_per_kind, workers=workers,
+                        profile=ProfileSettings(iterations=iterations, duration=duration))  # fmt: skip
+
+
+def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any:
+    """Load the fleet and validate, with one live row per target on stderr when ``live``."""
+    from rich.live import Live
+
+    from edgeq.fleet import validate
+    from edgeq.fleet_file import load_fleet
+
+    fleet = load_fleet(fleet_path)
+    rows: dict[str, Any] = {}
+    if not live:
+        return validate(model, fleet, options)
+    with Live(_live_rows(rows), console=err, transient=True, refresh_per_second=4) as view:
+
+        def on_row(row: Any) -> None:
+            rows[row.target] = row
+            view.update(_live_rows(rows))
+
+        return validate(model, fleet, options, on_row=on_row)
+
+
+@fleet_app.command(
+    "validate",
+    help="Deploy one model to every target of a fleet concurrently and print a matrix: target x "
+    "(reachable, TensorRT, GPU, build, gate, latency p50/p99, throughput, report). The model is cleaned, "
+    "quantized (--calib) and linted once; an unreachable or failing target fails only its row.\n\n"
+    "--fleet takes edgeq's fleet YAML (targets: names, globs, per-target overrides) or an Ansible "
+    "inventory (YAML or INI: ansible_host/ansible_user/ansible_port/ansible_ssh_private_key_file, other "
+    "target keys as edgeq_<key> vars). --build-once-per-kind builds one engine per compute capability + "
+    "TensorRT version and loads it on the identical boards.\n\nExit codes: 0 every target passed; 1 a "
+    "target failed (unreachable, build, gate); 2 usage or input error.",
+)
+def fleet_validate_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model: Q/DQ (explicit INT8) or float."),
+    fleet: Path = typer.Option(..., "--fleet", "-f", help="Fleet YAML or Ansible inventory."),
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data: quantize a float model."),
+    calibrator: Calibrator = typer.Option(Calibrator.entropy, "--calibrator", case_sensitive=False),
+    preprocess: Optional[Path] = typer.Option(None, "--preprocess", help="YAML image preprocessing."),
+    overrides: Optional[Path] = typer.Option(None, "--overrides", help="YAML file forcing/excluding nodes."),
+    gate: Optional[str] = typer.Option(None, "--gate", help="Gate policy (default: the target's, else int8)"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where the fleet directory is created."),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key"),
+    build_once_per_kind: bool = typer.Option(
+        False, "--build-once-per-kind", help="One engine build per compute capability + TensorRT version."
+    ),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Targets at once (default: fleet)"),
+    iterations: int = typer.Option(10, "--iterations", min=1, help="trtexec --iterations."),
+    duration: float = typer.Option(3.0, "--duration", min=0, help="trtexec --duration."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML (one testcase per target)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the matrix as JSON."),
+) -> int:
+    from edgeq.fleet import junit_xml
+    from edgeq.fs import atomic_write_text, check_writable
+
+    if junit is not None:
+        check_writable(junit, inputs=(model, fleet))
+    options = fleet_options_from_cli(calib, calibrator, preprocess, overrides, gate, runs_dir,
+                                     accept_new_host_key, build_once_per_kind, workers, iterations,
+                                     duration)  # fmt: skip
+    result = run_fleet(model, fleet, options, live=not json_out)
+    code = EXIT_OK if result.passed else EXIT_CHECK_FAILED
+    if junit is not None:
+        atomic_write_text(junit, junit_xml(result))
+    if json_out:
+        print_json({**result.to_dict(), "exit_code": code})
+        return code
+    out.print(_fleet_matrix(result))
+    passed = sum(r.passed for r in result.rows)
+    style = "green" if result.passed else "bold red"
+    out.print(f"[{style}]{passed}/{len(result.rows)} targets passed[/]; fleet directory: "
+              f"[bold]{escape(str(result.fleet_dir))}[/]")  # fmt: skip
+    return code
+
+
+# --------------------------------------------------------------------------------------------------
 # edgeq demo
 # --------------------------------------------------------------------------------------------------
 

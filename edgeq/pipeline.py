@@ -536,10 +536,11 @@ def on_target(
     agent_pyz: Any,
     settings: ProfileSettings,
     shared: Optional[KindEngines] = None,
+    remote_name: Optional[str] = None,
 ) -> Probe:
     """upload -> probe -> build (or reuse the kind's engine) -> inspect -> profile; files into the run dir."""
     run_dir = rec.run_dir
-    remote_run = target.remote_path("runs", run_dir.name)
+    remote_run = target.remote_path("runs", remote_name or run_dir.name)
     with rec.stage("upload") as r:
         up_agent, up_model = ship(runner, target, prepared.model_file, agent_pyz, rec.progress)
         r.data = {"agent": {"version": agent_pyz.version, **asdict(up_agent)}, "model": asdict(up_model)}
