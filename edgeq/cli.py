@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from edgeq import __version__
 from edgeq.errors import EdgeqError
@@ -925,6 +926,130 @@ def fleet_validate_cmd(
     out.print(f"[{style}]{passed}/{len(result.rows)} targets passed[/]; fleet directory: "
               f"[bold]{escape(str(result.fleet_dir))}[/]")  # fmt: skip
     return code
+
+
+# --------------------------------------------------------------------------------------------------
+# edgeq release  (edgeq.release)
+# --------------------------------------------------------------------------------------------------
+
+
+class _DefaultCreate(TyperGroup):
+    """``edgeq release MODEL ...`` is ``edgeq release create MODEL ...``; verify/inspect stay commands."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["create", *args]
+        return super().parse_args(ctx, args)
+
+
+release_app = typer.Typer(
+    cls=_DefaultCreate,
+    help="Release bundles: 'edgeq release MODEL --fleet F -o bundle.tar.gz' (or --from a fleet directory) "
+    "packs the shipped ONNX, the calibration cache, one engine per target kind, the reports and a manifest "
+    "(sha256 and size of every file, versions, source hash, git commit); same inputs give the same bytes. "
+    "'edgeq release verify' checks a bundle, 'edgeq release inspect' prints its manifest.",
+)
+app.add_typer(release_app, name="release")
+
+
+@release_app.command(
+    "create",
+    help="Validate MODEL on --fleet (as 'edgeq fleet validate') and bundle the result, or bundle an earlier "
+    "fleet directory (--from). Only a fleet where every target passed is released.\n\n" + EXIT_CODES_HELP,
+)
+def release_create_cmd(
+    model: Optional[Path] = typer.Argument(None, help="The ONNX model (with --fleet)."),
+    fleet: Optional[Path] = typer.Option(None, "--fleet", "-f", help="Fleet YAML or Ansible inventory."),
+    from_dir: Optional[Path] = typer.Option(None, "--from", help="A fleet directory (edgeq fleet validate)."),
+    output: Path = typer.Option(..., "-o", "--output", help="The bundle to write (.tar.gz)."),
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data: quantize a float model."),
+    calibrator: Calibrator = typer.Option(Calibrator.entropy, "--calibrator", case_sensitive=False),
+    preprocess: Optional[Path] = typer.Option(None, "--preprocess", help="YAML image preprocessing."),
+    overrides: Optional[Path] = typer.Option(None, "--overrides", help="YAML file forcing/excluding nodes."),
+    gate: Optional[str] = typer.Option(None, "--gate", help="Gate policy (default: the target's, else int8)"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where the fleet directory is created."),
+    build_once_per_kind: bool = typer.Option(True, "--build-once-per-kind/--build-each"),
+    json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> int:
+    from edgeq.fs import check_writable
+    from edgeq.release.bundle import build_bundle
+
+    if (from_dir is None) == (model is None or fleet is None):
+        raise EdgeqError("give MODEL --fleet FILE, or --from FLEET_DIR (one of them)")
+    check_writable(output, inputs=tuple(p for p in (model, fleet) if p is not None))
+    if from_dir is None:
+        assert model is not None and fleet is not None
+        options = fleet_options_from_cli(calib, calibrator, preprocess, overrides, gate, runs_dir, False,
+                                         build_once_per_kind, None, 10, 3.0)  # fmt: skip
+        result = run_fleet(model, fleet, options, live=not json_out)
+        if not json_out:
+            out.print(_fleet_matrix(result))
+        from_dir = result.fleet_dir
+    manifest = build_bundle(from_dir, output)
+    if json_out:
+        print_json(manifest)
+        return EXIT_OK
+    _render_manifest(manifest)
+    out.print(f"wrote [bold]{escape(str(output))}[/]")
+    return EXIT_OK
+
+
+def _render_manifest(m: dict[str, Any]) -> None:
+    src = m.get("source_model") or {}
+    out.print(f"{escape(str(m.get('format')))} by edgeq {escape(str(m.get('edgeq')))}, created "
+              f"{escape(str(m.get('created')))}, git {escape(str(m.get('git_commit') or '-'))}")  # fmt: skip
+    out.print(f"source model {escape(str(src.get('name')))} sha256 {escape(str(src.get('sha256')))}")
+    t = Table(title="engines (one per kind)", expand=False)
+    for col in ("kind", "TensorRT", "GPU", "sm", "JetPack", "built on", "file"):
+        t.add_column(col, overflow="fold")
+    for kind, e in sorted((m.get("engines") or {}).items()):
+        t.add_row(*(escape(str(v or "-")) for v in (kind, e.get("tensorrt"), e.get("gpu"),
+                                                    e.get("compute_capability"), e.get("jetpack"),
+                                                    e.get("built_on"), e.get("path"))))  # fmt: skip
+    out.print(t)
+    files = m.get("files") or []
+    out.print(f"{len(files)} files, {sum(int(f.get('size', 0)) for f in files)} bytes; targets: "
+              + ", ".join(escape(str(x.get("name"))) for x in m.get("targets") or []))
+
+
+@release_app.command(
+    "verify",
+    help="Check a bundle: the manifest's own hash, then every file's sha256 and size, and files the "
+    "manifest does not list. Each problem is printed with its kind: \\[manifest] edited manifest, "
+    "\\[modified] a file changed, \\[missing] a listed file absent, \\[extra] an unlisted file.\n\n"
+    "Exit codes: 0 the bundle is intact; 1 a problem was found (or the archive is corrupt); 2 no such file.",
+)
+def release_verify_cmd(
+    bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+) -> int:
+    from edgeq.release.bundle import verify
+
+    v = verify(bundle)
+    code = EXIT_OK if v else EXIT_CHECK_FAILED
+    if json_out:
+        print_json({"ok": bool(v), "checked": v.checked, "exit_code": code,
+                    "problems": [vars(p) for p in v.problems]})  # fmt: skip
+        return code
+    for p in v.problems:
+        out.print(f"[bold red]{escape(str(p))}[/]")
+    out.print(("[green]" if v else "[bold red]") + escape(v.summary()) + "[/]")
+    return code
+
+
+@release_app.command("inspect", help="Print a bundle's manifest: versions, engines per kind, files.")
+def release_inspect_cmd(
+    bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> int:
+    from edgeq.release.bundle import inspect
+
+    manifest = inspect(bundle)
+    if json_out:
+        print_json(manifest)
+    else:
+        _render_manifest(manifest)
+    return EXIT_OK
 
 
 # --------------------------------------------------------------------------------------------------

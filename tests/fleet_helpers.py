@@ -78,3 +78,23 @@ def qdq_model(path: Path) -> Path:
 
     onnx.save(zoo.qdq_ort(zoo.resnet_like(size=32, width=8), quantize_bias=False), str(path))
     return path
+
+
+def start_servers(n: int) -> list[Any]:
+    """``n`` real sshd instances on 127.0.0.1, each on its own port with its own keys."""
+    from sshd import SshdServer
+
+    return [SshdServer().start() for _ in range(n)]
+
+
+def write_fleet(root: Path, members: list[Member], allow: str) -> Path:
+    """targets/<board>.yaml for each member (allowlisting ``allow``) and fleet.yaml listing them by glob."""
+    import yaml
+
+    (root / "targets").mkdir(exist_ok=True)
+    for m in members:
+        text = yaml.safe_dump(m.target_dict(gate={"allow": [allow]}))
+        (root / "targets" / f"{m.name}.yaml").write_text(text)
+    fleet = root / "fleet.yaml"
+    fleet.write_text("workers: 8\ntargets:\n  - targets/board*.yaml\n")
+    return fleet

@@ -1,0 +1,156 @@
+"""``edgeq release``: a bundle from a fleet run on three loopback sshd targets (tests/fleet_helpers.py),
+byte-identical when made twice, and ``verify`` naming each kind of damage distinctly."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+
+import pytest
+from fleet_helpers import make_members, qdq_model, reformat_layer, start_servers, write_fleet
+
+from edgeq.release.bundle import MANIFEST
+
+
+@pytest.fixture(scope="module")
+def servers():
+    from sshd import sshd_available
+
+    reason = sshd_available()
+    if reason:
+        pytest.skip(reason)
+    started = start_servers(3)
+    yield started
+    for s in started:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def released(servers, tmp_path_factory):
+    """``edgeq release MODEL --fleet`` once, then ``--from`` the same fleet directory: two bundles."""
+    from edgeq.cli import run
+
+    root = tmp_path_factory.mktemp("release")
+    mp = pytest.MonkeyPatch()
+    mp.chdir(root)
+    mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+    mp.delenv("SOURCE_DATE_EPOCH", raising=False)
+    try:
+        fleet = write_fleet(root, make_members(root, servers), reformat_layer())
+        model = qdq_model(root / "net.onnx")
+        assert run(["release", str(model), "--fleet", str(fleet), "-o", str(root / "a.tar.gz")]) == 0
+        (fleet_dir,) = (root / "runs").iterdir()
+        assert run(["release", "--from", str(fleet_dir), "-o", str(root / "b.tar.gz")]) == 0
+    finally:
+        mp.undo()
+    return root, fleet_dir
+
+
+def _members(path):
+    with tarfile.open(path, "r:gz") as tar:
+        return {m.name: (m, tar.extractfile(m).read()) for m in tar.getmembers()}
+
+
+def _rewrite(src, dst, change):
+    """A copy of bundle ``src`` with its {name: bytes} passed through ``change``."""
+    files = {n: d for n, (_, d) in _members(src).items()}
+    files = change(files)
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    dst.write_bytes(raw.getvalue())
+    return dst
+
+
+@pytest.mark.sshd
+def test_bundle_is_byte_identical_complete_and_verifies(released, cli):
+    root, fleet_dir = released
+    a, b = (root / "a.tar.gz").read_bytes(), (root / "b.tar.gz").read_bytes()
+    assert a == b  # same fleet run -> same bytes (sorted entries, fixed mtimes and owners, gzip mtime 0)
+    members = _members(root / "a.tar.gz")
+    names = sorted(members)
+    assert names == sorted(set(names)) and list(members) == sorted(members)  # sorted in the archive
+    assert all(m.uid == 0 and m.gid == 0 and m.uname == "" for m, _ in members.values())
+    manifest = json.loads(members[MANIFEST][1])
+    assert manifest["format"] == "edgeq-release/1"
+    # one engine per kind: three identical boards (same sm + TensorRT) -> one engine
+    assert list(manifest["engines"]) == ["smx-trt8.6.0"]
+    assert manifest["engines"]["smx-trt8.6.0"]["tensorrt"] == "8.6.0"
+    assert {t["name"] for t in manifest["targets"]} == {"board1", "board2", "board3"}
+    listed = {f["path"] for f in manifest["files"]}
+    assert listed == set(names) - {MANIFEST}
+    assert {"model/net.clean.onnx", "engines/smx-trt8.6.0/engine.plan",
+            "reports/board2/report.html"} <= listed  # fmt: skip
+    src = (root / "net.onnx").read_bytes()
+    import hashlib
+
+    assert manifest["source_model"]["sha256"] == hashlib.sha256(src).hexdigest()
+    engine = members["engines/smx-trt8.6.0/engine.plan"][1]
+    assert engine == (fleet_dir / "targets" / "board1" / "engine.plan").read_bytes()
+
+    code, out, _ = cli("release", "verify", root / "a.tar.gz")
+    assert code == 0 and "OK, " in out
+    code, out, _ = cli("release", "inspect", root / "a.tar.gz")
+    assert code == 0 and "smx-trt8.6.0" in out and "board1" in out
+
+
+@pytest.mark.sshd
+def test_verify_names_each_kind_of_damage(released, cli, tmp_path):
+    root, _ = released
+    good = root / "a.tar.gz"
+    engine = "engines/smx-trt8.6.0/engine.plan"
+
+    def flip(files):
+        data = bytearray(files[engine])
+        data[len(data) // 2] ^= 0x01
+        return {**files, engine: bytes(data)}
+
+    def edit_manifest(files):
+        m = json.loads(files[MANIFEST])
+        m["targets"][0]["gate"] = not m["targets"][0]["gate"]
+        m["edgeq"] = "9.9.9"
+        return {**files, MANIFEST: json.dumps(m).encode()}
+
+    cases = {
+        "modified": flip,
+        "missing": lambda f: {k: v for k, v in f.items() if k != "reports/board3/report.json"},
+        "extra": lambda f: {**f, "engines/smx-trt8.6.0/backdoor.so": b"\x7fELF"},
+        "manifest": edit_manifest,
+    }
+    lines = {}
+    for kind, change in cases.items():
+        bad = _rewrite(good, tmp_path / f"{kind}.tar.gz", change)
+        code, out, err = cli("release", "verify", bad, "--json")
+        assert code == 1, (kind, out, err)
+        problems = json.loads(out)["problems"]
+        assert {p["kind"] for p in problems} == {kind}, problems
+        code, out, _ = cli("release", "verify", bad)
+        assert code == 1 and f"[{kind}]" in out
+        lines[kind] = out
+    assert len(set(lines.values())) == 4
+
+    # a byte flipped in the compressed archive itself: corrupt, one line, exit 1
+    raw = bytearray(good.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (tmp_path / "corrupt.tar.gz").write_bytes(bytes(raw))
+    code, out, err = cli("release", "verify", tmp_path / "corrupt.tar.gz")
+    assert code == 1 and "corrupt bundle" in err and "Traceback" not in out + err
+    code, _, err = cli("release", "verify", tmp_path / "nope.tar.gz")
+    assert code == 2 and "no such bundle" in err
+
+
+def test_release_needs_a_source_and_refuses_a_failed_fleet(tmp_path, cli):
+    code, _, err = cli("release", "-o", tmp_path / "x.tar.gz")
+    assert code == 2 and "--from" in err
+    d = tmp_path / "fleet"
+    d.mkdir()
+    fleet = {"passed": False, "targets": [{"target": "orin", "status": "failed"}]}
+    (d / "fleet.json").write_text(json.dumps(fleet))
+    code, _, err = cli("release", "--from", d, "-o", tmp_path / "x.tar.gz")
+    assert code == 1 and "orin did not pass" in err
+    assert not (tmp_path / "x.tar.gz").exists()
