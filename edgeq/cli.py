@@ -1053,6 +1053,52 @@ def release_inspect_cmd(
 
 
 # --------------------------------------------------------------------------------------------------
+# edgeq run  (edgeq.pipeline_run)
+# --------------------------------------------------------------------------------------------------
+
+_OUTCOME_STYLE = {"ran": "green", "skipped": "dim", "failed": "bold red", "not run": "dim"}
+
+
+@app.command(
+    "run",
+    help="Run a whole pipeline file: model (a path, or zoo:resnet|yolo|unet built in code) -> prepare "
+    "(clean, quantize with its calibration/preprocessing/overrides, lint) -> targets (a target, a fleet "
+    "file or a target list; gate policy) -> release bundle. Stages are resumable: a stage whose inputs "
+    "(files by content, settings by value) did not change since its last success is skipped and says so; "
+    "--force runs them all. Work files: runs/pipeline-<name>/. Examples: pipelines/*.yaml.\n\n"
+    + EXIT_CODES_HELP,
+)
+def run_cmd(
+    pipeline: Path = typer.Argument(..., help="The pipeline YAML."),
+    force: bool = typer.Option(False, "--force", help="Run every stage, changed or not."),
+    json_out: bool = typer.Option(False, "--json", help="Print the stage outcomes as JSON."),
+) -> int:
+    from edgeq.pipeline_run import run_pipeline
+
+    def show(stage: Any) -> None:
+        if not json_out:
+            style = _OUTCOME_STYLE.get(stage.status, "")
+            out.print(f"{stage.name:<8} [{style}]{stage.status:<8}[/] {escape(stage.summary)}")
+
+    def on_row(row: Any) -> None:  # one line per target as it finishes (the progress bar is live)
+        if not json_out and row.status in ("passed", "failed"):
+            style = _ROW_STYLE.get(row.status, "")
+            err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
+
+    with progress_display(enabled=not json_out) as progress:
+        result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force)
+    code = EXIT_OK if result.passed else EXIT_CHECK_FAILED
+    if json_out:
+        print_json({"work_dir": str(result.work_dir), "stages": [vars(s) for s in result.stages],
+                    "passed": result.passed, "exit_code": code})  # fmt: skip
+        return code
+    if result.fleet is not None:
+        out.print(_fleet_matrix(result.fleet))
+    out.print(f"work directory: [bold]{escape(str(result.work_dir))}[/]")
+    return code
+
+
+# --------------------------------------------------------------------------------------------------
 # edgeq demo
 # --------------------------------------------------------------------------------------------------
 

@@ -119,3 +119,15 @@ def read_yaml(path: Path) -> Any:
         where = f" (line {mark.line + 1})" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+
+
+def mapping(v: Any) -> dict[str, Any]:
+    if not isinstance(v, Mapping):
+        raise Bad("a mapping of keys")
+    return dict(v)
+
+
+def items(v: Any) -> list[Any]:
+    if not isinstance(v, list):
+        raise Bad("a list")
+    return v

@@ -200,13 +200,10 @@ def validate(
     Errors of the model itself (unreadable, refused by lint, bad calibration data) stop the run before
     any target is contacted, as in ``deploy``.
     """
-    from edgeq.pipeline import policy_for as _policy
     from edgeq.remote.deploy import check_model_path
-    from edgeq.remote.zipapp import build_agent
 
     model = check_model_path(model)
-    for t in fleet.targets:  # a bad --gate is the user's, once, before any work
-        _policy(t, options.gate, options.gate_allow)
+    check_gates(fleet, options)
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip
@@ -215,6 +212,29 @@ def validate(
     host = Recorder(host_dir, progress=progress, stages=HOST_STAGES)
     with host.finishing():
         prepared = prepare(model, host, options.quantize)
+    return validate_prepared(model, prepared, fleet, fleet_dir, options, on_row=on_row, created=stamp)
+
+
+def check_gates(fleet: Fleet, options: FleetOptions) -> None:
+    """A bad --gate is the user's, said once, before any work."""
+    for t in fleet.targets:
+        policy_for(t, options.gate, options.gate_allow)
+
+
+def validate_prepared(
+    model: Path,
+    prepared: Prepared,
+    fleet: Fleet,
+    fleet_dir: Path,
+    options: FleetOptions = FleetOptions(),
+    *,
+    on_row: RowFn = _no_row,
+    created: Optional[_dt.datetime] = None,
+) -> FleetResult:
+    """The targets' half of ``validate`` for a model already prepared (``pipeline.prepare``)."""
+    from edgeq.remote.zipapp import build_agent
+
+    stamp = created or _dt.datetime.now(_dt.timezone.utc)
     agent = build_agent(options.cache_dir or agent_cache_dir())
     rows = [Row(t.name, f"{t.user}@{t.host}:{t.port}") for t in fleet.targets]
     for r in rows:
@@ -235,8 +255,9 @@ def validate(
     write_json(fleet_dir / "fleet.json", {
         **result.to_dict(),
         "source_sha256": sha256_file(model),
-        "model_file": str(prepared.model_file.relative_to(fleet_dir)),
-        "cache_file": str(prepared.cache_file.relative_to(fleet_dir)) if prepared.cache_file else None,
+        "model_file": str(prepared.model_file.resolve().relative_to(fleet_dir.resolve())),
+        "cache_file": str(prepared.cache_file.resolve().relative_to(fleet_dir.resolve()))
+        if prepared.cache_file else None,
     })  # fmt: skip
     return result
 

@@ -429,7 +429,10 @@ def load_pipeline(path: Path) -> Pipeline:
     data = read_yaml(path)
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: a pipeline file must be a YAML mapping (model: ..., gate: ...)")
-    v = _check_mapping(path, data, PIPELINE_KEYS, "")
+    from edgeq.pipeline_run import PIPELINE, SECTIONS  # the full pipeline schema (edgeq run)
+
+    v = check_mapping(path, data, PIPELINE, "", SECTIONS)
+    v.update(_check_mapping(path, {k: data[k] for k in ("gate",) if k in data}, PIPELINE_KEYS, ""))
     gate = v.get("gate")
     return Pipeline(
         path=path,
