@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -255,9 +256,8 @@ def validate_prepared(
     write_json(fleet_dir / "fleet.json", {
         **result.to_dict(),
         "source_sha256": sha256_file(model),
-        "model_file": str(prepared.model_file.resolve().relative_to(fleet_dir.resolve())),
-        "cache_file": str(prepared.cache_file.resolve().relative_to(fleet_dir.resolve()))
-        if prepared.cache_file else None,
+        "model_file": os.path.relpath(prepared.model_file, fleet_dir),  # the directory moves as one
+        "cache_file": os.path.relpath(prepared.cache_file, fleet_dir) if prepared.cache_file else None,
     })  # fmt: skip
     return result
 
