@@ -160,9 +160,12 @@ class Probe:
     gpu: Optional[str]
 
     @property
-    def kind(self) -> str:
-        """Engines are portable between targets of one kind: same compute capability and TensorRT."""
-        return f"sm{self.compute_capability or 'x'}-trt{self.tensorrt or 'x'}"
+    def kind(self) -> Optional[str]:
+        """Engines are portable between targets of one kind: same compute capability and TensorRT.
+        None when either is unknown: such a target never shares an engine."""
+        if not self.compute_capability or not self.tensorrt:
+            return None
+        return f"sm{self.compute_capability}-trt{self.tensorrt}"
 
 
 @dataclass(frozen=True)
@@ -474,7 +477,9 @@ def probe(agent: AgentFn, target: Target) -> Probe:
     trt, cc = probe_facts(facts)
     gpus = facts.get("gpus") or []
     check_expectations(target, trt, cc)
-    return Probe(facts, trt, cc, gpus[0].get("name") if gpus else None)
+    # No GPU listed (e.g. trtexec without nvidia-smi): the target file's compute capability stands in.
+    gpu = gpus[0].get("name") if gpus else target.gpu_name
+    return Probe(facts, trt, cc or target.compute_capability, gpu)
 
 
 def build(
@@ -562,9 +567,10 @@ def on_target(
         }
     engine_remote = f"{remote_run}/engine.plan"
     fp16 = target.build.fp16 if settings.fp16 is None else settings.fp16
-    lock = shared.lock(found.kind) if shared is not None else threading.Lock()
+    share = shared if found.kind is not None else None
+    lock = share.lock(found.kind) if share is not None and found.kind else threading.Lock()
     with lock:
-        reused = shared.engines.get(found.kind) if shared is not None else None
+        reused = share.engines.get(found.kind) if share is not None and found.kind else None
         if reused is not None:
             with rec.stage("build") as r:
                 up = runner.put(reused[0], target.remote_path("cache"), progress=rec.progress)
@@ -584,8 +590,8 @@ def on_target(
                 size, secs = built.get("engine_bytes"), built.get("build_seconds")
                 r.summary = f"{built.get('mode')} engine, {size} B in {secs} s"
                 rec.timings["build_seconds"] = built.get("build_seconds")
-            if shared is not None:
-                shared.engines[found.kind] = (run_dir / "engine.plan", target.name)
+            if share is not None and found.kind:
+                share.engines[found.kind] = (run_dir / "engine.plan", target.name)
     with rec.stage("inspect") as r:
         got = inspect(agent, target, engine_remote, f"{remote_run}/layers.json")
         runner.get(f"{remote_run}/layers.json", run_dir / "layers.json")

@@ -37,6 +37,7 @@ class Member:
             "work_dir": str(self.work_dir),
             "python": sys.executable,
             "tensorrt": "8.6",
+            "gpu": {"name": "NVIDIA H200", "compute_capability": "9.0"},  # the recordings' GPU
             "backend": "trtexec",
             "trtexec": str(self.trtexec),
             "timeouts": {"connect": 10, "command": 60},

@@ -54,7 +54,8 @@ def test_ansible_inventory_fleet_all_pass_one_build_per_kind_json_and_junit(boar
     allow = reformat_layer()  # the recorded engine's one interior reformat, allowlisted for the fleet
     inventory = {"all": {
         "vars": {"edgeq_python": members[0].target_dict()["python"], "edgeq_backend": "trtexec",
-                 "edgeq_tensorrt": "8.6", "edgeq_gate": {"policy": "int8", "allow": [allow]}},
+                 "edgeq_tensorrt": "8.6", "edgeq_gate": {"policy": "int8", "allow": [allow]},
+                 "edgeq_gpu": {"compute_capability": "9.0"}},
         "children": {"jetsons": {"hosts": {
             m.name: {"ansible_host": m.server.host, "ansible_port": m.server.port,
                      "ansible_user": m.server.user,

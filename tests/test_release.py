@@ -79,31 +79,34 @@ def test_bundle_is_byte_identical_complete_and_verifies(released, cli):
     manifest = json.loads(members[MANIFEST][1])
     assert manifest["format"] == "edgeq-release/1"
     # one engine per kind: three identical boards (same sm + TensorRT) -> one engine
-    assert list(manifest["engines"]) == ["smx-trt8.6.0"]
-    assert manifest["engines"]["smx-trt8.6.0"]["tensorrt"] == "8.6.0"
+    assert list(manifest["engines"]) == ["sm9.0-trt8.6.0"]
+    engine_entry = manifest["engines"]["sm9.0-trt8.6.0"]
+    assert (engine_entry["tensorrt"], engine_entry["compute_capability"]) == ("8.6.0", "9.0")
     assert {t["name"] for t in manifest["targets"]} == {"board1", "board2", "board3"}
     listed = {f["path"] for f in manifest["files"]}
     assert listed == set(names) - {MANIFEST}
-    assert {"model/net.clean.onnx", "engines/smx-trt8.6.0/engine.plan",
+    assert {"model/net.clean.onnx", "engines/sm9.0-trt8.6.0/engine.plan",
             "reports/board2/report.html"} <= listed  # fmt: skip
     src = (root / "net.onnx").read_bytes()
     import hashlib
 
     assert manifest["source_model"]["sha256"] == hashlib.sha256(src).hexdigest()
-    engine = members["engines/smx-trt8.6.0/engine.plan"][1]
+    engine = members["engines/sm9.0-trt8.6.0/engine.plan"][1]
     assert engine == (fleet_dir / "targets" / "board1" / "engine.plan").read_bytes()
 
     code, out, _ = cli("release", "verify", root / "a.tar.gz")
     assert code == 0 and "OK, " in out
     code, out, _ = cli("release", "inspect", root / "a.tar.gz")
-    assert code == 0 and "smx-trt8.6.0" in out and "board1" in out
+    assert code == 0 and f"{len(manifest['files'])} files" in out and "board1" in out
+    code, out, _ = cli("release", "inspect", root / "a.tar.gz", "--json")
+    assert code == 0 and json.loads(out) == manifest
 
 
 @pytest.mark.sshd
 def test_verify_names_each_kind_of_damage(released, cli, tmp_path):
     root, _ = released
     good = root / "a.tar.gz"
-    engine = "engines/smx-trt8.6.0/engine.plan"
+    engine = "engines/sm9.0-trt8.6.0/engine.plan"
 
     def flip(files):
         data = bytearray(files[engine])
@@ -119,7 +122,7 @@ def test_verify_names_each_kind_of_damage(released, cli, tmp_path):
     cases = {
         "modified": flip,
         "missing": lambda f: {k: v for k, v in f.items() if k != "reports/board3/report.json"},
-        "extra": lambda f: {**f, "engines/smx-trt8.6.0/backdoor.so": b"\x7fELF"},
+        "extra": lambda f: {**f, "engines/sm9.0-trt8.6.0/backdoor.so": b"\x7fELF"},
         "manifest": edit_manifest,
     }
     lines = {}

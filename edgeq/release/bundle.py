@@ -129,11 +129,14 @@ def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
     for row in sorted(fleet["targets"], key=lambda r: r["target"]):
         run = fleet_dir / "targets" / slug(row["target"])
         probe = json.loads((run / "probe.json").read_text(encoding="utf-8"))
-        kind = row["kind"]
+        # unknown GPU or TensorRT: an engine of its own, keyed by the target that built it
+        kind = row["kind"] or f"target-{slug(row['target'])}"
         if kind not in engines:
             files[f"engines/{kind}/engine.plan"] = (run / "engine.plan").read_bytes()
-            engines[kind] = {"path": f"engines/{kind}/engine.plan", "built_on": row["target"],
-                             **versions_from_probe(probe)}  # fmt: skip
+            versions = versions_from_probe(probe)
+            versions["gpu"] = versions["gpu"] or row.get("gpu")
+            versions["compute_capability"] = versions["compute_capability"] or row.get("compute_capability")
+            engines[kind] = {"path": f"engines/{kind}/engine.plan", "built_on": row["target"], **versions}
         for name in REPORT_FILES:
             if (run / name).is_file():
                 files[f"reports/{row['target']}/{name}"] = (run / name).read_bytes()
