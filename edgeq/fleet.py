@@ -35,6 +35,7 @@ from edgeq.pipeline import (
     ProfileSettings,
     QuantizeSpec,
     Recorder,
+    check_quantize_spec,
     conclude,
     model_stem,
     new_run_dir,
@@ -205,6 +206,7 @@ def validate(
 
     model = check_model_path(model)
     check_gates(fleet, options)
+    check_quantize_spec(options.quantize)
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip

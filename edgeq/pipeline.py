@@ -426,6 +426,18 @@ def lint(model: Any, out_dir: Path) -> tuple[int, int]:
     return len(errors), len(findings)
 
 
+def check_quantize_spec(spec: QuantizeSpec) -> None:
+    """The option files a quantization reads, checked before any run directory exists (exit 2)."""
+    if spec.overrides is not None:
+        from edgeq.quant.overrides import load_overrides
+
+        load_overrides(spec.overrides)
+    if spec.preprocess is not None:
+        from edgeq.quant.data import load_preprocess
+
+        load_preprocess(spec.preprocess)
+
+
 def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Optional[Path] = None) -> Prepared:
     """clean -> quantize (a float model with calibration data) -> lint, recorded in ``rec``."""
     out = Path(out_dir or rec.run_dir)
@@ -446,7 +458,10 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Option
             model, model_file, cache, q = quantize(model, stem, out, spec, rec.progress)
             qdq = has_qdq(model)
             acc = q.accuracy.to_dict() if q.accuracy is not None else None
-            r.data = {"output": model_file.name, "cache": cache.name, "accuracy": acc}
+            r.data = {"output": model_file.name, "cache": cache.name, "accuracy": acc,
+                      "calibrator": spec.calibrator, "placement": spec.placement,
+                      "overrides": str(spec.overrides) if spec.overrides else None,
+                      "excluded": list(q.plan.excluded), "forced": list(q.plan.forced)}
             r.summary = f"{len(q.plan.sites)} activations quantized -> {model_file.name}"
     with rec.stage("lint") as r:
         errors, findings = lint(model, out)

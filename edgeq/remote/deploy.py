@@ -32,6 +32,7 @@ from edgeq.pipeline import (
     RunReport,
     StageRecord,
     _no_event,
+    check_quantize_spec,
     conclude,
     finish_run,
     new_run_dir,
@@ -133,6 +134,7 @@ def deploy(
     model = check_model_path(model)
     # Usage errors before a run directory exists: the gate name and the target's key files.
     policy = _policy(options, target)
+    check_quantize_spec(options.quantize_spec)
     ssh_config = target.ssh_config(options.accept_new_host_key)
     rec = Recorder(new_run_dir(Path(options.runs_dir), model, target.name), on_event, progress)
     with rec.finishing():
