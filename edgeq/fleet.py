@@ -38,16 +38,15 @@ from edgeq.pipeline import (
     check_quantize_spec,
     conclude,
     model_stem,
-    new_run_dir,
     on_target,
     policy_for,
     prepare,
-    slug,
     ssh_runner,
     write_json,
 )
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.targets import Target
+from edgeq.rundir import new_run_dir, slug
 
 
 @dataclass(frozen=True)

@@ -278,7 +278,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     """Run the pipeline file at ``path``; unchanged stages are skipped (``force``: run them all)."""
     from edgeq.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.fs import ensure_dir
-    from edgeq.pipeline import slug
+    from edgeq.rundir import slug
 
     spec = load_spec(path)
     fleet = None

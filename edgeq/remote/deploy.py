@@ -24,23 +24,17 @@ from typing import TYPE_CHECKING, Any, Optional
 from edgeq.errors import GraphError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.pipeline import (
-    STAGES,
     ProfileSettings,
     QuantizeSpec,
     Recorder,
-    RunLog,
     RunReport,
-    StageRecord,
-    _no_event,
     check_quantize_spec,
     conclude,
     finish_run,
-    new_run_dir,
     on_target,
     policy_for,
     prepare,
     ssh_runner,
-    write_json,
 )
 from edgeq.remote.protocol import (
     AGENT_PROTOCOL,
@@ -55,6 +49,7 @@ from edgeq.remote.protocol import (
     probe_facts,
 )
 from edgeq.remote.targets import Target
+from edgeq.rundir import STAGES, RunLog, StageRecord, _no_event, new_run_dir, write_json
 
 if TYPE_CHECKING:
     from edgeq.report.policy import Policy
