@@ -5,8 +5,8 @@ clean -> quantize -> lint run on the host (``prepare``); ship -> probe -> build 
 run on a target through a ``Runner`` (put / run / get: the SSH connection is one, ``SSHRunner``);
 report -> gate run on the host again from the fetched files (``conclude``). Each stage takes and
 returns values; the bookkeeping (``stages.json``, ``deploy.log``, timings) is the ``Recorder``'s
-(``edgeq.rundir``), so a
-composition decides only which stages run and on what, the way Polygraphy's loaders compose.
+(``edgeq.rundir``), so a composition decides only which stages run and on what, the way Polygraphy's
+loaders compose.
 """
 
 from __future__ import annotations
