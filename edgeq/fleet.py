@@ -211,7 +211,7 @@ def validate(
                             now=stamp)  # fmt: skip
     host_dir = fleet_dir / "host"
     host_dir.mkdir()
-    host = Recorder(host_dir, progress=progress, stages=HOST_STAGES)
+    host = Recorder(host_dir, progress=progress, stages=HOST_STAGES, task="prepare")
     with host.finishing():
         prepared = prepare(model, host, options.quantize)
     return validate_prepared(model, prepared, fleet, fleet_dir, options, on_row=on_row, created=stamp)

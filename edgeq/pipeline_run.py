@@ -318,7 +318,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         host = work / "host"
         shutil.rmtree(host, ignore_errors=True)
         host.mkdir()
-        rec = Recorder(host, progress=progress, stages=HOST_STAGES)
+        rec = Recorder(host, progress=progress, stages=HOST_STAGES, task="prepare")
         try:
             with rec.finishing():
                 prepared = prepare(model_path, rec, spec.quantize)

@@ -122,8 +122,10 @@ class Recorder:
         on_event: EventFn = _no_event,
         progress: ProgressFn = no_progress,
         stages: Sequence[str] = STAGES,
+        task: str = "deploy",
     ) -> None:
         self.run_dir = run_dir
+        self.task = task  # the progress display's label
         self.log = RunLog(run_dir, on_event, stages)
         self.progress = progress
         self.timings: dict[str, Any] = {"stages": {}}
@@ -136,7 +138,7 @@ class Recorder:
     @contextmanager
     def stage(self, name: str) -> Iterator[StageRecord]:
         rec = self.log.stage(name)
-        self.progress("deploy", self.done, len(self.stages))
+        self.progress(self.task, self.done, len(self.stages))
         self.log.line(f"{name}: started")
         started = time.monotonic()
         try:
@@ -154,7 +156,7 @@ class Recorder:
             self.log.line(f"{name}: {rec.status}" + (f" - {rec.summary}" if rec.summary else ""))
             self.log.save()
             self.done += 1
-            self.progress("deploy", self.done, len(self.stages))
+            self.progress(self.task, self.done, len(self.stages))
 
     def skip(self, name: str, why: str) -> None:
         rec = self.log.stage(name)
