@@ -29,8 +29,10 @@ from edgeq.errors import ConfigError
 from edgeq.remote.targets import Target, resolve_target, target_from_dict, target_path
 
 MAX_WORKERS = 8
+# Ansible's connection variables (and their pre-2.0 ansible_ssh_* spellings, still read by Ansible).
 _ANSIBLE = {"ansible_host": "host", "ansible_port": "port", "ansible_user": "user",
-            "ansible_ssh_private_key_file": "identity_file"}  # fmt: skip
+            "ansible_ssh_private_key_file": "identity_file", "ansible_ssh_host": "host",
+            "ansible_ssh_port": "port", "ansible_ssh_user": "user"}  # fmt: skip
 
 
 @dataclass(frozen=True)

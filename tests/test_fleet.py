@@ -179,12 +179,13 @@ def test_ini_inventory_hosts_groups_and_vars(tmp_path):
     inv.write_text(
         "[all:vars]\nedgeq_use_agent=true\nansible_user=ops\n\n"
         "[orins]\norin1 ansible_host=10.0.0.5 ansible_port=2222\n"
-        "orin2 ansible_host=10.0.0.6 ansible_user=nv\n\n"
+        "orin2 ansible_ssh_host=10.0.0.6 ansible_ssh_port=2200 ansible_user=nv\n\n"
         "[xaviers]\nxav ansible_host=10.0.1.9 ansible_ssh_private_key_file=/nonexistent/key\n"
     )
     fleet = load_fleet(inv)
     t = {x.name: x for x in fleet.targets}
     assert fleet.kind == "ansible" and set(t) == {"orin1", "orin2", "xav"}
     assert (t["orin1"].host, t["orin1"].port, t["orin1"].user) == ("10.0.0.5", 2222, "ops")
-    assert t["orin2"].user == "nv" and t["orin1"].use_agent
+    assert (t["orin2"].host, t["orin2"].port, t["orin2"].user) == ("10.0.0.6", 2200, "nv")
+    assert t["orin1"].use_agent
     assert str(t["xav"].identity_file) == "/nonexistent/key"
