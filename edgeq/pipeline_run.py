@@ -197,7 +197,12 @@ class _State:
 
     def __init__(self, work: Path) -> None:
         self.path = work / "state.json"
-        self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        try:
+            self.data: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # none yet, or unreadable: every stage runs
+            self.data = {}
+        if not isinstance(self.data, dict):
+            self.data = {}
 
     def fresh(self, stage: str, k: str) -> bool:
         s = self.data.get(stage)
