@@ -138,6 +138,7 @@ def _fill(row: Row, rec: Recorder, target: Target) -> None:
     row.tensorrt = pr.data.get("tensorrt")
     row.compute_capability = pr.data.get("compute_capability")
     row.kind = pr.data.get("kind")
+    row.gpu = pr.data.get("gpu")
     row.build = "reused" if b.data.get("reused_from") else ("ok" if b.status == "ok" else b.status)
     lat = rec.timings.get("latency_ms") or {}
     row.latency_p50_ms, row.latency_p99_ms = lat.get("median"), lat.get("p99")
@@ -173,7 +174,7 @@ def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: 
             with ssh_runner(target.ssh_config(options.accept_new_host_key)) as runner:
                 found = on_target(runner, target, prepared, rec, agent, options.profile, shared,
                                   remote_name=f"{fleet_dir.name}-{run_dir.name}")
-            update(gpu=found.gpu)
+            update(gpu=found.gpu, kind=found.kind)
             conclude(rec, prepared.model, policy)
     except EdgeqError as e:
         row.error = str(e)

@@ -397,6 +397,7 @@ def on_target(
         r.data = {
             "tensorrt": found.tensorrt,
             "compute_capability": found.compute_capability,
+            "gpu": found.gpu,
             "kind": found.kind,
         }
     engine_remote = f"{remote_run}/engine.plan"

@@ -134,6 +134,7 @@ def test_a_target_stopped_mid_run_fails_only_its_row(boards, servers, cli):
     b2 = rows["board2"]
     assert b2.status == "failed" and b2.reachable is True and b2.build == "failed"
     assert b2.error and b2.gate is None and b2.latency_p50_ms is None
+    assert (b2.tensorrt, b2.gpu, b2.kind) == ("8.6.0", "NVIDIA H200", "sm9.0-trt8.6.0")  # probed before
     assert not result.passed
     stages = json.loads((result.fleet_dir / "targets" / "board2" / "stages.json").read_text())["stages"]
     assert {s["name"]: s["status"] for s in stages}["inspect"] == "not run"
