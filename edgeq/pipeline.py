@@ -205,7 +205,7 @@ def quantize(model: Any, stem: str, out_dir: Path, spec: QuantizeSpec, progress:
         from edgeq.graph.io import save_model
         from edgeq.quant.data import calibration_set
         from edgeq.quant.overrides import load_overrides
-        from edgeq.quant.quantize import QuantizeOptions, quantize_model
+        from edgeq.quant.quantize import QuantizeOptions, implicit_model_path, quantize_model
     except ImportError:
         raise QuantError(
             "cannot quantize: edgeq.quant.quantize is not part of this edgeq build",
@@ -219,6 +219,8 @@ def quantize(model: Any, stem: str, out_dir: Path, spec: QuantizeSpec, progress:
     )  # fmt: skip
     data = calibration_set(model, spec.calib, synthetic=spec.synthetic, preprocess=spec.preprocess)
     q = quantize_model(model, data, options, progress)
+    # The implicit path's pair: the cache names the tensors of this cleaned FP32 model.
+    save_model(q.reference, implicit_model_path(cache))
     path = save_model(q.model, Path(out_dir) / f"{stem}.{suffix}.onnx")
     return q.model, Path(path), cache, q
 
@@ -274,6 +276,7 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Option
             qdq = has_qdq(model)
             acc = q.accuracy.to_dict() if q.accuracy is not None else None
             r.data = {"output": model_file.name, "cache": cache.name, "accuracy": acc,
+                      "fp32_model": f"{cache.name[: -len('.cache')]}.fp32.onnx",
                       "calibrator": spec.calibrator, "placement": spec.placement,
                       "overrides": str(spec.overrides) if spec.overrides else None,
                       "excluded": list(q.plan.excluded), "forced": list(q.plan.forced)}

@@ -47,6 +47,13 @@ def test_second_run_skips_unchanged_stages_and_a_changed_gate_reruns_only_the_ta
     work = root / "runs" / "pipeline-tiny"
     assert (work / "host" / "resnet.int8.onnx").is_file() and (work / "host" / "resnet.int8.cache").is_file()
     bundle = (root / "release" / "tiny.tar.gz").read_bytes()
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
+        names = set(tar.getnames())
+    assert {"model/resnet.int8.onnx", "model/resnet.int8.cache", "model/resnet.int8.fp32.onnx",
+            "engines/sm9.0-trt8.6.0/engine.plan", "reports/board1/report.html", "manifest.json"} <= names
     builds = len(calls(member.trtexec))
 
     code, out, err = cli("run", pipeline)

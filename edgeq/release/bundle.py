@@ -124,6 +124,10 @@ def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
     if fleet.get("cache_file"):
         cache = fleet_dir / fleet["cache_file"]
         files[f"model/{cache.name}"] = cache.read_bytes()
+        # its implicit-path pair (edgeq quantize's naming): trtexec --int8 --calib=CACHE --onnx=FP32
+        fp32 = cache.with_name(f"{cache.name[: -len('.cache')]}.fp32.onnx")
+        if fp32.is_file():
+            files[f"model/{fp32.name}"] = fp32.read_bytes()
     engines: dict[str, Any] = {}
     targets = []
     for row in sorted(fleet["targets"], key=lambda r: r["target"]):
