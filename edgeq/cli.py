@@ -855,6 +855,12 @@ def fleet_options_from_cli(calib: Optional[Path], calibrator: Calibrator, prepro
                         profile=ProfileSettings(iterations=iterations, duration=duration))  # fmt: skip
 
 
+def _row_finished(row: Any) -> None:
+    if row.status in ("passed", "failed"):
+        style = _ROW_STYLE.get(row.status, "")
+        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
+
+
 def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any:
     """Load the fleet and validate, with one live row per target on stderr when ``live``."""
     from rich.live import Live
@@ -866,6 +872,8 @@ def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any
     rows: dict[str, Any] = {}
     if not live:
         return validate(model, fleet, options)
+    if not err.is_terminal:  # CI logs: one line per target as it finishes, no redrawn table
+        return validate(model, fleet, options, on_row=_row_finished)
     with Live(_live_rows(rows), console=err, transient=True, refresh_per_second=4) as view:
 
         def on_row(row: Any) -> None:
@@ -1081,9 +1089,8 @@ def run_cmd(
             out.print(f"{stage.name:<8} [{style}]{stage.status:<8}[/] {escape(stage.summary)}")
 
     def on_row(row: Any) -> None:  # one line per target as it finishes (the progress bar is live)
-        if not json_out and row.status in ("passed", "failed"):
-            style = _ROW_STYLE.get(row.status, "")
-            err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
+        if not json_out:
+            _row_finished(row)
 
     with progress_display(enabled=not json_out) as progress:
         result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force)

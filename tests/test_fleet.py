@@ -151,6 +151,11 @@ def test_a_target_stopped_mid_run_fails_only_its_row(boards, servers, cli):
     rows2 = {r["target"]: r for r in json.loads(out)["targets"]}
     assert rows2["board2"]["reachable"] is False and rows2["board2"]["status"] == "failed"
     assert rows2["board1"]["status"] == rows2["board3"]["status"] == "passed"
+    # the same as people read it: a line per target as it ends (stderr is not a terminal here), the matrix
+    code, out, err = cli("fleet", "validate", root / "m.onnx", "--fleet", fleet, "--duration", "0")
+    assert code == 1 and "Traceback" not in out + err
+    assert "board1: passed" in err and "board2: failed" in err
+    assert "2/3 targets passed" in out and "fleet directory:" in out
 
 
 def test_fleet_file_errors_are_one_line(tmp_path, monkeypatch):
