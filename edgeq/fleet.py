@@ -14,7 +14,6 @@ the others load that engine (``Probe.kind``).
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import os
 import threading
 import time
@@ -28,6 +27,7 @@ from edgeq import __version__
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fleet_file import Fleet
+from edgeq.fs import sha256_file
 from edgeq.pipeline import (
     HOST_STAGES,
     KindEngines,
@@ -120,14 +120,6 @@ RowFn = Callable[[Row], None]
 
 def _no_row(row: Row) -> None:
     """Default sink for row updates."""
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _fill(row: Row, rec: Recorder, target: Target) -> None:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional
 from edgeq import __version__, config
 from edgeq.errors import ConfigError
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.fs import sha256_file
 from edgeq.pipeline import (
     HOST_STAGES,
     Prepared,
@@ -152,11 +153,7 @@ def _digest(path: Path) -> Any:
         return sorted((str(p.relative_to(path)), _digest(p)) for p in path.rglob("*") if p.is_file())
     if not path.is_file():
         raise ConfigError(f"{path}: no such file")
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(path)
 
 
 def key(**inputs: Any) -> str:
