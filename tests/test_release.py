@@ -157,3 +157,54 @@ def test_release_needs_a_source_and_refuses_a_failed_fleet(tmp_path, cli):
     code, _, err = cli("release", "--from", d, "-o", tmp_path / "x.tar.gz")
     assert code == 1 and "orin did not pass" in err
     assert not (tmp_path / "x.tar.gz").exists()
+
+
+def test_one_engine_per_kind_across_kinds(tmp_path, cli, monkeypatch):
+    """A fleet of two Orins, a Xavier and a board whose GPU is unknown: three engines, each kind's from
+    the first of its targets; SOURCE_DATE_EPOCH fixes the creation time (reproducible-builds.org)."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    fleet = tmp_path / "fleet"
+    (fleet / "host").mkdir(parents=True)
+    (fleet / "host" / "m.int8.onnx").write_bytes(b"onnx")
+    (fleet / "host" / "m.int8.cache").write_text("TRT-8600-EntropyCalibration2\n")
+    (fleet / "host" / "m.int8.fp32.onnx").write_bytes(b"fp32")
+    src = tmp_path / "m.onnx"
+    src.write_bytes(b"source")
+    # /etc/nv_tegra_release's first line, as the probe reports it
+    boards = {"orin-a": ("8.7", "Orin", "# R36 (release), REVISION: 3.0"), "orin-b": ("8.7", "Orin", None),
+              "xavier": ("7.2", "Xavier", "# R35 (release), REVISION: 4.1"),
+              "mystery": (None, None, None)}  # fmt: skip
+    rows = []
+    for name, (cc, gpu, l4t) in boards.items():
+        d = fleet / "targets" / name
+        d.mkdir(parents=True)
+        (d / "engine.plan").write_bytes(f"engine built on {name}".encode())
+        gpus = [{"name": gpu, "compute_capability": cc}] if cc else []
+        facts = {"tensorrt": {"version": "8.6.2"}, "gpus": gpus}
+        if l4t:
+            facts["platform"] = {"jetson": {"l4t": l4t}}
+        (d / "probe.json").write_text(json.dumps(facts))
+        (d / "report.json").write_text("{}")
+        kind = f"sm{cc}-trt8.6.2" if cc else None
+        rows.append({"target": name, "status": "passed", "kind": kind, "gate": True, "gpu": gpu,
+                     "compute_capability": cc, "latency_p50_ms": 1.0, "latency_p99_ms": 2.0,
+                     "throughput_qps": 900.0})  # fmt: skip
+    (fleet / "fleet.json").write_text(json.dumps({
+        "passed": True, "created": "2026-01-01T00:00:00Z", "edgeq": "0.1.0", "model": str(src),
+        "source_sha256": "ab" * 32, "model_file": "host/m.int8.onnx", "cache_file": "host/m.int8.cache",
+        "targets": rows,
+    }))  # fmt: skip
+    code, out, err = cli("release", "--from", fleet, "-o", tmp_path / "b.tar.gz", "--json")
+    assert code == 0, err
+    m = json.loads(out)
+    assert m["created"] == "2023-11-14T22:13:20Z"  # SOURCE_DATE_EPOCH, not the fleet's time
+    assert sorted(m["engines"]) == ["sm7.2-trt8.6.2", "sm8.7-trt8.6.2", "target-mystery"]
+    orin = m["engines"]["sm8.7-trt8.6.2"]
+    assert (orin["built_on"], orin["jetpack"], orin["gpu"]) == ("orin-a", "6", "Orin")
+    assert m["engines"]["sm7.2-trt8.6.2"]["jetpack"] == "5"
+    assert {t["name"]: t["engine"] for t in m["targets"]}["orin-b"] == "engines/sm8.7-trt8.6.2/engine.plan"
+    members = _members(tmp_path / "b.tar.gz")
+    assert members["engines/sm8.7-trt8.6.2/engine.plan"][1] == b"engine built on orin-a"
+    assert {"model/m.int8.onnx", "model/m.int8.cache", "model/m.int8.fp32.onnx"} <= set(members)
+    assert all(info.mtime == 1700000000 for info, _ in members.values())
+    assert cli("release", "verify", tmp_path / "b.tar.gz")[0] == 0
