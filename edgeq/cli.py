@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from edgeq import __version__
 from edgeq.errors import EdgeqError
@@ -670,9 +671,6 @@ def deploy_cmd(
     calib: Optional[Path] = typer.Option(
         None, "--calib", help="Calibration data: quantize a float model first."
     ),
-    preprocess: Optional[Path] = typer.Option(
-        None, "--preprocess", help="YAML preprocessing for --calib images (pipelines/preprocess-*.yaml)."
-    ),
     accept_new_host_key: bool = typer.Option(
         False, "--accept-new-host-key", help="Trust and record the target's host key if known_hosts lacks it."
     ),
@@ -695,10 +693,20 @@ def deploy_cmd(
         3.0, "--duration", min=0, help="Profile at least S seconds (trtexec --duration)."
     ),
     pipeline: Optional[Path] = typer.Option(
-        None, "--pipeline", help="Pipeline YAML: its gate allowlist is added (full pipelines: a later issue)."
+        None, "--pipeline", help="Pipeline YAML: its gate allowlist is added ('edgeq run' runs a whole one)."
+    ),
+    calibrator: Calibrator = typer.Option(Calibrator.entropy, "--calibrator", case_sensitive=False,
+                                          help="With --calib: how activation ranges are chosen."),
+    percentile: float = typer.Option(99.99, "--percentile", help="Percentile for --calibrator percentile."),
+    placement: Placement = typer.Option(Placement.trt, "--placement", case_sensitive=False,
+                                        help="trt: TensorRT 8.6 rules; all: every quantizable tensor."),
+    overrides: Optional[Path] = typer.Option(None, "--overrides", help="YAML file forcing/excluding nodes."),
+    preprocess: Optional[Path] = typer.Option(
+        None, "--preprocess", help="YAML preprocessing for --calib images (pipelines/preprocess-*.yaml)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the stages, timings and verdict as JSON."),
 ) -> int:
+    from edgeq.pipeline import QuantizeSpec
     from edgeq.remote.deploy import DeployOptions, deploy
     from edgeq.remote.targets import load_pipeline, resolve_target
 
@@ -708,9 +716,11 @@ def deploy_cmd(
         pl = load_pipeline(pipeline)
         allow = pl.gate.allow if pl.gate is not None else ()
     deploy_gate = _baseline_gate(gate, baseline, calib)
+    spec = QuantizeSpec(calibrator=calibrator.value, percentile=percentile, placement=placement.value,
+                        overrides=overrides, preprocess=preprocess)  # fmt: skip
     options = DeployOptions(
-        calib=calib, preprocess=preprocess, accept_new_host_key=accept_new_host_key, gate=deploy_gate,
-        gate_allow=allow, runs_dir=runs_dir, fp16=fp16, iterations=iterations, duration=duration,
+        calib=calib, accept_new_host_key=accept_new_host_key, gate=deploy_gate, gate_allow=allow,
+        runs_dir=runs_dir, fp16=fp16, iterations=iterations, duration=duration, quantize=spec,
     )  # fmt: skip
 
     def event(line: str) -> None:
@@ -1026,6 +1036,134 @@ def compare_cmd(
 
 
 # --------------------------------------------------------------------------------------------------
+# edgeq fleet validate  (edgeq.fleet)
+# --------------------------------------------------------------------------------------------------
+
+fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a fleet YAML or an Ansible "
+                        "inventory).")
+app.add_typer(fleet_app, name="fleet")
+
+_ROW_STYLE = {"pending": "dim", "running": "cyan", "passed": "green", "failed": "bold red"}
+
+
+def _live_rows(rows: dict[str, Any]) -> Table:
+    t = Table(title="fleet", expand=False)
+    for col in ("target", "destination", "status", "stage"):
+        t.add_column(col)
+    for r in rows.values():
+        st = _ROW_STYLE.get(r.status, "")
+        t.add_row(escape(r.target), escape(r.destination), f"[{st}]{r.status}[/]", escape(r.stage))
+    return t
+
+
+def _fleet_matrix(result: Any) -> Table:
+    from edgeq.fleet import matrix
+
+    cells = matrix(result)
+    t = Table(title=f"fleet: {escape(result.model.name)}", expand=False)
+    for col in (cells[0].keys() if cells else ()):
+        t.add_column(col, overflow="fold")
+    for row in cells:
+        style = "green" if row["result"] == "passed" else "red"
+        t.add_row(*(escape(v) for v in list(row.values())[:-1]), f"[{style}]{escape(row['result'])}[/]")
+    return t
+
+
+def fleet_options_from_cli(calib: Optional[Path], calibrator: Calibrator, preprocess: Optional[Path],
+                           overrides: Optional[Path], gate: Optional[str], runs_dir: Path,
+                           accept_new_host_key: bool, build_once_per_kind: bool, workers: Optional[int],
+                           iterations: int, duration: float) -> Any:
+    from edgeq.fleet import FleetOptions
+    from edgeq.pipeline import ProfileSettings, QuantizeSpec
+
+    spec = QuantizeSpec(calib=calib, calibrator=calibrator.value, preprocess=preprocess, overrides=overrides)
+    return FleetOptions(quantize=spec, gate=gate, runs_dir=runs_dir, accept_new_host_key=accept_new_host_key,
+                        build_once_per_kind=build_once_per_kind, workers=workers,
+                        profile=ProfileSettings(iterations=iterations, duration=duration))  # fmt: skip
+
+
+def _row_finished(row: Any) -> None:
+    if row.status in ("passed", "failed"):
+        style = _ROW_STYLE.get(row.status, "")
+        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
+
+
+def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any:
+    """Load the fleet and validate, with one live row per target on stderr when ``live``."""
+    from rich.live import Live
+
+    from edgeq.fleet import validate
+    from edgeq.fleet_file import load_fleet
+
+    fleet = load_fleet(fleet_path)
+    rows: dict[str, Any] = {}
+    if not live:
+        return validate(model, fleet, options)
+    if not err.is_terminal:  # CI logs: one line per target as it finishes, no redrawn table
+        return validate(model, fleet, options, on_row=_row_finished)
+    with Live(_live_rows(rows), console=err, transient=True, refresh_per_second=4) as view:
+
+        def on_row(row: Any) -> None:
+            rows[row.target] = row
+            view.update(_live_rows(rows))
+
+        return validate(model, fleet, options, on_row=on_row)
+
+
+@fleet_app.command(
+    "validate",
+    help="Deploy one model to every target of a fleet concurrently and print a matrix: target x "
+    "(reachable, TensorRT, GPU, build, gate, latency p50/p99, throughput, report). The model is cleaned, "
+    "quantized (--calib) and linted once; an unreachable or failing target fails only its row.\n\n"
+    "--fleet takes edgeq's fleet YAML (targets: names, globs, per-target overrides) or an Ansible "
+    "inventory (YAML or INI: ansible_host/ansible_user/ansible_port/ansible_ssh_private_key_file, other "
+    "target keys as edgeq_<key> vars). --build-once-per-kind builds one engine per compute capability + "
+    "TensorRT version and loads it on the identical boards.\n\nExit codes: 0 every target passed; 1 a "
+    "target failed (unreachable, build, gate); 2 usage or input error.",
+)
+def fleet_validate_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model: Q/DQ (explicit INT8) or float."),
+    fleet: Path = typer.Option(..., "--fleet", "-f", help="Fleet YAML or Ansible inventory."),
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data: quantize a float model."),
+    calibrator: Calibrator = typer.Option(Calibrator.entropy, "--calibrator", case_sensitive=False),
+    preprocess: Optional[Path] = typer.Option(None, "--preprocess", help="YAML image preprocessing."),
+    overrides: Optional[Path] = typer.Option(None, "--overrides", help="YAML file forcing/excluding nodes."),
+    gate: Optional[str] = typer.Option(None, "--gate", help="Gate policy (default: the target's, else int8)"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where the fleet directory is created."),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key"),
+    build_once_per_kind: bool = typer.Option(
+        False, "--build-once-per-kind", help="One engine build per compute capability + TensorRT version."
+    ),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Targets at once (default: fleet)"),
+    iterations: int = typer.Option(10, "--iterations", min=1, help="trtexec --iterations."),
+    duration: float = typer.Option(3.0, "--duration", min=0, help="trtexec --duration."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML (one testcase per target)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the matrix as JSON."),
+) -> int:
+    from edgeq.fleet import junit_xml
+    from edgeq.fs import atomic_write_text, check_writable
+
+    if junit is not None:
+        check_writable(junit, inputs=(model, fleet))
+    options = fleet_options_from_cli(calib, calibrator, preprocess, overrides, gate, runs_dir,
+                                     accept_new_host_key, build_once_per_kind, workers, iterations,
+                                     duration)  # fmt: skip
+    result = run_fleet(model, fleet, options, live=not json_out)
+    code = EXIT_OK if result.passed else EXIT_CHECK_FAILED
+    if junit is not None:
+        atomic_write_text(junit, junit_xml(result))
+    if json_out:
+        print_json({**result.to_dict(), "exit_code": code})
+        return code
+    out.print(_fleet_matrix(result))
+    passed = sum(r.passed for r in result.rows)
+    style = "green" if result.passed else "bold red"
+    out.print(f"[{style}]{passed}/{len(result.rows)} targets passed[/]; fleet directory: "
+              f"[bold]{escape(str(result.fleet_dir))}[/]")  # fmt: skip
+    return code
+
+
+# --------------------------------------------------------------------------------------------------
 # edgeq rules  (edgeq/docs/trt86-rules.md)
 # --------------------------------------------------------------------------------------------------
 
@@ -1055,6 +1193,175 @@ def rules_cmd(
         raise EdgeqError(f"no rule '{rule_id}' in {RULES_DOC}", hint="`edgeq rules` lists the ids")
     out.print(found[rule_id], markup=False, highlight=False)
     return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------------
+# edgeq release  (edgeq.release)
+# --------------------------------------------------------------------------------------------------
+
+
+class _DefaultCreate(TyperGroup):
+    """``edgeq release MODEL ...`` is ``edgeq release create MODEL ...``; verify/inspect stay commands."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["create", *args]
+        return super().parse_args(ctx, args)
+
+
+release_app = typer.Typer(
+    cls=_DefaultCreate,
+    help="Release bundles: 'edgeq release MODEL --fleet F -o bundle.tar.gz' (or --from a fleet directory) "
+    "packs the shipped ONNX, the calibration cache, one engine per target kind, the reports and a manifest "
+    "(sha256 and size of every file, versions, source hash, git commit); same inputs give the same bytes. "
+    "'edgeq release verify' checks a bundle, 'edgeq release inspect' prints its manifest.",
+)
+app.add_typer(release_app, name="release")
+
+
+@release_app.command(
+    "create",
+    help="Validate MODEL on --fleet (as 'edgeq fleet validate') and bundle the result, or bundle an earlier "
+    "fleet directory (--from). Only a fleet where every target passed is released.\n\n" + EXIT_CODES_HELP,
+)
+def release_create_cmd(
+    model: Optional[Path] = typer.Argument(None, help="The ONNX model (with --fleet)."),
+    fleet: Optional[Path] = typer.Option(None, "--fleet", "-f", help="Fleet YAML or Ansible inventory."),
+    from_dir: Optional[Path] = typer.Option(None, "--from", help="A fleet directory (edgeq fleet validate)."),
+    output: Path = typer.Option(..., "-o", "--output", help="The bundle to write (.tar.gz)."),
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data: quantize a float model."),
+    calibrator: Calibrator = typer.Option(Calibrator.entropy, "--calibrator", case_sensitive=False),
+    preprocess: Optional[Path] = typer.Option(None, "--preprocess", help="YAML image preprocessing."),
+    overrides: Optional[Path] = typer.Option(None, "--overrides", help="YAML file forcing/excluding nodes."),
+    gate: Optional[str] = typer.Option(None, "--gate", help="Gate policy (default: the target's, else int8)"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where the fleet directory is created."),
+    build_once_per_kind: bool = typer.Option(True, "--build-once-per-kind/--build-each"),
+    json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> int:
+    from edgeq.fs import check_writable
+    from edgeq.release.bundle import build_bundle
+
+    if (from_dir is None) == (model is None or fleet is None):
+        raise EdgeqError("give MODEL --fleet FILE, or --from FLEET_DIR (one of them)")
+    check_writable(output, inputs=tuple(p for p in (model, fleet) if p is not None))
+    if from_dir is None:
+        assert model is not None and fleet is not None
+        options = fleet_options_from_cli(calib, calibrator, preprocess, overrides, gate, runs_dir, False,
+                                         build_once_per_kind, None, 10, 3.0)  # fmt: skip
+        result = run_fleet(model, fleet, options, live=not json_out)
+        if not json_out:
+            out.print(_fleet_matrix(result))
+        from_dir = result.fleet_dir
+    manifest = build_bundle(from_dir, output)
+    if json_out:
+        print_json(manifest)
+        return EXIT_OK
+    _render_manifest(manifest)
+    out.print(f"wrote [bold]{escape(str(output))}[/]")
+    return EXIT_OK
+
+
+def _render_manifest(m: dict[str, Any]) -> None:
+    src = m.get("source_model") or {}
+    out.print(f"{escape(str(m.get('format')))} by edgeq {escape(str(m.get('edgeq')))}, created "
+              f"{escape(str(m.get('created')))}, git {escape(str(m.get('git_commit') or '-'))}")  # fmt: skip
+    out.print(f"source model {escape(str(src.get('name')))} sha256 {escape(str(src.get('sha256')))}")
+    t = Table(title="engines (one per kind)", expand=False)
+    for col in ("kind", "TensorRT", "GPU", "sm", "JetPack", "built on", "file"):
+        t.add_column(col, overflow="fold")
+    for kind, e in sorted((m.get("engines") or {}).items()):
+        t.add_row(*(escape(str(v or "-")) for v in (kind, e.get("tensorrt"), e.get("gpu"),
+                                                    e.get("compute_capability"), e.get("jetpack"),
+                                                    e.get("built_on"), e.get("path"))))  # fmt: skip
+    out.print(t)
+    files = m.get("files") or []
+    out.print(f"{len(files)} files, {sum(int(f.get('size', 0)) for f in files)} bytes; targets: "
+              + ", ".join(escape(str(x.get("name"))) for x in m.get("targets") or []))
+
+
+@release_app.command(
+    "verify",
+    help="Check a bundle: the manifest's own hash, then every file's sha256 and size, and files the "
+    "manifest does not list. Each problem is printed with its kind: \\[manifest] edited manifest, "
+    "\\[modified] a file changed, \\[missing] a listed file absent, \\[extra] an unlisted file.\n\n"
+    "Exit codes: 0 the bundle is intact; 1 a problem was found (or the archive is corrupt); 2 no such file.",
+)
+def release_verify_cmd(
+    bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+) -> int:
+    from edgeq.release.bundle import verify
+
+    v = verify(bundle)
+    code = EXIT_OK if v else EXIT_CHECK_FAILED
+    if json_out:
+        print_json({"ok": bool(v), "checked": v.checked, "exit_code": code,
+                    "problems": [vars(p) for p in v.problems]})  # fmt: skip
+        return code
+    for p in v.problems:
+        out.print(f"[bold red]{escape(str(p))}[/]")
+    out.print(("[green]" if v else "[bold red]") + escape(v.summary()) + "[/]")
+    return code
+
+
+@release_app.command("inspect", help="Print a bundle's manifest: versions, engines per kind, files.")
+def release_inspect_cmd(
+    bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> int:
+    from edgeq.release.bundle import inspect
+
+    manifest = inspect(bundle)
+    if json_out:
+        print_json(manifest)
+    else:
+        _render_manifest(manifest)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------------
+# edgeq run  (edgeq.pipeline_run)
+# --------------------------------------------------------------------------------------------------
+
+_OUTCOME_STYLE = {"ran": "green", "skipped": "dim", "failed": "bold red", "not run": "dim"}
+
+
+@app.command(
+    "run",
+    help="Run a whole pipeline file: model (a path, or zoo:resnet|yolo|unet built in code) -> prepare "
+    "(clean, quantize with its calibration/preprocessing/overrides, lint) -> targets (a target, a fleet "
+    "file or a target list; gate policy) -> release bundle. Stages are resumable: a stage whose inputs "
+    "(files by content, settings by value) did not change since its last success is skipped and says so; "
+    "--force runs them all. Work files: runs/pipeline-<name>/. Examples: pipelines/*.yaml.\n\n"
+    + EXIT_CODES_HELP,
+)
+def run_cmd(
+    pipeline: Path = typer.Argument(..., help="The pipeline YAML."),
+    force: bool = typer.Option(False, "--force", help="Run every stage, changed or not."),
+    json_out: bool = typer.Option(False, "--json", help="Print the stage outcomes as JSON."),
+) -> int:
+    from edgeq.pipeline_run import run_pipeline
+
+    def show(stage: Any) -> None:
+        if not json_out:
+            style = _OUTCOME_STYLE.get(stage.status, "")
+            out.print(f"{stage.name:<8} [{style}]{stage.status:<8}[/] {escape(stage.summary)}")
+
+    def on_row(row: Any) -> None:  # one line per target as it finishes (the progress bar is live)
+        if not json_out:
+            _row_finished(row)
+
+    with progress_display(enabled=not json_out) as progress:
+        result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force)
+    code = EXIT_OK if result.passed else EXIT_CHECK_FAILED
+    if json_out:
+        print_json({"work_dir": str(result.work_dir), "stages": [vars(s) for s in result.stages],
+                    "passed": result.passed, "exit_code": code})  # fmt: skip
+        return code
+    if result.fleet is not None:
+        out.print(_fleet_matrix(result.fleet))
+    out.print(f"work directory: [bold]{escape(str(result.work_dir))}[/]")
+    return code
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,6 +20,17 @@ if TYPE_CHECKING:
     import onnx
 
 DONE, STOPPED, SKIPPED, FAILED = "done", "stopped", "skipped", "failed"
+# edgeq/data/engines: gzipped copies of tests/fixtures/trt86-h200 engines, so an install has them too.
+RECORDED_ENGINES = ("resnet50.implicit", "resnet50_ortfb.explicit", "resnet50_placed.explicit")
+
+
+def recorded(stem: str, kind: str) -> str:
+    """A recorded engine's ``layers`` or ``profile`` JSON text, from the package data."""
+    import gzip
+    from importlib.resources import files
+
+    data = files("edgeq").joinpath(f"data/engines/{stem}.{kind}.json.gz").read_bytes()
+    return gzip.decompress(data).decode("utf-8")
 
 
 @dataclass
@@ -92,10 +103,9 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
     record(DemoStep("lint (exports as written)", DONE, lines))
 
     # 3. Clean the PyTorch-eager export and verify it numerically against the input.
-    from edgeq.graph.clean import CleanOptions, clean_model
+    from edgeq import pipeline
 
-    cleaned = clean_model(load_model(paths["torch"]), CleanOptions(verify=True), progress)
-    clean_path = save_model(cleaned.model, wd / "resnet_like_torch_qdq.clean.onnx")
+    cleaned, clean_path = pipeline.clean(paths["torch"], wd, verify=True, progress=progress)
     e, w, rules = _lint_counts(cleaned.model)
     by_pass: dict[str, int] = {}
     for c in cleaned.changes:
@@ -108,17 +118,13 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
     ], [clean_path]))
 
     # 4. Quantize the FP32 model with TensorRT-aware placement, and with onnxruntime-style placement.
-    from edgeq.quant.data import calibration_set
-    from edgeq.quant.quantize import QuantizeOptions, quantize_model
-
-    data = calibration_set(fp32, None, synthetic=samples, seed=0)
     qlines: list[str] = []
     artifacts: list[Path] = []
     ok = True
     for placement in ("trt", "all"):
-        cache = wd / f"resnet_like.int8.{placement}.cache"
-        res = quantize_model(fp32, data, QuantizeOptions(placement=placement, cache_path=cache), progress)
-        out = save_model(res.model, wd / f"resnet_like.int8.{placement}.onnx")
+        spec = pipeline.QuantizeSpec(synthetic=samples, placement=placement)
+        _, out, cache, res = pipeline.quantize(fp32, "resnet_like", wd, spec, progress,
+                                               suffix=f"int8.{placement}")
         artifacts += [out, cache]
         e, w, rules = _lint_counts(res.model)
         fusion = [r for r in rules if r.startswith("fuse-")]
@@ -156,20 +162,13 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
             f"{artifacts[0].name} --target orin-agx` builds, profiles and gates it on a target over SSH",
         ], [pyz.path]))
 
-    # 6. What report and gate say of real TensorRT 8.6 engines (recorded on an H200, shipped with the tests).
-    fixtures = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "trt86-h200"
-    if fixtures.is_dir():
-        from edgeq.report import apply_gate, build_report, load_layers, load_profile
-        from edgeq.report.policy import POLICIES
+    # 6. What report and gate say of real TensorRT 8.6 engines (recorded on an H200, shipped in the package).
+    from edgeq.report.policy import POLICIES
 
-        rlines = []
-        for stem in ("resnet50.implicit", "resnet50_ortfb.explicit", "resnet50_placed.explicit"):
-            layers = load_layers(fixtures / f"{stem}.layers.json")
-            prof_path = fixtures / f"{stem}.profile.json"
-            rep = build_report(layers, load_profile(prof_path) if prof_path.exists() else None)
-            gate = apply_gate(rep, POLICIES["int8"])
-            rlines.append(f"{stem}: {rep.summary_line()}; int8 gate: {gate.summary_line()}")
-        record(DemoStep("report (recorded engines)", DONE, rlines))
-    else:
-        record(DemoStep("report (recorded engines)", SKIPPED, ["tests/fixtures not present in this install"]))
+    rlines = []
+    for stem in RECORDED_ENGINES:
+        rep, gate = pipeline.report_and_gate(recorded(stem, "layers"), recorded(stem, "profile"), None,
+                                             POLICIES["int8"])  # fmt: skip
+        rlines.append(f"{stem}: {rep.summary_line()}; int8 gate: {gate.summary_line()}")
+    record(DemoStep("report (recorded engines)", DONE, rlines))
     return DemoResult(wd, steps)

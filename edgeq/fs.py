@@ -84,3 +84,14 @@ def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
 def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """A file's sha256 (hex), read in 1 MiB chunks: manifests, stage keys, fleet records."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

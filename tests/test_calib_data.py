@@ -258,7 +258,7 @@ def test_images_need_spec_and_valid_spec(tmp_path) -> None:
     with pytest.raises(ConfigError, match="'layout' must be NCHW or NHWC"):
         load_preprocess(spec)
     spec.write_text("mean: [0.5]\nsdt: [1]\n")
-    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['sdt'\]"):
+    with pytest.raises(ConfigError, match=r"unknown key 'sdt' \(did you mean 'std'\?\)"):
         load_preprocess(spec)
     spec.write_text("std: [0, 1, 1]\n")
     with pytest.raises(ConfigError, match="'std' must not contain 0"):

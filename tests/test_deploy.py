@@ -196,6 +196,37 @@ def test_calib_images_take_a_preprocessing_spec(workspace, cli):
 
 
 @pytest.mark.sshd
+def test_deploy_takes_the_full_quantize_options(workspace, cli):
+    """--calibrator, --placement and --overrides reach the quantization a deploy runs; a misspelt
+    overrides file is exit 2 before any run directory exists."""
+    root, model, _ = workspace
+    calib = root / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(2)
+    for i in range(4):
+        np.save(calib / f"s{i}.npy", rng.random((1, 3, 16, 16), dtype=np.float32))
+    bad = root / "bad.yaml"
+    bad.write_text("forse: [/relu/Relu]\n")
+    runs = root / "runs"
+    code, _, err = cli("deploy", model, "--target", "loopback", "--calib", calib, "--overrides", bad,
+                       "--runs-dir", runs)  # fmt: skip
+    assert code == 2 and "unknown key 'forse'" in err and "did you mean 'force'" in err
+    assert not runs.exists()
+    over = root / "over.yaml"
+    over.write_text("force: [/relu/Relu]\n")
+    code, _, err = cli("deploy", model, "--target", "loopback", "--calib", calib, "--calibrator", "max",
+                       "--placement", "all", "--overrides", over, "--runs-dir", runs)  # fmt: skip
+    assert code == 1 and "TensorRT not available" in err
+    (run_dir,) = runs.iterdir()
+    data = _stages(run_dir)["quantize"]["data"]
+    assert (data["calibrator"], data["placement"], data["forced"]) == ("max", "all", ["/relu/Relu"])
+    q = onnx.load(str(run_dir / (MODEL_NAME[: -len(".onnx")] + ".int8.onnx")))
+    producer = {o: n for n in q.graph.node for o in n.output}
+    (relu,) = [n for n in q.graph.node if n.op_type == "Relu"]
+    assert producer[relu.input[0]].op_type == "DequantizeLinear"  # forced: the Relu's input is quantized
+
+
+@pytest.mark.sshd
 def test_unknown_host_key_refused_then_accepted_on_request(workspace, cli, ssh_server):
     root, model, _ = workspace
     Path(ssh_server.known_hosts).write_text("")

@@ -598,7 +598,9 @@ def load_preprocess(path: str | Path) -> Preprocess:
         raise ConfigError(f"{path}: preprocessing spec must be a mapping")
     unknown = sorted(set(raw) - _PRE_KEYS)
     if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {unknown}", hint=f"allowed: {sorted(_PRE_KEYS)}")
+        from edgeq.config import unknown_key
+
+        raise unknown_key(path, unknown[0], _PRE_KEYS)
 
     def floats(key: str, default: tuple[float, ...]) -> tuple[float, ...]:
         v = raw.get(key, default)

@@ -19,10 +19,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from edgeq.config import Bad, Checker, check_mapping
 from edgeq.errors import ConfigError, first_line
-
-_KEYS = ("exclude", "force", "version")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,26 @@ def _compile(pattern: str, source: str) -> re.Pattern[str]:
     return re.compile(fnmatch.translate(pattern), re.DOTALL)
 
 
+def _patterns(v: Any) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list):
+        raise Bad("a list of node names or patterns")
+    for i, item in enumerate(v):
+        if not isinstance(item, str) or not item.strip():
+            raise Bad(f"a list of non-empty strings (entry {i + 1} is {item!r})")
+    return tuple(x.strip() for x in v)
+
+
+def _version(v: Any) -> int:
+    if v != 1:
+        raise Bad("1 (the only version so far)")
+    return 1
+
+
+SCHEMA: dict[str, Checker] = {"exclude": _patterns, "force": _patterns, "version": _version}
+
+
 def overrides_from_dict(data: object, source: str = "overrides") -> Overrides:
     """Validate a parsed override mapping (from YAML or code)."""
     if data is None:
@@ -73,23 +93,8 @@ def overrides_from_dict(data: object, source: str = "overrides") -> Overrides:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with 'exclude' and/or 'force' lists, "
                           f"got {type(data).__name__}")
-    unknown = [k for k in data if k not in _KEYS]
-    if unknown:
-        raise ConfigError(f"{source}: unknown key '{unknown[0]}'", hint="allowed keys: exclude, force")
-    if "version" in data and data["version"] != 1:
-        raise ConfigError(f"{source}: unsupported version {data['version']!r}", hint="use version: 1")
-    lists: dict[str, tuple[str, ...]] = {}
-    for key in ("exclude", "force"):
-        value = data.get(key) or []
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            raise ConfigError(f"{source}: '{key}' must be a list of node names or patterns")
-        for i, item in enumerate(value):
-            if not isinstance(item, str) or not item.strip():
-                raise ConfigError(f"{source}: '{key}' entry {i + 1} must be a non-empty string, got {item!r}")
-        lists[key] = tuple(v.strip() for v in value)
-    return Overrides(exclude=lists["exclude"], force=lists["force"], source=source)
+    v = check_mapping(source, data, SCHEMA, nullable=("exclude", "force"))
+    return Overrides(exclude=v.get("exclude") or (), force=v.get("force") or (), source=source)
 
 
 def load_overrides(path: str | Path) -> Overrides:

@@ -1,1 +1,1 @@
-"""Release packaging with a verifiable manifest: not built yet (a later issue); nothing here is imported."""
+"""Release bundles (``edgeq release``): see ``edgeq.release.bundle``."""

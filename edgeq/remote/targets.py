@@ -22,8 +22,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
+from edgeq.config import SECTION, Bad, Checker, check_mapping, read_yaml
+from edgeq.config import string as _str
 from edgeq.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -137,49 +139,39 @@ def split_hostspec(spec: str) -> tuple[Optional[str], str, int]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Schema: one table of keys, each with a checker that returns the value or raises _Bad(expected).
+# Schema: one table of keys, each with a checker that returns the value or raises Bad(expected).
 # --------------------------------------------------------------------------------------------------
-
-
-class _Bad(Exception):
-    """``expected`` text for the ConfigError; raised by checkers."""
-
-
-def _str(v: Any) -> str:
-    if not isinstance(v, str) or not v.strip():
-        raise _Bad("a non-empty string")
-    return v.strip()
 
 
 def _host(v: Any) -> str:
     s = _str(v)
     if any(c.isspace() for c in s) or s.startswith("-"):
-        raise _Bad("a host name or IP address (no spaces, not starting with '-')")
+        raise Bad("a host name or IP address (no spaces, not starting with '-')")
     return s
 
 
 def _user(v: Any) -> str:
     s = _str(v)
     if not re.fullmatch(r"[A-Za-z0-9._][A-Za-z0-9._-]*", s):
-        raise _Bad("a user name (letters, digits, '.', '_', '-')")
+        raise Bad("a user name (letters, digits, '.', '_', '-')")
     return s
 
 
 def _port(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 65535:
-        raise _Bad("an integer port between 1 and 65535")
+        raise Bad("an integer port between 1 and 65535")
     return v
 
 
 def _bool(v: Any) -> bool:
     if not isinstance(v, bool):
-        raise _Bad("true or false")
+        raise Bad("true or false")
     return v
 
 
 def _pos_number(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-        raise _Bad("a positive number of seconds")
+        raise Bad("a positive number of seconds")
     return float(v)
 
 
@@ -187,30 +179,30 @@ def _version(v: Any) -> str:
     # Floats are refused: YAML reads 8.10 as 8.1, so an unquoted version can silently change meaning.
     s = str(v).strip() if isinstance(v, (str, int)) and not isinstance(v, bool) else ""
     if not re.fullmatch(r"\d+(\.\d+){0,3}", s):
-        raise _Bad('a quoted version string such as "8.6" or "8.6.2"')
+        raise Bad('a quoted version string such as "8.6" or "8.6.2"')
     return s
 
 
 def _cc(v: Any) -> str:
     s = str(v).strip() if isinstance(v, (str, int, float)) and not isinstance(v, bool) else ""
     if not re.fullmatch(r"\d+\.\d", s):
-        raise _Bad('a compute capability such as "8.7" (Orin) or "7.2" (Xavier)')
+        raise Bad('a compute capability such as "8.7" (Orin) or "7.2" (Xavier)')
     return s
 
 
 def _jump(v: Any) -> str:
     s = _str(v)
     if not re.fullmatch(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.\-_:\[\]]+?(?::\d{1,5})?", s):
-        raise _Bad('"[user@]host[:port]"')
+        raise Bad('"[user@]host[:port]"')
     return s
 
 
 def _work_dir(v: Any) -> str:
     s = _str(v)
     if s.startswith("~"):
-        raise _Bad("a path relative to the remote home (e.g. edgeq) or absolute; '~' is not expanded")
+        raise Bad("a path relative to the remote home (e.g. edgeq) or absolute; '~' is not expanded")
     if "\0" in s or "\n" in s:
-        raise _Bad("a path without NUL or newline characters")
+        raise Bad("a path without NUL or newline characters")
     return s
 
 
@@ -221,13 +213,13 @@ def _local_path(v: Any) -> Path:
 def _backend(v: Any) -> str:
     s = _str(v)
     if s not in BACKENDS:
-        raise _Bad(f"one of {', '.join(BACKENDS)}")
+        raise Bad(f"one of {', '.join(BACKENDS)}")
     return s
 
 
 def _workspace(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise _Bad("a positive integer number of MiB (as trtexec --memPoolSize=workspace:N)")
+        raise Bad("a positive integer number of MiB (as trtexec --memPoolSize=workspace:N)")
     return v
 
 
@@ -235,25 +227,25 @@ def _dla_core(v: Any) -> Optional[int]:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise _Bad("null or a DLA core index (0 or 1 on Orin AGX / Xavier)")
+        raise Bad("null or a DLA core index (0 or 1 on Orin AGX / Xavier)")
     return v
 
 
 def _tactics(v: Any) -> tuple[str, ...]:
     if not isinstance(v, list):
-        raise _Bad("a list such as [-CUBLAS, -CUBLAS_LT, -CUDNN]")
+        raise Bad("a list such as [-CUBLAS, -CUBLAS_LT, -CUDNN]")
     out = []
     for item in v:
         s = str(item).strip()
         if len(s) < 2 or s[0] not in "+-" or s[1:].upper() not in TACTIC_SOURCES:
-            raise _Bad(f"entries +NAME or -NAME with NAME one of {', '.join(TACTIC_SOURCES)} (got {item!r})")
+            raise Bad(f"entries +NAME or -NAME with NAME one of {', '.join(TACTIC_SOURCES)} (got {item!r})")
         out.append(s[0] + s[1:].upper())
     return tuple(out)
 
 
 def _names(v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-        raise _Bad("a list of ONNX node names")
+        raise Bad("a list of ONNX node names")
     return tuple(v)
 
 
@@ -261,7 +253,7 @@ def _policy(v: Any) -> str:
     s = _str(v)
     known = _known_policies()
     if s not in known:
-        raise _Bad(f"one of {', '.join(sorted(known))}")
+        raise Bad(f"one of {', '.join(sorted(known))}")
     return s
 
 
@@ -271,7 +263,6 @@ def _known_policies() -> set[str]:
     return set(POLICIES)
 
 
-Checker = Callable[[Any], Any]
 TOP: dict[str, Checker] = {
     "host": _host,
     "port": _port,
@@ -283,12 +274,12 @@ TOP: dict[str, Checker] = {
     "work_dir": _work_dir,
     "python": _str,
     "tensorrt": _version,
-    "gpu": dict,  # section
-    "build": dict,  # section
+    "gpu": SECTION,  # section
+    "build": SECTION,  # section
     "backend": _backend,
     "trtexec": _str,
-    "timeouts": dict,  # section
-    "gate": dict,  # section
+    "timeouts": SECTION,  # section
+    "gate": SECTION,  # section
     "description": _str,
 }
 SECTIONS: dict[str, dict[str, Checker]] = {
@@ -310,37 +301,13 @@ SECTIONS: dict[str, dict[str, Checker]] = {
     "gate": {"policy": _policy, "allow": _names, "require_fusion": _bool},
 }
 REQUIRED = ("host", "user")
-
-
-def _unknown_key(path: Path, key: str, known: Any, where: str) -> ConfigError:
-    near = difflib.get_close_matches(str(key), list(known), n=1)
-    hint = f"did you mean '{near[0]}'?" if near else f"known keys: {', '.join(sorted(known))}"
-    return ConfigError(f"{path}: unknown key '{where}{key}'", hint)
+NULLABLE = ("jump_host", "identity_file", "tensorrt", "dla_core", "workspace")
 
 
 def _check_mapping(
     path: Path, data: Mapping[str, Any], table: dict[str, Checker], where: str
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in table:
-            raise _unknown_key(path, key, table, where)
-        checker = table[key]
-        if checker is dict:
-            if value is None:
-                continue
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{path}: '{where}{key}' must be a mapping of keys", None)
-            out[key] = _check_mapping(path, value, SECTIONS[key], f"{where}{key}.")
-            continue
-        if value is None and key in ("jump_host", "identity_file", "tensorrt", "dla_core", "workspace"):
-            out[key] = None
-            continue
-        try:
-            out[key] = checker(value)
-        except _Bad as e:
-            raise ConfigError(f"{path}: '{where}{key}' must be {e} (got {value!r})", None) from None
-    return out
+    return check_mapping(path, data, table, where, SECTIONS, NULLABLE)
 
 
 def target_from_dict(data: Any, path: Path, name: Optional[str] = None) -> Target:
@@ -382,25 +349,6 @@ def target_from_dict(data: Any, path: Path, name: Optional[str] = None) -> Targe
         gate=GateConfig(**gate) if gate is not None else None,
         **kwargs,
     )
-
-
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; syntax errors become one ConfigError with the line."""
-    import yaml
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read: {e}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
 
 
 def load_target(path: Path, name: Optional[str] = None) -> Target:
@@ -460,7 +408,7 @@ PIPELINE_KEYS: dict[str, Checker] = {
     "model": _str,
     "target": _str,
     "calib": _str,
-    "gate": dict,
+    "gate": SECTION,
     "description": _str,
 }
 
@@ -479,7 +427,10 @@ def load_pipeline(path: Path) -> Pipeline:
     data = read_yaml(path)
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: a pipeline file must be a YAML mapping (model: ..., gate: ...)")
-    v = _check_mapping(path, data, PIPELINE_KEYS, "")
+    from edgeq.pipeline_run import PIPELINE, SECTIONS  # the full pipeline schema (edgeq run)
+
+    v = check_mapping(path, data, PIPELINE, "", SECTIONS)
+    v.update(_check_mapping(path, {k: data[k] for k in ("gate",) if k in data}, PIPELINE_KEYS, ""))
     gate = v.get("gate")
     return Pipeline(
         path=path,

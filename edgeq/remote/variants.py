@@ -144,7 +144,7 @@ def engines_on_target(
     """Quantize once, build every variant on ``target``, read back each engine (see the module doc)."""
     from edgeq.graph.io import load_model
     from edgeq.graph.rules import lint_model
-    from edgeq.remote.deploy import has_qdq
+    from edgeq.pipeline import has_qdq
 
     model = Path(model)
     if not model.is_file():

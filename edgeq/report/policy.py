@@ -53,7 +53,8 @@ RULES: dict[str, Rule] = {
             "a Reformat inside the network that keeps precision and layout (INT8 NC/32HW32 -> INT8 "
             "NC/32HW32): TensorRT builds a Concat or Slice as copies, not a fallback; reported, and fails "
             "only with forbid_copies",
-            "measured: fixtures trt86-h200-edgeq/yolo_fix2.explicit.layers.json and "
+            "edgeq/docs/trt86-rules.md#interior-copy; measured: fixtures trt86-h200-edgeq/yolo_fix2.explicit."
+            "layers.json and "
             "yolo_edgeq.implicit.layers.json, 19 INT8 -> INT8 same-format copies with Origin CONCAT in "
             "both (981 vs 980 qps)",
         ),

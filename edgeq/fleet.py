@@ -1,0 +1,305 @@
+"""``edgeq fleet validate``: one model, prepared once, deployed to every target of a fleet at once.
+
+The host half (clean -> quantize -> lint) runs once into ``<fleet dir>/host/``; then bounded workers
+run each target's half (upload -> probe -> build -> inspect -> profile -> report -> gate) into
+``<fleet dir>/<target>/``, a deploy's run directory each. An unreachable or failing target fails its
+row only. ``fleet.json`` holds the matrix (target x reachable, TensorRT, GPU, build, gate, latency,
+throughput, report); ``junit_xml`` renders it for CI (one testcase per target).
+
+Engines are not portable across GPUs or TensorRT versions, but are across identical boards: with
+``build_once_per_kind`` the first target of a kind (compute capability + TensorRT version) builds and
+the others load that engine (``Probe.kind``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from edgeq import __version__
+from edgeq.errors import EdgeqError
+from edgeq.findings import ProgressFn, no_progress
+from edgeq.fleet_file import Fleet
+from edgeq.fs import sha256_file
+from edgeq.pipeline import (
+    HOST_STAGES,
+    KindEngines,
+    Prepared,
+    ProfileSettings,
+    QuantizeSpec,
+    Recorder,
+    check_quantize_spec,
+    conclude,
+    model_stem,
+    on_target,
+    policy_for,
+    prepare,
+    ssh_runner,
+    write_json,
+)
+from edgeq.remote.protocol import agent_cache_dir
+from edgeq.remote.targets import Target
+from edgeq.rundir import new_run_dir, slug
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    quantize: QuantizeSpec = field(default_factory=QuantizeSpec)
+    gate: Optional[str] = None
+    gate_allow: tuple[str, ...] = ()
+    runs_dir: Path = Path("runs")
+    accept_new_host_key: bool = False
+    build_once_per_kind: bool = False
+    workers: Optional[int] = None  # None: the fleet file's
+    profile: ProfileSettings = field(default_factory=ProfileSettings)
+    cache_dir: Optional[Path] = None
+
+
+@dataclass
+class Row:
+    """One target's line of the matrix; ``status`` is pending | running | passed | failed."""
+
+    target: str
+    destination: str
+    status: str = "pending"
+    stage: str = ""
+    reachable: Optional[bool] = None
+    tensorrt: Optional[str] = None
+    gpu: Optional[str] = None
+    compute_capability: Optional[str] = None
+    kind: Optional[str] = None
+    build: Optional[str] = None  # ok | reused | failed | not run
+    gate: Optional[bool] = None
+    gate_summary: str = ""
+    latency_p50_ms: Optional[float] = None
+    latency_p99_ms: Optional[float] = None
+    throughput_qps: Optional[float] = None
+    report: Optional[str] = None
+    run_dir: Optional[str] = None
+    error: Optional[str] = None
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+@dataclass
+class FleetResult:
+    fleet_dir: Path
+    model: Path
+    rows: list[Row]
+    created: str
+    host_stages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.passed for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fleet_dir": str(self.fleet_dir),
+            "model": str(self.model),
+            "created": self.created,
+            "edgeq": __version__,
+            "passed": self.passed,
+            "host_stages": self.host_stages,
+            "targets": [asdict(r) for r in self.rows],
+        }
+
+
+RowFn = Callable[[Row], None]
+
+
+def _no_row(row: Row) -> None:
+    """Default sink for row updates."""
+
+
+def _fill(row: Row, rec: Recorder, target: Target) -> None:
+    """The row's cells from the target's run directory records."""
+    st = {s.name: s for s in rec.stages}
+    up, pr, b, g = st["upload"], st["probe"], st["build"], st["gate"]
+    row.reachable = up.status == "ok" if up.status != "not run" else None
+    row.tensorrt = pr.data.get("tensorrt")
+    row.compute_capability = pr.data.get("compute_capability")
+    row.kind = pr.data.get("kind")
+    row.gpu = pr.data.get("gpu")
+    row.build = "reused" if b.data.get("reused_from") else ("ok" if b.status == "ok" else b.status)
+    lat = rec.timings.get("latency_ms") or {}
+    row.latency_p50_ms, row.latency_p99_ms = lat.get("median"), lat.get("p99")
+    row.throughput_qps = rec.timings.get("throughput_qps")
+    if g.status in ("ok", "failed") and "passed" in g.data:
+        row.gate, row.gate_summary = bool(g.data["passed"]), g.summary
+    report = rec.run_dir / "report.html"
+    row.report = str(report) if report.exists() else None
+
+
+def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: FleetOptions, agent: Any,
+                  shared: Optional[KindEngines], row: Row, on_row: RowFn, lock: threading.Lock) -> None:
+    def update(**cells: Any) -> None:
+        with lock:
+            for k, v in cells.items():
+                setattr(row, k, v)
+            on_row(row)
+
+    def event(line: str) -> None:
+        if line.endswith(": started"):
+            update(stage=line.split(":", 1)[0])
+
+    started = time.monotonic()
+    update(status="running", stage="connect")
+    run_dir = fleet_dir / "targets" / slug(target.name)
+    run_dir.mkdir(parents=True)
+    rec = Recorder(run_dir, event)
+    row.run_dir = str(rec.run_dir)
+    rec.copy(prepared.stages)
+    try:
+        policy = policy_for(target, options.gate, options.gate_allow)
+        with rec.finishing():
+            with ssh_runner(target.ssh_config(options.accept_new_host_key)) as runner:
+                found = on_target(runner, target, prepared, rec, agent, options.profile, shared,
+                                  remote_name=f"{fleet_dir.name}-{run_dir.name}")
+            update(gpu=found.gpu, kind=found.kind)
+            conclude(rec, prepared.model, policy)
+    except EdgeqError as e:
+        row.error = str(e)
+    with lock:
+        _fill(row, rec, target)
+        row.seconds = round(time.monotonic() - started, 3)
+        row.status = "passed" if row.error is None and row.gate else "failed"
+        if row.error is None and not row.gate:
+            row.error = row.gate_summary or "gate failed"
+        row.stage = ""
+        on_row(row)
+
+
+def validate(
+    model: Path,
+    fleet: Fleet,
+    options: FleetOptions = FleetOptions(),
+    *,
+    on_row: RowFn = _no_row,
+    progress: ProgressFn = no_progress,
+    now: Optional[_dt.datetime] = None,
+) -> FleetResult:
+    """Validate ``model`` on every target of ``fleet``; a failing target is a failed row, not an error.
+
+    Errors of the model itself (unreadable, refused by lint, bad calibration data) stop the run before
+    any target is contacted, as in ``deploy``.
+    """
+    from edgeq.remote.deploy import check_model_path
+
+    model = check_model_path(model)
+    check_gates(fleet, options)
+    check_quantize_spec(options.quantize)
+    stamp = now or _dt.datetime.now(_dt.timezone.utc)
+    fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
+                            now=stamp)  # fmt: skip
+    host_dir = fleet_dir / "host"
+    host_dir.mkdir()
+    host = Recorder(host_dir, progress=progress, stages=HOST_STAGES, task="prepare")
+    with host.finishing():
+        prepared = prepare(model, host, options.quantize)
+    return validate_prepared(model, prepared, fleet, fleet_dir, options, on_row=on_row, created=stamp)
+
+
+def check_gates(fleet: Fleet, options: FleetOptions) -> None:
+    """A bad --gate is the user's, said once, before any work."""
+    for t in fleet.targets:
+        policy_for(t, options.gate, options.gate_allow)
+
+
+def validate_prepared(
+    model: Path,
+    prepared: Prepared,
+    fleet: Fleet,
+    fleet_dir: Path,
+    options: FleetOptions = FleetOptions(),
+    *,
+    on_row: RowFn = _no_row,
+    created: Optional[_dt.datetime] = None,
+) -> FleetResult:
+    """The targets' half of ``validate`` for a model already prepared (``pipeline.prepare``)."""
+    from edgeq.remote.zipapp import build_agent
+
+    stamp = created or _dt.datetime.now(_dt.timezone.utc)
+    agent = build_agent(options.cache_dir or agent_cache_dir())
+    rows = [Row(t.name, f"{t.user}@{t.host}:{t.port}") for t in fleet.targets]
+    for r in rows:
+        on_row(r)
+    shared = KindEngines() if options.build_once_per_kind else None
+    lock = threading.Lock()
+    workers = max(1, min(options.workers or fleet.workers, len(rows)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgeq-fleet") as pool:
+        futures = [
+            pool.submit(_validate_one, t, prepared, fleet_dir, options, agent, shared, r, on_row, lock)
+            for t, r in zip(fleet.targets, rows)
+        ]
+        for f in futures:
+            f.result()  # anything but an EdgeqError is a bug: its traceback surfaces here
+    result = FleetResult(
+        fleet_dir, model, rows, stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), [asdict(s) for s in prepared.stages]
+    )
+    write_json(fleet_dir / "fleet.json", {
+        **result.to_dict(),
+        "source_sha256": sha256_file(model),
+        "model_file": os.path.relpath(prepared.model_file, fleet_dir),  # the directory moves as one
+        "cache_file": os.path.relpath(prepared.cache_file, fleet_dir) if prepared.cache_file else None,
+    })  # fmt: skip
+    return result
+
+
+def junit_xml(result: FleetResult, suite: str = "edgeq fleet validate") -> str:
+    """JUnit XML as CI systems read it: testsuites > testsuite > testcase (failure on a failed row)."""
+    import xml.etree.ElementTree as ET
+
+    failures = sum(not r.passed for r in result.rows)
+    root = ET.Element("testsuites", tests=str(len(result.rows)), failures=str(failures), errors="0")
+    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(result.rows)), failures=str(failures),
+                       errors="0", skipped="0", timestamp=result.created,
+                       time=f"{sum(r.seconds for r in result.rows):.3f}")  # fmt: skip
+    for r in result.rows:
+        tc = ET.SubElement(ts, "testcase", classname=f"edgeq.fleet.{slug(result.model.name)}", name=r.target,
+                           time=f"{r.seconds:.3f}")  # fmt: skip
+        if not r.passed:
+            kind = "gate" if r.gate is False and r.reachable else "target"
+            fail = ET.SubElement(tc, "failure", message=(r.error or "failed")[:500], type=kind)
+            fail.text = "\n".join(f"{k}: {v}" for k, v in asdict(r).items() if v not in (None, ""))
+        out = ET.SubElement(tc, "system-out")
+        out.text = f"run directory: {r.run_dir}\nreport: {r.report}"
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def matrix(result: FleetResult) -> list[dict[str, str]]:
+    """The matrix as text cells, in column order, for any renderer."""
+
+    def num(v: Optional[float], unit: str = "") -> str:
+        return "-" if v is None else f"{v:.3g}{unit}"
+
+    return [
+        {
+            "target": r.target,
+            "reachable": {True: "yes", False: "no", None: "-"}[r.reachable],
+            "TensorRT": r.tensorrt or "-",
+            "GPU (sm)": f"{r.gpu or '-'} ({r.compute_capability or '-'})",
+            "build": r.build or "-",
+            "gate": {True: "passed", False: "FAILED", None: "-"}[r.gate],
+            "p50 ms": num(r.latency_p50_ms),
+            "p99 ms": num(r.latency_p99_ms),
+            "qps": num(r.throughput_qps),
+            "report": r.report or "-",
+            "result": "passed" if r.passed else f"FAILED: {r.error or ''}",
+        }
+        for r in result.rows
+    ]
+
+
+__all__: Sequence[str] = ("FleetOptions", "FleetResult", "Row", "junit_xml", "matrix", "validate")

@@ -1,0 +1,203 @@
+"""Fleet files: which targets a model is validated on, as edgeq's own list or an Ansible inventory.
+
+edgeq's form (``targets/fleet.yaml``)::
+
+    workers: 4                    # targets deployed to at once (default: all, at most 8)
+    targets:
+      - orin-agx                  # a target name (targets/orin-agx.yaml) or a path
+      - targets/xavier-*.yaml     # a glob (relative to the current directory)
+      - target: orin-nano         # per-target overrides, merged into the target file's keys
+        overrides: {build: {fp16: false}, gate: {allow: [/head/*]}}
+
+An Ansible inventory (YAML or INI, as ``ansible-inventory`` reads them) works as it is, so a fleet is
+the inventory users already keep: every host of every group becomes a target named after the host;
+``ansible_host``, ``ansible_port``, ``ansible_user`` and ``ansible_ssh_private_key_file`` give the SSH
+access; any other target-file key is an ``edgeq_<key>`` variable (host, group or ``all`` vars, the host's
+winning), e.g. ``edgeq_known_hosts``, ``edgeq_python``, ``edgeq_backend``, ``edgeq_build`` (a mapping).
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from edgeq import config
+from edgeq.errors import ConfigError
+from edgeq.remote.targets import Target, resolve_target, target_from_dict, target_path
+
+MAX_WORKERS = 8
+# Ansible's connection variables (and their pre-2.0 ansible_ssh_* spellings, still read by Ansible).
+_ANSIBLE = {"ansible_host": "host", "ansible_port": "port", "ansible_user": "user",
+            "ansible_ssh_private_key_file": "identity_file", "ansible_ssh_host": "host",
+            "ansible_ssh_port": "port", "ansible_ssh_user": "user"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Fleet:
+    path: Path
+    targets: tuple[Target, ...]
+    workers: int
+    kind: str  # "edgeq" or "ansible"
+
+
+def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
+def _entry_targets(path: Path, entry: Any, i: int) -> list[Target]:
+    where = f"{path}: 'targets' entry {i + 1}"
+    if isinstance(entry, str):
+        if any(c in entry for c in "*?["):
+            hits = sorted(glob.glob(entry))
+            if not hits:
+                raise ConfigError(f"{where}: glob '{entry}' matches no target file")
+            return [resolve_target(h) for h in hits]
+        return [resolve_target(entry)]
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where}: a target name, a glob, or a mapping with 'target' (and 'overrides')")
+    v = config.check_mapping(where, entry, {"target": config.string, "overrides": _mapping,
+                                            "name": config.string})  # fmt: skip
+    if "target" not in v:
+        raise ConfigError(f"{where}: missing 'target'")
+    spec = v["target"]
+    base = resolve_target(spec)  # the file exists and is valid on its own
+    data = config.read_yaml(target_path(spec))
+    merged = _merge(config.require_mapping(base.path, data, "host: ..."), v.get("overrides") or {})
+    return [target_from_dict(merged, base.path, v.get("name", base.name))]
+
+
+def _mapping(v: Any) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise config.Bad("a mapping of target-file keys (checked with the target file's schema)")
+    return v
+
+
+def _entries(v: Any) -> list[Any]:
+    if not isinstance(v, list):
+        raise config.Bad("a list of target names, globs or mappings")
+    return v
+
+
+def _ansible_hosts(path: Path, group: Mapping[str, Any], inherited: dict[str, Any],
+                   out: dict[str, dict[str, Any]]) -> None:
+    """Walk a YAML inventory group: vars flow down to children and hosts, the nearest winning."""
+    own = _merge(inherited, group.get("vars") or {})
+    for name, hvars in (group.get("hosts") or {}).items():
+        out[str(name)] = _merge(out.get(str(name), own), hvars or {})
+    for child in (group.get("children") or {}).values():
+        _ansible_hosts(path, child or {}, own, out)
+
+
+def _scalar(text: str) -> Any:
+    """An INI inventory value as Ansible reads it: YAML scalars (true, 2222), else the string."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (bool, int, float, list, dict)) else text
+
+
+def _ini_inventory(path: Path, text: str) -> dict[str, dict[str, Any]]:
+    """The INI inventory form: ``[group]`` host lines with ``key=value`` vars, ``[group:vars]``,
+    ``[group:children]``."""
+    import shlex
+
+    groups: dict[str, list[tuple[str, dict[str, str]]]] = {}
+    gvars: dict[str, dict[str, str]] = {}
+    children: dict[str, list[str]] = {}
+    section, kind = "ungrouped", "hosts"
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith(";") else ""
+        if not line:
+            continue
+        if line.startswith("["):
+            name = line.strip("[]")
+            section, _, kind = name.partition(":")
+            kind = kind or "hosts"
+            continue
+        words = shlex.split(line)
+        pairs = {k: _scalar(v) for k, _, v in (w.partition("=") for w in words[1:] if "=" in w)}
+        if kind == "vars":
+            k, _, val = line.partition("=")
+            gvars.setdefault(section, {})[k.strip()] = _scalar(val.strip())
+        elif kind == "children":
+            children.setdefault(section, []).append(words[0])
+        else:
+            groups.setdefault(section, []).append((words[0], pairs))
+    out: dict[str, dict[str, Any]] = {}
+
+    def walk(group: str, inherited: dict[str, Any]) -> None:
+        own = _merge(inherited, gvars.get(group, {}))
+        for host, hv in groups.get(group, []):
+            out[host] = _merge(out.get(host, own), hv)
+        for child in children.get(group, []):
+            walk(child, own)
+
+    walk("all", {})
+    for g in groups:
+        walk(g, gvars.get("all", {}))
+    return out
+
+
+def _target_from_host(path: Path, name: str, hvars: Mapping[str, Any]) -> Target:
+    data: dict[str, Any] = {"host": name}
+    for key, value in hvars.items():
+        if key in _ANSIBLE:
+            field = _ANSIBLE[key]
+            data[field] = int(value) if field == "port" and str(value).isdigit() else value
+        elif key.startswith("edgeq_"):
+            data[key[len("edgeq_"):]] = value
+    return target_from_dict(data, path, name)
+
+
+def is_ansible(data: Any) -> bool:
+    return isinstance(data, Mapping) and "targets" not in data and any(
+        isinstance(g, Mapping) and ({"hosts", "children", "vars"} & set(g)) for g in data.values()
+    )
+
+
+def load_fleet(path: Path, workers: Optional[int] = None) -> Fleet:
+    """Read a fleet file (edgeq's list or an Ansible inventory); every problem is one ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such fleet file", "give a fleet YAML or an Ansible inventory")
+    targets: list[Target] = []
+    kind = "edgeq"
+    text = path.read_text(encoding="utf-8", errors="replace")
+    ini = path.suffix in (".ini", ".cfg") or text.lstrip().startswith("[")
+    data = None if ini else config.read_yaml(path)
+    if data is None or is_ansible(data):
+        kind = "ansible"
+        hosts: dict[str, dict[str, Any]] = {}
+        if data is None:
+            hosts = _ini_inventory(path, text)
+        else:
+            for group in data.values():
+                _ansible_hosts(path, group or {}, {}, hosts)
+        targets = [_target_from_host(path, n, hv) for n, hv in hosts.items()]
+        size = None
+    else:
+        v = config.check_mapping(path, config.require_mapping(path, data, "targets: [...]"),
+                                 {"targets": _entries, "workers": config.positive_int,
+                                  "description": config.string})  # fmt: skip
+        entries = v.get("targets") or []
+        for i, entry in enumerate(entries):
+            targets += _entry_targets(path, entry, i)
+        size = v.get("workers")
+    if not targets:
+        raise ConfigError(f"{path}: no targets", "list targets under 'targets:' (or hosts in the inventory)")
+    from edgeq.rundir import slug
+
+    names = [slug(t.name) for t in targets]  # each target's run directory is named so
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise ConfigError(f"{path}: target '{dup}' is listed twice", "give one of them a 'name'")
+    return Fleet(path, tuple(targets), workers or size or min(MAX_WORKERS, len(targets)), kind)

@@ -1,0 +1,529 @@
+"""The pipeline's stages, in one place: small functions over plain data, composed by ``deploy``,
+``fleet``, ``run`` and ``demo``.
+
+clean -> quantize -> lint run on the host (``prepare``); ship -> probe -> build -> inspect -> profile
+run on a target through a ``Runner`` (put / run / get: the SSH connection is one, ``SSHRunner``);
+report -> gate run on the host again from the fetched files (``conclude``). Each stage takes and
+returns values; the bookkeeping (``stages.json``, ``deploy.log``, timings) is the ``Recorder``'s
+(``edgeq.rundir``), so a composition decides only which stages run and on what, the way Polygraphy's
+loaders compose.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Protocol
+
+from edgeq.errors import EdgeqError, GraphError, QuantError
+from edgeq.findings import Level, ProgressFn, no_progress
+from edgeq.fs import atomic_write_text
+from edgeq.remote.protocol import (
+    EventFn,
+    build_args,
+    check_expectations,
+    probe_facts,
+)
+from edgeq.remote.targets import Target
+from edgeq.rundir import (
+    STAGES,
+    AgentFn,
+    Recorder,
+    StageRecord,
+    model_stem,
+    write_json,
+)
+
+if TYPE_CHECKING:
+    from edgeq.remote.transport import SSHConfig
+    from edgeq.report.fusion import FusionReport
+    from edgeq.report.gate import GateResult
+    from edgeq.report.policy import Policy
+
+HOST_STAGES = STAGES[:3]
+
+
+# --------------------------------------------------------------------------------------------------
+# The runner seam
+# --------------------------------------------------------------------------------------------------
+
+
+class Runner(Protocol):
+    """What the target-side stages need from a machine: put a file, run an argv, get a file."""
+
+    destination: str
+
+    def put(self, local: Path, remote_dir: str, *, progress: ProgressFn = no_progress) -> Any:
+        """Upload into a content-addressed cache under ``remote_dir``; returns an ``Upload``."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: Optional[float] = None,
+        check: bool = True,
+        on_stderr: Optional[EventFn] = None,
+    ) -> Any:
+        """Run ``argv`` (never through a shell parser); returns a ``CommandResult``."""
+
+    def get(self, remote: str, local: Path) -> None:
+        """Download ``remote`` to ``local``."""
+
+
+class SSHRunner:
+    """The SSH connection as a ``Runner`` (paramiko stays inside ``edgeq.remote.transport``)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.destination: str = conn.config.destination
+
+    def put(self, local: Path, remote_dir: str, *, progress: ProgressFn = no_progress) -> Any:
+        return self.conn.put_cached(local, remote_dir, progress=progress)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: Optional[float] = None,
+        check: bool = True,
+        on_stderr: Optional[EventFn] = None,
+    ) -> Any:
+        return self.conn.run(argv, timeout=timeout, check=check, on_stderr=on_stderr)
+
+    def get(self, remote: str, local: Path) -> None:
+        self.conn.get(remote, local)
+
+
+@contextmanager
+def ssh_runner(config: SSHConfig) -> Iterator[SSHRunner]:
+    """A lazily connecting SSH ``Runner``, closed at the end of the block."""
+    from edgeq.remote.transport import Connection
+
+    with Connection(config) as conn:
+        yield SSHRunner(conn)
+
+
+# --------------------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuantizeSpec:
+    """``edgeq quantize``'s options as plain data (files by path), for deploy, fleet and run."""
+
+    calib: Optional[Path] = None
+    synthetic: Optional[int] = None
+    preprocess: Optional[Path] = None
+    overrides: Optional[Path] = None
+    calibrator: str = "entropy"
+    percentile: float = 99.99
+    placement: str = "trt"
+    holdout: float = 0.2
+    min_cosine: Optional[float] = None
+
+    @property
+    def has_data(self) -> bool:
+        return self.calib is not None or self.synthetic is not None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The host half's product: the model to ship (cleaned, maybe quantized) and where it is."""
+
+    model: Any  # onnx.ModelProto
+    model_file: Path
+    qdq: bool
+    cache_file: Optional[Path] = None
+    stages: tuple[StageRecord, ...] = ()
+    implicit_cache: Optional[Path] = None  # implicit INT8: the float model built with this calibration cache
+
+
+@dataclass(frozen=True)
+class Probe:
+    facts: dict[str, Any]
+    tensorrt: Optional[str]
+    compute_capability: Optional[str]
+    gpu: Optional[str]
+
+    @property
+    def kind(self) -> Optional[str]:
+        """Engines are portable between targets of one kind: same compute capability and TensorRT.
+        None when either is unknown: such a target never shares an engine."""
+        if not self.compute_capability or not self.tensorrt:
+            return None
+        return f"sm{self.compute_capability}-trt{self.tensorrt}"
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What ``finish_run`` produced: the report, the gate verdict and where they were written."""
+
+    report: FusionReport
+    gate: GateResult
+    report_json: Path
+    report_html: Path
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    fp16: Optional[bool] = None  # None: the target's build.fp16
+    iterations: int = 10  # trtexec --iterations
+    duration: float = 3.0  # trtexec --duration
+    warmup_ms: int = 200  # trtexec --warmUp
+
+
+
+
+# --------------------------------------------------------------------------------------------------
+# Host stages
+# --------------------------------------------------------------------------------------------------
+
+
+def has_qdq(model: Any) -> bool:
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+
+
+def clean(model_path: Path, out_dir: Path, *, verify: bool = False,
+          progress: ProgressFn = no_progress) -> tuple[Any, Path]:
+    """(``CleanResult``, where the cleaned model was saved as ``<name>.clean.onnx``)."""
+    from edgeq.graph.clean import CleanOptions, clean_model
+    from edgeq.graph.io import load_model, save_model
+
+    res = clean_model(load_model(model_path), CleanOptions(verify=verify), progress)
+    path = save_model(res.model, Path(out_dir) / f"{model_stem(model_path)}.clean.onnx")
+    return res, Path(path)
+
+
+def quantize(model: Any, stem: str, out_dir: Path, spec: QuantizeSpec, progress: ProgressFn = no_progress,
+             suffix: str = "int8") -> tuple[Any, Path, Path, Any]:
+    """``edgeq quantize`` in-process with the full options: (Q/DQ model, ``<stem>.<suffix>.onnx``,
+    ``<stem>.<suffix>.cache``, the ``QuantizeResult``)."""
+    try:
+        from edgeq.graph.io import save_model
+        from edgeq.quant.data import calibration_set
+        from edgeq.quant.overrides import load_overrides
+        from edgeq.quant.quantize import QuantizeOptions, implicit_model_path, quantize_model
+    except ImportError:
+        raise QuantError(
+            "cannot quantize: edgeq.quant.quantize is not part of this edgeq build",
+            "deploy a Q/DQ model (quantized elsewhere), or drop --calib to build an FP16 engine",
+        ) from None
+    cache = Path(out_dir) / f"{stem}.{suffix}.cache"
+    options = QuantizeOptions(
+        calibrator=spec.calibrator, percentile=spec.percentile, placement=spec.placement,
+        overrides=load_overrides(spec.overrides) if spec.overrides is not None else None,
+        holdout=spec.holdout, min_cosine=spec.min_cosine, cache_path=cache,
+    )  # fmt: skip
+    data = calibration_set(model, spec.calib, synthetic=spec.synthetic, preprocess=spec.preprocess)
+    q = quantize_model(model, data, options, progress)
+    # The implicit path's pair: the cache names the tensors of this cleaned FP32 model.
+    save_model(q.reference, implicit_model_path(cache))
+    path = save_model(q.model, Path(out_dir) / f"{stem}.{suffix}.onnx")
+    return q.model, Path(path), cache, q
+
+
+def lint(model: Any, out_dir: Path) -> tuple[int, int]:
+    """(errors, findings), with ``lint.json`` written; a model 8.6 would refuse is a GraphError."""
+    from edgeq.graph.rules import lint_model
+
+    findings = lint_model(model)
+    write_json(Path(out_dir) / "lint.json", [f.to_dict() for f in findings])
+    errors = [f for f in findings if f.level == Level.ERROR]
+    if errors:
+        f = errors[0]
+        raise GraphError(
+            f"lint: TensorRT 8.6 would refuse this model: [{f.rule}] {f.message}"
+            + (f" ({', '.join(f.nodes[:3])})" if f.nodes else ""),
+            f"{f.fix}; all findings: {Path(out_dir) / 'lint.json'}",
+            exit_code=1,
+        )
+    return len(errors), len(findings)
+
+
+def check_quantize_spec(spec: QuantizeSpec) -> None:
+    """The option files a quantization reads, checked before any run directory exists (exit 2)."""
+    if spec.overrides is not None:
+        from edgeq.quant.overrides import load_overrides
+
+        load_overrides(spec.overrides)
+    if spec.preprocess is not None:
+        from edgeq.quant.data import load_preprocess
+
+        load_preprocess(spec.preprocess)
+
+
+def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Optional[Path] = None,
+            calib_cache: Optional[Path] = None) -> Prepared:
+    """clean -> quantize (a float model with calibration data) -> lint, recorded in ``rec``.
+
+    With ``calib_cache`` a float model is not quantized: it is built as implicit INT8 with that cache."""
+    out = Path(out_dir or rec.run_dir)
+    stem = model_stem(model_path)
+    with rec.stage("clean") as r:
+        cleaned, model_file = clean(model_path, out)
+        model, changes = cleaned.model, len(cleaned.changes)
+        r.summary, r.data = f"{changes} change(s)", {"output": model_file.name, "changes": changes}
+    qdq, cache = has_qdq(model), None
+    if qdq:
+        rec.skip(
+            "quantize", "the model already has Q/DQ nodes" + (" (--calib ignored)" if spec.has_data else "")
+        )
+    elif calib_cache is not None:
+        rec.skip("quantize", f"implicit INT8 with the calibration cache {Path(calib_cache).name}")
+    elif not spec.has_data:
+        rec.skip("quantize", "float model and no --calib: building without INT8 (the INT8 gate will say so)")
+    else:
+        with rec.stage("quantize") as r:
+            model, model_file, cache, q = quantize(model, stem, out, spec, rec.progress)
+            qdq = has_qdq(model)
+            acc = q.accuracy.to_dict() if q.accuracy is not None else None
+            r.data = {"output": model_file.name, "cache": cache.name, "accuracy": acc,
+                      "fp32_model": f"{cache.name[: -len('.cache')]}.fp32.onnx",
+                      "calibrator": spec.calibrator, "placement": spec.placement,
+                      "overrides": str(spec.overrides) if spec.overrides else None,
+                      "excluded": list(q.plan.excluded), "forced": list(q.plan.forced)}
+            r.summary = f"{len(q.plan.sites)} activations quantized -> {model_file.name}"
+            if not q.ok:
+                raise QuantError(f"quantize: accuracy below min_cosine {spec.min_cosine}: {q.accuracy}",
+                                 "see the quantize stage's accuracy; exclude sensitive layers (overrides)",
+                                 exit_code=1)  # fmt: skip
+    with rec.stage("lint") as r:
+        errors, findings = lint(model, out)
+        r.summary = f"{errors} error(s), {findings - errors} other finding(s)"
+        r.data = {"errors": errors, "findings": findings}
+    records = tuple(StageRecord(**asdict(rec.log.stage(n))) for n in HOST_STAGES)
+    implicit = Path(calib_cache) if calib_cache is not None and not qdq else None
+    return Prepared(model, model_file, qdq, cache, records, implicit)
+
+
+# --------------------------------------------------------------------------------------------------
+# Target stages (over a Runner)
+# --------------------------------------------------------------------------------------------------
+
+
+def ship(
+    runner: Runner, target: Target, model_file: Path, agent_pyz: Any, progress: ProgressFn = no_progress
+) -> tuple[Any, Any]:
+    """Upload the agent zipapp and the model into the target's content-addressed cache."""
+    cache = target.remote_path("cache")
+    return runner.put(agent_pyz.path, cache, progress=progress), runner.put(
+        model_file, cache, progress=progress
+    )
+
+
+def probe(agent: AgentFn, target: Target) -> Probe:
+    """The target's facts (TensorRT, GPUs, compute capability), checked against the target file."""
+    facts = agent("probe", timeout=target.timeouts.command)
+    trt, cc = probe_facts(facts)
+    gpus = facts.get("gpus") or []
+    check_expectations(target, trt, cc)
+    # No GPU listed (e.g. trtexec without nvidia-smi): the target file's compute capability stands in.
+    gpu = gpus[0].get("name") if gpus else target.gpu_name
+    return Probe(facts, trt, cc or target.compute_capability, gpu)
+
+
+def build(
+    agent: AgentFn,
+    target: Target,
+    onnx_remote: str,
+    engine_remote: str,
+    *,
+    int8: bool,
+    fp16: bool,
+    found: Probe,
+    calib_remote: Optional[str] = None,
+) -> dict[str, Any]:
+    """trtexec/TensorRT build; with ``calib_remote`` implicit INT8 from that calibration cache."""
+    args = build_args(target, onnx_remote, engine_remote, int8=int8 or calib_remote is not None, fp16=fp16,
+                      trt_version=found.tensorrt, cc=found.compute_capability)  # fmt: skip
+    if calib_remote is not None:
+        args.append(f"--calib={calib_remote}")
+    t = target.timeouts
+    return agent("build", *args, f"--timeout={t.build:g}", timeout=t.build + 60)
+
+
+def _dla(target: Target) -> list[str]:
+    return [f"--useDLACore={target.build.dla_core}"] if target.build.dla_core is not None else []
+
+
+def inspect(agent: AgentFn, target: Target, engine_remote: str, layers_remote: str) -> dict[str, Any]:
+    t = target.timeouts
+    return agent("inspect", f"--loadEngine={engine_remote}", f"--exportLayerInfo={layers_remote}",
+                 *_dla(target), f"--timeout={t.command:g}", timeout=t.command + 60)  # fmt: skip
+
+
+def profile(
+    agent: AgentFn, target: Target, engine_remote: str, profile_remote: str, settings: ProfileSettings
+) -> dict[str, Any]:
+    t = target.timeouts
+    return agent(
+        "profile", f"--loadEngine={engine_remote}", f"--exportProfile={profile_remote}",
+        f"--warmUp={settings.warmup_ms}", f"--iterations={settings.iterations}",
+        f"--duration={settings.duration:g}", *_dla(target), f"--timeout={t.profile:g}",
+        timeout=t.profile + 60,
+    )  # fmt: skip
+
+
+class KindEngines:
+    """Engines built in one fleet run, by kind (compute capability + TensorRT): one build per kind."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self.engines: dict[str, tuple[Path, str]] = {}  # kind -> (local engine, target that built it)
+
+    def lock(self, kind: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(kind, threading.Lock())
+
+
+def on_target(
+    runner: Runner,
+    target: Target,
+    prepared: Prepared,
+    rec: Recorder,
+    agent_pyz: Any,
+    settings: ProfileSettings,
+    shared: Optional[KindEngines] = None,
+    remote_name: Optional[str] = None,
+) -> Probe:
+    """upload -> probe -> build (or reuse the kind's engine) -> inspect -> profile; files into the run dir."""
+    run_dir = rec.run_dir
+    remote_run = target.remote_path("runs", remote_name or run_dir.name)
+    with rec.stage("upload") as r:
+        up_agent, up_model = ship(runner, target, prepared.model_file, agent_pyz, rec.progress)
+        r.data = {"agent": {"version": agent_pyz.version, **asdict(up_agent)}, "model": asdict(up_model)}
+        up_cache = None
+        if prepared.implicit_cache is not None:
+            up_cache = runner.put(prepared.implicit_cache, target.remote_path("cache"), progress=rec.progress)
+            r.data["calibration_cache"] = asdict(up_cache)
+        r.summary = (
+            f"model {up_model.bytes_sent} B sent{' (cached)' if up_model.cached else ''}, agent "
+            f"{agent_pyz.version} {up_agent.bytes_sent} B sent{' (cached)' if up_agent.cached else ''}"
+        )
+    agent = rec.agent(runner, target, up_agent.remote_path)
+    with rec.stage("probe") as r:
+        found = probe(agent, target)
+        write_json(run_dir / "probe.json", found.facts)
+        r.summary = (
+            f"TensorRT {found.tensorrt}, {found.gpu or 'no GPU listed'}, sm {found.compute_capability}"
+        )
+        r.data = {
+            "tensorrt": found.tensorrt,
+            "compute_capability": found.compute_capability,
+            "gpu": found.gpu,
+            "kind": found.kind,
+        }
+    engine_remote = f"{remote_run}/engine.plan"
+    fp16 = target.build.fp16 if settings.fp16 is None else settings.fp16
+    share = shared if found.kind is not None else None
+    lock = share.lock(found.kind) if share is not None and found.kind else threading.Lock()
+    with lock:
+        reused = share.engines.get(found.kind) if share is not None and found.kind else None
+        if reused is not None:
+            with rec.stage("build") as r:
+                up = runner.put(reused[0], target.remote_path("cache"), progress=rec.progress)
+                engine_remote = up.remote_path
+                (run_dir / "engine.plan").write_bytes(reused[0].read_bytes())
+                r.status = "skipped"
+                r.summary = (
+                    f"engine of kind {found.kind} built on {reused[1]}, reused ({up.bytes_sent} B sent)"
+                )
+                r.data = {"reused_from": reused[1], "kind": found.kind}
+        else:
+            with rec.stage("build") as r:
+                built = build(agent, target, up_model.remote_path, engine_remote, int8=prepared.qdq,
+                              fp16=fp16, found=found,
+                              calib_remote=up_cache.remote_path if up_cache is not None else None)
+                runner.get(engine_remote, run_dir / "engine.plan")
+                r.data = {**built, "kind": found.kind}
+                size, secs = built.get("engine_bytes"), built.get("build_seconds")
+                r.summary = f"{built.get('mode')} engine, {size} B in {secs} s"
+                rec.timings["build_seconds"] = built.get("build_seconds")
+            if share is not None and found.kind:
+                share.engines[found.kind] = (run_dir / "engine.plan", target.name)
+    with rec.stage("inspect") as r:
+        got = inspect(agent, target, engine_remote, f"{remote_run}/layers.json")
+        runner.get(f"{remote_run}/layers.json", run_dir / "layers.json")
+        r.summary = f"{got.get('layers')} layers"
+    with rec.stage("profile") as r:
+        prof = profile(agent, target, engine_remote, f"{remote_run}/profile.json", settings)
+        runner.get(f"{remote_run}/profile.json", run_dir / "profile.json")
+        rec.timings.update(
+            {k: prof.get(k) for k in ("latency_ms", "gpu_compute_ms", "throughput_qps") if k in prof}
+        )
+        lat = (prof.get("latency_ms") or {}).get("median")
+        r.summary = f"median {lat} ms, {prof.get('throughput_qps')} qps"
+    return found
+
+
+# --------------------------------------------------------------------------------------------------
+# Report and gate (host)
+# --------------------------------------------------------------------------------------------------
+
+
+def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] = ()) -> Policy:
+    """The target's gate (else int8), ``--gate NAME`` over it, plus extra allowlisted names."""
+    from edgeq.report.policy import POLICIES, policy_from_dict
+
+    spec: dict[str, Any] = {}
+    if target.gate is not None:
+        spec = {"policy": target.gate.policy, "allow": list(target.gate.allow)}
+        if target.gate.require_fusion is not None:
+            spec["require_fusion"] = target.gate.require_fusion
+    policy = policy_from_dict(spec or None, where=f"{target.path}: gate")
+    if gate is not None:
+        if gate not in POLICIES:
+            raise EdgeqError(f"--gate {gate}: unknown policy", f"one of {', '.join(POLICIES)}")
+        policy = POLICIES[gate].with_allow(list(policy.allow))
+    return policy.with_allow(list(allow))
+
+
+def finish_run(
+    run_dir: Path,
+    layers_json: Path,
+    profile_json: Optional[Path],
+    onnx_model: Any,
+    policy: Policy,
+) -> RunReport:
+    """Report + gate from an engine's inspector JSON and profile (as fetched from the target).
+
+    Writes ``report.json`` and ``report.html`` into ``run_dir``; the verdict is returned, not raised.
+    """
+    from edgeq.report.render import render_html, report_to_dict
+
+    report, gate = report_and_gate(Path(layers_json), Path(profile_json) if profile_json else None,
+                                   onnx_model, policy)  # fmt: skip
+    rj = write_json(Path(run_dir) / "report.json", report_to_dict(report, gate))
+    rh = Path(run_dir) / "report.html"
+    atomic_write_text(rh, render_html(report, gate))
+    return RunReport(report=report, gate=gate, report_json=rj, report_html=rh)
+
+
+def report_and_gate(layers: Any, profile_src: Any, model: Any, policy: Policy) -> tuple[Any, Any]:
+    """(report, gate verdict) from layer info and an optional profile: paths, JSON text or dicts."""
+    from edgeq.report.fusion import build_report
+    from edgeq.report.gate import apply_gate
+    from edgeq.report.parse import load_layers, load_profile
+
+    prof = load_profile(profile_src) if profile_src is not None else None
+    report = build_report(load_layers(layers), prof, model)
+    return report, apply_gate(report, policy)
+
+
+def conclude(rec: Recorder, model: Any, policy: Policy) -> RunReport:
+    """report -> gate from the run directory's layers.json and profile.json."""
+    with rec.stage("report") as r:
+        finished = finish_run(rec.run_dir, rec.run_dir / "layers.json", rec.run_dir / "profile.json", model,
+                              policy)  # fmt: skip
+        r.summary = f"{len(finished.report.layers)} layers -> {finished.report_html.name}"
+    with rec.stage("gate") as r:
+        r.summary = finished.gate.summary()
+        r.data = {"passed": bool(finished.gate)}
+        if not finished.gate:
+            r.status = "failed"
+    return finished

@@ -1,0 +1,371 @@
+"""``edgeq run pipelines/x.yaml``: a whole run from one file, resumable stage by stage.
+
+The pipeline file (schema: ``PIPELINE``; paths relative to the current directory)::
+
+    name: resnet-like               # the work directory runs/pipeline-<name>/ (default: the file's stem)
+    model: zoo:resnet               # an ONNX path, or a model built in code by edgeq.zoo (resnet, yolo, unet)
+    model_options: {size: 64}       # zoo builder options (and variant: fp32 | ort | ortfb | torch | modelopt)
+    calib: data/calib               # calibration data, or synthetic: N
+    preprocess: pipelines/preprocess-imagenet.yaml
+    overrides: model.overrides.yaml
+    quantize: {calibrator: entropy, percentile: 99.99, placement: trt, holdout: 0.2, min_cosine: 0.98}
+    target: orin-agx                # one target, or fleet: FILE, or targets: [...] (as a fleet file's)
+    build_once_per_kind: true
+    gate: {policy: int8, allow: [/fc/Gemm]}
+    profile: {iterations: 10, duration: 3}
+    release: {output: release/resnet-like.tar.gz}
+
+Stages: model -> prepare (clean, quantize, lint) -> targets (the fleet's half) -> release. Each stage's
+inputs (file contents by sha256, settings by value) are hashed into a key kept in ``state.json``; a
+stage whose key and outputs are unchanged is skipped and says so, as make does for a target whose
+prerequisites are older than it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from edgeq import __version__, config
+from edgeq.errors import ConfigError
+from edgeq.findings import ProgressFn, no_progress
+from edgeq.fs import sha256_file
+from edgeq.pipeline import (
+    HOST_STAGES,
+    Prepared,
+    ProfileSettings,
+    QuantizeSpec,
+    Recorder,
+    StageRecord,
+    has_qdq,
+    prepare,
+    write_json,
+)
+
+RUN_STAGES = ("model", "prepare", "targets", "release")
+_QUANTIZE: dict[str, config.Checker] = {
+    "calibrator": config.string, "percentile": config.number, "placement": config.string,
+    "holdout": config.number, "min_cosine": config.number,
+}  # fmt: skip
+PIPELINE: dict[str, config.Checker] = {
+    "name": config.string,
+    "description": config.string,
+    "model": config.string,
+    "model_options": config.mapping,
+    "calib": config.string,
+    "synthetic": config.positive_int,
+    "preprocess": config.string,
+    "overrides": config.string,
+    "quantize": config.SECTION,
+    "target": config.string,
+    "fleet": config.string,
+    "targets": config.items,
+    "build_once_per_kind": config.boolean,
+    "gate": config.mapping,  # checked by edgeq.report.policy.policy_from_dict (the gate's own schema)
+    "profile": config.SECTION,
+    "release": config.SECTION,
+    "runs_dir": config.string,
+}
+SECTIONS: dict[str, dict[str, config.Checker]] = {
+    "quantize": _QUANTIZE,
+    "profile": {"iterations": config.positive_int, "duration": config.number,
+                "warmup_ms": config.positive_int},
+    "release": {"output": config.string},
+}
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    path: Path
+    name: str
+    model: str
+    model_options: dict[str, Any]
+    quantize: QuantizeSpec
+    fleet: Optional[dict[str, Any]]  # a fleet file's content (targets: [...]) or {"file": path}
+    build_once_per_kind: bool
+    gate: Optional[dict[str, Any]]
+    profile: ProfileSettings
+    release: Optional[Path]
+    runs_dir: Path
+
+
+def load_spec(path: Path) -> PipelineSpec:
+    """Read and check a pipeline file; every problem is one ConfigError naming the file and key."""
+    from edgeq.report.policy import policy_from_dict
+
+    path = Path(path)
+    data = config.require_mapping(path, config.read_yaml(path), "model: ..., target: ...")
+    v = config.check_mapping(path, data, PIPELINE, sections=SECTIONS)
+    if "model" not in v:
+        raise ConfigError(f"{path}: missing required key 'model'", "an ONNX path or zoo:resnet|yolo|unet")
+    given = [k for k in ("target", "fleet", "targets") if k in v]
+    if len(given) > 1:
+        raise ConfigError(f"{path}: give one of 'target', 'fleet', 'targets', not {' and '.join(given)}")
+    if "calib" in v and "synthetic" in v:
+        raise ConfigError(f"{path}: give 'calib' or 'synthetic', not both")
+    gate = v.get("gate")
+    if gate is not None:
+        policy_from_dict(gate, where=f"{path}: gate")  # its own schema, its own messages
+    fleet: Optional[dict[str, Any]] = None
+    if "target" in v:
+        fleet = {"targets": [v["target"]]}
+    elif "targets" in v:
+        fleet = {"targets": v["targets"]}
+    elif "fleet" in v:
+        fleet = {"file": v["fleet"]}
+    release = (v.get("release") or {}).get("output")
+    if release and fleet is None:
+        raise ConfigError(f"{path}: 'release' needs targets ('target', 'fleet' or 'targets')")
+    q = v.get("quantize") or {}
+    opt = lambda k: Path(v[k]) if k in v else None  # noqa: E731
+    prof = v.get("profile") or {}
+    return PipelineSpec(
+        path=path,
+        name=v.get("name", path.stem),
+        model=v["model"],
+        model_options=dict(v.get("model_options") or {}),
+        quantize=QuantizeSpec(calib=opt("calib"), synthetic=v.get("synthetic"), preprocess=opt("preprocess"),
+                              overrides=opt("overrides"), **q),
+        fleet=fleet,
+        build_once_per_kind=v.get("build_once_per_kind", False),
+        gate=gate,
+        profile=ProfileSettings(None, prof.get("iterations", 10), prof.get("duration", 3.0),
+                                prof.get("warmup_ms", 200)),
+        release=Path(release) if release else None,
+        runs_dir=Path(v.get("runs_dir", "runs")),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------
+# Stage keys
+# --------------------------------------------------------------------------------------------------
+
+
+def _digest(path: Path) -> Any:
+    """A file's sha256, or a directory's sorted (relative path, sha256) list."""
+    path = Path(path)
+    if path.is_dir():
+        return sorted((str(p.relative_to(path)), _digest(p)) for p in path.rglob("*") if p.is_file())
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    return sha256_file(path)
+
+
+def key(**inputs: Any) -> str:
+    """One hash over a stage's inputs: values as JSON, files (``Path``) by content."""
+
+    def norm(x: Any) -> Any:
+        if isinstance(x, Path):
+            return {"file": _digest(x)}
+        if isinstance(x, Mapping):
+            return {str(k): norm(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [norm(v) for v in x]
+        return x
+
+    return hashlib.sha256(json.dumps(norm(inputs), sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass
+class StageOutcome:
+    name: str
+    status: str  # ran | skipped | failed | not run
+    summary: str = ""
+
+
+@dataclass
+class RunResult:
+    work_dir: Path
+    stages: list[StageOutcome] = field(default_factory=list)
+    passed: bool = True
+    fleet: Any = None  # FleetResult when the targets stage ran
+
+    def stage(self, name: str) -> StageOutcome:
+        return next(s for s in self.stages if s.name == name)
+
+
+class _State:
+    """``state.json``: each finished stage's key and outputs."""
+
+    def __init__(self, work: Path) -> None:
+        self.path = work / "state.json"
+        try:
+            self.data: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # none yet, or unreadable: every stage runs
+            self.data = {}
+        if not isinstance(self.data, dict):
+            self.data = {}
+
+    def fresh(self, stage: str, k: str) -> bool:
+        s = self.data.get(stage)
+        if not s or s.get("key") != k:
+            return False
+        return all(Path(p).exists() for p in s.get("outputs", []))
+
+    def done(self, stage: str, k: str, outputs: list[Path], **extra: Any) -> None:
+        self.data[stage] = {"key": k, "outputs": [str(p) for p in outputs], **extra}
+        write_json(self.path, self.data)
+
+    def forget(self, *stages: str) -> None:
+        for s in stages:
+            self.data.pop(s, None)
+        write_json(self.path, self.data)
+
+
+# --------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------
+
+
+def _model_stage(spec: PipelineSpec, work: Path) -> tuple[Path, str]:
+    """(the model file, its stage key): a path by content, a zoo model by name, options and version."""
+    if not spec.model.startswith("zoo:"):
+        src = Path(spec.model)
+        return src, key(model=src)
+    from edgeq import zoo
+
+    name = spec.model[len("zoo:"):]
+    if name not in zoo.ZOO:
+        raise ConfigError(f"{spec.path}: 'model': unknown zoo model '{name}'", f"one of {', '.join(zoo.ZOO)}")
+    return work / f"{name}.onnx", key(zoo=name, options=spec.model_options, edgeq=__version__)
+
+
+def _build_zoo(spec: PipelineSpec, out: Path) -> None:
+    from edgeq import zoo
+    from edgeq.graph.io import save_model
+
+    opts = dict(spec.model_options)
+    variant = opts.pop("variant", "fp32")
+    try:
+        model = zoo.build(spec.model[len("zoo:"):], variant, **opts)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{spec.path}: 'model_options': {e}") from None
+    save_model(model, out)
+
+
+def _load_prepared(work: Path, state: dict[str, Any]) -> Prepared:
+    from edgeq.graph.io import load_model
+
+    model_file = Path(state["model_file"])
+    model = load_model(model_file)
+    stages = json.loads((work / "host" / "stages.json").read_text())["stages"]
+    records = tuple(StageRecord(**s) for s in stages if s["name"] in HOST_STAGES)
+    cache = Path(state["cache_file"]) if state.get("cache_file") else None
+    return Prepared(model, model_file, has_qdq(model), cache, records)
+
+
+def _fleet(spec: PipelineSpec, work: Path) -> Any:
+    from edgeq.fleet_file import load_fleet
+
+    assert spec.fleet is not None
+    if "file" in spec.fleet:
+        return load_fleet(Path(spec.fleet["file"]))
+    inline = work / "fleet.yaml"
+    import yaml
+
+    from edgeq.fs import atomic_write_text
+
+    atomic_write_text(inline, yaml.safe_dump(spec.fleet))
+    return load_fleet(inline)
+
+
+def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambda s: None,
+                 on_row: Optional[Callable[[Any], None]] = None, progress: ProgressFn = no_progress,
+                 force: bool = False) -> RunResult:
+    """Run the pipeline file at ``path``; unchanged stages are skipped (``force``: run them all)."""
+    from edgeq.fleet import FleetOptions, check_gates, validate_prepared
+    from edgeq.fs import ensure_dir
+    from edgeq.rundir import slug
+
+    spec = load_spec(path)
+    fleet = None
+    gate_allow: tuple[str, ...] = tuple((spec.gate or {}).get("allow") or ())
+    gate_name = (spec.gate or {}).get("policy")
+    options = FleetOptions(quantize=spec.quantize, gate=gate_name, gate_allow=gate_allow,
+                           build_once_per_kind=spec.build_once_per_kind, profile=spec.profile)  # fmt: skip
+    work = ensure_dir(spec.runs_dir / f"pipeline-{slug(spec.name)}")
+    if spec.fleet is not None:  # usage errors (targets, gate) before any work
+        fleet = _fleet(spec, work)
+        check_gates(fleet, options)
+    state = _State(work)
+    result = RunResult(work)
+
+    def outcome(name: str, status: str, summary: str) -> None:
+        o = StageOutcome(name, status, summary)
+        result.stages.append(o)
+        on_stage(o)
+
+    # model
+    model_path, k = _model_stage(spec, work)
+    if not force and state.fresh("model", k):
+        outcome("model", "skipped", f"unchanged: {model_path}")
+    else:
+        if spec.model.startswith("zoo:"):
+            _build_zoo(spec, model_path)
+        state.done("model", k, [model_path])
+        outcome("model", "ran", str(model_path))
+    model_key = state.data["model"]["key"]
+
+    # prepare: clean -> quantize -> lint
+    k = key(model=model_key, model_file=model_path, quantize=vars(spec.quantize), edgeq=__version__)
+    if not force and state.fresh("prepare", k):
+        outcome("prepare", "skipped", f"unchanged: {state.data['prepare']['model_file']}")
+    else:
+        state.forget("prepare", "targets", "release")
+        host = work / "host"
+        shutil.rmtree(host, ignore_errors=True)
+        host.mkdir()
+        rec = Recorder(host, progress=progress, stages=HOST_STAGES, task="prepare")
+        try:
+            with rec.finishing():
+                prepared = prepare(model_path, rec, spec.quantize)
+        except Exception:
+            outcome("prepare", "failed", f"stage log: {host / 'stages.json'}")
+            raise
+        files = [prepared.model_file] + ([prepared.cache_file] if prepared.cache_file else [])
+        state.done("prepare", k, files, model_file=str(prepared.model_file),
+                   cache_file=str(prepared.cache_file) if prepared.cache_file else None)  # fmt: skip
+        outcome("prepare", "ran", "; ".join(f"{s.name} {s.status}" for s in prepared.stages))
+    if fleet is None:
+        return result
+
+    # targets
+    target_files = sorted({str(t.path) for t in fleet.targets})
+    k = key(prepared=Path(state.data["prepare"]["model_file"]), targets=[Path(p) for p in target_files],
+            fleet_file=fleet.path, names=[t.name for t in fleet.targets], gate=spec.gate,
+            profile=vars(spec.profile), once=spec.build_once_per_kind)  # fmt: skip
+    if not force and state.fresh("targets", k) and state.data["targets"].get("passed"):
+        outcome("targets", "skipped", f"unchanged: {work / 'fleet.json'}")
+    else:
+        state.forget("targets", "release")
+        shutil.rmtree(work / "targets", ignore_errors=True)
+        prepared = _load_prepared(work, state.data["prepare"])
+        fr = validate_prepared(model_path, prepared, fleet, work, options,
+                               on_row=on_row or (lambda r: None))  # fmt: skip
+        result.fleet = fr
+        passed = sum(r.passed for r in fr.rows)
+        state.done("targets", k, [work / "fleet.json"], passed=fr.passed)
+        outcome("targets", "ran" if fr.passed else "failed", f"{passed}/{len(fr.rows)} targets passed")
+        if not fr.passed:
+            result.passed = False
+            if spec.release is not None:
+                outcome("release", "not run", "not every target passed")
+            return result
+
+    # release
+    if spec.release is not None:
+        from edgeq.release.bundle import build_bundle
+
+        k = key(fleet=work / "fleet.json", output=str(spec.release))
+        if not force and state.fresh("release", k):
+            outcome("release", "skipped", f"unchanged: {spec.release}")
+        else:
+            build_bundle(work, spec.release)
+            state.done("release", k, [spec.release])
+            outcome("release", "ran", str(spec.release))
+    return result

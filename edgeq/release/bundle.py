@@ -1,0 +1,285 @@
+"""Release bundles: what a fleet run proved, in one reproducible tarball with a manifest.
+
+A bundle (``edgeq release``) holds the shipped ONNX (cleaned, quantized), the calibration cache, one
+engine per target kind (``engines/<kind>/engine.plan``, kind = compute capability + TensorRT version:
+an engine loads only on the GPU and TensorRT it was built for, and on every identical board), each
+target's report and stage records, and ``manifest.json``: sha256 and size of every file, the versions
+(TensorRT, CUDA driver, L4T/JetPack, GPU) of each kind, edgeq's version, the source model's hash, the
+git commit, the creation time and the manifest's own hash.
+
+Same inputs, same bytes: entries sorted, mtimes fixed to the creation time (the fleet run's, or
+``SOURCE_DATE_EPOCH`` as reproducible-builds.org defines it), owners 0/root-less, gzip without name or
+timestamp. ``verify`` re-reads a bundle and names every problem by kind.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gzip
+import hashlib
+import io
+import json
+import os
+import subprocess
+import tarfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from edgeq import __version__
+from edgeq.errors import EdgeqError
+from edgeq.fs import atomic_path
+from edgeq.rundir import slug
+
+FORMAT = "edgeq-release/1"
+MANIFEST = "manifest.json"
+# L4T major release -> JetPack major (NVIDIA JetPack archive: L4T R36 = JetPack 6, R35 = 5, R32 = 4).
+JETPACK_FROM_L4T = {"36": "6", "35": "5", "34": "5", "32": "4"}
+STAMP = "%Y-%m-%dT%H:%M:%SZ"
+REPORT_FILES = ("report.json", "report.html", "stages.json", "timings.json", "probe.json")
+
+
+class ReleaseError(EdgeqError):
+    """A fleet directory cannot be bundled, or a file is not a release bundle."""
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def seal(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with ``manifest_sha256``: the hash of its canonical JSON without that key."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return {**body, "manifest_sha256": sha256_bytes(canonical(body))}
+
+
+def _git_commit(path: Path) -> Optional[str]:
+    try:
+        res = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = res.stdout.strip()
+    return out if res.returncode == 0 and len(out) == 40 else None
+
+
+def _find(obj: Any, key: str) -> Any:
+    """The first value under ``key`` anywhere in nested probe facts."""
+    if isinstance(obj, dict):
+        if obj.get(key):
+            return obj[key]
+        for v in obj.values():
+            hit = _find(v, key)
+            if hit:
+                return hit
+    if isinstance(obj, list):
+        for v in obj:
+            hit = _find(v, key)
+            if hit:
+                return hit
+    return None
+
+
+def versions_from_probe(facts: dict[str, Any]) -> dict[str, Any]:
+    gpus = facts.get("gpus") or [{}]
+    l4t = _find(facts, "l4t")
+    major = l4t.split("R", 1)[1].split()[0].strip(" (,") if isinstance(l4t, str) and "R" in l4t else None
+    return {
+        "tensorrt": (facts.get("tensorrt") or {}).get("version"),
+        "gpu": gpus[0].get("name"),
+        "compute_capability": gpus[0].get("compute_capability"),
+        "cuda_driver": gpus[0].get("driver"),
+        "l4t": l4t,
+        "jetpack": JETPACK_FROM_L4T.get(major or ""),
+    }
+
+
+def _created(fleet: dict[str, Any]) -> _dt.datetime:
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch and epoch.isdigit():
+        return _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc)
+    return _dt.datetime.strptime(fleet["created"], STAMP).replace(tzinfo=_dt.timezone.utc)
+
+
+def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """(bundle path -> bytes, manifest without files) from a fleet run directory (``fleet.json``)."""
+    fleet_dir = Path(fleet_dir)
+    try:
+        fleet = json.loads((fleet_dir / "fleet.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ReleaseError(f"{fleet_dir}: not a fleet run directory (no readable fleet.json)",
+                           "give the directory 'edgeq fleet validate' printed") from None
+    if not fleet.get("passed"):
+        failed = [t["target"] for t in fleet.get("targets", []) if t.get("status") != "passed"]
+        raise ReleaseError(f"{fleet_dir}: not released: target(s) {', '.join(failed)} did not pass",
+                           "fix them (or drop them from the fleet) and validate again", exit_code=1)
+    files: dict[str, bytes] = {}
+    model = fleet_dir / fleet["model_file"]
+    files[f"model/{model.name}"] = model.read_bytes()
+    if fleet.get("cache_file"):
+        cache = fleet_dir / fleet["cache_file"]
+        files[f"model/{cache.name}"] = cache.read_bytes()
+        # its implicit-path pair (edgeq quantize's naming): trtexec --int8 --calib=CACHE --onnx=FP32
+        fp32 = cache.with_name(f"{cache.name[: -len('.cache')]}.fp32.onnx")
+        if fp32.is_file():
+            files[f"model/{fp32.name}"] = fp32.read_bytes()
+    engines: dict[str, Any] = {}
+    targets = []
+    for row in sorted(fleet["targets"], key=lambda r: r["target"]):
+        run = fleet_dir / "targets" / slug(row["target"])
+        probe = json.loads((run / "probe.json").read_text(encoding="utf-8"))
+        # unknown GPU or TensorRT: an engine of its own, keyed by the target that built it
+        kind = row["kind"] or f"target-{slug(row['target'])}"
+        if kind not in engines:
+            files[f"engines/{kind}/engine.plan"] = (run / "engine.plan").read_bytes()
+            versions = versions_from_probe(probe)
+            versions["gpu"] = versions["gpu"] or row.get("gpu")
+            versions["compute_capability"] = versions["compute_capability"] or row.get("compute_capability")
+            engines[kind] = {"path": f"engines/{kind}/engine.plan", "built_on": row["target"], **versions}
+        for name in REPORT_FILES:
+            if (run / name).is_file():
+                files[f"reports/{row['target']}/{name}"] = (run / name).read_bytes()
+        targets.append({"name": row["target"], "kind": kind, "engine": engines[kind]["path"],
+                        "gate": row["gate"], "latency_p50_ms": row["latency_p50_ms"],
+                        "latency_p99_ms": row["latency_p99_ms"], "throughput_qps": row["throughput_qps"]})
+    src = Path(fleet["model"])
+    meta = {
+        "format": FORMAT,
+        "edgeq": fleet.get("edgeq", __version__),
+        "created": _created(fleet).strftime(STAMP),
+        "source_model": {"name": src.name, "sha256": fleet["source_sha256"]},
+        "git_commit": _git_commit(src.resolve().parent),
+        "engines": engines,
+        "targets": targets,
+    }
+    return files, meta
+
+
+def _tar_bytes(files: dict[str, bytes], mtime: int) -> bytes:
+    raw = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:  # fmt: skip
+        for name in sorted(files):
+            data = files[name]
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), mtime, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue()
+
+
+def build_bundle(fleet_dir: Path, output: Path) -> dict[str, Any]:
+    """Write the bundle of ``fleet_dir`` to ``output`` (atomically); returns its manifest."""
+    files, meta = collect(fleet_dir)
+    meta["files"] = [
+        {"path": p, "sha256": sha256_bytes(files[p]), "size": len(files[p])} for p in sorted(files)
+    ]
+    manifest = seal(meta)
+    files[MANIFEST] = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+    created = _dt.datetime.strptime(manifest["created"], STAMP).replace(tzinfo=_dt.timezone.utc)
+    with atomic_path(output) as tmp:
+        tmp.write_bytes(_tar_bytes(files, int(created.timestamp())))
+    return manifest
+
+
+# --------------------------------------------------------------------------------------------------
+# verify / inspect
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str  # corrupt | manifest | modified | missing | extra
+    path: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"[{self.kind}] {self.path}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The verdict of ``verify``: true when every file and the manifest check out."""
+
+    bundle: Path
+    manifest: Optional[dict[str, Any]]
+    problems: tuple[Problem, ...]
+    checked: int
+
+    def __bool__(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        if self:
+            return f"{self.bundle}: OK, {self.checked} files match manifest.json (sha256 and size)"
+        kinds = sorted({p.kind for p in self.problems})
+        return f"{self.bundle}: FAILED: {len(self.problems)} problem(s) ({', '.join(kinds)})"
+
+
+def read_bundle(path: Path) -> dict[str, bytes]:
+    """Every regular file of a bundle; a file that is not a readable tar.gz is a ReleaseError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ReleaseError(f"{path}: no such bundle", "give the .tar.gz 'edgeq release' wrote")
+    out: dict[str, bytes] = {}
+    try:
+        # Whole-file gunzip first: it checks the gzip CRC, which reading the tar stream may stop short of.
+        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(path.read_bytes())), mode="r:") as tar:
+            for m in tar.getmembers():
+                if not m.isfile():
+                    raise ReleaseError(f"{path}: entry '{m.name}' is not a regular file", exit_code=1)
+                f = tar.extractfile(m)
+                out[m.name] = f.read() if f is not None else b""
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        raise ReleaseError(f"{path}: corrupt bundle: the archive does not read back ({e})",
+                           "the file was damaged in transit or edited; fetch it again", exit_code=1) from None
+    return out
+
+
+def verify(path: Path) -> Verification:
+    """Check the manifest's own hash, then every file's sha256 and size, then files not listed."""
+    files = read_bundle(path)
+    problems: list[Problem] = []
+    raw = files.pop(MANIFEST, None)
+    if raw is None:
+        missing = Problem("missing", MANIFEST, "the bundle has no manifest")
+        return Verification(Path(path), None, (missing,), 0)
+    try:
+        manifest = json.loads(raw)
+        listed = {f["path"]: f for f in manifest["files"]}
+    except (ValueError, KeyError, TypeError):
+        unreadable = Problem("manifest", MANIFEST, "not a readable manifest")
+        return Verification(Path(path), None, (unreadable,), 0)
+    if seal(manifest).get("manifest_sha256") != manifest.get("manifest_sha256"):
+        problems.append(Problem("manifest", MANIFEST, "edited: its content does not match manifest_sha256"))
+    for name, entry in sorted(listed.items()):
+        if name not in files:
+            problems.append(Problem("missing", name, "listed in the manifest, not in the bundle"))
+            continue
+        data = files[name]
+        if len(data) != entry.get("size") or sha256_bytes(data) != entry.get("sha256"):
+            found = f"sha256 {sha256_bytes(data)[:16]}... size {len(data)}"
+            want = f"sha256 {str(entry.get('sha256'))[:16]}... size {entry.get('size')}"
+            problems.append(Problem("modified", name, f"{found}, the manifest says {want}"))
+    for name in sorted(set(files) - set(listed)):
+        problems.append(Problem("extra", name, "in the bundle, not in the manifest"))
+    return Verification(Path(path), manifest, tuple(problems), len(listed))
+
+
+def inspect(path: Path) -> dict[str, Any]:
+    """The bundle's manifest (read, not verified: ``verify`` does that)."""
+    files = read_bundle(path)
+    if MANIFEST not in files:
+        raise ReleaseError(f"{path}: no manifest.json in the bundle", "is it an edgeq release bundle?",
+                           exit_code=1)
+    try:
+        manifest: dict[str, Any] = json.loads(files[MANIFEST])
+    except ValueError:
+        raise ReleaseError(f"{path}: manifest.json is not JSON", exit_code=1) from None
+    return manifest
