@@ -9,8 +9,8 @@ from typing import Any, Optional
 
 from edgeq.report.compare import Comparison, Engine, PairDiff, Region, Side, engine_stats
 from edgeq.report.fusion import FusionReport
-from edgeq.report.render import _CSS, esc
-from edgeq.report.views import VIEW_CSS, color_of, engine_strip, layer_block, legend
+from edgeq.report.render import _CSS
+from edgeq.report.views import VIEW_CSS, color_of, engine_strip, esc, layer_block, legend
 
 _PAGE_CSS = """
 .eng td{vertical-align:middle} .strips{min-width:420px}

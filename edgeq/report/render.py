@@ -7,29 +7,25 @@ control characters (U+001E between fused ONNX node names in 8.6) and arbitrary O
 
 from __future__ import annotations
 
-import html
-import re
 from typing import Any, Optional
 
 from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
 from edgeq.report.gate import GateResult
 from edgeq.report.parse import Tensor
 from edgeq.report.policy import EXEMPTIONS
+from edgeq.report.views import (
+    PRECISION_COLORS,
+    UNKNOWN_COLOR,
+    VIEW_CSS,
+    breakdown,
+    engine_strip,
+    esc,
+    legend,
+    stacked_bar,
+)
 
 SCHEMA = "edgeq-report/1"
 
-PRECISION_COLORS = {
-    "INT8": "#2e7d32",
-    "UINT8": "#2e7d32",
-    "FP8": "#00838f",
-    "FP16": "#ef8f00",
-    "BF16": "#ef6c00",
-    "FP32": "#c62828",
-    "INT32": "#6a1b9a",
-    "INT64": "#6a1b9a",
-    "BOOL": "#546e7a",
-}
-UNKNOWN_COLOR = "#757575"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -138,13 +134,6 @@ def report_to_dict(report: FusionReport, gate: Optional[GateResult] = None) -> d
 # HTML
 # --------------------------------------------------------------------------------------------------
 
-_CTL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def esc(text: object) -> str:
-    """HTML-escape, and show control characters as visible escapes instead of writing them raw."""
-    s = html.escape(str(text), quote=True)
-    return _CTL.sub(lambda m: f'<span class="ctl">\\x{ord(m.group()):02x}</span>', s)
 
 
 def _badge(precision: Optional[str]) -> str:
@@ -178,7 +167,6 @@ ul.viol li{margin:2px 0;font-family:ui-monospace,Menlo,Consolas,monospace;font-s
 
 
 def _view_css() -> str:
-    from edgeq.report.views import VIEW_CSS
 
     return VIEW_CSS
 
@@ -235,7 +223,6 @@ def _layer_row(rl: ReportLayer, max_ms: float, flagged: dict[int, list[str]], al
 def _picture(report: FusionReport, gate: Optional[GateResult]) -> str:
     """The first screen: the engine as a strip, where the time goes by precision, violations by region."""
     from edgeq.report.explain import group_violations
-    from edgeq.report.views import breakdown, engine_strip, legend, stacked_bar
 
     flagged = [v.layer for v in gate.violations] if gate is not None else []
     timed = "width = share of the profiled time" if report.timed else "equal widths: no profile given"

@@ -8,11 +8,33 @@ page stays one self-contained file.
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Sequence
 from typing import Optional
 
 from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
-from edgeq.report.render import PRECISION_COLORS, UNKNOWN_COLOR, esc
+
+PRECISION_COLORS = {
+    "INT8": "#2e7d32",
+    "UINT8": "#2e7d32",
+    "FP8": "#00838f",
+    "FP16": "#ef8f00",
+    "BF16": "#ef6c00",
+    "FP32": "#c62828",
+    "INT32": "#6a1b9a",
+    "INT64": "#6a1b9a",
+    "BOOL": "#546e7a",
+}
+UNKNOWN_COLOR = "#757575"
+_CTL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def esc(text: object) -> str:
+    """HTML-escape, and show control characters as visible escapes instead of writing them raw."""
+    s = html.escape(str(text), quote=True)
+    return _CTL.sub(lambda m: f'<span class="ctl">\\x{ord(m.group()):02x}</span>', s)
+
 
 COPY_COLOR = "#9e9e9e"
 
