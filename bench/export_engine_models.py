@@ -11,7 +11,10 @@ results compare within one file set:
 Per model it writes ``<m>.onnx`` (FP32), ``<m>_edgeq.onnx`` (``--placement trt``), ``<m>_edgeq_all.onnx``
 (``--placement all``, onnxruntime-style, for comparison), and ``<m>_edgeq.cache`` with
 ``<m>_edgeq.fp32.onnx`` for the implicit path. Calibration uses seeded random normal inputs, as the
-fixtures' onnxruntime models did (reference_models_torch.py): scales are for speed, not accuracy.
+fixtures' onnxruntime models did: scales are for speed, not accuracy. The ResNet-50 is ``zoo.resnet50``:
+torchvision's layout and node names (``/layer4/layer4.2/conv3/Conv``), built without PyTorch, so its
+engines line up with the torchvision-exported fixtures layer by layer. ``--placements trt`` skips the
+onnxruntime-style model (tests/fixtures/trt86-h100-placed was written that way, batch 8 and 64).
 """
 
 from __future__ import annotations
