@@ -9,7 +9,11 @@ left in float, the rule that left it (rule ids and sources in ``edgeq.quant.rule
 across ops that commute with Q/DQ (MaxPool, Concat, Split, Resize-nearest, reshapes) and lands as one
 Q/DQ pair on the first tensor that does not commute; everything reached through one commuting region
 shares a scale. Residual Adds ask only for their skip input; Relu->MaxPool after a convolution and the
-inside of a SiLU are never cut. ``all`` placement reproduces onnxruntime's QDQ output for comparison.
+inside of a SiLU are never cut. Where TensorRT 8.6.0 engines showed otherwise, the engine wins: a
+weighted op that reads a Concat also gets its own Q/DQ, a SiLU feeding a residual Add reads a quantized
+convolution output, and an averaging tail is quantized. The graph facts behind every decision come from
+``edgeq.graph.fusion``, which lint reads too. ``all`` placement reproduces onnxruntime's QDQ output for
+comparison.
 """
 
 from __future__ import annotations
