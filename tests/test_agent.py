@@ -649,10 +649,30 @@ sys.exit(agent.main(sys.argv[1:]))
 """
 
 
-def _stuck_agent(tmp_path: Path, *args: str, python: str = sys.executable) -> subprocess.Popen:
+_BUSY_AGENT = """
+import sys, time
+from edgeq.remote.agent import __main__ as agent
+
+def busy(args, log):
+    # A build step in Python (parsing, calibration): SIGTERM reaches the main thread's handler and the
+    # watchdog's wakeup fd at once.
+    log.write("[INFO] building")
+    sys.stderr.write("stuck\\n")
+    sys.stderr.flush()
+    while True:
+        time.sleep(0.001)
+
+agent.run_command = busy
+sys.exit(agent.main(sys.argv[1:]))
+"""
+
+
+def _stuck_agent(
+    tmp_path: Path, *args: str, python: str = sys.executable, script: str = _STUCK_AGENT
+) -> subprocess.Popen:
     model = tmp_path / "m.onnx"
     model.write_bytes(b"x")
-    argv = [python, "-c", _STUCK_AGENT, "build", f"--onnx={model}", f"--saveEngine={tmp_path / 'e'}"]
+    argv = [python, "-c", script, "build", f"--onnx={model}", f"--saveEngine={tmp_path / 'e'}"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYENV_VERSION")}
     env["PYTHONPATH"] = str(ROOT)  # the agent sources only (edgeq/__init__ and remote/__init__ are inert)
     return subprocess.Popen(
@@ -682,6 +702,12 @@ def test_python_backend_sigterm_replies_while_tensorrt_is_stuck(tmp_path):
     _sigterm_stuck_agent(tmp_path, sys.executable)
 
 
+def test_sigterm_while_python_runs_gets_one_reply_naming_the_signal(tmp_path):
+    """Main thread and watchdog both see the signal: one JSON reply, the same one whoever answers."""
+    for _ in range(3):
+        _sigterm_stuck_agent(tmp_path, sys.executable, script=_BUSY_AGENT)
+
+
 def test_watchdog_works_on_python_38(tmp_path):
     """JetPack 5 runs Python 3.8: the wakeup-fd watchdog must work there too (JetPack 6: 3.10)."""
     py38 = _python38()
@@ -694,8 +720,8 @@ def test_watchdog_works_on_python_38(tmp_path):
     _sigterm_stuck_agent(tmp_path, py38)
 
 
-def _sigterm_stuck_agent(tmp_path: Path, python: str) -> None:
-    proc = _stuck_agent(tmp_path, python=python)
+def _sigterm_stuck_agent(tmp_path: Path, python: str, script: str = _STUCK_AGENT) -> None:
+    proc = _stuck_agent(tmp_path, python=python, script=script)
     deadline = time.monotonic() + 20
     lines = []
     while time.monotonic() < deadline and (not lines or lines[-1] != "stuck"):
