@@ -495,6 +495,47 @@ def test_changed_host_key_is_always_refused(sshd, tmp_path, accept_new):
 
 
 @pytest.mark.sshd
+@pytest.mark.parametrize("pattern", ["*", "[127.0.0.*]:{port}", "lab,[127.0.0.?]:{port}"])
+def test_pattern_entry_with_another_key_is_a_changed_key(sshd, tmp_path, pattern):
+    """OpenSSH applies wildcard known_hosts entries; one holding another key of the server's type is a
+    changed key, never a new one (paramiko alone looks up exact names and would call it unknown)."""
+    from sshd import keygen
+
+    other = keygen(tmp_path / "other_host_key")
+    kind, blob = Path(f"{other}.pub").read_text().split()[:2]
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"# lab\n{pattern.format(port=sshd.port)} {kind} {blob}\n")
+    before = kh.read_bytes()
+    cfg = sshd.ssh_config(known_hosts=str(kh), accept_new_host_key=True)
+    with Connection(cfg) as c, pytest.raises(HostKeyChanged) as info:
+        c.run(["true"])
+    assert "CHANGED" in str(info.value) and "line 2" in str(info.value) and str(kh) in str(info.value)
+    assert kh.read_bytes() == before  # nothing added
+    # OpenSSH's own client refuses it the same way
+    opts = [o.replace(sshd.known_hosts, str(kh)) for o in sshd.ssh_options()]
+    first = ["-o", "StrictHostKeyChecking=accept-new"]  # ssh keeps the first value given for an option
+    res = subprocess.run(["ssh", *first, *opts, sshd.host, "true"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode != 0 and "HOST IDENTIFICATION HAS CHANGED" in res.stderr
+
+
+@pytest.mark.sshd
+def test_pattern_entries_with_the_right_key_or_excluding_the_host(sshd, tmp_path):
+    kind, blob = sshd.known_hosts_line().split()[1:3]
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.*]:{sshd.port} {kind} {blob}\n")  # the server's key, by pattern: trusted
+    with Connection(sshd.ssh_config(known_hosts=str(kh))) as c:
+        assert c.run(["true"]).exit_code == 0
+    assert kh.read_text() == f"[127.0.0.*]:{sshd.port} {kind} {blob}\n"
+    from sshd import keygen
+
+    other = Path(f"{keygen(tmp_path / 'other_host_key')}.pub").read_text().split()[1]
+    kh.write_text(f"*,![{sshd.host}]:{sshd.port} {kind} {other}\n")
+    with Connection(sshd.ssh_config(known_hosts=str(kh))) as c, pytest.raises(HostKeyUnknown):
+        c.run(["true"])  # the negated pattern excludes this host: its key is unknown, not changed
+
+
+@pytest.mark.sshd
 def test_accept_new_host_key_adds_it_and_then_it_is_trusted(sshd, tmp_path):
     kh = tmp_path / "ssh" / "known_hosts"  # the directory does not exist yet either
     with Connection(sshd.ssh_config(known_hosts=str(kh), accept_new_host_key=True)) as c:
