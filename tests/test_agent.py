@@ -233,6 +233,54 @@ def test_trtexec_build_failure_comes_back_structured(agent, tmp_path):
     assert "Building engine failed" in stderr  # the log streamed live on stderr
 
 
+EDGEQ_AGENT = FIXTURES.parent / "trt86-h200-edgeq" / "agent"
+
+
+def _build_that_dies_after_passed(agent, tmp_path, *, engine_bytes, run):
+    """The real TensorRT 8.6.0 trtexec build log that ends in ``&&&& PASSED`` (fixture
+    build.trtexec.json: the agent called it a failure whose message was the PASSED line), then SIGSEGV."""
+    trtexec = replay_trtexec(
+        tmp_path,
+        build=Recorded(EDGEQ_AGENT / "build.trtexec.err", signal=signal.SIGSEGV),
+        run=run,
+        engine_bytes=engine_bytes,
+    )
+    (tmp_path / "small.int8.onnx").write_bytes(b"x")
+    engine = tmp_path / "small.trtexec.plan"
+    args = ["build", "--backend=trtexec", f"--trtexec={trtexec}", f"--onnx={tmp_path / 'small.int8.onnx'}",
+            f"--saveEngine={engine}", "--int8", "--fp16"]
+    return (*run_agent(agent, *args), trtexec, engine)
+
+
+def test_trtexec_passed_then_killed_counts_when_the_engine_checks_out(agent, tmp_path):
+    run = Recorded(EDGEQ_AGENT / "inspect.trtexec.err")  # the same engine loaded back: PASSED
+    size = 1971860  # the Python backend's engine of the same model (build.python.json): "1 MiB" loaded
+    code, obj, _, trtexec, engine = _build_that_dies_after_passed(agent, tmp_path, engine_bytes=size, run=run)
+    assert code == 0 and obj["ok"], obj
+    (warning,) = obj["result"]["warnings"]
+    assert "PASSED, then was killed by signal 11 (SIGSEGV)" in warning and "deserializes" in warning
+    assert obj["result"]["engine_bytes"] == engine.stat().st_size == size
+    assert calls(trtexec)[-1] == [str(trtexec), f"--loadEngine={engine}", "--skipInference"]
+
+
+@pytest.mark.parametrize(
+    ("engine_bytes", "run", "why"),
+    [
+        (0, None, "without writing"),
+        (300_000, None, "incomplete (300000 bytes, it loaded 1 MiB)"),
+        (1971860, Recorded(FIXTURES / "yolo_ortfb.explicit.build.log", 1), "does not deserialize: Error[10]"),
+    ],
+    ids=["no-engine", "truncated", "does-not-deserialize"],
+)
+def test_trtexec_passed_then_killed_without_a_valid_engine_fails_saying_why(agent, tmp_path, engine_bytes,
+                                                                           run, why):
+    code, obj, _, _, _ = _build_that_dies_after_passed(agent, tmp_path, engine_bytes=engine_bytes, run=run)
+    assert code == 1 and obj["error"]["stage"] == "build"
+    message = obj["error"]["message"]
+    assert message.startswith("trtexec printed PASSED, then was killed by signal 11 (SIGSEGV)")
+    assert why in message
+
+
 def test_trtexec_parse_failure_is_stage_parse(agent, tmp_path):
     trtexec = replay_trtexec(tmp_path, build=Recorded(FIXTURES / "resnet50_ortqdq.explicit.build.log", 1))
     model = tmp_path / "r.onnx"

@@ -657,3 +657,33 @@ def test_trtexec_that_cannot_start_fails_the_probe_with_the_loaders_message(trte
 
     code, _, err = cli("targets", "check", "replay")
     assert code == 1 and "libnvinfer.so.8" in err
+
+
+@pytest.mark.sshd
+def test_replayed_trtexec_that_dies_after_passed_still_deploys_with_a_warning(trtexec_target, cli):
+    """trtexec 8.6.0 printed ``&&&& PASSED``, wrote the engine and died at exit (fixture
+    trt86-h200-edgeq/agent/build.trtexec.json): the engine is checked and the build counts, with a
+    warning naming the signal in deploy.log and stages.json."""
+    import signal
+
+    from trtexec_replay import Recorded, replay_trtexec
+
+    root, model, _, trtexec = trtexec_target()
+    replay_trtexec(
+        trtexec.parent,
+        build=Recorded(FIXTURES / f"{ORTFB}.build.log", signal=signal.SIGSEGV),
+        run=Recorded(FIXTURES / f"{ORTFB}.run.log"),
+        layers=FIXTURES / f"{ORTFB}.layers.json",
+        profile=FIXTURES / f"{ORTFB}.profile.json",
+        engine_bytes=27 << 20,  # the recorded log loaded back a 27 MiB engine
+    )
+    runs = root / "runs"
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs, "--gate", "none")
+    assert code == 0, (out, err)
+    (run_dir,) = runs.iterdir()
+    build = _stages(run_dir)["build"]
+    assert build["status"] == "ok" and "killed by signal 11 (SIGSEGV)" in build["summary"]
+    assert "build: warning - trtexec printed PASSED, then was killed by signal 11" in (
+        run_dir / "deploy.log"
+    ).read_text()
+    assert (run_dir / "engine.plan").stat().st_size == 27 << 20

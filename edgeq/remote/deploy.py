@@ -498,6 +498,9 @@ class _Deploy:
                 rec.data = built
                 size, secs = built.get("engine_bytes"), built.get("build_seconds")
                 rec.summary = f"{built.get('mode')} engine, {size} B in {secs} s"
+                for warning in built.get("warnings") or ():  # e.g. trtexec died at exit after PASSED
+                    self.log.line(f"build: warning - {warning}")
+                    rec.summary += f" (warning: {warning})"
                 self.timings["build_seconds"] = built.get("build_seconds")
 
             dla = [f"--useDLACore={target.build.dla_core}"] if target.build.dla_core is not None else []
