@@ -687,3 +687,23 @@ def test_replayed_trtexec_that_dies_after_passed_still_deploys_with_a_warning(tr
         run_dir / "deploy.log"
     ).read_text()
     assert (run_dir / "engine.plan").stat().st_size == 27 << 20
+
+
+@pytest.mark.sshd
+def test_agent_killed_on_the_target_fails_the_stage_naming_the_signal(trtexec_target, cli):
+    """The agent killed mid-build (OOM killer, a user's kill -9) while the link is up: the build stage
+    fails naming the signal, not "connection dropped ... may still be running"."""
+    import signal
+
+    from trtexec_replay import Recorded
+
+    killer = Recorded(FIXTURES / f"{ORTFB}.build.log", kill_parent=signal.SIGKILL)
+    root, model, _, _ = trtexec_target(build=killer)
+    runs = root / "runs"
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs)
+    assert code == 1 and "Traceback" not in out + err
+    (run_dir,) = runs.iterdir()
+    build = _stages(run_dir)["build"]
+    assert build["status"] == "failed"
+    assert "the agent was killed by signal KILL on the target" in build["summary"]
+    assert "dropped" not in build["summary"] and "may still be running" not in out + err

@@ -205,6 +205,21 @@ def test_connection_dropped_mid_command_is_reported_not_hung(sshd, conn):
 
 
 @pytest.mark.sshd
+@pytest.mark.parametrize(("sig", "number"), [("KILL", 9), ("SEGV", 11), ("TERM", 15)])
+def test_command_killed_on_the_target_names_the_signal_not_a_dropped_link(conn, sig, number):
+    """sshd reports a command a signal ended with exit-signal, not exit-status: that is a command
+    failure naming the signal (the link is up), not "connection dropped ... may still be running"."""
+    script = f"echo partial; echo dying >&2; kill -{sig} $$"
+    res = conn.run(["sh", "-c", script], check=False)
+    assert (res.signal, res.exit_code, res.stdout, res.stderr) == (sig, 128 + number, "partial\n", "dying\n")
+    with pytest.raises(CommandFailed) as info:
+        conn.run(["sh", "-c", script])
+    assert f"was killed by signal {sig} on" in str(info.value) and "dying" in str(info.value)
+    assert not isinstance(info.value, ConnectionFailed) and info.value.result.signal == sig
+    assert conn.run(["echo", "same link"]).stdout == "same link\n"
+
+
+@pytest.mark.sshd
 def test_stdin_is_delivered(conn):
     payload = os.urandom(300_000)
     probe = "import hashlib,sys;print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"

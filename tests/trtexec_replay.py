@@ -56,6 +56,8 @@ if rec["exit_code"] == 0:
         if flag in flags and CONFIG[flag]:
             shutil.copyfile(CONFIG[flag], flags[flag])
 time.sleep(CONFIG["sleep"])
+if rec["kill_parent"]:
+    os.kill(os.getppid(), rec["kill_parent"])  # the agent that ran it, killed on the target
 if rec["signal"]:
     import resource
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file in the test's directory
@@ -72,6 +74,7 @@ class Recorded:
     log: Path
     exit_code: int = 0
     signal: int = 0
+    kill_parent: int = 0  # this signal to the process that started it (the agent) before it exits
 
 
 def banner(log: Path) -> str:
@@ -122,7 +125,10 @@ def replay_trtexec(
 
 
 def _recording(rec: Optional[Recorded]) -> Optional[dict]:
-    return None if rec is None else {"log": str(rec.log), "exit_code": rec.exit_code, "signal": rec.signal}
+    if rec is None:
+        return None
+    return {"log": str(rec.log), "exit_code": rec.exit_code, "signal": rec.signal,
+            "kill_parent": rec.kill_parent}
 
 
 def calls_file(script: Path) -> Path:

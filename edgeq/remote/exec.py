@@ -11,10 +11,11 @@ import codecs
 import logging
 import select
 import shlex
+import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from edgeq.errors import RemoteError
 from edgeq.remote.ssh import ConnectionDropped, SSHLink, remote_path
@@ -44,10 +45,18 @@ class CommandTimeout(RemoteError):
 
 @dataclass(frozen=True)
 class CommandResult:
+    """``exit_code`` is 128 + the signal's number when ``signal`` (its name, "KILL") ended the command."""
+
     argv: tuple[str, ...]
     exit_code: int
     stdout: str
     stderr: str
+    signal: Optional[str] = None
+
+    @property
+    def status(self) -> str:
+        """``exited with 3`` / ``was killed by signal KILL``."""
+        return f"was killed by signal {self.signal}" if self.signal else f"exited with {self.exit_code}"
 
     @property
     def ok(self) -> bool:
@@ -149,19 +158,31 @@ class CommandRunner(SSHLink):
             raise
         finally:
             chan.close()
-        if code < 0:
+        killed_by = getattr(chan, "exit_signal", None) if code < 0 else None
+        if code < 0 and killed_by is None and not self._still_connected():
             raise ConnectionDropped(
                 f"connection to {self.config.destination} dropped while running {args[0]}",
                 "the command may still be running on the target",
             )
-        result = CommandResult(args, code, out.text(), err.text())
+        if code < 0:  # the connection is up: the command ended without an exit status
+            killed_by = str(killed_by or "unknown")
+            code = 128 + int(getattr(signal, f"SIG{killed_by}", 127))
+        result = CommandResult(args, code, out.text(), err.text(), killed_by)
         if check and code != 0:
             raise CommandFailed(
-                f"{shlex.join(args)[:200]} exited with {code} on {self.config.destination}: "
+                f"{shlex.join(args)[:200]} {result.status} on {self.config.destination}: "
                 f"{err.tail() or 'no stderr'}",
                 result=result,
             )
         return result
+
+    def _still_connected(self) -> bool:
+        """After a channel closed without an exit status: is the link up (the transport thread may not
+        have seen the EOF of a dead one yet)?"""
+        deadline = time.monotonic() + 1.0
+        while self._alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self._alive()
 
     def _start(
         self,

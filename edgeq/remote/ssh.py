@@ -239,11 +239,31 @@ def _transport_factory(sock: Any, **kwargs: Any) -> Any:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     t = paramiko.Transport(sock, default_window_size=WINDOW_SIZE, **kwargs)
+    table = getattr(t, "_channel_handler_table", None)
+    if isinstance(table, dict) and paramiko.common.MSG_CHANNEL_REQUEST in table:
+        t._channel_handler_table = {**table, paramiko.common.MSG_CHANNEL_REQUEST: _channel_request}
     opts = t.get_security_options()
     available = tuple(opts.ciphers)
     first = tuple(c for c in PREFERRED_CIPHERS if c in available)
     opts.ciphers = first + tuple(c for c in available if c not in first)
     return t
+
+
+def _channel_request(chan: Any, m: Any) -> None:
+    """paramiko ignores ``exit-signal`` (RFC 4254 6.10: a command killed by a signal has no exit
+    status): record its name as ``chan.exit_signal`` ("KILL", "SEGV"), then let paramiko handle the
+    request as always. Without it a killed command looks like a dropped connection."""
+    from paramiko.channel import Channel
+
+    start = m.packet.tell()
+    try:
+        if m.get_text() == "exit-signal":
+            m.get_boolean()  # want reply
+            chan.exit_signal = m.get_text()
+    except Exception:  # a malformed request: paramiko's own handler decides
+        pass
+    m.packet.seek(start)
+    Channel._handle_request(chan, m)
 
 
 def _is_drop(exc: BaseException) -> bool:
