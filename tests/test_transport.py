@@ -3,6 +3,7 @@ the verified upload cache with resume, and strict host keys."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -294,6 +295,106 @@ def test_upload_resumes_after_the_connection_is_cut(sshd, tmp_path):
     assert up.bytes_sent == len(data) - have < len(data)
     assert _sha(Path(up.remote_path).read_bytes()) == _sha(data)
     assert not part.exists()
+
+
+@pytest.mark.sshd
+def test_concurrent_uploads_of_one_new_file_never_collide(sshd, tmp_path):
+    """Two deploys of the same new model to one target at once (each its own connection): both succeed
+    with the same verified file; the target's upload lock lets one send it and the other find it."""
+    import threading
+
+    data = os.urandom(16 * MiB)
+    local = tmp_path / "model.onnx"
+    local.write_bytes(data)
+    cache = tmp_path / "cache"
+    start = threading.Barrier(3)
+    results: list = []
+
+    def deploy() -> None:
+        with Connection(sshd.ssh_config()) as c:
+            c.connect()
+            start.wait()
+            try:
+                results.append(c.put_cached(local, str(cache)))
+            except Exception as exc:
+                results.append(exc)
+
+    threads = [threading.Thread(target=deploy) for _ in range(2)]
+    for t in threads:
+        t.start()
+    start.wait()
+    for t in threads:
+        t.join(120)
+    assert all(not isinstance(r, Exception) for r in results), results
+    a, b = results
+    assert a.remote_path == b.remote_path and _sha(Path(a.remote_path).read_bytes()) == _sha(data)
+    assert sorted([a.bytes_sent, b.bytes_sent]) == [0, len(data)]  # sent once
+    assert not [p for p in (cache / "incoming").rglob("*") if p.is_file()]  # no .part or lock left
+
+
+@pytest.mark.sshd
+def test_target_without_room_is_refused_before_sending(conn, tmp_path):
+    """More than the target's disk holds (a sparse file: no local space needed): one line naming the
+    target, the cache and the size, and nothing written there."""
+    cache = tmp_path / "cache"
+    local = tmp_path / "huge.onnx"
+    size = shutil.disk_usage(tmp_path).free + (1 << 30)
+    with open(local, "wb") as f:
+        f.truncate(size)
+
+    def guard(task: str, done: int, total: int | None) -> None:
+        if task.startswith("upload"):  # never fill this machine's disk, whatever edgeq does
+            raise AssertionError("the upload started")
+
+    with pytest.raises(RemoteError) as info:
+        conn.put_cached(local, str(cache), progress=guard)
+    msg = str(info.value)
+    assert msg.startswith(f"no space left on {conn.config.destination}:{cache} (needs {-(-size // 10**6)} MB")
+    assert info.value.exit_code == 1 and "permissions" not in msg
+    assert not [p for p in cache.rglob("*") if p.is_file() and p.stat().st_size]  # no data sent
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=1777", "tmpfs", str(where)],
+                           capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+@pytest.mark.sshd
+def test_target_disk_filling_up_mid_upload_is_no_space_and_leaves_no_part(conn, tmp_path):
+    """The target's disk fills while the file is on its way (a 16 MiB tmpfs, filled up by something
+    else after 4 MiB): "no space left", the partial file removed; once there is room again the upload
+    succeeds (not "arrived corrupted")."""
+    disk = tmp_path / "target disk"
+    if not _mount_tmpfs(disk, "16m"):
+        pytest.skip("cannot mount a tmpfs here (the refused-before-sending test covers the check)")
+    try:
+        data = os.urandom(10 * MiB)
+        local = tmp_path / "model.onnx"
+        local.write_bytes(data)
+        cache = disk / "cache"
+        filler = disk / "someone else's file"
+
+        def fill_up(task: str, done: int, total: int | None) -> None:
+            if task.startswith("upload") and done >= 4 * MiB and not filler.exists():
+                with open(filler, "wb") as f, contextlib.suppress(OSError):
+                    while True:
+                        f.write(b"\0" * (1 << 16))
+                        f.flush()
+
+        with pytest.raises(RemoteError) as info:
+            conn.put_cached(local, str(cache), progress=fill_up)
+        assert str(info.value).startswith(f"no space left on {conn.config.destination}:{cache}")
+        assert not [p for p in (cache / "incoming").rglob("*.part")]
+        filler.unlink()
+        up = conn.put_cached(local, str(cache))
+        assert _sha(Path(up.remote_path).read_bytes()) == _sha(data) and up.resumed_from == 0
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=20)
 
 
 @pytest.mark.sshd

@@ -13,7 +13,9 @@ import hashlib
 import logging
 import os
 import posixpath
+import select
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any
 from edgeq.errors import RemoteError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.remote.exec import CommandRunner
-from edgeq.remote.ssh import remote_path
+from edgeq.remote.ssh import ConnectionDropped, remote_path
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,25 @@ class _Hashing:
         self._stop.set()
 
 
+# The upload lock's holder: flock (python3's fcntl; a target without python3 goes unlocked), say
+# "locked", keep it until stdin closes. "wait" first when another upload holds it.
+_LOCK_SH = (
+    'if command -v python3 >/dev/null 2>&1; then exec python3 -c "$1" "$2"; fi; '
+    "echo nolock; exec cat >/dev/null"
+)
+_LOCK_PY = (
+    "import fcntl,sys\n"
+    "f=open(sys.argv[1],'a')\n"
+    "try:\n"
+    " fcntl.flock(f,fcntl.LOCK_EX|fcntl.LOCK_NB)\n"
+    "except OSError:\n"
+    " print('wait',flush=True)\n"
+    " fcntl.flock(f,fcntl.LOCK_EX)\n"
+    "print('locked',flush=True)\n"
+    "sys.stdin.buffer.read()\n"
+)
+
+
 class Uploader(CommandRunner):
     """``put_cached`` and ``remote_sha256`` over a ``CommandRunner``."""
 
@@ -191,13 +212,53 @@ class Uploader(CommandRunner):
                 return hit
         incoming = posixpath.join(cache, "incoming", key)
         self._makedirs(incoming)
+        lock = posixpath.join(incoming, local.name + ".lock")
+        with self._upload_lock(lock):
+            # Another deploy may have sent the same file while we waited for the lock (or before it).
+            again = self._read_index(index)
+            if again is not None and again != known:
+                hit = self._cached_copy(local, size, again, cache, progress, hashing)
+                if hit is not None:
+                    return hit
+            up = self._upload_locked(local, st, cache, cache_dir, incoming, index, progress, sent, hashing)
+            # Uploaded and recorded: whoever waited, or locks a new file, finds it cached. (Only the
+            # uploader removes the lock, and only then: a failed upload keeps it for the next one.)
+            with contextlib.suppress(OSError):
+                self._sftp_client().remove(lock)
+            return up
+
+    def _upload_locked(
+        self,
+        local: Path,
+        st: os.stat_result,
+        cache: str,
+        cache_dir: str,
+        incoming: str,
+        index: str,
+        progress: ProgressFn,
+        sent: _Sent,
+        hashing: _Hashing,
+    ) -> Upload:
+        """Send (or resume) ``incoming/<name>.part``, verify it on the target, move it to its content
+        address and record its key. The caller holds the upload lock: no one else writes the .part."""
+        size = st.st_size
         part = posixpath.join(incoming, local.name + ".part")
         offset = self._resume_point(local, part, size)
-        self._send(local, part, offset, size, progress, sent)
+        self._check_space(incoming, cache_dir, size - offset, part)
+        try:
+            self._send(local, part, offset, size, progress, sent)
+        except OSError as exc:
+            if not self._dropped(exc):  # the SFTP server says "Failure": a full disk, as often as not
+                self._check_space(incoming, cache_dir, size - offset, part)
+            raise
         remote = self.remote_sha256(part)  # computed by the target, from its own disk
         digest = hashing.result()  # long done, or finishing while the target hashed
         now = local.stat()
         changed = (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns)
+        if remote != digest and not changed:
+            # paramiko drops the SFTP server's answers to pipelined writes at close: a disk that
+            # filled up mid-way shows here, as a file with holes.
+            self._check_space(incoming, cache_dir, size - offset, part)
         if remote != digest or changed:
             with contextlib.suppress(OSError):
                 self._sftp_client().remove(part)
@@ -213,6 +274,63 @@ class Uploader(CommandRunner):
         self._sftp_client().posix_rename(part, rpath)
         self._write_index(index, digest)  # last: a record always names a verified, complete file
         return Upload(rpath, digest, sent.n, offset, False)
+
+    @contextlib.contextmanager
+    def _upload_lock(self, lock: str) -> Iterator[None]:
+        """Hold ``flock(lock)`` on the target while uploading: two deploys of one new file to one target
+        then send it once (the second finds it cached) instead of colliding in one ``.part``. A process
+        on the target holds the lock until its stdin closes, so a dropped connection releases it; a
+        target without python3 uploads unlocked, as before."""
+        _, chan, out, err = self._start(["sh", "-c", _LOCK_SH, "edgeq-lock", _LOCK_PY, lock])
+        waiting = False
+        try:
+            while not any(p.startswith(("locked", "nolock")) for p in out.parts):
+                if chan.recv_ready():
+                    out.feed(chan.recv(1 << 12))
+                elif chan.recv_stderr_ready():
+                    err.feed(chan.recv_stderr(1 << 12))
+                elif not self._alive():
+                    raise ConnectionDropped(f"connection to {self.config.destination} dropped")
+                elif chan.closed or chan.exit_status_ready():
+                    raise RemoteError(
+                        f"cannot lock {lock} on {self.config.destination}: {err.tail() or 'no output'}",
+                        "check the target's cache directory (remote work dir) and its permissions",
+                        exit_code=1,
+                    )
+                else:
+                    select.select([chan], [], [], 0.1)
+                if not waiting and any(p.startswith("wait") for p in out.parts):
+                    waiting = True
+                    log.info("waiting for another upload of %s on %s", lock, self.config.destination)
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                chan.shutdown_write()  # stdin EOF: the holder exits and the lock is released
+            chan.close()
+
+    def _free_bytes(self, directory: str) -> int | None:
+        """Bytes available to us under ``directory`` on the target (POSIX ``df -P``), None if unknown."""
+        res = self.run(["df", "-Pk", "--", directory], check=False)
+        rows = [ln.split() for ln in res.stdout.splitlines()[1:] if ln.strip()]
+        try:
+            return int(rows[-1][3]) * 1024
+        except (IndexError, ValueError):
+            return None
+
+    def _check_space(self, incoming: str, cache_dir: str, needed: int, part: str) -> None:
+        """Refuse (before sending, and after the SFTP server failed a write) when the target's disk cannot
+        take the rest of the file; the partial ``.part`` is removed, so the next run starts clean."""
+        free = self._free_bytes(incoming)
+        if free is None or free >= needed:
+            return
+        with contextlib.suppress(OSError):
+            self._sftp_client().remove(part)
+        where = f"{self.config.destination}:{cache_dir}"
+        raise RemoteError(
+            f"no space left on {where} (needs {-(-needed // 1_000_000)} MB, {free // 1_000_000} MB free)",
+            "free space on the target (old runs and cached models live under its work_dir), then run again",
+            exit_code=1,
+        )
 
     def _read_index(self, index: str) -> str | None:
         """The sha256 the target recorded for a quick key, or None (no record, or not a sha256)."""
