@@ -1,2 +1,2 @@
-"""Targets, SSH transport and the on-target agent. Only ``ssh``, ``exec`` and ``upload`` (composed by
-``transport``) import paramiko."""
+"""Targets, SSH transport and the on-target agent. Only the transport's layers (``ssh``, ``hostkeys``,
+``exec``, ``upload``; composed by ``transport``) import paramiko."""

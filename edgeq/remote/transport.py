@@ -1,9 +1,9 @@
 """SSH transport to a target: strict host keys, quoted commands, a verified content-addressed upload cache.
 
-Layered as paramiko layers itself: ``ssh`` (connect, host keys, jump hosts, reconnects), ``exec``
-(quoted commands, streaming, remote process-group kill), ``upload`` (resume, verify, the cache
-protocol). ``Connection`` is the whole stack, the seam deploy calls (put / run / get); the names here
-stay importable from this module.
+Layered as paramiko layers itself: ``ssh`` (connect, jump hosts, reconnects) with ``hostkeys``
+(known_hosts as OpenSSH reads it), ``exec`` (quoted commands, streaming, remote process-group kill)
+and ``upload`` (lock, resume, verify, the cache protocol). ``Connection`` is the whole stack, the seam
+deploy calls (put / run / get); every name here stays importable from this module.
 """
 
 from __future__ import annotations
@@ -16,6 +16,13 @@ from edgeq.remote.exec import (
     remote_command,
     remote_path,
 )
+from edgeq.remote.hostkeys import (
+    HostKeyChanged,
+    HostKeyUnknown,
+    add_known_host,
+    fingerprint,
+    known_host_lines,
+)
 from edgeq.remote.ssh import (
     KEEPALIVE_S,
     PREFERRED_CIPHERS,
@@ -23,12 +30,7 @@ from edgeq.remote.ssh import (
     AuthenticationFailed,
     ConnectionDropped,
     ConnectionFailed,
-    HostKeyChanged,
-    HostKeyUnknown,
     SSHConfig,
-    add_known_host,
-    fingerprint,
-    known_host_lines,
 )
 from edgeq.remote.upload import (
     QUICK_KEY_SPAN,
