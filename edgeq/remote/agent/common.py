@@ -92,6 +92,14 @@ def run_tool(argv, log, timeout):
     group; ``install_signal_handlers`` then takes the tools' groups down too. Returns (exit code,
     lines); exit code None means it timed out and was killed.
     """
+    lines = []
+
+    def pump():
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if log is not None:
+                log.write(line)
+
     try:
         proc = subprocess.Popen(
             argv,
@@ -104,20 +112,14 @@ def run_tool(argv, log, timeout):
         )
     except OSError as e:
         raise AgentError("launch", "cannot run %s: %s" % (argv[0], e)) from None
-    lines = []
-
-    def pump():
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-            if log is not None:
-                log.write(line)
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    _ACTIVE.add(proc)
-    deadline = time.monotonic() + timeout
     code = None
     try:
+        # First thing: a SIGTERM from now on kills the tool too (it may already be running: a signal
+        # between Popen and here would otherwise leave it behind).
+        _ACTIVE.add(proc)
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + timeout
         code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         _kill(proc)
