@@ -707,3 +707,37 @@ def test_agent_killed_on_the_target_fails_the_stage_naming_the_signal(trtexec_ta
     assert build["status"] == "failed"
     assert "the agent was killed by signal KILL on the target" in build["summary"]
     assert "dropped" not in build["summary"] and "may still be running" not in out + err
+
+
+@pytest.mark.sshd
+def test_two_deploys_of_one_new_model_to_one_target_at_once_both_succeed(trtexec_target):
+    """Both upload the agent and the model into the target's cache at the same moment: neither collides
+    with the other's upload (each file is sent once, the other deploy finds it cached)."""
+    import threading
+
+    from edgeq.remote.deploy import DeployOptions, deploy
+    from edgeq.remote.targets import load_target
+
+    root, model, _, _ = trtexec_target()
+    target = load_target(root / "targets" / "replay.yaml")
+    start = threading.Barrier(2)
+    results: list = []
+
+    def one() -> None:
+        start.wait()
+        try:
+            results.append(deploy(model, target, DeployOptions(runs_dir=root / "runs", gate="none")))
+        except Exception as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 2 and not [r for r in results if isinstance(r, Exception)], results
+    run_dirs = sorted((root / "runs").iterdir())
+    assert len(run_dirs) == 2
+    for run_dir in run_dirs:
+        stages = _stages(run_dir)
+        assert all(s["status"] in ("ok", "skipped") for s in stages.values()), stages
