@@ -6,9 +6,9 @@
 FROM python:3.11-slim
 RUN useradd --create-home --uid 1000 edgeq && mkdir /work && chown edgeq:edgeq /work
 WORKDIR /opt/edgeq
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY edgeq ./edgeq
-RUN pip install --no-cache-dir . && rm -rf build
+RUN pip install --no-cache-dir -c constraints.txt . && rm -rf build
 # Examples only (target files, fleets, pipelines): copy them into /work to use them.
 COPY targets ./targets
 COPY pipelines ./pipelines

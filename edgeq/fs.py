@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,14 +35,31 @@ def check_writable(dest: str | os.PathLike[str], *, inputs: tuple[str | os.PathL
         if same or dest.resolve() == Path(i).resolve():
             raise EdgeqError(f"{dest}: is an input file; edgeq never overwrites its input",
                              hint="choose another output path")
-    if dest.is_dir():
-        raise EdgeqError(f"{dest}: is a directory, not a file to write to", hint="give a file path")
+    refuse_special(dest)
     parent = dest.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise EdgeqError(f"{dest}: cannot write ({parent} is not a writable directory)")
     return dest
+
+
+def refuse_special(dest: Path) -> None:
+    """An output is a new or a regular file: a rename over a FIFO, a device node (``/dev/full``) or a
+    socket would replace it with a regular file, and a directory is no file to write to."""
+    try:
+        mode = dest.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise EdgeqError(f"{dest}: cannot write ({e.strerror or e})", hint="choose a writable path") from None
+    if stat.S_ISDIR(mode):
+        raise EdgeqError(f"{dest}: is a directory, not a file to write to", hint="give a file path")
+    if not stat.S_ISREG(mode):
+        kind = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+                stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "not a regular file")
+        raise EdgeqError(f"{dest}: is {kind}; edgeq writes only new or regular files",
+                         hint="give a file path")
 
 
 def _umask() -> int:
@@ -53,8 +72,7 @@ def _umask() -> int:
 def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; rename it over ``dest`` only if the block succeeds."""
     dest = Path(dest)
-    if dest.is_dir():
-        raise EdgeqError(f"{dest}: is a directory, not a file to write to", hint="give a file path")
+    refuse_special(dest)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
@@ -95,3 +113,63 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+class StagedOutputs:
+    """Several outputs that appear all together or not at all (a full disk midway leaves none).
+
+    ``path(dest)`` names where to write ``dest``: under its own name in a hidden directory beside it, so
+    a file that names its sidecars (ONNX external data ``<name>.data``) names them right. ``commit``
+    moves every staged file into place (renames: no new space needed); a failed one takes back those
+    already moved. Use through ``staged_outputs()``.
+    """
+
+    def __init__(self) -> None:
+        self._stages: dict[Path, Path] = {}  # destination directory -> its staging directory
+
+    def path(self, dest: str | os.PathLike[str]) -> Path:
+        dest = Path(dest)
+        refuse_special(dest)
+        parent = dest.parent
+        stage = self._stages.get(parent)
+        if stage is None:
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+                stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".stage", dir=parent))
+            except OSError as e:
+                msg = f"{dest}: cannot write ({e.strerror or e})"
+                raise EdgeqError(msg, "choose a writable path") from None
+            self._stages[parent] = stage
+        return stage / dest.name
+
+    def commit(self) -> None:
+        moved: list[Path] = []
+        try:
+            for parent, stage in self._stages.items():
+                for f in sorted(stage.iterdir()):
+                    if f.name.startswith("."):  # a writer's own temporary file
+                        continue
+                    os.replace(f, parent / f.name)
+                    moved.append(parent / f.name)
+        except OSError as e:
+            for m in moved:
+                with contextlib.suppress(OSError):
+                    m.unlink()
+            raise EdgeqError(f"cannot move the outputs into place ({e.strerror or e})",
+                             hint="choose a writable path") from None
+
+    def discard(self) -> None:
+        for stage in self._stages.values():
+            shutil.rmtree(stage, ignore_errors=True)
+        self._stages.clear()
+
+
+@contextlib.contextmanager
+def staged_outputs() -> Iterator[StagedOutputs]:
+    """``with staged_outputs() as out: save(x, out.path(a)); save(y, out.path(b))``: both or neither."""
+    staged = StagedOutputs()
+    try:
+        yield staged
+        staged.commit()
+    finally:
+        staged.discard()

@@ -443,6 +443,9 @@ def on_target(
                 r.data = {**built, "kind": found.kind}
                 size, secs = built.get("engine_bytes"), built.get("build_seconds")
                 r.summary = f"{built.get('mode')} engine, {size} B in {secs} s"
+                for warning in built.get("warnings") or ():  # e.g. trtexec died at exit after PASSED
+                    rec.log.line(f"build: warning - {warning}")
+                    r.summary += f" (warning: {warning})"
                 rec.timings["build_seconds"] = built.get("build_seconds")
             if share is not None and found.kind:
                 share.engines[found.kind] = (run_dir / "engine.plan", target.name)

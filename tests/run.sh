@@ -17,8 +17,17 @@ fi
 # The interpreter itself, not a version-manager shim (pyenv's rehash hook can stall on a stale lock).
 PY=$(python3 -c 'import sys; print(sys.executable)')
 
-echo "== pip install -e .[test]"
-"$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
+# The package set CI tests is pinned (constraints.txt, refreshed by tests/pin.sh) for the Python that
+# resolved it; another Python resolves pyproject.toml's ranges itself, and says so.
+pinned=$(sed -n 's/^# python: //p' constraints.txt)
+have=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ "$pinned" = "$have" ]; then
+  echo "== pip install -c constraints.txt -e .[test]"
+  "$PY" -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]"
+else
+  echo "warning: constraints.txt pins Python $pinned's packages; this is $have: installing unpinned" >&2
+  "$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
+fi
 
 echo "== ruff"
 "$PY" -m ruff check edgeq tests bench

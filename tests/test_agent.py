@@ -233,6 +233,54 @@ def test_trtexec_build_failure_comes_back_structured(agent, tmp_path):
     assert "Building engine failed" in stderr  # the log streamed live on stderr
 
 
+EDGEQ_AGENT = FIXTURES.parent / "trt86-h200-edgeq" / "agent"
+
+
+def _build_that_dies_after_passed(agent, tmp_path, *, engine_bytes, run):
+    """The real TensorRT 8.6.0 trtexec build log that ends in ``&&&& PASSED`` (fixture
+    build.trtexec.json: the agent called it a failure whose message was the PASSED line), then SIGSEGV."""
+    trtexec = replay_trtexec(
+        tmp_path,
+        build=Recorded(EDGEQ_AGENT / "build.trtexec.err", signal=signal.SIGSEGV),
+        run=run,
+        engine_bytes=engine_bytes,
+    )
+    (tmp_path / "small.int8.onnx").write_bytes(b"x")
+    engine = tmp_path / "small.trtexec.plan"
+    args = ["build", "--backend=trtexec", f"--trtexec={trtexec}", f"--onnx={tmp_path / 'small.int8.onnx'}",
+            f"--saveEngine={engine}", "--int8", "--fp16"]
+    return (*run_agent(agent, *args), trtexec, engine)
+
+
+def test_trtexec_passed_then_killed_counts_when_the_engine_checks_out(agent, tmp_path):
+    run = Recorded(EDGEQ_AGENT / "inspect.trtexec.err")  # the same engine loaded back: PASSED
+    size = 1971860  # the Python backend's engine of the same model (build.python.json): "1 MiB" loaded
+    code, obj, _, trtexec, engine = _build_that_dies_after_passed(agent, tmp_path, engine_bytes=size, run=run)
+    assert code == 0 and obj["ok"], obj
+    (warning,) = obj["result"]["warnings"]
+    assert "PASSED, then was killed by signal 11 (SIGSEGV)" in warning and "deserializes" in warning
+    assert obj["result"]["engine_bytes"] == engine.stat().st_size == size
+    assert calls(trtexec)[-1] == [str(trtexec), f"--loadEngine={engine}", "--skipInference"]
+
+
+@pytest.mark.parametrize(
+    ("engine_bytes", "run", "why"),
+    [
+        (0, None, "without writing"),
+        (300_000, None, "incomplete (300000 bytes, it loaded 1 MiB)"),
+        (1971860, Recorded(FIXTURES / "yolo_ortfb.explicit.build.log", 1), "does not deserialize: Error[10]"),
+    ],
+    ids=["no-engine", "truncated", "does-not-deserialize"],
+)
+def test_trtexec_passed_then_killed_without_a_valid_engine_fails_saying_why(agent, tmp_path, engine_bytes,
+                                                                           run, why):
+    code, obj, _, _, _ = _build_that_dies_after_passed(agent, tmp_path, engine_bytes=engine_bytes, run=run)
+    assert code == 1 and obj["error"]["stage"] == "build"
+    message = obj["error"]["message"]
+    assert message.startswith("trtexec printed PASSED, then was killed by signal 11 (SIGSEGV)")
+    assert why in message
+
+
 def test_trtexec_parse_failure_is_stage_parse(agent, tmp_path):
     trtexec = replay_trtexec(tmp_path, build=Recorded(FIXTURES / "resnet50_ortqdq.explicit.build.log", 1))
     model = tmp_path / "r.onnx"
@@ -649,10 +697,30 @@ sys.exit(agent.main(sys.argv[1:]))
 """
 
 
-def _stuck_agent(tmp_path: Path, *args: str, python: str = sys.executable) -> subprocess.Popen:
+_BUSY_AGENT = """
+import sys, time
+from edgeq.remote.agent import __main__ as agent
+
+def busy(args, log):
+    # A build step in Python (parsing, calibration): SIGTERM reaches the main thread's handler and the
+    # watchdog's wakeup fd at once.
+    log.write("[INFO] building")
+    sys.stderr.write("stuck\\n")
+    sys.stderr.flush()
+    while True:
+        time.sleep(0.001)
+
+agent.run_command = busy
+sys.exit(agent.main(sys.argv[1:]))
+"""
+
+
+def _stuck_agent(
+    tmp_path: Path, *args: str, python: str = sys.executable, script: str = _STUCK_AGENT
+) -> subprocess.Popen:
     model = tmp_path / "m.onnx"
     model.write_bytes(b"x")
-    argv = [python, "-c", _STUCK_AGENT, "build", f"--onnx={model}", f"--saveEngine={tmp_path / 'e'}"]
+    argv = [python, "-c", script, "build", f"--onnx={model}", f"--saveEngine={tmp_path / 'e'}"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYENV_VERSION")}
     env["PYTHONPATH"] = str(ROOT)  # the agent sources only (edgeq/__init__ and remote/__init__ are inert)
     return subprocess.Popen(
@@ -682,6 +750,12 @@ def test_python_backend_sigterm_replies_while_tensorrt_is_stuck(tmp_path):
     _sigterm_stuck_agent(tmp_path, sys.executable)
 
 
+def test_sigterm_while_python_runs_gets_one_reply_naming_the_signal(tmp_path):
+    """Main thread and watchdog both see the signal: one JSON reply, the same one whoever answers."""
+    for _ in range(3):
+        _sigterm_stuck_agent(tmp_path, sys.executable, script=_BUSY_AGENT)
+
+
 def test_watchdog_works_on_python_38(tmp_path):
     """JetPack 5 runs Python 3.8: the wakeup-fd watchdog must work there too (JetPack 6: 3.10)."""
     py38 = _python38()
@@ -694,8 +768,8 @@ def test_watchdog_works_on_python_38(tmp_path):
     _sigterm_stuck_agent(tmp_path, py38)
 
 
-def _sigterm_stuck_agent(tmp_path: Path, python: str) -> None:
-    proc = _stuck_agent(tmp_path, python=python)
+def _sigterm_stuck_agent(tmp_path: Path, python: str, script: str = _STUCK_AGENT) -> None:
+    proc = _stuck_agent(tmp_path, python=python, script=script)
     deadline = time.monotonic() + 20
     lines = []
     while time.monotonic() < deadline and (not lines or lines[-1] != "stuck"):

@@ -745,23 +745,36 @@ def test_fit_findings_names_uint8_weight_without_zero_point() -> None:
 
 
 def test_cli_input_onnxruntime_cannot_run_is_one_clear_error(tmp_path: Path, cli) -> None:
-    """Current onnx stamps opset 28 / IR 14 by default; onnxruntime refuses it, so --verify cannot run."""
+    """A node of a domain no onnxruntime implements (a TensorRT plugin, say): every onnxruntime version
+    refuses the input, so --verify cannot run; --no-verify still cleans (Identity removed, opset of
+    today's onnx brought to 17) and keeps the node."""
     m = helper.make_model(
-        helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [vi("x", [1, 4])], [vi("y", [1, 4])])
+        helper.make_graph(
+            [
+                helper.make_node("Identity", ["x"], ["i"], name="debris"),
+                helper.make_node("NoSuchKernel", ["i"], ["y"], name="plugin", domain="org.example.plugin"),
+            ],
+            "g",
+            [vi("x", [1, 4])],
+            [vi("y", [1, 4])],
+        ),
+        opset_imports=[
+            helper.make_opsetid("", max(18, onnx.defs.onnx_opset_version())),  # what onnx stamps today
+            helper.make_opsetid("org.example.plugin", 1),
+        ],
     )
-    if opset_of(m) <= 26:
-        pytest.skip("this onnx does not stamp an opset onnxruntime refuses")
-    p = tmp_path / "new.onnx"
+    p = tmp_path / "plugin.onnx"
     p.write_bytes(m.SerializeToString())
     code, _, err = cli("clean", p)
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "input model" in errors[0] and "--no-verify" in errors[0]
-    assert "Traceback" not in err and not (tmp_path / "new.clean.onnx").exists()
+    assert "NoSuchKernel" in errors[0]
+    assert "Traceback" not in err and not (tmp_path / "plugin.clean.onnx").exists()
     code, _, _ = cli("clean", p, "--no-verify")
     assert code == 0
-    out = onnx.load(str(tmp_path / "new.clean.onnx"))
+    out = onnx.load(str(tmp_path / "plugin.clean.onnx"))
     assert opset_of(out) == 17 and out.ir_version == 8
-    assert run_model(out, {"x": np.full((1, 4), -1.0, np.float32)})["y"].tolist() == [[0.0] * 4]
+    assert [(n.op_type, n.domain) for n in out.graph.node] == [("NoSuchKernel", "org.example.plugin")]
 
 
 def test_convert_opset_refuses_float8_qdq_by_name() -> None:

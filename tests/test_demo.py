@@ -59,6 +59,7 @@ def test_ci_runs_the_readmes_test_command_and_the_readme_starts_with_the_demo():
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text(encoding="utf-8")
     blocks = [b.split("```", 1)[0].strip() for b in readme.split("```bash\n")[1:]]
-    assert blocks[0] == "pip install -e . && edgeq demo" and blocks[1] == "bash tests/run.sh"
+    assert blocks[0] == "pip install -c constraints.txt -e . && edgeq demo"
+    assert blocks[1] == "bash tests/run.sh"
     ci = [ln for ln in (root / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith("#")]
     assert ci[-1] == "exec bash tests/run.sh"

@@ -708,3 +708,87 @@ def test_trtexec_that_cannot_start_fails_the_probe_with_the_loaders_message(trte
 
     code, _, err = cli("targets", "check", "replay")
     assert code == 1 and "libnvinfer.so.8" in err
+
+
+@pytest.mark.sshd
+def test_replayed_trtexec_that_dies_after_passed_still_deploys_with_a_warning(trtexec_target, cli):
+    """trtexec 8.6.0 printed ``&&&& PASSED``, wrote the engine and died at exit (fixture
+    trt86-h200-edgeq/agent/build.trtexec.json): the engine is checked and the build counts, with a
+    warning naming the signal in deploy.log and stages.json."""
+    import signal
+
+    from trtexec_replay import Recorded, replay_trtexec
+
+    root, model, _, trtexec = trtexec_target()
+    replay_trtexec(
+        trtexec.parent,
+        build=Recorded(FIXTURES / f"{ORTFB}.build.log", signal=signal.SIGSEGV),
+        run=Recorded(FIXTURES / f"{ORTFB}.run.log"),
+        layers=FIXTURES / f"{ORTFB}.layers.json",
+        profile=FIXTURES / f"{ORTFB}.profile.json",
+        engine_bytes=27 << 20,  # the recorded log loaded back a 27 MiB engine
+    )
+    runs = root / "runs"
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs, "--gate", "none")
+    assert code == 0, (out, err)
+    (run_dir,) = runs.iterdir()
+    build = _stages(run_dir)["build"]
+    assert build["status"] == "ok" and "killed by signal 11 (SIGSEGV)" in build["summary"]
+    assert "build: warning - trtexec printed PASSED, then was killed by signal 11" in (
+        run_dir / "deploy.log"
+    ).read_text()
+    assert (run_dir / "engine.plan").stat().st_size == 27 << 20
+
+
+@pytest.mark.sshd
+def test_agent_killed_on_the_target_fails_the_stage_naming_the_signal(trtexec_target, cli):
+    """The agent killed mid-build (OOM killer, a user's kill -9) while the link is up: the build stage
+    fails naming the signal, not "connection dropped ... may still be running"."""
+    import signal
+
+    from trtexec_replay import Recorded
+
+    killer = Recorded(FIXTURES / f"{ORTFB}.build.log", kill_parent=signal.SIGKILL)
+    root, model, _, _ = trtexec_target(build=killer)
+    runs = root / "runs"
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs)
+    assert code == 1 and "Traceback" not in out + err
+    (run_dir,) = runs.iterdir()
+    build = _stages(run_dir)["build"]
+    assert build["status"] == "failed"
+    assert "the agent was killed by signal KILL on the target" in build["summary"]
+    assert "dropped" not in build["summary"] and "may still be running" not in out + err
+
+
+@pytest.mark.sshd
+def test_two_deploys_of_one_new_model_to_one_target_at_once_both_succeed(trtexec_target):
+    """Both upload the agent and the model into the target's cache at the same moment: neither collides
+    with the other's upload (each file is sent once, the other deploy finds it cached)."""
+    import threading
+
+    from edgeq.remote.deploy import DeployOptions, deploy
+    from edgeq.remote.targets import load_target
+
+    root, model, _, _ = trtexec_target()
+    target = load_target(root / "targets" / "replay.yaml")
+    start = threading.Barrier(2)
+    results: list = []
+
+    def one() -> None:
+        start.wait()
+        try:
+            results.append(deploy(model, target, DeployOptions(runs_dir=root / "runs", gate="none")))
+        except Exception as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 2 and not [r for r in results if isinstance(r, Exception)], results
+    run_dirs = sorted((root / "runs").iterdir())
+    assert len(run_dirs) == 2
+    for run_dir in run_dirs:
+        stages = _stages(run_dir)
+        assert all(s["status"] in ("ok", "skipped") for s in stages.values()), stages

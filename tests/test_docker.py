@@ -37,15 +37,17 @@ def readme_blocks() -> list[str]:
 def test_the_image_installs_what_the_readme_installs():
     steps = instructions()
     (pip,) = [a for k, a in steps if k == "RUN" and "pip install" in a]
-    def targets(command: str) -> list[str]:
+    def targets(command: str) -> tuple[list[str], list[str]]:
+        """(what pip installs, the constraints files it pins them with)."""
         words = shlex.split(command.split("pip install", 1)[1].split("&&")[0])
-        return [w for w in words if not w.startswith("-")]
+        pins = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-c", "--constraint")]
+        return [w for w in words if not w.startswith("-") and w not in pins], pins
 
     image, readme = targets(pip), targets(readme_blocks()[0])  # the README's set-up command
-    assert image == readme == ["."]  # the same project, the same extras (none)
-    # pip builds from what was copied before it: the files pyproject's build reads
+    assert image == readme == (["."], ["constraints.txt"])  # the same project, extras (none) and pins
+    # pip builds from what was copied before it: the files pyproject's build reads, and the pins
     copied = [src for k, a in steps[: steps.index(("RUN", pip))] if k == "COPY" for src in a.split()[:-1]]
-    assert {"pyproject.toml", "README.md", "edgeq"} <= set(copied)
+    assert {"pyproject.toml", "README.md", "edgeq", "constraints.txt"} <= set(copied)
     base = next(a for k, a in steps if k == "FROM")
     major, minor = map(int, re.search(r"python:(\d+)\.(\d+)", base).groups())
     need = re.search(r'requires-python = ">=(\d+)\.(\d+)"', (ROOT / "pyproject.toml").read_text()).groups()

@@ -3,6 +3,7 @@ the verified upload cache with resume, and strict host keys."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -205,6 +206,21 @@ def test_connection_dropped_mid_command_is_reported_not_hung(sshd, conn):
 
 
 @pytest.mark.sshd
+@pytest.mark.parametrize(("sig", "number"), [("KILL", 9), ("SEGV", 11), ("TERM", 15)])
+def test_command_killed_on_the_target_names_the_signal_not_a_dropped_link(conn, sig, number):
+    """sshd reports a command a signal ended with exit-signal, not exit-status: that is a command
+    failure naming the signal (the link is up), not "connection dropped ... may still be running"."""
+    script = f"echo partial; echo dying >&2; kill -{sig} $$"
+    res = conn.run(["sh", "-c", script], check=False)
+    assert (res.signal, res.exit_code, res.stdout, res.stderr) == (sig, 128 + number, "partial\n", "dying\n")
+    with pytest.raises(CommandFailed) as info:
+        conn.run(["sh", "-c", script])
+    assert f"was killed by signal {sig} on" in str(info.value) and "dying" in str(info.value)
+    assert not isinstance(info.value, ConnectionFailed) and info.value.result.signal == sig
+    assert conn.run(["echo", "same link"]).stdout == "same link\n"
+
+
+@pytest.mark.sshd
 def test_stdin_is_delivered(conn):
     payload = os.urandom(300_000)
     probe = "import hashlib,sys;print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
@@ -279,6 +295,106 @@ def test_upload_resumes_after_the_connection_is_cut(sshd, tmp_path):
     assert up.bytes_sent == len(data) - have < len(data)
     assert _sha(Path(up.remote_path).read_bytes()) == _sha(data)
     assert not part.exists()
+
+
+@pytest.mark.sshd
+def test_concurrent_uploads_of_one_new_file_never_collide(sshd, tmp_path):
+    """Two deploys of the same new model to one target at once (each its own connection): both succeed
+    with the same verified file; the target's upload lock lets one send it and the other find it."""
+    import threading
+
+    data = os.urandom(16 * MiB)
+    local = tmp_path / "model.onnx"
+    local.write_bytes(data)
+    cache = tmp_path / "cache"
+    start = threading.Barrier(3)
+    results: list = []
+
+    def deploy() -> None:
+        with Connection(sshd.ssh_config()) as c:
+            c.connect()
+            start.wait()
+            try:
+                results.append(c.put_cached(local, str(cache)))
+            except Exception as exc:
+                results.append(exc)
+
+    threads = [threading.Thread(target=deploy) for _ in range(2)]
+    for t in threads:
+        t.start()
+    start.wait()
+    for t in threads:
+        t.join(120)
+    assert all(not isinstance(r, Exception) for r in results), results
+    a, b = results
+    assert a.remote_path == b.remote_path and _sha(Path(a.remote_path).read_bytes()) == _sha(data)
+    assert sorted([a.bytes_sent, b.bytes_sent]) == [0, len(data)]  # sent once
+    assert not [p for p in (cache / "incoming").rglob("*") if p.is_file()]  # no .part or lock left
+
+
+@pytest.mark.sshd
+def test_target_without_room_is_refused_before_sending(conn, tmp_path):
+    """More than the target's disk holds (a sparse file: no local space needed): one line naming the
+    target, the cache and the size, and nothing written there."""
+    cache = tmp_path / "cache"
+    local = tmp_path / "huge.onnx"
+    size = shutil.disk_usage(tmp_path).free + (1 << 30)
+    with open(local, "wb") as f:
+        f.truncate(size)
+
+    def guard(task: str, done: int, total: int | None) -> None:
+        if task.startswith("upload"):  # never fill this machine's disk, whatever edgeq does
+            raise AssertionError("the upload started")
+
+    with pytest.raises(RemoteError) as info:
+        conn.put_cached(local, str(cache), progress=guard)
+    msg = str(info.value)
+    assert msg.startswith(f"no space left on {conn.config.destination}:{cache} (needs {-(-size // 10**6)} MB")
+    assert info.value.exit_code == 1 and "permissions" not in msg
+    assert not [p for p in cache.rglob("*") if p.is_file() and p.stat().st_size]  # no data sent
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=1777", "tmpfs", str(where)],
+                           capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+@pytest.mark.sshd
+def test_target_disk_filling_up_mid_upload_is_no_space_and_leaves_no_part(conn, tmp_path):
+    """The target's disk fills while the file is on its way (a 16 MiB tmpfs, filled up by something
+    else after 4 MiB): "no space left", the partial file removed; once there is room again the upload
+    succeeds (not "arrived corrupted")."""
+    disk = tmp_path / "target disk"
+    if not _mount_tmpfs(disk, "16m"):
+        pytest.skip("cannot mount a tmpfs here (the refused-before-sending test covers the check)")
+    try:
+        data = os.urandom(10 * MiB)
+        local = tmp_path / "model.onnx"
+        local.write_bytes(data)
+        cache = disk / "cache"
+        filler = disk / "someone else's file"
+
+        def fill_up(task: str, done: int, total: int | None) -> None:
+            if task.startswith("upload") and done >= 4 * MiB and not filler.exists():
+                with open(filler, "wb") as f, contextlib.suppress(OSError):
+                    while True:
+                        f.write(b"\0" * (1 << 16))
+                        f.flush()
+
+        with pytest.raises(RemoteError) as info:
+            conn.put_cached(local, str(cache), progress=fill_up)
+        assert str(info.value).startswith(f"no space left on {conn.config.destination}:{cache}")
+        assert not [p for p in (cache / "incoming").rglob("*.part")]
+        filler.unlink()
+        up = conn.put_cached(local, str(cache))
+        assert _sha(Path(up.remote_path).read_bytes()) == _sha(data) and up.resumed_from == 0
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=20)
 
 
 @pytest.mark.sshd
@@ -492,6 +608,47 @@ def test_changed_host_key_is_always_refused(sshd, tmp_path, accept_new):
     msg = str(info.value)
     assert "CHANGED" in msg and str(kh) in msg and "line 2" in msg and f"[{sshd.host}]:{sshd.port}" in msg
     assert kh.read_bytes() == before
+
+
+@pytest.mark.sshd
+@pytest.mark.parametrize("pattern", ["*", "[127.0.0.*]:{port}", "lab,[127.0.0.?]:{port}"])
+def test_pattern_entry_with_another_key_is_a_changed_key(sshd, tmp_path, pattern):
+    """OpenSSH applies wildcard known_hosts entries; one holding another key of the server's type is a
+    changed key, never a new one (paramiko alone looks up exact names and would call it unknown)."""
+    from sshd import keygen
+
+    other = keygen(tmp_path / "other_host_key")
+    kind, blob = Path(f"{other}.pub").read_text().split()[:2]
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"# lab\n{pattern.format(port=sshd.port)} {kind} {blob}\n")
+    before = kh.read_bytes()
+    cfg = sshd.ssh_config(known_hosts=str(kh), accept_new_host_key=True)
+    with Connection(cfg) as c, pytest.raises(HostKeyChanged) as info:
+        c.run(["true"])
+    assert "CHANGED" in str(info.value) and "line 2" in str(info.value) and str(kh) in str(info.value)
+    assert kh.read_bytes() == before  # nothing added
+    # OpenSSH's own client refuses it the same way
+    opts = [o.replace(sshd.known_hosts, str(kh)) for o in sshd.ssh_options()]
+    first = ["-o", "StrictHostKeyChecking=accept-new"]  # ssh keeps the first value given for an option
+    res = subprocess.run(["ssh", *first, *opts, sshd.host, "true"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode != 0 and "HOST IDENTIFICATION HAS CHANGED" in res.stderr
+
+
+@pytest.mark.sshd
+def test_pattern_entries_with_the_right_key_or_excluding_the_host(sshd, tmp_path):
+    kind, blob = sshd.known_hosts_line().split()[1:3]
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.*]:{sshd.port} {kind} {blob}\n")  # the server's key, by pattern: trusted
+    with Connection(sshd.ssh_config(known_hosts=str(kh))) as c:
+        assert c.run(["true"]).exit_code == 0
+    assert kh.read_text() == f"[127.0.0.*]:{sshd.port} {kind} {blob}\n"
+    from sshd import keygen
+
+    other = Path(f"{keygen(tmp_path / 'other_host_key')}.pub").read_text().split()[1]
+    kh.write_text(f"*,![{sshd.host}]:{sshd.port} {kind} {other}\n")
+    with Connection(sshd.ssh_config(known_hosts=str(kh))) as c, pytest.raises(HostKeyUnknown):
+        c.run(["true"])  # the negated pattern excludes this host: its key is unknown, not changed
 
 
 @pytest.mark.sshd

@@ -8,6 +8,7 @@ int8 kernels for uint8 and int8 models).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,38 @@ def static_inputs(model: onnx.ModelProto) -> dict[str, tuple[list[int], np.dtype
     return specs
 
 
+MADE_UP_INPUT_LIMIT = 1 << 30  # bytes per made-up input: far past any real batch, far under a MemoryError
+
+
+def oversized_input(name: str, shape: Sequence[int], dtype: Any) -> str | None:
+    """Why made-up data for input ``name`` of ``shape`` would not fit in memory, or None when it does.
+
+    A model can announce any shape ([1e9, 3, 224, 224] is 548 TiB of float32); numpy would only fail
+    at allocation, with a MemoryError traceback."""
+    import numpy as np
+
+    size = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+    if size <= MADE_UP_INPUT_LIMIT:
+        return None
+    dims = "x".join(str(int(d)) for d in shape)
+    return (f"input '{name}' announces shape {dims} ({_bytes(size)} of {np.dtype(dtype).name}); "
+            f"edgeq makes up inputs of at most {_bytes(MADE_UP_INPUT_LIMIT)}")
+
+
+def shape_hint(name: str) -> str:
+    """How to give an input a realistic fixed shape in the model itself."""
+    return ("set a real shape in the model: python -m onnxruntime.tools.make_dynamic_shape_fixed "
+            f"--input_name {name} --input_shape 1,3,224,224 IN.onnx OUT.onnx")
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
 def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """Random inputs of the model's shapes; dynamic dimensions become 1.
 
@@ -103,6 +136,9 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for name, (shape, dtype) in static_inputs(model).items():
+        too_big = oversized_input(name, shape, dtype)
+        if too_big:
+            raise GraphError(too_big, hint=f"--no-verify skips the comparison, or {shape_hint(name)}")
         if dtype.kind == "f":
             feeds[name] = rng.random(shape, dtype=np.float32).astype(dtype)
         elif dtype.kind in "iu":

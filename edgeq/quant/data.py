@@ -326,7 +326,13 @@ class _Synthetic:
                     "shapes",
                     hint="give real calibration data with --calib",
                 )
-            self._shapes.append((s.batch, *dims))
+            shape = (s.batch, *dims)
+            from edgeq.graph.verify import oversized_input, shape_hint
+
+            too_big = oversized_input(s.name, shape, s.dtype)
+            if too_big:
+                raise QuantError(too_big, hint=shape_hint(s.name))
+            self._shapes.append(shape)
         self.path = Path("<synthetic>")
 
     def read(self, k: int, cache: dict[str, Any]) -> dict[str, np.ndarray]:

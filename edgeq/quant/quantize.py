@@ -255,12 +255,13 @@ def quantize_file(
     ``<name>.int8.cache`` with ``<name>.int8.fp32.onnx`` (implicit path: the cleaned FP32 model whose
     tensor names the cache uses) and the summary ``<output stem>.json`` (what ``--json`` prints).
 
-    The input is never written; each output appears atomically (the cache first, the summary last).
+    The input is never written; the outputs appear together or not at all (``fs.staged_outputs``).
     """
     import json
 
-    from edgeq.fs import atomic_write_text, check_writable
+    from edgeq.fs import atomic_write_text, check_writable, staged_outputs
     from edgeq.graph.io import default_output, load_model, save_model
+    from edgeq.quant.cache import write_calibration_cache
     from edgeq.quant.data import calibration_set
 
     src = Path(path)
@@ -287,10 +288,13 @@ def quantize_file(
     for p in (out, cache, fp32, summary):  # nor onto the input's external data
         check_writable(p, inputs=tuple(read))
     data = calibration_set(model, calib, synthetic=synthetic, preprocess=preprocess)
-    result = quantize_model(model, data, replace(options, cache_path=Path(cache)), progress)
-    save_model(result.reference, fp32)
-    save_model(result.model, out)
-    result = replace(result, paths={"input": str(src), "output": str(out), "cache": str(cache),
-                                    "fp32_model": str(fp32), "summary": str(summary)})
-    atomic_write_text(summary, json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    result = quantize_model(model, data, replace(options, cache_path=None), progress)
+    result = replace(result, options=replace(result.options, cache_path=Path(cache)),
+                     paths={"input": str(src), "output": str(out), "cache": str(cache),
+                            "fp32_model": str(fp32), "summary": str(summary)})
+    with staged_outputs() as staged:  # all four or none: a full disk midway leaves nothing behind
+        write_calibration_cache(staged.path(cache), result.cache)
+        save_model(result.reference, staged.path(fp32))
+        save_model(result.model, staged.path(out))
+        atomic_write_text(staged.path(summary), json.dumps(result.to_dict(), indent=2, default=str) + "\n")
     return result

@@ -1,1 +1,2 @@
-"""Targets, SSH transport and the on-target agent. Only ``transport`` imports paramiko."""
+"""Targets, SSH transport and the on-target agent. Only the transport's layers (``ssh``, ``hostkeys``,
+``exec``, ``upload``; composed by ``transport``) import paramiko."""

@@ -35,8 +35,11 @@ def agent_argv(target: Target, agent_path: str, command: str, *args: str) -> lis
     ]
 
 
-def parse_agent_reply(stdout: str, stderr: str, exit_code: int, what: str) -> dict[str, Any]:
-    """The one JSON object the agent printed, or a RemoteError saying why there is none."""
+def parse_agent_reply(
+    stdout: str, stderr: str, exit_code: int, what: str, signal: Optional[str] = None
+) -> dict[str, Any]:
+    """The one JSON object the agent printed, or a RemoteError saying why there is none (``signal``:
+    the one that killed it)."""
     for line in reversed(stdout.strip().splitlines()):
         line = line.strip()
         if not line.startswith("{"):
@@ -54,6 +57,12 @@ def parse_agent_reply(stdout: str, stderr: str, exit_code: int, what: str) -> di
                 )
             return obj
     tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+    if signal:
+        raise RemoteError(
+            f"{what}: the agent was killed by signal {signal} on the target: {tail[0][:300]}",
+            "see the target's kernel log (dmesg: out of memory?) and deploy.log for what it was doing",
+            exit_code=1,
+        )
     raise RemoteError(
         f"{what}: the agent gave no answer (exit {exit_code}): {tail[0][:300]}",
         "check the target's 'python' in the target file (Python 3.8+ is needed)",
@@ -76,7 +85,8 @@ def call_agent(
     exit code (the stage that failed, TensorRT's log)."""
     argv = agent_argv(target, agent_remote, command, *args)
     res = conn.run(argv, timeout=timeout, check=False, on_stderr=on_stderr)
-    return parse_agent_reply(res.stdout, res.stderr, res.exit_code, f"{command} on {target.name}")
+    return parse_agent_reply(res.stdout, res.stderr, res.exit_code, f"{command} on {target.name}",
+                             res.signal)
 
 
 def agent_failed(

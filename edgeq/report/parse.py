@@ -240,6 +240,8 @@ def _read_json(src: Any, what: str, hint: str) -> tuple[Any, str]:
         raise ReportError(
             f"{name}: not JSON ({e.msg} at line {e.lineno} column {e.colno})", hint=hint
         ) from None
+    except RecursionError:  # the decoder recurses per level; no exporter nests more than a few
+        raise ReportError(f"{name}: JSON nested too deeply to be {what}", hint=hint) from None
 
 
 def _req(d: Mapping, key: str, where: str, name: str) -> Any:

@@ -27,7 +27,7 @@ import threading
 import traceback
 
 from . import PROTOCOL
-from .common import AgentError, LogBuffer, Watchdog, install_signal_handlers
+from .common import AgentError, LogBuffer, Watchdog, install_signal_handlers, interrupted_message
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
@@ -240,11 +240,10 @@ def main(argv=None):
             e.log = log.tail()
         obj = envelope(command, error=e.to_dict())
         code = EXIT_USAGE if e.stage == "usage" else EXIT_FAILED
-    except KeyboardInterrupt:
-        obj, code = (
-            envelope(command, error={"stage": "interrupted", "message": "interrupted", "log": log.tail()}),
-            130,
-        )
+    except KeyboardInterrupt as e:  # Interrupted (SIGTERM/SIGHUP) or Ctrl-C
+        message = interrupted_message(getattr(e, "signum", None))
+        obj = envelope(command, error={"stage": "interrupted", "message": message, "log": log.tail()})
+        code = 130
     except Exception as e:  # a bug in the agent: still one JSON object, traceback on stderr only
         traceback.print_exc(file=sys.stderr)
         obj = envelope(

@@ -92,6 +92,14 @@ def run_tool(argv, log, timeout):
     group; ``install_signal_handlers`` then takes the tools' groups down too. Returns (exit code,
     lines); exit code None means it timed out and was killed.
     """
+    lines = []
+
+    def pump():
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if log is not None:
+                log.write(line)
+
     try:
         proc = subprocess.Popen(
             argv,
@@ -104,20 +112,14 @@ def run_tool(argv, log, timeout):
         )
     except OSError as e:
         raise AgentError("launch", "cannot run %s: %s" % (argv[0], e)) from None
-    lines = []
-
-    def pump():
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-            if log is not None:
-                log.write(line)
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    _ACTIVE.add(proc)
-    deadline = time.monotonic() + timeout
     code = None
     try:
+        # First thing: a SIGTERM from now on kills the tool too (it may already be running: a signal
+        # between Popen and here would otherwise leave it behind).
+        _ACTIVE.add(proc)
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + timeout
         code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         _kill(proc)
@@ -149,12 +151,25 @@ def kill_active_tools():
         _kill(proc)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM/SIGHUP seen by the main thread; ``signum`` goes into the reply."""
+
+    def __init__(self, signum):
+        KeyboardInterrupt.__init__(self, "signal %d" % signum)
+        self.signum = signum
+
+
+def interrupted_message(signum=None):
+    """The reply's message for an interruption: the same words whichever thread answers."""
+    return "interrupted (signal %d)" % signum if signum else "interrupted"
+
+
 def install_signal_handlers():
     """On SIGTERM/SIGHUP (the host stopping us): kill running tools' process groups, then stop."""
 
     def stop(signum, frame):
         kill_active_tools()
-        raise KeyboardInterrupt("signal %d" % signum)
+        raise Interrupted(signum)
 
     for name in ("SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
@@ -172,9 +187,15 @@ class Watchdog:
     bytecodes of the main thread, and a ``KeyboardInterrupt`` raised inside a TensorRT callback (the
     logger, the profiler) is swallowed by the 8.5+ bindings (pyCore.cpp, ``PyLogger``). So a thread
     sends the structured reply and exits the process: ``emergency(stage, message, exit_code)`` (which
-    must not return) when ``timeout`` seconds pass, or at once on SIGTERM/SIGHUP, which reach it through
+    must not return) when ``timeout`` seconds pass, or on SIGTERM/SIGHUP, which reach it through
     ``signal.set_wakeup_fd`` even while the main thread is inside C++.
+
+    A signal reaches both threads when the main thread is running Python: it then unwinds and replies
+    itself, so the watchdog waits ``SIGNAL_GRACE_S`` first, and ``emergency`` replies only if the main
+    thread has not (one reply, the same message either way).
     """
+
+    SIGNAL_GRACE_S = 0.5
 
     def __init__(self, timeout, emergency, what="command"):
         self.timeout = timeout
@@ -226,7 +247,8 @@ class Watchdog:
                 os.close(r)
         if data:
             kill_active_tools()
-            self.emergency("interrupted", "interrupted (signal %d)" % data[0], 130)
+            time.sleep(self.SIGNAL_GRACE_S)  # a responsive main thread replies meanwhile
+            self.emergency("interrupted", interrupted_message(data[0]), 130)
 
 
 # Where JetPack / the CUDA toolkit put the CUDA runtime when ``ctypes.util.find_library`` cannot see it.

@@ -1,0 +1,454 @@
+"""SSH connections to a target: strict host keys, jump hosts, reconnects, SFTP basics (what paramiko
+splits into its client and transport).
+
+known_hosts is the authority, as for OpenSSH (``hostkeys``): unknown keys are refused unless the user
+asked to accept new ones, changed keys are always refused. The link is lazy (Fabric-style: it
+connects on first use), and an idempotent operation reconnects with backoff when it drops. ``exec``
+(commands) and ``upload`` (the verified upload cache) build on ``SSHLink``; ``transport.Connection``
+is the whole stack. These are the only modules that import paramiko, lazily, so ``edgeq --help``
+stays instant.
+
+paramiko's own logger is set to CRITICAL here unless someone set its level first (the CLI sets it to
+DEBUG for ``-vv``): its transport thread otherwise prints tracebacks for every dropped connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import posixpath
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar
+
+from edgeq.errors import RemoteError
+from edgeq.fs import atomic_path
+from edgeq.remote.hostkeys import (
+    HostKeyChanged,
+    HostKeyUnknown,
+    _KnownHostsPolicy,
+    fingerprint,
+    known_host_lines,
+)
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+WINDOW_SIZE = 64 * 1024 * 1024  # our receive window: downloads (get) are not window-bound
+# AES-GCM needs no separate HMAC pass: the cheapest cipher paramiko offers; the rest stay as fallbacks.
+PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr")
+KEEPALIVE_S = 15  # notice a dead target during a long remote build
+
+
+# -- errors ---------------------------------------------------------------------------------------------
+class AuthenticationFailed(RemoteError):
+    """The server refused every key we offered (identity file and/or ssh-agent)."""
+
+
+class ConnectionFailed(RemoteError):
+    """Could not reach the target (after retries), or the connection dropped."""
+
+    exit_code = 1
+
+
+class ConnectionDropped(ConnectionFailed):
+    """An established connection went away mid-operation (retried for idempotent operations)."""
+
+
+# -- values ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SSHConfig:
+    """How to reach one target. ``known_hosts`` defaults to ``~/.ssh/known_hosts``."""
+
+    host: str
+    port: int = 22
+    user: Optional[str] = None
+    identity_file: Optional[str] = None
+    known_hosts: Optional[str] = None
+    accept_new_host_key: bool = False
+    use_agent: bool = True
+    jump: Optional[SSHConfig] = None
+    connect_timeout: float = 10.0
+    command_timeout: Optional[float] = None
+    retries: int = 3
+    backoff: float = 1.0
+
+    @property
+    def destination(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        return f"{user}{self.host}:{self.port}"
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return Path(os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"))
+
+    @property
+    def known_hosts_name(self) -> str:
+        """The name OpenSSH files the key under: ``host`` on port 22, else ``[host]:port``."""
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+
+def _quiet_paramiko() -> Any:
+    import paramiko
+
+    logger = logging.getLogger("paramiko")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.CRITICAL)
+    return paramiko
+
+
+def _transport_factory(sock: Any, **kwargs: Any) -> Any:
+    paramiko = _quiet_paramiko()
+    if isinstance(sock, socket.socket):  # not a jump host's channel
+        # Nagle + delayed ACK held every small request (a session open, an SFTP stat) ~40 ms; OpenSSH
+        # sets TCP_NODELAY too.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    t = paramiko.Transport(sock, default_window_size=WINDOW_SIZE, **kwargs)
+    table = getattr(t, "_channel_handler_table", None)
+    if isinstance(table, dict) and paramiko.common.MSG_CHANNEL_REQUEST in table:
+        t._channel_handler_table = {**table, paramiko.common.MSG_CHANNEL_REQUEST: _channel_request}
+    opts = t.get_security_options()
+    available = tuple(opts.ciphers)
+    first = tuple(c for c in PREFERRED_CIPHERS if c in available)
+    opts.ciphers = first + tuple(c for c in available if c not in first)
+    return t
+
+
+def _channel_request(chan: Any, m: Any) -> None:
+    """paramiko ignores ``exit-signal`` (RFC 4254 6.10: a command killed by a signal has no exit
+    status): record its name as ``chan.exit_signal`` ("KILL", "SEGV"), then let paramiko handle the
+    request as always. Without it a killed command looks like a dropped connection."""
+    from paramiko.channel import Channel
+
+    start = m.packet.tell()
+    try:
+        if m.get_text() == "exit-signal":
+            m.get_boolean()  # want reply
+            chan.exit_signal = m.get_text()
+    except Exception:  # a malformed request: paramiko's own handler decides
+        pass
+    m.packet.seek(start)
+    Channel._handle_request(chan, m)
+
+
+def _is_drop(exc: BaseException) -> bool:
+    import paramiko
+
+    return isinstance(exc, (EOFError, socket.error, paramiko.SSHException, ConnectionDropped))
+
+
+def remote_path(path: str) -> str:
+    """``~/x`` -> ``x``: SFTP and the remote shell both start in the login home, neither expands ``~``
+    once the path is quoted."""
+    if path in ("~", "~/"):
+        return "."
+    return path[2:] if path.startswith("~/") else path
+
+
+_L = TypeVar("_L", bound="SSHLink")
+
+
+class SSHLink:
+    """A lazy SSH connection (Fabric-style: connects on first use); use as a context manager."""
+
+    def __init__(self, config: SSHConfig) -> None:
+        self.config = config
+        self._client: Any = None
+        self._sftp: Any = None
+        self._jump: SSHLink | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def __enter__(self: _L) -> _L:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._drop()
+        if self._jump is not None:
+            self._jump.close()
+            self._jump = None
+
+    def _drop(self) -> None:
+        for thing in (self._sftp, self._client):
+            if thing is not None:
+                with contextlib.suppress(Exception):
+                    thing.close()
+        self._sftp = None
+        self._client = None
+
+    def _alive(self) -> bool:
+        if self._client is None:
+            return False
+        t = self._client.get_transport()
+        return t is not None and t.is_active()
+
+    def connect(self) -> None:
+        """Connect now (normally implicit): retries with exponential backoff on network errors only."""
+        self._transport()
+
+    def _transport(self) -> Any:
+        if self._alive():
+            return self._client.get_transport()
+        self._drop()
+        cfg = self.config
+        attempts = max(0, cfg.retries) + 1
+        last: BaseException | None = None
+        for attempt in range(attempts):
+            try:
+                self._client = self._connect_once()
+                return self._client.get_transport()
+            except (HostKeyUnknown, HostKeyChanged, AuthenticationFailed):
+                raise
+            except Exception as exc:
+                if not _is_drop(exc):
+                    raise
+                last = exc
+                log.info("connect to %s failed (%s), try %d/%d", cfg.destination, exc, attempt + 1, attempts)
+                if attempt + 1 < attempts:
+                    time.sleep(cfg.backoff * 2**attempt)
+        raise ConnectionFailed(
+            f"cannot connect to {cfg.destination}: {_describe(last)} ({attempts} attempt(s))",
+            "check that the target is up, reachable and runs sshd on that port",
+        )
+
+    def _connect_once(self) -> Any:
+        paramiko = _quiet_paramiko()
+        cfg = self.config
+        if cfg.identity_file:
+            _check_identity_file(paramiko, cfg.identity_file)
+        client = paramiko.SSHClient()
+        kh = cfg.known_hosts_path
+        if kh.exists():
+            try:
+                client.get_host_keys().load(str(kh))
+            except (OSError, paramiko.hostkeys.InvalidHostKey) as exc:
+                bad = getattr(exc, "line", "")
+                raise RemoteError(
+                    f"cannot read known_hosts file {kh}: {str(bad)[:80] or exc}",
+                    "fix or remove the malformed line (ssh-keygen -R HOST -f FILE rewrites the file)",
+                ) from None
+        client.set_missing_host_key_policy(_KnownHostsPolicy(cfg))
+        sock = self._jump_channel() if cfg.jump is not None else None
+        try:
+            client.connect(
+                hostname=cfg.host,
+                port=cfg.port,
+                username=cfg.user,
+                key_filename=os.path.expanduser(cfg.identity_file) if cfg.identity_file else None,
+                allow_agent=cfg.use_agent,
+                look_for_keys=cfg.identity_file is None,
+                timeout=cfg.connect_timeout,
+                banner_timeout=cfg.connect_timeout,
+                auth_timeout=cfg.connect_timeout,
+                sock=sock,
+                transport_factory=_transport_factory,
+            )
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            lines = known_host_lines(kh, cfg.known_hosts_name)
+            where = ", ".join(f"line {n} ({kind})" for n, kind in lines) or "an entry"
+            raise HostKeyChanged(
+                f"host key for {cfg.known_hosts_name} has CHANGED: the server offers {exc.key.get_name()} "
+                f"{fingerprint(exc.key)}, {kh} {where} holds {fingerprint(exc.expected_key)}",
+                "if the target was re-installed, verify the new key out of band and remove the old one: "
+                f"ssh-keygen -R '{cfg.known_hosts_name}' -f {kh} (never accepted automatically, "
+                "not even with --accept-new-host-key)",
+            ) from None
+        except paramiko.PasswordRequiredException:
+            client.close()
+            raise AuthenticationFailed(
+                f"identity file {cfg.identity_file} is encrypted",
+                "load it into ssh-agent (ssh-add) and keep use_agent on",
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise _auth_failed(cfg, exc) from None
+        except paramiko.SSHException as exc:
+            client.close()
+            if "authentication methods" in str(exc):
+                raise _auth_failed(cfg, exc) from None
+            raise
+        except BaseException:
+            client.close()
+            raise
+        t = client.get_transport()
+        t.set_keepalive(KEEPALIVE_S)
+        log.debug("connected to %s (%s)", cfg.destination, t.remote_cipher)
+        return client
+
+    def _jump_channel(self) -> Any:
+        """A direct-tcpip channel through the jump host to the target: OpenSSH's ProxyJump."""
+        cfg = self.config
+        assert cfg.jump is not None
+        if self._jump is None:
+            self._jump = SSHLink(cfg.jump)
+        jt = self._jump._transport()
+        return jt.open_channel(
+            "direct-tcpip", (cfg.host, cfg.port), ("127.0.0.1", 0), timeout=cfg.connect_timeout
+        )
+
+    def _sftp_client(self) -> Any:
+        if self._sftp is None or not self._alive():
+            t = self._transport()
+            paramiko = _quiet_paramiko()
+            self._sftp = paramiko.SFTPClient.from_transport(t)
+        return self._sftp
+
+    def _open_session(self) -> Any:
+        """A fresh channel; reconnects once if the connection died between operations (nothing ran yet)."""
+        for attempt in (0, 1):
+            t = self._transport()
+            try:
+                return t.open_session(timeout=self.config.connect_timeout)
+            except Exception as exc:
+                if attempt or not _is_drop(exc):
+                    msg = f"cannot open a session on {self.config.destination}: {exc}"
+                    raise ConnectionDropped(msg) from exc
+                self._drop()
+        raise AssertionError("unreachable")
+
+    # -- files ----------------------------------------------------------------------------------------
+    def exists(self, remote: str) -> bool:
+        where = f"stat {remote} on {self.config.destination}"
+        return self._idempotent(where, lambda: self._stat_size(remote_path(remote)) is not None)
+
+    def get(self, remote: str, local: Path) -> None:
+        """Download ``remote`` to ``local`` atomically (a dropped link never leaves half a file)."""
+
+        def fetch() -> None:
+            try:
+                with atomic_path(local) as tmp:
+                    self._sftp_client().get(remote_path(remote), str(tmp))
+            except FileNotFoundError:
+                msg = f"{remote}: no such file on {self.config.destination}"
+                raise RemoteError(msg, exit_code=1) from None
+
+        self._idempotent(f"download of {remote} on {self.config.destination}", fetch)
+
+    def _idempotent(
+        self,
+        what: str,
+        op: Callable[[], _T],
+        *,
+        refused_hint: str | None = None,
+        dropped_hint: str = "check the target's network and run again",
+    ) -> _T:
+        """Run an operation that is safe to repeat, reconnecting (with backoff) when the connection drops.
+
+        Every other failure is final: edgeq's own errors as they are, an OSError (the target refusing
+        a file operation) as a RemoteError saying ``{what} failed``."""
+        cfg = self.config
+        attempts = max(0, cfg.retries) + 1
+        for attempt in range(attempts):
+            try:
+                return op()
+            except ConnectionDropped as exc:  # e.g. the target's hash command lost its session
+                last: BaseException = exc
+            except RemoteError:  # host key, login, a failed command, a corrupt upload, no reconnect
+                raise
+            except Exception as exc:
+                if not self._dropped(exc):
+                    if isinstance(exc, OSError):
+                        raise RemoteError(f"{what} failed: {exc}", refused_hint, exit_code=1) from exc
+                    raise
+                last = exc
+            self._drop()
+            log.info("%s interrupted (%s), try %d/%d", what, last, attempt + 1, attempts)
+            if attempt + 1 < attempts:
+                time.sleep(cfg.backoff * 2**attempt)
+        raise ConnectionFailed(f"{what} failed: connection dropped ({attempts} attempt(s))", dropped_hint)
+
+    def _dropped(self, exc: BaseException) -> bool:
+        """Did ``exc`` come from the connection going away, rather than from the target refusing a file
+        operation? SFTP status errors and a dead socket can both surface as a bare OSError."""
+        import paramiko
+
+        lost = (EOFError, paramiko.SSHException, ConnectionDropped, ConnectionError, TimeoutError)
+        if isinstance(exc, lost):
+            return True
+        if not isinstance(exc, OSError) or isinstance(
+            exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
+        ):
+            return False
+        deadline = time.monotonic() + 1.0  # the transport thread may not have seen the EOF yet
+        while self._alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return not self._alive()
+
+    def _absolute(self, path: str) -> str:
+        """Relative and ``~/`` paths resolved against the login home, so an Upload's path stays valid
+        for commands run with another ``cwd``."""
+        path = remote_path(path)
+        if path.startswith("/"):
+            return posixpath.normpath(path)
+        home = self._sftp_client().normalize(".")
+        return posixpath.normpath(posixpath.join(home, path))
+
+    def _makedirs(self, path: str) -> None:
+        """``mkdir -p`` over SFTP: no remote process to spawn."""
+        sftp = self._sftp_client()
+        missing: list[str] = []
+        p = path.rstrip("/")
+        while p not in ("", "/", "."):
+            try:
+                sftp.stat(p)
+                break
+            except FileNotFoundError:
+                missing.append(p)
+                p = posixpath.dirname(p)
+        for d in reversed(missing):
+            try:
+                sftp.mkdir(d)
+            except OSError:
+                if self._stat_size(d) is None:  # not a lost race with another deploy: a real error
+                    raise
+
+    def _stat_size(self, path: str) -> int | None:
+        try:
+            return int(self._sftp_client().stat(path).st_size)
+        except FileNotFoundError:
+            return None
+
+
+def _check_identity_file(paramiko: Any, identity_file: str) -> None:
+    """Fail fast (no retries) on a key file that is missing or not a key; an encrypted one is left to
+    paramiko, which then tries ssh-agent. The error names the file, never its content."""
+    path = Path(os.path.expanduser(identity_file))
+    if not path.is_file():
+        raise AuthenticationFailed(f"identity file {identity_file} does not exist", "fix identity_file")
+    try:
+        paramiko.PKey.from_path(str(path))
+    except paramiko.PasswordRequiredException:
+        return
+    except Exception as exc:
+        raise AuthenticationFailed(
+            f"identity file {identity_file} is not a private key edgeq can read ({type(exc).__name__})",
+            "point identity_file at an OpenSSH private key (ed25519, ecdsa or rsa), not the .pub file",
+        ) from None
+
+
+def _auth_failed(cfg: SSHConfig, exc: BaseException) -> AuthenticationFailed:
+    offered = []
+    if cfg.identity_file:
+        offered.append(f"identity file {cfg.identity_file}")
+    if cfg.use_agent:
+        offered.append("ssh-agent keys")
+    if not cfg.identity_file:
+        offered.append("~/.ssh/id_* keys")
+    return AuthenticationFailed(
+        f"{cfg.destination} refused authentication ({', '.join(offered)})",
+        "put the public key in the target's ~/.ssh/authorized_keys, or fix identity_file/user",
+    )
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:200]

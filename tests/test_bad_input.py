@@ -1,0 +1,146 @@
+"""Bad inputs and hostile outputs through the real CLI: one clear line, exit 2, no traceback, the input
+untouched, no partial outputs (a red-team pass found each of these)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from edgeq import zoo
+
+
+def _errors(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.startswith("error:")]
+
+
+def _relu(shape: list[int]) -> onnx.ModelProto:
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("x", "y")]
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [vi[0]], [vi[1]])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _files(d: Path) -> set[str]:
+    return {p.name for p in d.iterdir()}
+
+
+# -- an input that announces a huge shape ------------------------------------------------------------
+@pytest.mark.parametrize("command", [("clean",), ("quantize", "--synthetic", "2")])
+def test_huge_announced_shape_is_one_line_naming_input_and_size(tmp_path: Path, cli, command) -> None:
+    src = tmp_path / "huge.onnx"
+    src.write_bytes(_relu([1_000_000_000, 3, 224, 224]).SerializeToString())
+    before = src.read_bytes()
+    code, out, err = cli(*command, src)
+    (line,) = _errors(err)
+    assert code == 2 and "Traceback" not in out + err
+    assert "input 'x'" in line and "1000000000x3x224x224" in line and "TiB" in line
+    assert "make_dynamic_shape_fixed --input_name x" in line  # how to give it a real shape
+    assert src.read_bytes() == before and _files(tmp_path) == {"huge.onnx"}
+
+
+def test_real_sized_input_still_verifies(tmp_path: Path, cli) -> None:
+    """The limit is on made-up data, not on models: a real-sized input (64 MiB) is verified as before."""
+    src = tmp_path / "big.onnx"
+    src.write_bytes(_relu([16, 4, 512, 512]).SerializeToString())
+    code, _, err = cli("clean", src)
+    assert code == 0, err
+    assert (tmp_path / "big.clean.onnx").exists()
+
+
+# -- report on deeply nested JSON ----------------------------------------------------------------------
+def test_report_on_deeply_nested_json_is_one_line(tmp_path: Path, cli) -> None:
+    deep = tmp_path / "layers.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, out, err = cli("report", deep)
+    (line,) = _errors(err)
+    assert code == 2 and "Traceback" not in out + err
+    assert str(deep) in line and "nested too deeply" in line
+
+
+# -- -o naming something that is not a regular file ----------------------------------------------------
+def _special_files(tmp_path: Path) -> list[Path]:
+    fifo = tmp_path / "fifo.onnx"
+    os.mkfifo(fifo)
+    made = [fifo]
+    if os.geteuid() == 0:  # a device node of our own (/dev/null's numbers): never touch /dev itself
+        node = tmp_path / "null.onnx"
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        made.append(node)
+    return made
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("clean", "-o"), ("quantize", "--synthetic", "2", "-o"), ("report", "--html")],
+    ids=["clean", "quantize", "report-html"],
+)
+def test_output_that_is_a_fifo_or_device_is_refused_before_any_work(tmp_path: Path, cli, command) -> None:
+    src = tmp_path / "m.onnx"
+    src.write_bytes(_relu([1, 4]).SerializeToString())
+    if command[0] == "report":
+        src = Path(__file__).parent / "fixtures" / "trt86-h200" / "r50b64.implicit.layers.json"
+        assert src.is_file()
+    for special in _special_files(tmp_path):
+        kind = stat.S_IFMT(special.lstat().st_mode)
+        before = _files(tmp_path)
+        code, out, err = cli(command[0], src, *command[1:], special)
+        (line,) = _errors(err)
+        assert code == 2 and "Traceback" not in out + err
+        assert str(special) in line and "only new or regular files" in line
+        assert stat.S_IFMT(special.lstat().st_mode) == kind  # still the FIFO / device node
+        assert _files(tmp_path) == before  # nothing written beside it
+
+
+# -- a full disk in the middle of quantize: all outputs or none -------------------------------------
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                           capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+@pytest.mark.parametrize("disk", ["tmpfs", "injected"])
+def test_quantize_on_a_full_disk_leaves_no_output(tmp_path: Path, cli, monkeypatch, disk) -> None:
+    """A 108 KiB tmpfs takes the cache and the FP32 model (~92 KiB) but not the INT8 model after them.
+    Where this machine cannot mount (CI without the rights), ENOSPC is raised by the model writer
+    instead, on the same write."""
+    src = tmp_path / "r.onnx"
+    onnx.save(zoo.build("resnet"), str(src))
+    full = tmp_path / "full"
+    if disk == "tmpfs":
+        if not _mount_tmpfs(full, "108k"):
+            pytest.skip("cannot mount a tmpfs here (the injected variant covers the same path)")
+    else:
+        full.mkdir()
+        from edgeq.graph import io
+
+        real, calls = io._save, []
+
+        def enospc_on_second(model, path, **kw):
+            calls.append(path)
+            if len(calls) == 2:  # the FP32 model is written, the INT8 model is not
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+            return real(model, path, **kw)
+
+        monkeypatch.setattr(io, "_save", enospc_on_second)
+    try:
+        code, out, err = cli("quantize", src, "--synthetic", "4", "-o", full / "r.int8.onnx")
+        (line,) = _errors(err)
+        assert code == 2 and "Traceback" not in out + err and "No space left on device" in line
+        assert _files(full) == set()  # no .cache, no .fp32.onnx, no staging directory
+        assert _files(tmp_path) == {"r.onnx", "full"}
+        code, _, err = cli("quantize", src, "--synthetic", "4", "-o", tmp_path / "ok" / "r.int8.onnx")
+        assert code == 0, err  # the same run where there is room: all four
+        assert _files(tmp_path / "ok") == {"r.int8.onnx", "r.int8.cache", "r.int8.fp32.onnx", "r.int8.json"}
+    finally:
+        if disk == "tmpfs":
+            subprocess.run(["umount", str(full)], capture_output=True, timeout=20)
