@@ -20,8 +20,10 @@ if TYPE_CHECKING:
     import onnx
 
 DONE, STOPPED, SKIPPED, FAILED = "done", "stopped", "skipped", "failed"
-# edgeq/data/engines: gzipped copies of tests/fixtures/trt86-h200 engines, so an install has them too.
-RECORDED_ENGINES = ("resnet50.implicit", "resnet50_ortfb.explicit", "resnet50_placed.explicit")
+# edgeq/data/engines: gzipped copies of tests/fixtures/trt86-h200 engines (onnxruntime's placement and a
+# hand-pruned one) and of trt86-h100-placed (edgeq's placement beside implicit), so an install has them.
+RECORDED_ENGINES = ("resnet50.implicit", "resnet50_ortfb.explicit", "resnet50_placed.explicit",
+                    "r50b8_edgeq.implicit", "r50b8_edgeq.explicit")
 
 
 def recorded(stem: str, kind: str) -> str:
