@@ -707,8 +707,9 @@ def deploy_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the stages, timings and verdict as JSON."),
 ) -> int:
     from edgeq.pipeline import QuantizeSpec
+    from edgeq.pipeline_run import load_pipeline
     from edgeq.remote.deploy import DeployOptions, deploy
-    from edgeq.remote.targets import load_pipeline, resolve_target
+    from edgeq.remote.targets import resolve_target
 
     tgt = resolve_target(target)
     allow: tuple[str, ...] = ()

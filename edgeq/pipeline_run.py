@@ -46,6 +46,7 @@ from edgeq.pipeline import (
     prepare,
     write_json,
 )
+from edgeq.remote.targets import GateConfig, gate_from_dict
 
 RUN_STAGES = ("model", "prepare", "targets", "release")
 _QUANTIZE: dict[str, config.Checker] = {
@@ -92,6 +93,27 @@ class PipelineSpec:
     profile: ProfileSettings
     release: Optional[Path]
     runs_dir: Path
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What ``deploy --pipeline`` reads of a pipeline file: the file checked whole, its gate kept."""
+
+    path: Path
+    model: Optional[str] = None
+    target: Optional[str] = None
+    calib: Optional[str] = None
+    gate: Optional[GateConfig] = None
+
+
+def load_pipeline(path: Path) -> Pipeline:
+    path = Path(path)
+    data = config.read_yaml(path)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: a pipeline file must be a YAML mapping (model: ..., gate: ...)")
+    v = config.check_mapping(path, data, PIPELINE, "", SECTIONS)
+    return Pipeline(path=path, model=v.get("model"), target=v.get("target"), calib=v.get("calib"),
+                    gate=gate_from_dict(path, data))
 
 
 def load_spec(path: Path) -> PipelineSpec:

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from edgeq.errors import ConfigError
+from edgeq.pipeline_run import load_pipeline
 from edgeq.remote.targets import (
-    load_pipeline,
     load_target,
     resolve_target,
     split_hostspec,

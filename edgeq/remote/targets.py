@@ -310,6 +310,13 @@ def _check_mapping(
     return check_mapping(path, data, table, where, SECTIONS, NULLABLE)
 
 
+def gate_from_dict(path: Path, data: Mapping[str, Any]) -> Optional[GateConfig]:
+    """The ``gate:`` section of a target or pipeline file, checked as a target file's is."""
+    v = _check_mapping(path, {k: data[k] for k in ("gate",) if k in data}, {"gate": SECTION}, "")
+    gate = v.get("gate")
+    return GateConfig(**gate) if gate is not None else None
+
+
 def target_from_dict(data: Any, path: Path, name: Optional[str] = None) -> Target:
     """Validate a parsed target file; every problem is one ConfigError naming file and key."""
     path = Path(path)
@@ -398,44 +405,3 @@ def version_matches(expected: str, actual: Optional[str]) -> bool:
     want = expected.split(".")
     have = actual.split(".")
     return have[: len(want)] == want
-
-
-# --------------------------------------------------------------------------------------------------
-# Pipeline files (pipelines/*.yaml). Full pipelines are a later issue; today deploy reads their gate.
-# --------------------------------------------------------------------------------------------------
-
-PIPELINE_KEYS: dict[str, Checker] = {
-    "model": _str,
-    "target": _str,
-    "calib": _str,
-    "gate": SECTION,
-    "description": _str,
-}
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    path: Path
-    model: Optional[str] = None
-    target: Optional[str] = None
-    calib: Optional[str] = None
-    gate: Optional[GateConfig] = None
-
-
-def load_pipeline(path: Path) -> Pipeline:
-    path = Path(path)
-    data = read_yaml(path)
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path}: a pipeline file must be a YAML mapping (model: ..., gate: ...)")
-    from edgeq.pipeline_run import PIPELINE, SECTIONS  # the full pipeline schema (edgeq run)
-
-    v = check_mapping(path, data, PIPELINE, "", SECTIONS)
-    v.update(_check_mapping(path, {k: data[k] for k in ("gate",) if k in data}, PIPELINE_KEYS, ""))
-    gate = v.get("gate")
-    return Pipeline(
-        path=path,
-        model=v.get("model"),
-        target=v.get("target"),
-        calib=v.get("calib"),
-        gate=GateConfig(**gate) if gate is not None else None,
-    )
