@@ -153,24 +153,33 @@ class LocalRunner:
         proc = subprocess.Popen(list(argv), cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, errors="replace")  # fmt: skip
         err_lines: list[str] = []
+        out_parts: list[str] = []
 
-        def pump() -> None:
+        def pump_err() -> None:  # streamed line by line, as the SSH runner streams the target's stderr
             assert proc.stderr is not None
             for line in proc.stderr:
                 err_lines.append(line)
                 if on_stderr is not None:
                     on_stderr(line.rstrip("\n"))
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
+        def pump_out() -> None:
+            assert proc.stdout is not None
+            out_parts.append(proc.stdout.read())
+
+        readers = [threading.Thread(target=f, daemon=True) for f in (pump_err, pump_out)]
+        for r in readers:
+            r.start()
         try:
-            out, _ = proc.communicate(timeout=timeout)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.communicate()
+            proc.wait()
             raise RemoteError(f"local: {argv[0]} ran past {timeout:g} s and was stopped",
                               "raise the target's timeouts") from None  # fmt: skip
-        reader.join(5)
+        finally:
+            for r in readers:
+                r.join(5)
+        out = "".join(out_parts)
         code, sig = proc.returncode, None
         if code < 0:
             sig, code = _signal.Signals(-code).name.removeprefix("SIG"), 128 - code
