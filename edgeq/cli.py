@@ -784,6 +784,7 @@ def targets_list_cmd() -> int:
             t.add_row(path.stem, "", "", "", "", "[bold red]invalid[/]")
             continue
         where = f"{tg.user}@{tg.host}:{tg.port}" + (f" via {tg.jump_host}" if tg.jump_host else "")
+        where = "this machine (no SSH)" if tg.is_local else where
         t.add_row(
             tg.name, escape(where), tg.backend, tg.tensorrt or "-", tg.compute_capability or "-",
             "[green]ok[/]",
