@@ -167,3 +167,21 @@ def test_sites_implicit_ran_in_fp16_start_float_and_can_be_toggled_back():
     start = candidate_plan(plan, mirrored, {})
     assert site.tensor not in start.tensors and len(start.sites) == len(plan.sites) - len(fp16.sites)
     assert site.tensor in candidate_plan(plan, mirrored, {fp16.id: True}).tensors
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "soon"], "--budget soon: not a duration"),
+    (["--min-cosine", "2"], "must be in [-1, 1]"),
+])  # fmt: skip
+def test_bad_options_are_one_line_and_build_nothing(setup, cli, args, message):
+    root, model, calib, bin_dir, target = setup
+    name = target("here", tune_trtexec(bin_dir, COSTS))
+    code, _, err = cli("tune", model, "--target", name, "--calib", calib, *args)
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not builds(bin_dir / "trtexec") and not (root / "net.tune").exists()
+
+
+def test_budget_durations():
+    from edgeq.tune import parse_budget
+
+    assert [parse_budget(s) for s in ("20m", "90s", "1h30m", "45", "2.5")] == [1200, 90, 5400, 45, 2.5]
