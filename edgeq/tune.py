@@ -136,6 +136,7 @@ class _State:
     def save(self) -> None:
         from edgeq.fs import atomic_write_text
 
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # first write: after the data was read
         atomic_write_text(self.path, json.dumps(self.data, indent=1) + "\n")
 
     def get(self, key: str) -> Optional[Measured]:
@@ -209,7 +210,6 @@ def tune(
     out = Path(options.out_dir) if options.out_dir is not None else model.with_name(f"{stem}.tune")
     if out.exists() and not out.is_dir():
         raise QuantError(f"{out}: exists and is not a directory", "give --output a directory")
-    out.mkdir(parents=True, exist_ok=True)
     state = _State(out / STATE, _fingerprint(model, calib, target, options))
     tuner = _Tuner(model, target, options, out, progress)
 

@@ -185,3 +185,14 @@ def test_budget_durations():
     from edgeq.tune import parse_budget
 
     assert [parse_budget(s) for s in ("20m", "90s", "1h30m", "45", "2.5")] == [1200, 90, 5400, 45, 2.5]
+
+
+def test_calibration_data_that_does_not_fit_leaves_nothing_behind(setup, cli):
+    root, model, _, bin_dir, target = setup
+    name = target("here", tune_trtexec(bin_dir, COSTS))
+    bad = root / "bad"
+    bad.mkdir()
+    np.save(bad / "s0.npy", np.zeros((1, 3, 8, 8), np.float32))
+    code, _, err = cli("tune", model, "--target", name, "--calib", bad)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+    assert not builds(bin_dir / "trtexec") and not (root / "net.tune").exists()
