@@ -92,6 +92,9 @@ def test_tune_over_ssh_keeps_what_the_target_measured_faster(setup, ssh_server, 
     assert len(argv) == 5 and d["builds"] == {"this_run": 5, "reused": 0}
     assert any(a.startswith("--calib=") for a in argv[0])
     assert not [a for a in argv[1:] if any(x.startswith("--calib=") for x in a)]
+    # one timing cache on the target serves every build of the run
+    caches = {x for a in argv for x in a if x.startswith("--timingCacheFile=")}
+    assert len(caches) == 1 and all(len([x for x in a if x in caches]) == 1 for a in argv)
 
 
 def test_the_budget_stops_the_search(setup, cli):
