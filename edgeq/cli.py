@@ -785,6 +785,7 @@ def targets_list_cmd() -> int:
             t.add_row(path.stem, "", "", "", "", "[bold red]invalid[/]")
             continue
         where = f"{tg.user}@{tg.host}:{tg.port}" + (f" via {tg.jump_host}" if tg.jump_host else "")
+        where = "this machine (no SSH)" if tg.is_local else where
         t.add_row(
             tg.name, escape(where), tg.backend, tg.tensorrt or "-", tg.compute_capability or "-",
             "[green]ok[/]",
@@ -1033,6 +1034,74 @@ def compare_cmd(
     _render_comparison(comparison, gates, top)
     if html_out is not None:
         out.print(f"wrote [bold]{escape(str(html_out))}[/]")
+    return code
+
+
+# --------------------------------------------------------------------------------------------------
+# edgeq tune  (edgeq.tune)
+# --------------------------------------------------------------------------------------------------
+
+_TUNE_HELP = (
+    "Placement decided by the target's own timings: calibrate once, build implicit INT8 on the target, "
+    "start from edgeq's placement with implicit's FP16 layers mirrored, then toggle one decision point "
+    "at a time (residual skip, Concat Q/DQ, pool tail, FP16 block), each candidate built and profiled "
+    "there and kept only if faster and within --min-cosine. Writes the tuned Q/DQ model, its "
+    "calibration cache, tune.json and tune.html; run it again with the same --output to resume. "
+    "A target file with 'host: local' builds on this machine's GPU (no SSH)."
+)
+
+
+@app.command("tune", help=_TUNE_HELP)
+def tune_cmd(
+    model: Path = typer.Argument(..., help="The float ONNX model."),
+    target: str = typer.Option(..., "--target", "-t", help="targets/NAME.yaml or a path ('host: local')."),
+    calib: Path = typer.Option(..., "--calib", help="Calibration data (.npy/.npz files or a directory)."),
+    budget: str = typer.Option("20m", "--budget", help="Time for the search, e.g. 20m, 90s, 1h30m."),
+    min_cosine: float = typer.Option(0.99, "--min-cosine", help="Accuracy bound against FP32 (held out)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Output and resume directory (default: <model>.tune/ beside it)."
+    ),
+    trtexec: Optional[str] = typer.Option(
+        None, "--trtexec", help="trtexec on the target (overrides the target file; implies backend trtexec)."
+    ),
+    calibrator: str = typer.Option("entropy", "--calibrator", help="entropy | max | percentile | mse."),
+    accept_new_host_key: bool = typer.Option(
+        False, "--accept-new-host-key", help="Trust and record the target's host key if known_hosts lacks it."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the tuning report as JSON on stdout."),
+) -> int:
+    import dataclasses
+
+    from edgeq.remote.targets import resolve_target
+    from edgeq.tune import TuneOptions, parse_budget, tune
+
+    if not -1.0 <= min_cosine <= 1.0:
+        raise typer.BadParameter(f"must be in [-1, 1], got {min_cosine}", param_hint="--min-cosine")
+    options = TuneOptions(calib=calib, out_dir=output, budget_s=parse_budget(budget), min_cosine=min_cosine,
+                          calibrator=calibrator, accept_new_host_key=accept_new_host_key)  # fmt: skip
+    tgt = resolve_target(target)
+    if trtexec is not None:
+        tgt = dataclasses.replace(tgt, trtexec=trtexec, backend="trtexec")
+    with progress_display(enabled=not json_out) as progress:
+        result = tune(model, tgt, options, progress=progress)
+    gates_ok = all(g.get("passed", False) for g in result.gate.values()) if result.gate else False
+    code = EXIT_OK if gates_ok else EXIT_CHECK_FAILED
+    if json_out:
+        print_json({**result.to_dict(), "exit_code": code})
+        return code
+    for e in result.decisions:
+        cand = e["candidate"] or {}
+        mark = "[green]kept[/]" if e["kept"] else "[dim]-[/]"
+        out.print(f"{escape(e['decision'])}: {e['tried']} -> {cand.get('qps')} qps {mark} "
+                  f"({escape(e['chosen_by'])})")  # fmt: skip
+    ratio = result.to_dict()["speedup_vs_implicit"]
+    stopped = f"; {result.stopped}" if result.stopped else ""
+    out.print(f"implicit {result.implicit.qps} qps, tuned {result.best.qps} qps ({ratio}x); "
+              f"{result.built} built, {result.reused} reused{stopped}")  # fmt: skip
+    for name, g in result.gate.items():
+        out.print(f"{name} gate: {'[green]passed[/]' if g.get('passed') else '[bold red]failed[/]'}")
+    for key in ("model", "cache", "html"):
+        out.print(f"wrote [bold]{escape(result.files[key])}[/]")
     return code
 
 

@@ -41,7 +41,7 @@ from edgeq.pipeline import (
     on_target,
     policy_for,
     prepare,
-    ssh_runner,
+    target_runner,
     write_json,
 )
 from edgeq.remote.protocol import agent_cache_dir
@@ -163,7 +163,7 @@ def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: 
     try:
         policy = policy_for(target, options.gate, options.gate_allow)
         with rec.finishing():
-            with ssh_runner(target.ssh_config(options.accept_new_host_key)) as runner:
+            with target_runner(target, options.accept_new_host_key) as runner:
                 found = on_target(runner, target, prepared, rec, agent, options.profile, shared,
                                   remote_name=f"{fleet_dir.name}-{run_dir.name}")
             update(gpu=found.gpu, kind=found.kind)

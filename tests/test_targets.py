@@ -39,7 +39,7 @@ def test_every_example_target_validates():
         t = resolve_target(path.stem, cwd=ROOT)
         assert t.name == path.stem and t.host and t.user
         assert t.backend in ("python", "trtexec")
-        assert t.identity_file is not None or t.use_agent
+        assert t.is_local or t.identity_file is not None or t.use_agent  # host: local needs no SSH keys
 
 
 def test_example_values_are_read_as_written():

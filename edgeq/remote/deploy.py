@@ -34,7 +34,7 @@ from edgeq.pipeline import (
     on_target,
     policy_for,
     prepare,
-    ssh_runner,
+    target_runner,
 )
 from edgeq.remote.protocol import (
     AGENT_PROTOCOL,
@@ -131,11 +131,12 @@ def deploy(
     # Usage errors before a run directory exists: the gate name and the target's key files.
     policy = _policy(options, target)
     check_quantize_spec(options.quantize_spec)
-    ssh_config = target.ssh_config(options.accept_new_host_key)
+    if not target.is_local:
+        target.ssh_config(options.accept_new_host_key)  # key files checked before a run directory exists
     rec = Recorder(new_run_dir(Path(options.runs_dir), model, target.name), on_event, progress)
     with rec.finishing():
         prepared = prepare(model, rec, options.quantize_spec, calib_cache=options.calib_cache)
-        with ssh_runner(ssh_config) as runner:
+        with target_runner(target, options.accept_new_host_key) as runner:
             on_target(runner, target, prepared, rec, build_agent(options.cache_dir or agent_cache_dir()),
                       options.profile_settings)  # fmt: skip
         finished = conclude(rec, prepared.model, policy)
@@ -155,7 +156,7 @@ def check_target(
     """
     from edgeq.remote.zipapp import build_agent
 
-    with ssh_runner(target.ssh_config(accept_new_host_key)) as runner:
+    with target_runner(target, accept_new_host_key) as runner:
         bundle = build_agent(cache_dir or agent_cache_dir())
         up = runner.put(bundle.path, target.remote_path("cache"), progress=progress)
         reply = call_agent(runner, target, up.remote_path, "probe", timeout=target.timeouts.command)

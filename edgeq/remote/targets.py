@@ -3,7 +3,8 @@
 A target is a small YAML file (``targets/orin-agx.yaml``): SSH access (host, port, user, key or
 ssh-agent, known_hosts, optional jump host), the remote work dir and Python, what the target is
 expected to be (TensorRT version, compute capability), build options named as trtexec names them,
-the backend (TensorRT Python API or trtexec) and an optional precision-gate allowlist.
+the backend (TensorRT Python API or trtexec) and an optional precision-gate allowlist. ``host: local``
+is this machine's GPU: no SSH keys, the agent runs as a subprocess (``edgeq.pipeline.LocalRunner``).
 
 ``--target NAME`` resolves to ``./targets/NAME.yaml``; anything that looks like a path (has a slash or
 ends in .yaml/.yml) is read as a path. No targets are bundled inside the package: a target names
@@ -36,6 +37,8 @@ TARGETS_DIR = "targets"
 BACKENDS = ("python", "trtexec")
 # trtexec 8.6 --tacticSources library names (samples/common/sampleOptions.cpp, release/8.6).
 TACTIC_SOURCES = ("CUBLAS", "CUBLAS_LT", "CUDNN", "EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+# ``host: local``: the GPU of the machine edgeq runs on (a workstation), reached without SSH.
+LOCAL_HOST = "local"
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,11 @@ class Target:
     timeouts: Timeouts = field(default_factory=Timeouts)
     gate: Optional[GateConfig] = None
 
+    @property
+    def is_local(self) -> bool:
+        """``host: local``: a GPU on this machine, reached without SSH (``edgeq.pipeline.LocalRunner``)."""
+        return self.host == LOCAL_HOST
+
     def remote_path(self, *parts: str) -> str:
         """A path under the work dir, POSIX-joined (the target is Linux whatever the host is)."""
         return "/".join([self.work_dir.rstrip("/"), *parts])
@@ -98,6 +106,10 @@ class Target:
     def ssh_config(self, accept_new_host_key: bool = False) -> SSHConfig:
         """The transport's settings for this target (paramiko stays inside ``transport``)."""
         from edgeq.remote.transport import SSHConfig
+
+        if self.is_local:
+            raise ConfigError(f"{self.path}: 'host: local' is reached without SSH",
+                              "run it through edgeq.pipeline.target_runner")  # fmt: skip
 
         if self.identity_file is not None and not self.identity_file.is_file():
             raise ConfigError(
@@ -323,12 +335,19 @@ def target_from_dict(data: Any, path: Path, name: Optional[str] = None) -> Targe
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: a target file must be a YAML mapping (host: ..., user: ...)")
     v = _check_mapping(path, data, TOP, "")
+    if v.get("host") == LOCAL_HOST:  # this machine: no SSH keys, user or jump host
+        ssh_only = [k for k in ("user", "port", "identity_file", "use_agent", "known_hosts", "jump_host")
+                    if k in v]
+        if ssh_only:
+            raise ConfigError(f"{path}: '{ssh_only[0]}' has no meaning with 'host: local' (no SSH)",
+                              f"remove '{ssh_only[0]}', or give the machine's SSH host name")  # fmt: skip
+        v["user"] = "local"
     for key in REQUIRED:
         if key not in v:
             raise ConfigError(f"{path}: missing required key '{key}'", f"add '{key}: ...' to the target file")
     identity = v.get("identity_file")
     use_agent = v.get("use_agent", False)
-    if identity is None and not use_agent:
+    if identity is None and not use_agent and v["host"] != LOCAL_HOST:
         raise ConfigError(
             f"{path}: no SSH credentials: set 'identity_file' or 'use_agent: true'",
             "edgeq uses key authentication only (no passwords)",

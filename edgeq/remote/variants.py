@@ -162,7 +162,8 @@ def engines_on_target(
             f"{model}: already has Q/DQ nodes; compare --target starts from the float model",
             "give the FP32 model, and your Q/DQ model with --qdq-model",
         )
-    target.ssh_config(options.accept_new_host_key)  # key files checked before any work
+    if not target.is_local:
+        target.ssh_config(options.accept_new_host_key)  # key files checked before any work
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = Path(options.runs_dir) / f"compare-{_stem(model)}-{target.name}-{stamp}"
     run_dir.mkdir(parents=True, exist_ok=False)

@@ -1,0 +1,388 @@
+"""``edgeq tune``: Q/DQ placement decided by the target's own timings.
+
+Calibrate once; build the implicit INT8 engine on the target (TensorRT's own per-layer precision
+choice); start from the rule-based placement with the implicit engine's FP16 choices mirrored
+(``edgeq.quant.decisions``); then a greedy local search: each decision toggled against the current
+best, built and profiled on the target through deploy (``edgeq.remote.variants``), kept only when
+faster and within ``--min-cosine`` on held-out data (checked on the host first: a candidate that fails
+it is never built). The time budget stops the search before a build that would overrun it.
+
+Every measurement lands in ``tune.state.json`` as soon as it is taken, keyed by the candidate's sites,
+so an interrupted run started again with the same output directory rebuilds nothing it measured (the
+calibration ranges are kept there too). The target's timing cache (``build.timing_cache``) is shared by
+every build. Outputs: ``<stem>.tuned.onnx``, ``<stem>.tuned.cache`` (implicit-path calibration cache from
+the same statistics), ``tune.json`` and ``tune.html`` (every decision: candidates, measured times,
+accuracy, what chose it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Optional
+
+from edgeq.errors import EdgeqError, QuantError
+from edgeq.findings import ProgressFn, no_progress
+from edgeq.quant.decisions import Decision, candidate_key, candidate_plan, decision_points
+from edgeq.remote.targets import Target
+
+STATE = "tune.state.json"
+STATE_VERSION = 1
+
+
+def parse_budget(text: str) -> float:
+    """``20m`` / ``90s`` / ``1h`` / ``1h30m`` / a plain number of seconds -> seconds."""
+    s = str(text).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", s):
+        return float(s)
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", s)
+    if not s or parts is None:
+        raise QuantError(f"--budget {text}: not a duration", "e.g. 20m, 90s, 1h30m or seconds")
+    h, m, sec = (int(x or 0) for x in parts.groups())
+    return float(h * 3600 + m * 60 + sec)
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    calib: Path
+    out_dir: Optional[Path] = None  # default: <model stem>.tune/ beside the model
+    budget_s: float = 20 * 60
+    min_cosine: float = 0.99
+    calibrator: str = "entropy"
+    holdout: float = 0.2
+    accept_new_host_key: bool = False
+
+
+@dataclass
+class Measured:
+    """One engine measured on the target (or a candidate refused on the host for its accuracy)."""
+
+    key: str
+    qps: Optional[float] = None
+    latency_ms: Optional[float] = None
+    cosine: Optional[float] = None
+    accuracy_ok: bool = True
+    run_dir: Optional[str] = None
+    error: Optional[str] = None
+    build_s: float = 0.0
+
+    @property
+    def usable(self) -> bool:
+        return self.accuracy_ok and self.error is None and self.qps is not None
+
+
+@dataclass
+class TuneResult:
+    out_dir: Path
+    implicit: Measured
+    start: Measured
+    best: Measured
+    decisions: list[dict[str, Any]]
+    state: dict[str, bool]
+    stopped: Optional[str] = None  # why the search ended early (budget)
+    files: dict[str, str] = field(default_factory=dict)
+    gate: dict[str, Any] = field(default_factory=dict)
+    built: int = 0  # engines built by this invocation
+    reused: int = 0  # measurements taken from the state file
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {"implicit": asdict(self.implicit), "start": asdict(self.start), "best": asdict(self.best),
+                "speedup_vs_implicit": _ratio(self.best, self.implicit),
+                "decisions": self.decisions, "final_state": self.state, "stopped": self.stopped,
+                "builds": {"this_run": self.built, "reused": self.reused}, "files": self.files,
+                "gate": self.gate}  # fmt: skip
+
+
+def _ratio(a: Measured, b: Measured) -> Optional[float]:
+    return round(a.qps / b.qps, 4) if a.qps and b.qps else None
+
+
+def _fingerprint(model: Path, calib: Path, target: Target, options: TuneOptions) -> str:
+    """What a state file's measurements depend on: the model, the data, the target and the settings."""
+    from edgeq.fs import sha256_file
+
+    h = hashlib.sha256(sha256_file(model).encode())
+    calib = Path(calib)
+    files = sorted(p for p in calib.rglob("*") if p.is_file()) if calib.is_dir() else [calib]
+    for p in files:
+        h.update(f"{p.relative_to(calib) if p != calib else p.name}:{sha256_file(p)}".encode())
+    h.update(json.dumps([target.name, target.host, target.trtexec, options.calibrator, options.holdout,
+                         options.min_cosine]).encode())  # fmt: skip
+    return h.hexdigest()[:24]
+
+
+class _State:
+    """``tune.state.json``: calibration ranges and every measurement, rewritten after each one."""
+
+    def __init__(self, path: Path, fingerprint: str) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {"version": STATE_VERSION, "fingerprint": fingerprint, "amax": None,
+                                     "measured": {}}  # fmt: skip
+        if path.is_file():
+            old = json.loads(path.read_text())
+            if old.get("fingerprint") != fingerprint or old.get("version") != STATE_VERSION:
+                raise QuantError(
+                    f"{path.parent}: holds a tuning run of another model, data, target or settings",
+                    "give another --output directory, or remove that one to start over",
+                )
+            self.data = old
+
+    def save(self) -> None:
+        from edgeq.fs import atomic_write_text
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # first write: after the data was read
+        atomic_write_text(self.path, json.dumps(self.data, indent=1) + "\n")
+
+    def get(self, key: str) -> Optional[Measured]:
+        m = self.data["measured"].get(key)
+        return Measured(**m) if m is not None else None
+
+    def put(self, m: Measured) -> None:
+        from dataclasses import asdict
+
+        self.data["measured"][m.key] = asdict(m)
+        self.save()
+
+
+class _Tuner:
+    def __init__(self, model: Path, target: Target, options: TuneOptions, out: Path, progress: ProgressFn):
+        self.model, self.target, self.options, self.out, self.progress = model, target, options, out, progress
+        self.stem = model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
+        self.built = self.reused = 0
+        self.build_times: list[float] = []
+        self.started = time.monotonic()
+
+    def deploy(self, name: str, model_file: Path, cache: Optional[Path]) -> tuple[Any, float]:
+        from edgeq.remote.variants import Variant, VariantOptions, _deploy_one, _engine
+
+        opts = VariantOptions(accept_new_host_key=self.options.accept_new_host_key,
+                              runs_dir=self.out / "runs")  # fmt: skip
+        t0 = time.monotonic()
+        variant = Variant(name, model_file, cache)
+        result = _deploy_one(variant, self.target, opts, self.out / "runs", self.progress)
+        took = time.monotonic() - t0
+        self.built += 1
+        self.build_times.append(took)
+        return (_engine(variant, result), getattr(result, "run_dir", None)), took
+
+    def over_budget(self) -> bool:
+        """True when one more build (as long as the slowest so far) would end past the budget."""
+        elapsed = time.monotonic() - self.started
+        return elapsed + max(self.build_times, default=0.0) > self.options.budget_s
+
+
+def tune(
+    model: Path, target: Target, options: TuneOptions, *, progress: ProgressFn = no_progress
+) -> TuneResult:
+    """See the module doc. Raises ``EdgeqError`` on bad input or a target failure (state kept)."""
+    from edgeq.graph.io import graph_from_model, load_model, model_from_graph, save_model
+    from edgeq.pipeline import has_qdq
+    from edgeq.quant.accuracy import compare_accuracy
+    from edgeq.quant.cache import write_calibration_cache
+    from edgeq.quant.calibrate import CalibOptions, collect_ranges
+    from edgeq.quant.data import calibration_set
+    from edgeq.quant.placement import plan_placement
+    from edgeq.quant.qdq import insert_qdq
+    from edgeq.quant.quantize import prepare_model
+
+    model = Path(model)
+    if not model.is_file():
+        what = "not a file" if model.exists() else "no such file"
+        raise QuantError(f"{model}: {what}", "check the model path")
+    calib = Path(options.calib)
+    if not calib.exists():
+        raise QuantError(f"--calib {calib}: no such file or directory", "give calibration data")
+    if not 0.0 < options.holdout < 1.0:
+        raise QuantError(f"--holdout must be in (0, 1) for tune's accuracy bound, got {options.holdout}")
+    float_model = load_model(model)
+    if has_qdq(float_model):
+        raise QuantError(f"{model}: already has Q/DQ nodes; tune starts from the float model",
+                         "give the FP32 model")  # fmt: skip
+    if not target.is_local:
+        target.ssh_config(options.accept_new_host_key)  # key files checked before any work
+    stem = model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
+    out = Path(options.out_dir) if options.out_dir is not None else model.with_name(f"{stem}.tune")
+    if out.exists() and not out.is_dir():
+        raise QuantError(f"{out}: exists and is not a directory", "give --output a directory")
+    state = _State(out / STATE, _fingerprint(model, calib, target, options))
+    tuner = _Tuner(model, target, options, out, progress)
+
+    # 1. calibrate once (ranges kept in the state: a resumed run does not recalibrate)
+    reference, _, _ = prepare_model(float_model)
+    data = calibration_set(reference, calib)
+    if len(data) < 2:
+        raise QuantError("tune's accuracy bound needs held-out samples", "give at least 2 samples")
+    cal, held = data.split(options.holdout)
+    plan = plan_placement(graph_from_model(reference), "trt")
+    if state.data["amax"] is None:
+        state.data["amax"] = collect_ranges(reference, list(plan.activations), cal,
+                                            CalibOptions(method=options.calibrator), progress)  # fmt: skip
+        state.save()
+    amax: dict[str, float] = state.data["amax"]
+    shared = plan.scale_amax(amax)
+    cache = {t: shared.get(t, amax[t]) for t in plan.activations if t in amax}
+    fp32 = out / f"{stem}.implicit.fp32.onnx"
+    implicit_cache = out / f"{stem}.implicit.cache"
+    if not fp32.is_file() or not implicit_cache.is_file():
+        write_calibration_cache(implicit_cache, cache)
+        save_model(reference, fp32)
+
+    # 2. the implicit engine: the baseline, and TensorRT's own precision per layer
+    implicit = state.get("implicit")
+    if implicit is None:
+        (engine, run_dir), took = tuner.deploy("implicit", fp32, implicit_cache)
+        implicit = _measured("implicit", engine, run_dir, took)
+        if implicit.error is not None:
+            raise EdgeqError(f"the implicit INT8 engine did not build on {target.name}: {implicit.error}",
+                             "tune needs the implicit engine as its baseline", exit_code=1)  # fmt: skip
+        state.put(implicit)
+    else:
+        tuner.reused += 1
+    fp16 = _fp16_nodes(Path(str(implicit.run_dir)), reference)
+    decisions = decision_points(plan, fp16)
+    progress("tuning", 0, len(decisions))
+
+    def measure(st: dict[str, bool]) -> Measured:
+        cplan = candidate_plan(plan, decisions, st)
+        key = candidate_key(cplan)
+        got = state.get(key)
+        if got is not None:
+            tuner.reused += 1
+            return got
+        graph = graph_from_model(reference)
+        insert_qdq(graph, cplan, {t: shared[t] for t in cplan.tensors})
+        qdq = model_from_graph(graph, like=reference)
+        acc = compare_accuracy(reference, qdq, held, threshold=options.min_cosine)
+        path = save_model(qdq, out / "candidates" / f"{stem}.{key}.onnx")
+        if not acc:
+            m = Measured(key, cosine=acc.cosine, accuracy_ok=False)
+        else:
+            (engine, run_dir), took = tuner.deploy(key, Path(path), None)
+            m = _measured(key, engine, run_dir, took)
+            m.cosine = acc.cosine
+        state.put(m)
+        return m
+
+    # 3. start (rules + implicit's FP16 mirrored), then one toggle at a time against the best
+    current = {d.id: d.start for d in decisions}
+    start = measure(current)
+    best = start
+    if not start.usable:  # the mirror can cost accuracy: fall back to the rules alone
+        current = {d.id: True for d in decisions}
+        best = start = measure(current)
+    log: list[dict[str, Any]] = []
+    stopped = None
+    for i, d in enumerate(decisions):
+        progress("tuning", i, len(decisions))
+        if stopped is None and tuner.over_budget() and state.get(candidate_key(
+                candidate_plan(plan, decisions, {**current, d.id: not current[d.id]}))) is None:
+            stopped = f"budget {options.budget_s:g} s spent"
+        if stopped is not None:
+            log.append(_entry(d, current, None, best, "not tried: " + stopped))
+            continue
+        trial = {**current, d.id: not current[d.id]}
+        m = measure(trial)
+        faster = m.usable and best.qps is not None and m.qps is not None and m.qps > best.qps
+        why = ("measured: faster, accuracy within bound" if faster else
+               "measured: accuracy below bound" if not m.accuracy_ok else
+               f"measured: build failed ({m.error})" if m.error else "measured: not faster")  # fmt: skip
+        log.append(_entry(d, current, m, best, why, kept=faster))
+        if faster:
+            current, best = trial, m
+    # 4. outputs
+    final_plan = candidate_plan(plan, decisions, current)
+    graph = graph_from_model(reference)
+    insert_qdq(graph, final_plan, {t: shared[t] for t in final_plan.tensors})
+    tuned = save_model(model_from_graph(graph, like=reference), out / f"{stem}.tuned.onnx")
+    tuned_cache = out / f"{stem}.tuned.cache"
+    write_calibration_cache(tuned_cache, cache)
+    dropped = [c for d in decisions if not current[d.id] for c in d.consumers]
+    result = TuneResult(out, implicit, start, best, log, current, stopped, built=tuner.built,
+                        reused=tuner.reused)  # fmt: skip
+    result.gate = _gates(implicit, best, reference, dropped, target)
+    result.files = {"model": str(tuned), "cache": str(tuned_cache), "json": str(out / "tune.json"),
+                    "html": str(out / "tune.html"), "state": str(state.path)}  # fmt: skip
+    _write_report(result, decisions)
+    return result
+
+
+def _measured(key: str, engine: Any, run_dir: Any, took: float) -> Measured:
+    run = engine.run
+    return Measured(key, qps=run.throughput_qps if run else None,
+                    latency_ms=run.latency_median_ms if run else None,
+                    run_dir=str(run_dir) if run_dir else None, error=engine.error, build_s=round(took, 3))
+
+
+def _fp16_nodes(run_dir: Path, reference: Any) -> list[str]:
+    """ONNX nodes the implicit engine ran in FP16 or FP32 (its inspector layer list)."""
+    from edgeq.report.fusion import build_report
+    from edgeq.report.parse import load_layers
+
+    layers = run_dir / "layers.json"
+    if not layers.is_file():
+        return []
+    report = build_report(load_layers(layers), None, reference)
+    by = report.onnx.by_precision() if report.onnx is not None else {}
+    return sorted(set(by.get("FP16", [])) | set(by.get("FP32", [])))
+
+
+def _entry(d: Decision, current: dict[str, bool], m: Optional[Measured], best: Measured, why: str,
+           kept: bool = False) -> dict[str, Any]:  # fmt: skip
+    from dataclasses import asdict
+
+    return {"decision": d.id, "rule": d.rule, "sites": list(d.sites), "consumers": list(d.consumers),
+            "tried": "off" if current[d.id] else "on", "candidate": asdict(m) if m else None,
+            "best_before": {"key": best.key, "qps": best.qps}, "kept": kept, "chosen_by": why}  # fmt: skip
+
+
+def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str], target: Target
+           ) -> dict[str, Any]:  # fmt: skip
+    """The tuned engine against its own intent (no node wider than INT8 except where a decision left it
+    float) and against implicit (``relative_gate``)."""
+    from edgeq.pipeline import policy_for, report_and_gate
+    from edgeq.report.compare import diff_pair, engine_from_path, relative_gate
+    from edgeq.report.runlog import RunFigures
+
+    if best.run_dir is None or implicit.run_dir is None:
+        return {}
+    bdir = Path(best.run_dir)
+    _, verdict = report_and_gate(bdir / "layers.json", bdir / "profile.json", reference,
+                                 policy_for(target, "int8", dropped))  # fmt: skip
+    engines = []
+    for m, name in ((implicit, "implicit"), (best, "tuned")):
+        e = engine_from_path(str(m.run_dir), onnx_model=reference, name=name)
+        engines.append(replace(e, run=RunFigures(str(m.run_dir), m.qps, m.latency_ms, None)))
+    rel = relative_gate(diff_pair(engines[0], engines[1]))
+    return {"precision": {"passed": bool(verdict), "summary": verdict.summary(), "allowed_wider": dropped},
+            "relative": {"passed": bool(rel), "failures": [list(f) for f in rel.failures],
+                         "throughput_ratio": rel.ratio.throughput}}  # fmt: skip
+
+
+def _write_report(result: TuneResult, decisions: list[Decision]) -> None:
+    from edgeq.fs import atomic_write_text
+    from edgeq.report.views import esc
+
+    d = result.to_dict()
+    d["decision_points"] = [x.to_dict() for x in decisions]
+    atomic_write_text(Path(result.files["json"]), json.dumps(d, indent=2, default=str) + "\n")
+    rows = "".join(
+        f"<tr><td>{esc(e['decision'])}</td><td>{esc(e['rule'])}</td><td>{esc(e['tried'])}</td>"
+        f"<td>{esc(str((e['candidate'] or {}).get('qps')))}</td><td>{esc(str(e['best_before']['qps']))}</td>"
+        f"<td>{esc(str((e['candidate'] or {}).get('cosine')))}</td><td>{'kept' if e['kept'] else ''}</td>"
+        f"<td>{esc(e['chosen_by'])}</td></tr>"
+        for e in result.decisions
+    )
+    head = (f"implicit {result.implicit.qps} qps; start {result.start.qps} qps; tuned {result.best.qps} qps "
+            f"({d['speedup_vs_implicit']}x implicit)")
+    head += f"; stopped: {result.stopped}" if result.stopped else ""
+    html = ("<!doctype html><meta charset=utf-8><title>edgeq tune</title><h1>edgeq tune</h1>"
+            f"<p>{esc(head)}</p><table border=1><tr><th>decision</th><th>rule</th><th>tried</th>"
+            "<th>candidate qps</th><th>best qps before</th><th>cosine</th><th></th><th>chosen by</th></tr>"
+            f"{rows}</table><pre>{esc(json.dumps(result.gate, indent=1))}</pre>")  # fmt: skip
+    atomic_write_text(Path(result.files["html"]), html)
