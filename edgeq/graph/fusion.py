@@ -276,10 +276,12 @@ def silu_of(tensor: gs.Tensor) -> tuple[gs.Node, gs.Node, gs.Tensor] | None:
     return None
 
 
-def silu_residual(add: gs.Node) -> tuple[gs.Node, gs.Node, gs.Tensor, gs.Tensor] | None:
+def silu_residual(
+    add: gs.Node, split: tuple[gs.Tensor, gs.Tensor] | None = None
+) -> tuple[gs.Node, gs.Node, gs.Tensor, gs.Tensor] | None:
     """silu-add-not-fused: ``(Sigmoid, Mul, x, skip)`` when the residual Add's convolution branch is a
-    SiLU of a convolution's output ``x``."""
-    split = residual_split(add)
+    SiLU of a convolution's output ``x``. ``split``: the Add's ``residual_split``, when already known."""
+    split = split if split is not None else residual_split(add)
     if split is None:
         return None
     conv_branch, skip = split
@@ -289,9 +291,10 @@ def silu_residual(add: gs.Node) -> tuple[gs.Node, gs.Node, gs.Tensor, gs.Tensor]
     return s[0], s[1], s[2], skip
 
 
-def act_before_pool(pool: gs.Node) -> tuple[gs.Node, gs.Tensor] | None:
-    """conv-act-maxpool: ``(activation, its float output)`` for Conv -> (BN) -> act -> (Q/DQ) -> MaxPool
-    where the activation's output is read by the pool alone (with more readers no fusion is possible)."""
+def act_before_pool(pool: gs.Node) -> tuple[gs.Node, gs.Tensor, gs.Node] | None:
+    """conv-act-maxpool: ``(activation, its float output, convolution)`` for Conv -> (BN) -> act ->
+    (Q/DQ) -> MaxPool where the activation's output is read by the pool alone, through every Q/DQ on the
+    way (with more readers no fusion is possible)."""
     if not is_op(pool, "MaxPool") or not pool.inputs:
         return None
     float_t, crossed = skip_qdq_up(pool.inputs[0])
@@ -303,7 +306,7 @@ def act_before_pool(pool: gs.Node) -> tuple[gs.Node, gs.Tensor] | None:
     origin = fused_origin(act.inputs[0], through_activations=False)
     if origin is None or origin.op not in ("Conv", "ConvTranspose"):
         return None
-    return act, float_t
+    return act, float_t, origin
 
 
 def concat_behind(tensor: gs.Tensor) -> gs.Node | None:
@@ -330,17 +333,23 @@ def averaging_tail(pool: gs.Node) -> gs.Node | None:
     t = skip_qdq_up(pool.inputs[0])[0]
     origin = fused_origin(t)
     if origin is None:
-        p = producer(t)
-        while is_op(p, *POOL_FUSIBLE_ACTIVATIONS):
-            t = p.inputs[0]
-            p = producer(t)
-        if p is None or residual_split(p) is None:
+        add = residual_behind(t)
+        split = residual_split(add) if add is not None else None
+        if split is None:
             return None
-        conv_branch, _ = residual_split(p)  # type: ignore[misc]  # checked just above
-        origin = fused_origin(skip_qdq_up(conv_branch)[0])
+        origin = fused_origin(split[0])
     if origin is None or not _reaches_weighted(pool.outputs[0]):
         return None
     return origin
+
+
+def residual_behind(tensor: gs.Tensor) -> gs.Node | None:
+    """conv-add-relu: the Add that writes ``tensor`` through the activations fused after it (the
+    block's output), else None. Whether it is a residual Add is ``residual_split``'s answer."""
+    p = producer(skip_qdq_up(tensor)[0])
+    while is_op(p, *POOL_FUSIBLE_ACTIVATIONS):
+        p = producer(p.inputs[0])
+    return p if is_op(p, "Add") else None
 
 
 def _reaches_weighted(tensor: gs.Tensor) -> bool:

@@ -792,6 +792,15 @@ def torch_qint8_pairs(graph: gs.Graph, *, exporter_cast: bool = True) -> list[tu
     return out
 
 
+def torch_qint8_nodes(graph: gs.Graph, label: Callable[[gs.Node], str] = node_name) -> set[str]:
+    """The Q and DQ nodes of ``torch_qint8_pairs``, by ``label``: what clean and lint report."""
+    out: set[str] = set()
+    for q, readers in torch_qint8_pairs(graph):
+        out.add(label(q))
+        out.update(label(r) for r in readers if r.op == "DequantizeLinear")
+    return out
+
+
 def qdq_torch_qint8(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     """With --torch-qint8: make PyTorch's uint8 zero-point 0 Q/DQ int8 zero-point 0, what PyTorch computed.
 

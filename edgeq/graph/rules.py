@@ -334,13 +334,9 @@ def _qdq_nodes(graph: gs.Graph) -> list[gs.Node]:
 
 def _torch_qint8_nodes(graph: gs.Graph) -> set[str]:
     """Q/DQ nodes in PyTorch's qint8 export pattern (``passes.torch_qint8_pairs``: one place for it)."""
-    from edgeq.graph.passes import torch_qint8_pairs
+    from edgeq.graph.passes import torch_qint8_nodes
 
-    out: set[str] = set()
-    for q, readers in torch_qint8_pairs(graph):
-        out.add(node_label(q))
-        out.update(node_label(r) for r in readers if is_dequantize(r))
-    return out
+    return torch_qint8_nodes(graph, node_label)
 
 
 def check_qdq_torch_qint8(graph: gs.Graph) -> list[Finding]:
@@ -515,16 +511,6 @@ def check_qdq_int32_bias(graph: gs.Graph) -> list[Finding]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _single_reader_chain(float_t: gs.Tensor, crossed: Sequence[QDQPair]) -> bool:
-    """Does every tensor from ``float_t`` through the crossed Q/DQ pairs have exactly one reader?"""
-    if len(consumers(float_t)) != 1:
-        return False
-    for pair in crossed:
-        if len(consumers(pair.q.outputs[0])) != 1 or len(consumers(pair.dq.outputs[0])) != 1:
-            return False
-    return True
-
-
 def _pair_names(pairs: Iterable[QDQPair]) -> list[str]:
     out: list[str] = []
     for p in pairs:
@@ -575,10 +561,8 @@ def check_fuse_relu_maxpool(graph: gs.Graph) -> list[Finding]:
         found = fusion.act_before_pool(pool)
         if found is None or qdq_pair_of(pool.inputs[0]) is None:
             continue
-        act, _ = found
+        act, _, conv = found
         _, crossed = skip_qdq_up(pool.inputs[0])
-        conv = fusion.fused_origin(act.inputs[0], through_activations=False)
-        assert conv is not None  # act_before_pool found it
         out.append(
             _finding(
                 "fuse-relu-maxpool",
@@ -769,7 +753,7 @@ def _feeds_silu_residual(mul: gs.Node) -> bool:
 
 def _quantized(tensor: gs.Tensor) -> bool:
     """Does ``tensor`` carry INT8 into its reader: a Q/DQ pair on it, or a DQ behind data movement?"""
-    return qdq_pair_of(tensor) is not None or upstream_dq(tensor) is not None
+    return upstream_dq(tensor) is not None  # a Q/DQ pair's DQ included
 
 
 def check_fuse_concat_conv(graph: gs.Graph) -> list[Finding]:

@@ -312,7 +312,7 @@ class _PlanBuilder:
                 conv_branch, skip = split
                 self.blocked[(conv_branch.name, node.name)] = "place-residual-skip-only"
                 skips.append((skip, node))
-                silu_res = fusion.silu_residual(node)
+                silu_res = fusion.silu_residual(node, split)
                 if silu_res is not None:  # silu-add-not-fused: the SiLU's input is the conv's INT8 output
                     sig, mul, x, _ = silu_res
                     self.blocked.pop((x.name, sig.name), None)
@@ -434,9 +434,7 @@ class _PlanBuilder:
             return "place-silu-whole"
         if fusion.fused_origin(t) is not None:
             return "place-no-output-q"
-        q = p
-        while q is not None and q.op in ("Relu", "Clip", "LeakyRelu") and q.inputs:
-            q = producer(q.inputs[0])
+        q = fusion.residual_behind(t)
         if q is not None and self._residual(q) is not None:
             return "place-no-output-q"  # a residual Add fused into its convolution (with its Relu)
         return "place-not-int8-consumer"
