@@ -939,16 +939,15 @@ def _baseline_gate(gate: Optional[str], baseline: Optional[str], calib: Optional
 def _relative_to_baseline(result: Any, target: Any, accept_new_host_key: bool, progress: ProgressFn) -> Any:
     """deploy --baseline implicit: build the implicit engine of the run, gate the run's engine against it."""
     from edgeq.remote.variants import VariantOptions, engine_of_run, implicit_baseline
-    from edgeq.report.compare import compare_engines, relative_gate
+    from edgeq.report.compare import diff_pair, relative_gate
 
     if result.finished is None:
         return None
     opts = VariantOptions(accept_new_host_key=accept_new_host_key)
     base = implicit_baseline(result, target, opts, progress)
-    comparison = compare_engines([base, engine_of_run(result)])
-    if not comparison.diffs:
+    if not base.built:  # a target-side failure: exit 1, as any other stage's
         raise EdgeqError(f"--baseline implicit: the implicit engine did not build: {base.error}", exit_code=1)
-    return relative_gate(comparison.diffs[0])
+    return relative_gate(diff_pair(base, engine_of_run(result)))
 
 
 @app.command("compare", help=_COMPARE_HELP)

@@ -151,9 +151,8 @@ class _State:
 
 
 class _Tuner:
-    def __init__(self, model: Path, target: Target, options: TuneOptions, out: Path, progress: ProgressFn):
-        self.model, self.target, self.options, self.out, self.progress = model, target, options, out, progress
-        self.stem = model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
+    def __init__(self, target: Target, options: TuneOptions, out: Path, progress: ProgressFn):
+        self.target, self.options, self.out, self.progress = target, options, out, progress
         self.built = self.reused = 0
         self.build_times: list[float] = []
         self.started = time.monotonic()
@@ -161,8 +160,7 @@ class _Tuner:
     def deploy(self, name: str, model_file: Path, cache: Optional[Path]) -> tuple[Any, float]:
         from edgeq.remote.variants import Variant, VariantOptions, _deploy_one, _engine
 
-        opts = VariantOptions(accept_new_host_key=self.options.accept_new_host_key,
-                              runs_dir=self.out / "runs")  # fmt: skip
+        opts = VariantOptions(accept_new_host_key=self.options.accept_new_host_key)
         t0 = time.monotonic()
         variant = Variant(name, model_file, cache)
         result = _deploy_one(variant, self.target, opts, self.out / "runs", self.progress)
@@ -211,7 +209,7 @@ def tune(
     if out.exists() and not out.is_dir():
         raise QuantError(f"{out}: exists and is not a directory", "give --output a directory")
     state = _State(out / STATE, _fingerprint(model, calib, target, options))
-    tuner = _Tuner(model, target, options, out, progress)
+    tuner = _Tuner(target, options, out, progress)
 
     # 1. calibrate once (ranges kept in the state: a resumed run does not recalibrate)
     reference, _, _ = prepare_model(float_model)

@@ -14,10 +14,9 @@ from edgeq.report.gate import GateResult
 from edgeq.report.parse import Tensor
 from edgeq.report.policy import EXEMPTIONS
 from edgeq.report.views import (
-    PRECISION_COLORS,
-    UNKNOWN_COLOR,
     VIEW_CSS,
     breakdown,
+    color_of,
     engine_strip,
     esc,
     legend,
@@ -25,7 +24,6 @@ from edgeq.report.views import (
 )
 
 SCHEMA = "edgeq-report/1"
-
 
 
 # --------------------------------------------------------------------------------------------------
@@ -135,9 +133,8 @@ def report_to_dict(report: FusionReport, gate: Optional[GateResult] = None) -> d
 # --------------------------------------------------------------------------------------------------
 
 
-
 def _badge(precision: Optional[str]) -> str:
-    color = PRECISION_COLORS.get(precision or "", UNKNOWN_COLOR)
+    color = color_of(precision)
     return f'<span class="badge" style="background:{color}">{esc(precision or "?")}</span>'
 
 
@@ -164,11 +161,6 @@ tr.weights td,tr.no-op td{color:#9e9e9e}
 .tag.v{border-color:#c62828;color:#c62828} .tag.b{border-color:#1565c0;color:#1565c0}
 ul.viol li{margin:2px 0;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 """
-
-
-def _view_css() -> str:
-
-    return VIEW_CSS
 
 
 def _precision_cell(rl: ReportLayer) -> str:
@@ -284,7 +276,7 @@ def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>edgeq report: {esc(report.source)}</title>",
-        f"<style>{_CSS}{_view_css()}</style></head><body>",
+        f"<style>{_CSS}{VIEW_CSS}</style></head><body>",
         f'<h1>Engine fusion report</h1><div class="muted">{esc(report.source)} &middot; {esc(report.mode)} '
         f"quantization &middot; {len(report.layers)} engine layers</div>",
     ]

@@ -14,10 +14,6 @@ from typing import Optional
 
 from edgeq.errors import ReportError
 
-_THROUGHPUT = re.compile(r"\]\s*\[I\]\s*Throughput:\s*([0-9.eE+-]+)\s*qps")
-_MEDIAN = r"\]\s*\[I\]\s*{what}:.*?median\s*=\s*([0-9.eE+-]+)\s*ms"
-_LATENCY = re.compile(_MEDIAN.format(what="Latency"))
-_GPU = re.compile(_MEDIAN.format(what="GPU Compute Time"))
 _ERROR = re.compile(r"\[E\]\s*(?:\[TRT\]\s*)?Error\[\d+\]:\s*(.+)$")
 _ANY_ERROR = re.compile(r"\[E\]\s*(.+)$")
 
@@ -41,15 +37,14 @@ def _read(path: Path) -> str:
         raise ReportError(f"{path}: cannot read ({e.strerror})") from None
 
 
-def _last(pattern: re.Pattern[str], text: str) -> Optional[float]:
-    found = pattern.findall(text)
-    return float(found[-1]) if found else None
-
-
 def run_figures_from_log(path: Path) -> RunFigures:
-    """Throughput and median latencies of a ``trtexec --loadEngine`` run log (its last summary)."""
-    text = _read(path)
-    figures = RunFigures(str(path), _last(_THROUGHPUT, text), _last(_LATENCY, text), _last(_GPU, text))
+    """Throughput and median latencies of a ``trtexec --loadEngine`` run log (its last summary), read by
+    the same parser the agent's trtexec backend uses on the target."""
+    from edgeq.remote.agent.trtexec_backend import parse_performance_summary
+
+    s = parse_performance_summary(_read(path).splitlines())
+    figures = RunFigures(str(path), s.get("throughput_qps"), (s.get("latency_ms") or {}).get("median"),
+                         (s.get("gpu_compute_time_ms") or {}).get("median"))
     if figures.throughput_qps is None and figures.latency_median_ms is None:
         raise ReportError(
             f"{path}: no 'Throughput:' or 'Latency:' summary: not a trtexec run log, or the run failed",
