@@ -90,14 +90,6 @@ def positive_int(v: Any) -> int:
     return v
 
 
-def strings(v: Any) -> tuple[str, ...]:
-    if isinstance(v, str):
-        v = [v]
-    if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
-        raise Bad("a list of strings")
-    return tuple(x.strip() for x in v)
-
-
 def number(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise Bad("a number")

@@ -378,12 +378,14 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Option
     elif not spec.has_data:
         rec.skip("quantize", "float model and no --calib: building without INT8 (the INT8 gate will say so)")
     else:
+        from edgeq.quant.quantize import implicit_model_path
+
         with rec.stage("quantize") as r:
             model, model_file, cache, q = quantize(model, stem, out, spec, rec.progress)
             qdq = has_qdq(model)
             acc = q.accuracy.to_dict() if q.accuracy is not None else None
             r.data = {"output": model_file.name, "cache": cache.name, "accuracy": acc,
-                      "fp32_model": f"{cache.name[: -len('.cache')]}.fp32.onnx",
+                      "fp32_model": implicit_model_path(cache).name,
                       "calibrator": spec.calibrator, "placement": spec.placement,
                       "overrides": str(spec.overrides) if spec.overrides else None,
                       "excluded": list(q.plan.excluded), "forced": list(q.plan.forced)}

@@ -48,7 +48,6 @@ from edgeq.pipeline import (
 )
 from edgeq.remote.targets import GateConfig, gate_from_dict
 
-RUN_STAGES = ("model", "prepare", "targets", "release")
 _QUANTIZE: dict[str, config.Checker] = {
     "calibrator": config.string, "percentile": config.number, "placement": config.string,
     "holdout": config.number, "min_cosine": config.number,
@@ -302,11 +301,13 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     """Run the pipeline file at ``path``; unchanged stages are skipped (``force``: run them all)."""
     from edgeq.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.fs import ensure_dir
+    from edgeq.report.policy import policy_from_dict
     from edgeq.rundir import slug
 
     spec = load_spec(path)
     fleet = None
-    gate_allow: tuple[str, ...] = tuple((spec.gate or {}).get("allow") or ())
+    # The allowlist as the policy reader reads it (one 'allow' string is one name, not its letters).
+    gate_allow = policy_from_dict(spec.gate, where=f"{path}: gate").allow if spec.gate is not None else ()
     gate_name = (spec.gate or {}).get("policy")
     options = FleetOptions(quantize=spec.quantize, gate=gate_name, gate_allow=gate_allow,
                            build_once_per_kind=spec.build_once_per_kind, profile=spec.profile)  # fmt: skip

@@ -125,7 +125,9 @@ def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
         cache = fleet_dir / fleet["cache_file"]
         files[f"model/{cache.name}"] = cache.read_bytes()
         # its implicit-path pair (edgeq quantize's naming): trtexec --int8 --calib=CACHE --onnx=FP32
-        fp32 = cache.with_name(f"{cache.name[: -len('.cache')]}.fp32.onnx")
+        from edgeq.quant.quantize import implicit_model_path
+
+        fp32 = implicit_model_path(cache)
         if fp32.is_file():
             files[f"model/{fp32.name}"] = fp32.read_bytes()
     engines: dict[str, Any] = {}

@@ -49,14 +49,13 @@ from edgeq.remote.protocol import (
     probe_facts,
 )
 from edgeq.remote.targets import Target
-from edgeq.rundir import STAGES, RunLog, StageRecord, _no_event, new_run_dir, write_json
+from edgeq.rundir import STAGES, RunLog, StageRecord, _no_event, new_run_dir
 
 if TYPE_CHECKING:
     from edgeq.report.policy import Policy
 
 # Kept under their earlier names: tests and callers import them from here.
 _check_expectations = check_expectations
-_cache_dir = agent_cache_dir
 
 
 @dataclass(frozen=True)
@@ -172,11 +171,6 @@ def check_target(
         return facts
 
 
-def summarize(result: DeployResult) -> list[str]:
-    """One line per stage, for the CLI."""
-    return [f"{s.name:<9} {s.status:<8} {s.seconds:7.2f}s  {s.summary}" for s in result.stages]
-
-
 __all__: Sequence[str] = (
     "AGENT_PROTOCOL",
     "STAGES",
@@ -193,6 +187,4 @@ __all__: Sequence[str] = (
     "finish_run",
     "new_run_dir",
     "parse_agent_reply",
-    "summarize",
-    "write_json",
 )

@@ -176,14 +176,6 @@ class CommandRunner(SSHLink):
             )
         return result
 
-    def _still_connected(self) -> bool:
-        """After a channel closed without an exit status: is the link up (the transport thread may not
-        have seen the EOF of a dead one yet)?"""
-        deadline = time.monotonic() + 1.0
-        while self._alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self._alive()
-
     def _start(
         self,
         argv: Sequence[str],

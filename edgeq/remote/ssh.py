@@ -376,10 +376,15 @@ class SSHLink:
             exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
         ):
             return False
-        deadline = time.monotonic() + 1.0  # the transport thread may not have seen the EOF yet
+        return not self._still_connected()
+
+    def _still_connected(self) -> bool:
+        """After a failure that may be the link's: is it up? The transport thread may not have seen the
+        EOF of a dead one yet, so give it a second."""
+        deadline = time.monotonic() + 1.0
         while self._alive() and time.monotonic() < deadline:
             time.sleep(0.02)
-        return not self._alive()
+        return self._alive()
 
     def _absolute(self, path: str) -> str:
         """Relative and ``~/`` paths resolved against the login home, so an Upload's path stays valid
