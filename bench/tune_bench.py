@@ -25,6 +25,10 @@ MODELS = {
     "r50b64": ("resnet50", {"batch": 64, "size": 224}),
     "yolob8": ("yolo_like", {"batch": 8, "size": 640, "width": 64}),
 }
+# --min-cosine per model unless given: random weights and inputs put the YOLO-like net's INT8 output at
+# cosine 0.978 against FP32 already at the rules' placement (H100 run, tests/fixtures/trt86-h100-tune),
+# so 0.99 would refuse every candidate; the bound is set under that, not fitted to a result.
+MIN_COSINE = {"r50b8": "0.99", "r50b64": "0.99", "yolob8": "0.97"}
 TACTICS = ["-CUBLAS", "-CUBLAS_LT", "-CUDNN"]  # the fixtures' tactic sources (fixtures README)
 
 
@@ -55,7 +59,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("tune-bench"))
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {list(MODELS)}")
     ap.add_argument("--budget", default="10m")
-    ap.add_argument("--min-cosine", default="0.99")
+    ap.add_argument("--min-cosine", help="accuracy bound (default: per model, MIN_COSINE)")
+    ap.add_argument("--rounds", default="3", help="paired re-timing rounds (edgeq tune --rounds)")
     ap.add_argument("--samples", type=int, default=5, help="calibration samples (one in five held out)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -71,7 +76,8 @@ def main() -> int:
         t0 = time.monotonic()
         edgeq = str(Path(sys.executable).with_name("edgeq"))
         argv = [edgeq, "tune", str(model), "--target", str(target), "--calib", str(calib),
-                "--budget", args.budget, "--min-cosine", args.min_cosine, "--json",
+                "--budget", args.budget, "--min-cosine", args.min_cosine or MIN_COSINE[name],
+                "--rounds", args.rounds, "--json",
                 "-o", str(args.out / f"{name}.tune")]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True)
         secs = time.monotonic() - t0
@@ -82,8 +88,12 @@ def main() -> int:
         kept = sum(e["kept"] for e in d["decisions"])
         tried = sum(e["candidate"] is not None for e in d["decisions"])
         gates = {k: g.get("passed") for k, g in d["gate"].items()}
+        paired = d.get("paired_vs_implicit") or {}
+        medians = "/".join(f"{q:.0f}" for q in paired.get("median_qps") or [])
         print(f"{name}: implicit {d['implicit']['qps']} qps, start {d['start']['qps']}, tuned "
-              f"{d['best']['qps']} ({d['speedup_vs_implicit']}x), cosine {d['best']['cosine']}, "
+              f"{d['best']['qps']} (single timings); paired implicit/tuned {medians} qps = "
+              f"{d['speedup_vs_implicit']}x over {paired.get('rounds')} rounds, "
+              f"cosine {d['best']['cosine']}, "
               f"{kept}/{tried} decisions kept of {len(d['decisions'])}, gates {gates}, {secs:.0f} s; "
               f"{d['files']['json']}")  # fmt: skip
     return 0

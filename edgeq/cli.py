@@ -1044,7 +1044,8 @@ _TUNE_HELP = (
     "Placement decided by the target's own timings: calibrate once, build implicit INT8 on the target, "
     "start from edgeq's placement with implicit's FP16 layers mirrored, then toggle one decision point "
     "at a time (residual skip, Concat Q/DQ, pool tail, FP16 block), each candidate built and profiled "
-    "there and kept only if faster and within --min-cosine. Writes the tuned Q/DQ model, its "
+    "there and kept only if faster (timed against the best in --rounds alternating rounds: single "
+    "timings spread by a few percent) and within --min-cosine. Writes the tuned Q/DQ model, its "
     "calibration cache, tune.json and tune.html; run it again with the same --output to resume. "
     "A target file with 'host: local' builds on this machine's GPU (no SSH)."
 )
@@ -1057,6 +1058,9 @@ def tune_cmd(
     calib: Path = typer.Option(..., "--calib", help="Calibration data (.npy/.npz files or a directory)."),
     budget: str = typer.Option("20m", "--budget", help="Time for the search, e.g. 20m, 90s, 1h30m."),
     min_cosine: float = typer.Option(0.99, "--min-cosine", help="Accuracy bound against FP32 (held out)."),
+    rounds: int = typer.Option(
+        3, "--rounds", min=0, help="Paired re-timing rounds per decision and for the final ratio (0: none)."
+    ),
     output: Optional[Path] = typer.Option(
         None, "--output", "-o", help="Output and resume directory (default: <model>.tune/ beside it)."
     ),
@@ -1077,7 +1081,8 @@ def tune_cmd(
     if not -1.0 <= min_cosine <= 1.0:
         raise typer.BadParameter(f"must be in [-1, 1], got {min_cosine}", param_hint="--min-cosine")
     options = TuneOptions(calib=calib, out_dir=output, budget_s=parse_budget(budget), min_cosine=min_cosine,
-                          calibrator=calibrator, accept_new_host_key=accept_new_host_key)  # fmt: skip
+                          calibrator=calibrator, accept_new_host_key=accept_new_host_key,
+                          rounds=rounds)  # fmt: skip
     tgt = resolve_target(target)
     if trtexec is not None:
         tgt = dataclasses.replace(tgt, trtexec=trtexec, backend="trtexec")
@@ -1093,9 +1098,9 @@ def tune_cmd(
         mark = "[green]kept[/]" if e["kept"] else "[dim]-[/]"
         out.print(f"{escape(e['decision'])}: {e['tried']} -> {cand.get('qps')} qps {mark} "
                   f"({escape(e['chosen_by'])})")  # fmt: skip
-    ratio = result.to_dict()["speedup_vs_implicit"]
     stopped = f"; {result.stopped}" if result.stopped else ""
-    out.print(f"implicit {result.implicit.qps} qps, tuned {result.best.qps} qps ({ratio}x); "
+    how = f"{result.speedup}x" + (f" in {result.final['rounds']} paired rounds" if result.final else "")
+    out.print(f"implicit {result.implicit.qps} qps, tuned {result.best.qps} qps ({how}); "
               f"{result.built} built, {result.reused} reused{stopped}")  # fmt: skip
     for name, g in result.gate.items():
         out.print(f"{name} gate: {'[green]passed[/]' if g.get('passed') else '[bold red]failed[/]'}")

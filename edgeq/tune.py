@@ -7,6 +7,13 @@ best, built and profiled on the target through deploy (``edgeq.remote.variants``
 faster and within ``--min-cosine`` on held-out data (checked on the host first: a candidate that fails
 it is never built). The time budget stops the search before a build that would overrun it.
 
+"Faster" is decided by paired re-timing (``edgeq.remote.retime``), not by one timing each: single
+trtexec timings of one engine design spread by a few percent, more than most decisions are worth. A
+candidate whose one timing is clearly slower (``CLEARLY_SLOWER``) is refused at once; any other is timed
+against the best in ``--rounds`` alternating rounds and kept only when its median paired ratio reaches
+``MIN_GAIN``. The tuned engine and the implicit one are timed the same way at the end: that paired ratio
+is the figure the report and the relative gate use.
+
 Every measurement lands in ``tune.state.json`` as soon as it is taken, keyed by the candidate's sites,
 so an interrupted run started again with the same output directory rebuilds nothing it measured (the
 calibration ranges are kept there too). The target's timing cache (``build.timing_cache``) is shared by
@@ -17,6 +24,7 @@ accuracy, what chose it).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -32,6 +40,12 @@ from edgeq.remote.targets import Target
 
 STATE = "tune.state.json"
 STATE_VERSION = 1
+# Below this fraction of the best's single timing a candidate is slower beyond the spread one engine
+# design shows (0.97x-1.03x for identical engines, tests/fixtures/trt86-h100-placed): refused untimed.
+CLEARLY_SLOWER = 0.95
+# A candidate is kept when its paired median is at least this much faster than the best (a gain the
+# rounds can tell from noise; ties keep the placement the rules chose).
+MIN_GAIN = 1.01
 
 
 def parse_budget(text: str) -> float:
@@ -55,6 +69,7 @@ class TuneOptions:
     calibrator: str = "entropy"
     holdout: float = 0.2
     accept_new_host_key: bool = False
+    rounds: int = 3  # paired re-timing rounds per decision (0: decide on single timings)
 
 
 @dataclass
@@ -88,12 +103,18 @@ class TuneResult:
     gate: dict[str, Any] = field(default_factory=dict)
     built: int = 0  # engines built by this invocation
     reused: int = 0  # measurements taken from the state file
+    final: Optional[dict[str, Any]] = None  # implicit and tuned timed in alternation (Paired.to_dict)
+
+    @property
+    def speedup(self) -> Optional[float]:
+        """Tuned over implicit throughput: the paired median when there is one, else single timings."""
+        return self.final["ratio"] if self.final else _ratio(self.best, self.implicit)
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
         return {"implicit": asdict(self.implicit), "start": asdict(self.start), "best": asdict(self.best),
-                "speedup_vs_implicit": _ratio(self.best, self.implicit),
+                "speedup_vs_implicit": self.speedup, "paired_vs_implicit": self.final,
                 "decisions": self.decisions, "final_state": self.state, "stopped": self.stopped,
                 "builds": {"this_run": self.built, "reused": self.reused}, "files": self.files,
                 "gate": self.gate}  # fmt: skip
@@ -123,7 +144,7 @@ class _State:
     def __init__(self, path: Path, fingerprint: str) -> None:
         self.path = path
         self.data: dict[str, Any] = {"version": STATE_VERSION, "fingerprint": fingerprint, "amax": None,
-                                     "measured": {}}  # fmt: skip
+                                     "measured": {}, "paired": {}}  # fmt: skip
         if path.is_file():
             old = json.loads(path.read_text())
             if old.get("fingerprint") != fingerprint or old.get("version") != STATE_VERSION:
@@ -132,6 +153,7 @@ class _State:
                     "give another --output directory, or remove that one to start over",
                 )
             self.data = old
+            self.data.setdefault("paired", {})  # a state written before paired re-timing
 
     def save(self) -> None:
         from edgeq.fs import atomic_write_text
@@ -149,12 +171,20 @@ class _State:
         self.data["measured"][m.key] = asdict(m)
         self.save()
 
+    def paired(self, key: str) -> Optional[dict[str, Any]]:
+        got: Optional[dict[str, Any]] = self.data["paired"].get(key)
+        return got
+
+    def put_paired(self, key: str, figures: dict[str, Any]) -> None:
+        self.data["paired"][key] = figures
+        self.save()
+
 
 class _Tuner:
     def __init__(self, target: Target, options: TuneOptions, out: Path, progress: ProgressFn):
         self.target, self.options, self.out, self.progress = target, options, out, progress
         self.built = self.reused = 0
-        self.build_times: list[float] = []
+        self.step_times: list[float] = []  # each build, each re-timing
         self.started = time.monotonic()
 
     def deploy(self, name: str, model_file: Path, cache: Optional[Path]) -> tuple[Any, float]:
@@ -166,13 +196,32 @@ class _Tuner:
         result = _deploy_one(variant, self.target, opts, self.out / "runs", self.progress)
         took = time.monotonic() - t0
         self.built += 1
-        self.build_times.append(took)
+        self.step_times.append(took)
         return (_engine(variant, result), getattr(result, "run_dir", None)), took
 
+    def paired(self, state: _State, a: Measured, b: Measured, rounds: int) -> dict[str, Any]:
+        """``a`` and ``b`` timed in alternation (kept in the state: a resumed run does not re-time)."""
+        from edgeq.remote.retime import retime
+
+        key = f"{a.key}|{b.key}|{rounds}"
+        got = state.paired(key)
+        if got is not None:
+            return got
+        t0 = time.monotonic()
+        engines = [(m.key, Path(str(m.run_dir)) / "engine.plan") for m in (a, b)]
+        accept = self.options.accept_new_host_key
+        figures = retime(self.target, engines, rounds=rounds, accept_new_host_key=accept,
+                         progress=self.progress).to_dict()  # fmt: skip
+        self.step_times.append(time.monotonic() - t0)
+        state.put_paired(key, figures)
+        return figures
+
     def over_budget(self) -> bool:
-        """True when one more build (as long as the slowest so far) would end past the budget."""
+        """True when one more build and its re-timing (as long as the slowest so far) would end past the
+        budget."""
         elapsed = time.monotonic() - self.started
-        return elapsed + max(self.build_times, default=0.0) > self.options.budget_s
+        steps = sorted(self.step_times)[-2:]
+        return elapsed + sum(steps) > self.options.budget_s
 
 
 def tune(
@@ -286,11 +335,9 @@ def tune(
             continue
         trial = {**current, d.id: not current[d.id]}
         m = measure(trial)
-        faster = m.usable and best.qps is not None and m.qps is not None and m.qps > best.qps
-        why = ("measured: faster, accuracy within bound" if faster else
-               "measured: accuracy below bound" if not m.accuracy_ok else
-               f"measured: build failed ({m.error})" if m.error else "measured: not faster")  # fmt: skip
-        log.append(_entry(d, current, m, best, why, kept=faster))
+        pair = functools.partial(tuner.paired, state, best, m, options.rounds)
+        faster, why, paired = _judge(m, best, pair, options.rounds)
+        log.append(_entry(d, current, m, best, why, kept=faster, paired=paired))
         if faster:
             current, best = trial, m
     # 4. outputs
@@ -301,9 +348,10 @@ def tune(
     tuned_cache = out / f"{stem}.tuned.cache"
     write_calibration_cache(tuned_cache, cache)
     dropped = [c for d in decisions if not current[d.id] for c in d.consumers]
+    final = tuner.paired(state, implicit, best, options.rounds) if options.rounds and best.usable else None
     result = TuneResult(out, implicit, start, best, log, current, stopped, built=tuner.built,
-                        reused=tuner.reused)  # fmt: skip
-    result.gate = _gates(implicit, best, reference, dropped, target)
+                        reused=tuner.reused, final=final)  # fmt: skip
+    result.gate = _gates(implicit, best, reference, dropped, target, final)
     result.files = {"model": str(tuned), "cache": str(tuned_cache), "json": str(out / "tune.json"),
                     "html": str(out / "tune.html"), "state": str(state.path)}  # fmt: skip
     _write_report(result, decisions)
@@ -315,6 +363,25 @@ def _measured(key: str, engine: Any, run_dir: Any, took: float) -> Measured:
     return Measured(key, qps=run.throughput_qps if run else None,
                     latency_ms=run.latency_median_ms if run else None,
                     run_dir=str(run_dir) if run_dir else None, error=engine.error, build_s=round(took, 3))
+
+
+def _judge(m: Measured, best: Measured, pair: Any, rounds: int) -> tuple[bool, str, Optional[dict[str, Any]]]:
+    """(keep?, why, paired figures): refused on accuracy, a failed build or a clearly slower timing
+    without re-timing; otherwise kept when the paired median ratio (``pair()``) reaches ``MIN_GAIN``."""
+    if not m.accuracy_ok:
+        return False, "measured: accuracy below bound", None
+    if m.error is not None or m.qps is None or best.qps is None:
+        return False, f"measured: build failed ({m.error})", None
+    if m.qps < best.qps * CLEARLY_SLOWER:
+        return False, f"measured: slower ({m.qps / best.qps:.3f}x in one timing)", None
+    if not rounds:
+        faster = m.qps > best.qps
+        return faster, "measured: faster, accuracy within bound" if faster else "measured: not faster", None
+    figures = pair()
+    ratio, how = figures["ratio"], f"{figures['ratio']:.3f}x in {rounds} paired rounds"
+    if ratio >= MIN_GAIN:
+        return True, f"measured: faster ({how}), accuracy within bound", figures
+    return False, f"measured: not faster ({how})", figures
 
 
 def _fp16_nodes(run_dir: Path, reference: Any) -> list[str]:
@@ -331,18 +398,19 @@ def _fp16_nodes(run_dir: Path, reference: Any) -> list[str]:
 
 
 def _entry(d: Decision, current: dict[str, bool], m: Optional[Measured], best: Measured, why: str,
-           kept: bool = False) -> dict[str, Any]:  # fmt: skip
+           kept: bool = False, paired: Optional[dict[str, Any]] = None) -> dict[str, Any]:  # fmt: skip
     from dataclasses import asdict
 
     return {"decision": d.id, "rule": d.rule, "sites": list(d.sites), "consumers": list(d.consumers),
             "tried": "off" if current[d.id] else "on", "candidate": asdict(m) if m else None,
-            "best_before": {"key": best.key, "qps": best.qps}, "kept": kept, "chosen_by": why}  # fmt: skip
+            "best_before": {"key": best.key, "qps": best.qps}, "paired": paired, "kept": kept,
+            "chosen_by": why}  # fmt: skip
 
 
-def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str], target: Target
-           ) -> dict[str, Any]:  # fmt: skip
+def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str], target: Target,
+           final: Optional[dict[str, Any]] = None) -> dict[str, Any]:  # fmt: skip
     """The tuned engine against its own intent (no node wider than INT8 except where a decision left it
-    float) and against implicit (``relative_gate``)."""
+    float) and against implicit (``relative_gate``, on the paired medians when ``final`` has them)."""
     from edgeq.pipeline import policy_for, report_and_gate
     from edgeq.report.compare import diff_pair, engine_from_path, relative_gate
     from edgeq.report.runlog import RunFigures
@@ -353,9 +421,10 @@ def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str
     _, verdict = report_and_gate(bdir / "layers.json", bdir / "profile.json", reference,
                                  policy_for(target, "int8", dropped))  # fmt: skip
     engines = []
-    for m, name in ((implicit, "implicit"), (best, "tuned")):
+    for i, (m, name) in enumerate(((implicit, "implicit"), (best, "tuned"))):
         e = engine_from_path(str(m.run_dir), onnx_model=reference, name=name)
-        engines.append(replace(e, run=RunFigures(str(m.run_dir), m.qps, m.latency_ms, None)))
+        qps = final["median_qps"][i] if final else m.qps
+        engines.append(replace(e, run=RunFigures(str(m.run_dir), qps, m.latency_ms, None)))
     rel = relative_gate(diff_pair(engines[0], engines[1]))
     return {"precision": {"passed": bool(verdict), "summary": verdict.summary(), "allowed_wider": dropped},
             "relative": {"passed": bool(rel), "failures": [list(f) for f in rel.failures],
@@ -377,7 +446,7 @@ def _write_report(result: TuneResult, decisions: list[Decision]) -> None:
         for e in result.decisions
     )
     head = (f"implicit {result.implicit.qps} qps; start {result.start.qps} qps; tuned {result.best.qps} qps "
-            f"({d['speedup_vs_implicit']}x implicit)")
+            f"({d['speedup_vs_implicit']}x implicit{' in paired rounds' if result.final else ''})")
     head += f"; stopped: {result.stopped}" if result.stopped else ""
     html = ("<!doctype html><meta charset=utf-8><title>edgeq tune</title><h1>edgeq tune</h1>"
             f"<p>{esc(head)}</p><table border=1><tr><th>decision</th><th>rule</th><th>tried</th>"

@@ -454,6 +454,9 @@ def test_inspect_and_profile_argv_match_the_fixture_runs():
     assert set(want[1:]) <= combined
     assert "--skipInference" in got_inspect and "--separateProfileRun" in got_profile
     assert tb.inspect_argv("t", "e", "l.json", dla_core=0)[2] == "--useDLACore=0"
+    # a re-timing (edgeq tune) asks for the latency run alone: no profiler run to wait for
+    timing_only = tb.profile_argv("trtexec", "e.plan", None)
+    assert not [a for a in timing_only if "Profile" in a] and "--duration=3" in timing_only
 
 
 # -- trtexec output parsing on the real logs ------------------------------------------------------------

@@ -16,7 +16,7 @@ import onnx
 import pytest
 import yaml
 from test_deploy import ssh_server  # noqa: F401 - fixture
-from trtexec_tune import builds, tune_trtexec
+from trtexec_tune import builds, timings, tune_trtexec
 
 from edgeq import zoo
 
@@ -74,11 +74,15 @@ def test_tune_over_ssh_keeps_what_the_target_measured_faster(setup, ssh_server, 
     assert chosen == {f"place-residual-skip-only:{SKIP2}": True, f"place-residual-skip-only:{SKIP3}": False,
                       f"place-pool-tail:{TAIL}": False}  # fmt: skip
     assert [e["chosen_by"] for e in d["decisions"]] == [
-        "measured: faster, accuracy within bound", "measured: not faster", "measured: not faster"]
+        "measured: faster (1.222x in 3 paired rounds), accuracy within bound",
+        "measured: not faster (1.000x in 3 paired rounds)",  # a tie keeps the rules' placement
+        "measured: slower (0.900x in one timing)"]  # clearly slower: refused without re-timing
     # the start placement has every site (1.1x the recording's time); without SKIP2 it is 0.9x
     start, best, implicit = d["start"]["qps"], d["best"]["qps"], d["implicit"]["qps"]
     assert best == pytest.approx(start * 1.1 / 0.9, rel=1e-3)
     assert d["speedup_vs_implicit"] == pytest.approx(best / implicit, rel=1e-3)
+    assert d["paired_vs_implicit"]["names"] == ["implicit", d["best"]["key"]]
+    assert d["paired_vs_implicit"]["rounds"] == 3 and d["decisions"][2]["paired"] is None
     assert all(e["candidate"]["cosine"] >= 0.9 for e in d["decisions"])
     # the tuned model is the measured best: SKIP2's Q/DQ gone, the rest of the rules' placement kept
     tuned = _q_tensors(Path(d["files"]["model"]))
@@ -125,14 +129,18 @@ def test_an_interrupted_run_resumes_without_rebuilding(setup):
     state = json.loads((root / "out" / "tune.state.json").read_text())
     assert len(state["measured"]) == 3  # implicit, start, the first toggle: each saved when measured
     assert not (root / "out" / "tune.json").exists()
+    assert len(state["paired"]) == 1  # the kept decision's re-timing, saved before the next build
     trtexec = tune_trtexec(bin_dir, COSTS)  # the same target, no longer killing
-    done = len(builds(trtexec))
+    done, timed = len(builds(trtexec)), len(timings(trtexec))
     second = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     d = json.loads(second.stdout)
     assert len(builds(trtexec)) - done == 2  # only the two decisions never measured
     assert d["builds"] == {"this_run": 2, "reused": 3}
     assert [e["kept"] for e in d["decisions"]] == [True, False, False]
+    # two deploy timings, SKIP3's re-timing and the final ratio's (3 rounds x 2); SKIP2's not again
+    assert len(timings(trtexec)) - timed == 2 + 6 + 6
+    assert d["decisions"][0]["paired"]["ratio"] == pytest.approx(1.1 / 0.9, rel=1e-3)
 
 
 def test_a_local_target_takes_no_ssh_keys(tmp_path, monkeypatch, cli):
@@ -199,3 +207,43 @@ def test_calibration_data_that_does_not_fit_leaves_nothing_behind(setup, cli):
     code, _, err = cli("tune", model, "--target", name, "--calib", bad)
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
     assert not builds(bin_dir / "trtexec") and not (root / "net.tune").exists()
+
+
+@pytest.mark.parametrize("rounds, kept", [("3", [True, False, False]), ("0", [True, True, False])])
+def test_a_lucky_single_timing_is_not_kept_when_paired(setup, cli, rounds, kept):
+    """SKIP3's Q/DQ changes nothing, but the candidate without it times 15 % faster once (run-to-run
+    noise): decided on single timings it is kept; timed in alternation against the best it is a tie."""
+    _, model, calib, bin_dir, target = setup
+    trtexec = tune_trtexec(bin_dir, COSTS, first_run={SKIP3: 0.85})
+    name = target("here", trtexec)
+    code, out, err = cli("tune", model, "--target", name, "--calib", calib, "--min-cosine", "0.9",
+                         "--rounds", rounds, "--json")  # fmt: skip
+    assert code == 0, err
+    d = json.loads(out)
+    assert [e["kept"] for e in d["decisions"]] == kept
+    assert (SKIP3 in _q_tensors(Path(d["files"]["model"]))) is (rounds != "0")
+    runs = timings(trtexec)
+    if rounds == "0":
+        assert len(runs) == 5 and d["paired_vs_implicit"] is None  # one timing per build, nothing else
+        return
+    skip3 = d["decisions"][1]
+    assert skip3["chosen_by"] == "measured: not faster (1.000x in 3 paired rounds)"
+    assert skip3["candidate"]["qps"] > 1.15 * skip3["best_before"]["qps"]  # its lucky first timing
+    assert skip3["paired"]["qps"][0] == skip3["paired"]["qps"][1]  # the same speed, round after round
+    # 5 deploy timings + two decisions and the final ratio re-timed: 3 rounds x 2 engines each, with no
+    # per-layer profile run, best and candidate in alternation (A B, B A, A B)
+    retimed = [a for a in runs if not any(x.startswith("--exportProfile=") for x in a)]
+    assert len(runs) == 5 + 18 and len(retimed) == 18
+    engines = [next(x for x in a if x.startswith("--loadEngine=")) for a in retimed[6:12]]
+    a, b = engines[0], engines[1]
+    assert a != b and engines == [a, b, b, a, a, b]
+    final = d["paired_vs_implicit"]
+    assert final["ratio"] == pytest.approx(d["best"]["qps"] / d["implicit"]["qps"], rel=1e-3)
+
+
+def test_the_retiming_order_alternates():
+    from edgeq.remote.retime import Paired, order
+
+    assert order(2, 3) == [0, 1, 1, 0, 0, 1] and order(3, 2) == [0, 1, 2, 2, 1, 0]
+    p = Paired(("a", "b"), ((100.0, 90.0, 110.0), (101.0, 99.0, 99.0)))
+    assert p.ratio() == pytest.approx(1.01) and p.median(0) == 100.0  # median of per-round ratios

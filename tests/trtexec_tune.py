@@ -8,6 +8,9 @@ saves names the tensors that carry a QuantizeLinear (or says implicit, for ``--c
 scales the recorded log's throughput, latency and GPU compute figures by ``1 + sum(cost[t])`` over the
 engine's quantized tensors ``t`` (``costs``: the test's per-site slowdown, negative for a speedup). So a
 search that follows the measured times must keep the sites the test made cheap and drop the others.
+``first_run``: run-to-run noise, as real timings have it: an engine's first timing (the one its deploy
+takes) is scaled by ``first_run[t]`` more when the engine lacks tensor ``t``'s Q/DQ; later timings of the
+same engine (paired re-timing) are not. A search that trusts one timing keeps such a lucky candidate.
 ``kill_on_build``: on that build (1-based, counting this stand-in's builds) it SIGKILLs the process that
 started the agent (edgeq itself, on a ``host: local`` target): an interrupted tuning run.
 """
@@ -54,6 +57,16 @@ engine = json.load(open(flags["loadEngine"]))
 kind = engine["kind"]
 costs = CONFIG["costs"]
 factor = CONFIG["implicit_factor"] if kind == "implicit" else 1 + sum(costs.get(t, 0) for t in engine["q"])
+ident = json.dumps(engine, sort_keys=True)
+runs = CONFIG["calls"] + ".runs"
+timing = "exportLayerInfo" not in flags  # the inspector's load is no timing
+seen = os.path.exists(runs) and ident in open(runs).read().splitlines()
+if timing:
+    with open(runs, "a") as f:
+        f.write(ident + "\\n")
+if timing and not seen and kind == "explicit":
+    for t, f in CONFIG["first_run"].items():
+        factor *= f if t not in engine["q"] else 1
 def scale(line):
     if "] Throughput:" in line:
         return re.sub(r"[0-9.]+(?= qps)", lambda m: "%g" % (float(m.group()) / factor), line)
@@ -75,6 +88,7 @@ def tune_trtexec(
     recording: str = "r50b8_edgeq",
     implicit_factor: float = 1.0,
     kill_on_build: Optional[int] = None,
+    first_run: Optional[dict[str, float]] = None,
 ) -> Path:
     """Write the stand-in ``directory/trtexec`` and return its path (calls in ``<path>.calls.jsonl``)."""
     script = Path(directory) / "trtexec"
@@ -85,16 +99,26 @@ def tune_trtexec(
         for kind in ("implicit", "explicit")
     }  # fmt: skip
     config = {"calls": str(script) + ".calls.jsonl", "recorded": recorded, "costs": costs,
-              "implicit_factor": implicit_factor, "kill_on_build": kill_on_build or 0}  # fmt: skip
+              "implicit_factor": implicit_factor, "kill_on_build": kill_on_build or 0,
+              "first_run": first_run or {}}  # fmt: skip
     script.write_text(_SCRIPT.format(python=sys.executable, config=json.dumps(config)))
     script.chmod(0o755)
     return script
 
 
-def builds(script: Path) -> list[list[str]]:
-    """The argv of every build (``--onnx=``) so far, oldest first."""
+def timings(script: Path) -> list[list[str]]:
+    """The argv of every timing run (``--loadEngine=`` without ``--exportLayerInfo``), oldest first."""
+    return [a for a in _calls(script) if any(x.startswith("--loadEngine=") for x in a)
+            and not any(x.startswith("--exportLayerInfo=") for x in a)]  # fmt: skip
+
+
+def _calls(script: Path) -> list[list[str]]:
     path = Path(str(script) + ".calls.jsonl")
     if not path.exists():
         return []
-    calls = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [a for a in calls if any(x.startswith("--onnx=") for x in a)]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def builds(script: Path) -> list[list[str]]:
+    """The argv of every build (``--onnx=``) so far, oldest first."""
+    return [a for a in _calls(script) if any(x.startswith("--onnx=") for x in a)]

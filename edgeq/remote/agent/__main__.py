@@ -86,7 +86,9 @@ def make_parser():
     profile = sub.add_parser("profile", help="latency percentiles, throughput, per-layer times")
     common(profile)
     profile.add_argument("--loadEngine", required=True)
-    profile.add_argument("--exportProfile", required=True)
+    profile.add_argument(
+        "--exportProfile", help="per-layer times, in a second run; without it the engine is only timed"
+    )
     profile.add_argument("--warmUp", type=int, default=200, help="warm-up, milliseconds")
     profile.add_argument("--iterations", type=int, default=10, help="at least N timed iterations")
     profile.add_argument("--duration", type=float, default=3.0, help="at least S seconds of timing")

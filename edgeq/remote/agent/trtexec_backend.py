@@ -97,7 +97,8 @@ def inspect_argv(trtexec, engine, layers_out, dla_core=None):
 def profile_argv(
     trtexec, engine, profile_out, warmup_ms=200, iterations=10, duration_s=3, dla_core=None, times_out=None
 ):
-    """trtexec argv that times an engine: end-to-end latency in one run, per-layer times in a second.
+    """trtexec argv that times an engine: end-to-end latency in one run, per-layer times in a second
+    (none without ``profile_out``: a re-timing needs only the first).
 
     ``--separateProfileRun`` keeps the per-layer profiler out of the latency run (the profiler
     synchronises after every layer and would inflate the latency figures).
@@ -112,7 +113,8 @@ def profile_argv(
         "--iterations=%d" % int(iterations),
         "--duration=%g" % float(duration_s),
     ]
-    argv += ["--separateProfileRun", "--exportProfile=" + profile_out]
+    if profile_out:
+        argv += ["--separateProfileRun", "--exportProfile=" + profile_out]
     if times_out:
         argv.append("--exportTimes=" + times_out)
     return argv
@@ -316,7 +318,8 @@ def profile(args, log):
         dla_core=args.useDLACore,
     )
     lines, elapsed, _ = _run(argv, log, args.timeout, "profile")
-    _expect_file(args.exportProfile, "profile", lines)
+    if args.exportProfile:
+        _expect_file(args.exportProfile, "profile", lines)
     summary = parse_performance_summary(lines)
     return {
         "profile_json": args.exportProfile,

@@ -1,0 +1,96 @@
+"""Paired re-timing: engines already built, timed in alternation on one target.
+
+One trtexec timing of an engine moves by a few percent from process to process on the same GPU: the
+explicit and implicit engines of tests/fixtures/trt86-h100-placed have the same layers and precisions,
+yet their single timings differ by 0.99x-1.03x, and edgeq tune's R50 b8 record
+(tests/fixtures/trt86-h100-tune/r50b8.tune.json) saw 2032-2139 qps for engines of one design. A search
+that keeps whatever timed faster once follows that noise. Timed in alternation (A B, B A, A B ...) in
+one session, each round's ratio sees the same clocks and temperature, and the median over the rounds
+is a figure a decision can rest on. Only the latency run: no per-layer profile (``--exportProfile``
+left out), which would double the time and tell a decision nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from edgeq.errors import RemoteError
+from edgeq.findings import ProgressFn, no_progress
+from edgeq.remote.targets import Target
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Throughput of each engine in each round (``qps[engine][round]``), timed alternately."""
+
+    names: tuple[str, ...]
+    qps: tuple[tuple[float, ...], ...]
+
+    def median(self, i: int) -> float:
+        return statistics.median(self.qps[i])
+
+    def ratio(self, i: int = 1, j: int = 0) -> float:
+        """Median over rounds of engine ``i``'s throughput over engine ``j``'s in the same round."""
+        return statistics.median(a / b for a, b in zip(self.qps[i], self.qps[j]))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"names": list(self.names), "qps": [list(q) for q in self.qps], "rounds": len(self.qps[0]),
+                "median_qps": [round(self.median(i), 3) for i in range(len(self.names))],
+                "ratio": round(self.ratio(), 4) if len(self.names) == 2 else None}  # fmt: skip
+
+
+def order(engines: int, rounds: int) -> list[int]:
+    """Which engine each timing is of: forwards in even rounds, backwards in odd ones (A B B A A B ...),
+    so that a drift over the session (a GPU warming up) favours no engine."""
+    out: list[int] = []
+    for r in range(rounds):
+        out += list(range(engines)) if r % 2 == 0 else list(reversed(range(engines)))
+    return out
+
+
+def retime(
+    target: Target,
+    engines: Sequence[tuple[str, Path]],
+    *,
+    rounds: int = 3,
+    warmup_ms: int = 200,
+    iterations: int = 10,
+    duration: float = 3.0,
+    accept_new_host_key: bool = False,
+    cache_dir: Optional[Path] = None,
+    progress: ProgressFn = no_progress,
+) -> Paired:
+    """Upload each local engine file (content-addressed: an engine already there is not sent again) and
+    time them ``rounds`` times each, alternately. Raises ``RemoteError`` when a timing fails."""
+    from edgeq.pipeline import target_runner
+    from edgeq.remote.protocol import agent_cache_dir, agent_failed, call_agent
+    from edgeq.remote.zipapp import build_agent
+
+    if rounds < 1:
+        raise ValueError("rounds must be >= 1")
+    t = target.timeouts
+    dla = [f"--useDLACore={target.build.dla_core}"] if target.build.dla_core is not None else []
+    times: list[list[float]] = [[] for _ in engines]
+    with target_runner(target, accept_new_host_key) as runner:
+        cache = target.remote_path("cache")
+        agent = runner.put(build_agent(cache_dir or agent_cache_dir()).path, cache).remote_path
+        remote = [runner.put(Path(path), cache).remote_path for _, path in engines]
+        plan = order(len(engines), rounds)
+        for n, i in enumerate(plan):
+            progress("re-timing", n, len(plan))
+            args = (f"--loadEngine={remote[i]}", f"--warmUp={warmup_ms}", f"--iterations={iterations}",
+                    f"--duration={duration:g}", *dla, f"--timeout={t.profile:g}")  # fmt: skip
+            reply = call_agent(runner, target, agent, "profile", *args, timeout=t.profile + 60)
+            if not reply.get("ok"):
+                raise agent_failed("profile", reply, target, runner.destination)
+            qps = (reply.get("result") or {}).get("throughput_qps")
+            if not qps:
+                raise RemoteError(f"re-timing {engines[i][0]} on {target.name}: no throughput in the reply",
+                                  "see the target's trtexec output")  # fmt: skip
+            times[i].append(float(qps))
+        progress("re-timing", len(plan), len(plan))
+    return Paired(tuple(name for name, _ in engines), tuple(tuple(q) for q in times))
