@@ -12,7 +12,9 @@ trtexec timings of one engine design spread by a few percent, more than most dec
 candidate whose one timing is clearly slower (``CLEARLY_SLOWER``) is refused at once; any other is timed
 against the best in ``--rounds`` alternating rounds and kept only when its median paired ratio reaches
 ``MIN_GAIN``. The tuned engine and the implicit one are timed the same way at the end: that paired ratio
-is the figure the report and the relative gate use.
+is the figure the report and the relative gate use. Re-timings leave out the host<->device copies of
+the bindings (``--noDataTransfers``): every candidate copies the same tensors, and the copies' time
+belongs to the bus, not to the placement.
 
 Every measurement lands in ``tune.state.json`` as soon as it is taken, keyed by the candidate's sites,
 so an interrupted run started again with the same output directory rebuilds nothing it measured (the

@@ -457,6 +457,8 @@ def test_inspect_and_profile_argv_match_the_fixture_runs():
     # a re-timing (edgeq tune) asks for the latency run alone: no profiler run to wait for
     timing_only = tb.profile_argv("trtexec", "e.plan", None)
     assert not [a for a in timing_only if "Profile" in a] and "--duration=3" in timing_only
+    assert "--noDataTransfers" not in timing_only
+    assert "--noDataTransfers" in tb.profile_argv("trtexec", "e.plan", None, no_data_transfers=True)
 
 
 # -- trtexec output parsing on the real logs ------------------------------------------------------------

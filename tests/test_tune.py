@@ -234,6 +234,9 @@ def test_a_lucky_single_timing_is_not_kept_when_paired(setup, cli, rounds, kept)
     # per-layer profile run, best and candidate in alternation (A B, B A, A B)
     retimed = [a for a in runs if not any(x.startswith("--exportProfile=") for x in a)]
     assert len(runs) == 5 + 18 and len(retimed) == 18
+    # the engines alone: same bindings, so their host<->device copies are left out of the comparison
+    assert all("--noDataTransfers" in a for a in retimed) and not any("--noDataTransfers" in a for a in runs[:2])
+    assert d["paired_vs_implicit"]["data_transfers"] is False
     engines = [next(x for x in a if x.startswith("--loadEngine=")) for a in retimed[6:12]]
     a, b = engines[0], engines[1]
     assert a != b and engines == [a, b, b, a, a, b]

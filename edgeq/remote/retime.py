@@ -7,7 +7,11 @@ yet their single timings differ by 0.99x-1.03x, and edgeq tune's R50 b8 record
 that keeps whatever timed faster once follows that noise. Timed in alternation (A B, B A, A B ...) in
 one session, each round's ratio sees the same clocks and temperature, and the median over the rounds
 is a figure a decision can rest on. Only the latency run: no per-layer profile (``--exportProfile``
-left out), which would double the time and tell a decision nothing.
+left out), which would double the time and tell a decision nothing; and by default no host<->device
+copies (``--noDataTransfers``): two engines of one model copy the same bindings, and at batch 8 those
+copies (39 MB of input for a 640x640 YOLO) take longer than the engine and move with the PCIe bus, not
+with the placement (tests/fixtures/trt86-h100-placed: YOLO's GPU compute 0.87 ms, its end-to-end
+throughput 807-925 qps, i.e. 1.1-1.2 ms a query, for engines with the same layers).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class Paired:
 
     names: tuple[str, ...]
     qps: tuple[tuple[float, ...], ...]
+    data_transfers: bool = False  # whether the timings include the bindings' host<->device copies
 
     def median(self, i: int) -> float:
         return statistics.median(self.qps[i])
@@ -40,7 +45,8 @@ class Paired:
     def to_dict(self) -> dict[str, object]:
         return {"names": list(self.names), "qps": [list(q) for q in self.qps], "rounds": len(self.qps[0]),
                 "median_qps": [round(self.median(i), 3) for i in range(len(self.names))],
-                "ratio": round(self.ratio(), 4) if len(self.names) == 2 else None}  # fmt: skip
+                "ratio": round(self.ratio(), 4) if len(self.names) == 2 else None,
+                "data_transfers": self.data_transfers}  # fmt: skip
 
 
 def order(engines: int, rounds: int) -> list[int]:
@@ -60,6 +66,7 @@ def retime(
     warmup_ms: int = 200,
     iterations: int = 10,
     duration: float = 3.0,
+    data_transfers: bool = False,
     accept_new_host_key: bool = False,
     cache_dir: Optional[Path] = None,
     progress: ProgressFn = no_progress,
@@ -74,6 +81,7 @@ def retime(
         raise ValueError("rounds must be >= 1")
     t = target.timeouts
     dla = [f"--useDLACore={target.build.dla_core}"] if target.build.dla_core is not None else []
+    copies = [] if data_transfers else ["--noDataTransfers"]
     times: list[list[float]] = [[] for _ in engines]
     with target_runner(target, accept_new_host_key) as runner:
         cache = target.remote_path("cache")
@@ -83,7 +91,7 @@ def retime(
         for n, i in enumerate(plan):
             progress("re-timing", n, len(plan))
             args = (f"--loadEngine={remote[i]}", f"--warmUp={warmup_ms}", f"--iterations={iterations}",
-                    f"--duration={duration:g}", *dla, f"--timeout={t.profile:g}")  # fmt: skip
+                    f"--duration={duration:g}", *dla, *copies, f"--timeout={t.profile:g}")  # fmt: skip
             reply = call_agent(runner, target, agent, "profile", *args, timeout=t.profile + 60)
             if not reply.get("ok"):
                 raise agent_failed("profile", reply, target, runner.destination)
@@ -93,4 +101,4 @@ def retime(
                                   "see the target's trtexec output")  # fmt: skip
             times[i].append(float(qps))
         progress("re-timing", len(plan), len(plan))
-    return Paired(tuple(name for name, _ in engines), tuple(tuple(q) for q in times))
+    return Paired(tuple(name for name, _ in engines), tuple(tuple(q) for q in times), data_transfers)

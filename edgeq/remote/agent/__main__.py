@@ -93,6 +93,11 @@ def make_parser():
     profile.add_argument("--iterations", type=int, default=10, help="at least N timed iterations")
     profile.add_argument("--duration", type=float, default=3.0, help="at least S seconds of timing")
     profile.add_argument("--useDLACore", type=int)
+    profile.add_argument(
+        "--noDataTransfers",
+        action="store_true",
+        help="time the engine without host<->device copies (the Python backend never copies)",
+    )
     return p
 
 

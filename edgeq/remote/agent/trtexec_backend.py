@@ -95,13 +95,22 @@ def inspect_argv(trtexec, engine, layers_out, dla_core=None):
 
 
 def profile_argv(
-    trtexec, engine, profile_out, warmup_ms=200, iterations=10, duration_s=3, dla_core=None, times_out=None
+    trtexec,
+    engine,
+    profile_out,
+    warmup_ms=200,
+    iterations=10,
+    duration_s=3,
+    dla_core=None,
+    times_out=None,
+    no_data_transfers=False,
 ):
     """trtexec argv that times an engine: end-to-end latency in one run, per-layer times in a second
     (none without ``profile_out``: a re-timing needs only the first).
 
     ``--separateProfileRun`` keeps the per-layer profiler out of the latency run (the profiler
-    synchronises after every layer and would inflate the latency figures).
+    synchronises after every layer and would inflate the latency figures). ``no_data_transfers``
+    (``--noDataTransfers``): the engine alone, without the host<->device copies of its bindings.
     """
     if iterations is not None and int(iterations) < 1:
         raise ValueError("iterations must be >= 1")
@@ -113,6 +122,8 @@ def profile_argv(
         "--iterations=%d" % int(iterations),
         "--duration=%g" % float(duration_s),
     ]
+    if no_data_transfers:
+        argv.append("--noDataTransfers")
     if profile_out:
         argv += ["--separateProfileRun", "--exportProfile=" + profile_out]
     if times_out:
@@ -316,6 +327,7 @@ def profile(args, log):
         iterations=args.iterations,
         duration_s=args.duration,
         dla_core=args.useDLACore,
+        no_data_transfers=args.noDataTransfers,
     )
     lines, elapsed, _ = _run(argv, log, args.timeout, "profile")
     if args.exportProfile:
