@@ -26,7 +26,7 @@ MODELS = {
     "yolob8": ("yolo_like", {"batch": 8, "size": 640, "width": 64}),
 }
 # --min-cosine per model unless given: random weights and inputs put the YOLO-like net's INT8 output at
-# cosine 0.978 against FP32 already at the rules' placement (H100 run, tests/fixtures/trt86-h100-tune),
+# cosine 0.978 against FP32 already at the rules' placement (H100 runs, tests/fixtures/trt86-h100-tune),
 # so 0.99 would refuse every candidate; the bound is set under that, not fitted to a result.
 MIN_COSINE = {"r50b8": "0.99", "r50b64": "0.99", "yolob8": "0.97"}
 TACTICS = ["-CUBLAS", "-CUBLAS_LT", "-CUDNN"]  # the fixtures' tactic sources (fixtures README)

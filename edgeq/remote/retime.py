@@ -3,7 +3,7 @@
 One trtexec timing of an engine moves by a few percent from process to process on the same GPU: the
 explicit and implicit engines of tests/fixtures/trt86-h100-placed have the same layers and precisions,
 yet their single timings differ by 0.99x-1.03x, and edgeq tune's R50 b8 record
-(tests/fixtures/trt86-h100-tune/r50b8.tune.json) saw 2032-2139 qps for engines of one design. A search
+(tests/fixtures/trt86-h100-tune/single/r50b8.tune.json) saw 2032-2139 qps for engines of one design. A search
 that keeps whatever timed faster once follows that noise. Timed in alternation (A B, B A, A B ...) in
 one session, each round's ratio sees the same clocks and temperature, and the median over the rounds
 is a figure a decision can rest on. Only the latency run: no per-layer profile (``--exportProfile``
