@@ -524,9 +524,6 @@ def _unfit_opset(current: int, target: int, blocked: dict[str, str]) -> Unfit:
     )
 
 
-_HALF_TYPES = ("FLOAT16", "BFLOAT16")
-
-
 def qdq_float32(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.ModelProto, list[Change]]:
     """Make float16/bfloat16 Q/DQ float32 below opset 19, where Q/DQ are defined on float32 only.
 
@@ -540,11 +537,11 @@ def qdq_float32(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.Mod
     import onnx
     from onnx import helper, numpy_helper
 
-    from edgeq.graph.io import opset_of
+    from edgeq.graph.io import half_types, opset_of
 
     if opset_of(model) >= 19:
         return model, []
-    half = {int(getattr(onnx.TensorProto, t)) for t in _HALF_TYPES}
+    half = half_types()
     g = model.graph
     types = _known_types(model)
     inits = {t.name: t for t in g.initializer}
