@@ -16,17 +16,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import EdgeqError, GraphError, QuantError
 from edgeq.findings import Level, ProgressFn, no_progress
 from edgeq.fs import atomic_write_text
 from edgeq.remote.protocol import (
-    EventFn,
     build_args,
     check_expectations,
     probe_facts,
 )
+from edgeq.remote.runner import EventFn, Runner
 from edgeq.remote.targets import Target
 from edgeq.rundir import (
     STAGES,
@@ -47,30 +47,8 @@ HOST_STAGES = STAGES[:3]
 
 
 # --------------------------------------------------------------------------------------------------
-# The runner seam
+# Runners (the ``Runner`` protocol itself: edgeq.remote.runner)
 # --------------------------------------------------------------------------------------------------
-
-
-class Runner(Protocol):
-    """What the target-side stages need from a machine: put a file, run an argv, get a file."""
-
-    destination: str
-
-    def put(self, local: Path, remote_dir: str, *, progress: ProgressFn = no_progress) -> Any:
-        """Upload into a content-addressed cache under ``remote_dir``; returns an ``Upload``."""
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: Optional[float] = None,
-        check: bool = True,
-        on_stderr: Optional[EventFn] = None,
-    ) -> Any:
-        """Run ``argv`` (never through a shell parser); returns a ``CommandResult``."""
-
-    def get(self, remote: str, local: Path) -> None:
-        """Download ``remote`` to ``local``."""
 
 
 class SSHRunner:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import atomic_write_text, ensure_dir
-from edgeq.remote.protocol import EventFn, agent_failed, call_agent
+from edgeq.remote.protocol import agent_failed, call_agent
+from edgeq.remote.runner import EventFn, Runner
 
 if TYPE_CHECKING:
-    from edgeq.pipeline import Runner
     from edgeq.remote.targets import Target
 
 STAGES = ("clean", "quantize", "lint", "upload", "probe", "build", "inspect", "profile", "report", "gate")

@@ -344,6 +344,29 @@ def test_qdq_to_int8_activation_pairs(zp: int, exact: bool) -> None:
         assert [(x.rule, x.level, x.nodes) for x in f] == [("qdq_to_int8", Level.ERROR, ("x_Q", "x_DQ"))]
 
 
+def test_uint8_pair_matching_of_qdq_to_int8_and_torch_qint8_pairs() -> None:
+    """Both uint8 matchers: qdq_to_int8 takes Q -> DQ only; torch_qint8_pairs also sees through
+    PyTorch's Cast(to=UINT8), and by default keeps only pairs with that Cast (the exporter's mark)."""
+    n1, i1, d1 = qdq_act("x", 0.05, 128, np.uint8, cast_to=TensorProto.UINT8, tag="c128")
+    n2, i2, d2 = qdq_act("x", 0.05, 0, np.uint8, cast_to=TensorProto.UINT8, tag="c0")
+    n3, i3, d3 = qdq_act("x", 0.05, 0, np.uint8, tag="p0")
+    m = model(
+        [*n1, *n2, *n3, helper.make_node("Sum", [d1, d2, d3], ["y"], name="sum")],
+        [vi("x", [1, 16])],
+        [vi("y", [1, 16])],
+        [*i1, *i2, *i3],
+    )
+    assert apply(passes.qdq_to_int8, m)[1] == []  # a Cast between Q and DQ: not a pair for it
+
+    def names(exporter_cast: bool) -> list[tuple[str, list[str]]]:
+        graph = graph_from_model(infer_shapes(m))
+        pairs = passes.torch_qint8_pairs(graph, exporter_cast=exporter_cast)
+        return [(q.name, [r.name for r in rs]) for q, rs in pairs]
+
+    assert names(True) == [("c0_Q", ["c0_Cast", "c0_DQ"])]
+    assert names(False) == [("c0_Q", ["c0_Cast", "c0_DQ"]), ("p0_Q", ["p0_DQ"])]
+
+
 def test_qdq_to_int8_rebases_constant_weights_when_exact() -> None:
     rng = np.random.default_rng(3)
     w_ok = rng.integers(0, 200, size=(4, 3, 1, 1)).astype(np.uint8)  # w - 70 fits int8

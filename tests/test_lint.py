@@ -690,6 +690,28 @@ def test_pattern_helpers_walk_through_qdq_pairs():
     assert P.qparams(nodes["a_Q"]).per_tensor
 
 
+def test_upstream_dq_and_concat_behind_walk_the_same_data_movement():
+    """Both look back through scale-preserving ops only: the walk stops at a Concat, a DQ or anything else."""
+    from edgeq.graph import fusion
+    from edgeq.graph import patterns as P
+    from edgeq.graph.io import graph_from_model
+
+    g = G()
+    cat = g.op("Concat", "cat", [g.qdq(g.op("Relu", "a", ["x"]), "qa"), "x"], axis=1)
+    pooled = g.op("Transpose", "t", [g.op("MaxPool", "pool", [cat], kernel_shape=[1, 1])], perm=[0, 1, 3, 2])
+    requant = g.op("Reshape", "r", [g.qdq(pooled, "qc"), g.const("shape", np.array([1, -1], np.int64))])
+    graph = graph_from_model(g.model([requant, g.op("Relu", "relu", [pooled])]))
+    n = {node.name: node for node in graph.nodes}
+    moved, requant, relu = (n[k].outputs[0] for k in ("t", "r", "relu"))
+
+    assert P.scale_source(moved) is n["cat"] and fusion.concat_behind(moved) is n["cat"]
+    assert P.upstream_dq(moved) is None  # a Concat, not a DQ, behind the data movement
+    assert P.scale_source(requant) is n["qc_DQ"] and P.upstream_dq(requant) is n["qc_DQ"]
+    assert fusion.concat_behind(requant) is None  # a Q/DQ pair on the way
+    assert P.scale_source(relu) is n["relu"] and fusion.concat_behind(relu) is None
+    assert P.scale_source(graph.inputs[0]) is None and P.upstream_dq(graph.inputs[0]) is None
+
+
 def test_qparams_without_zero_point_is_uint8_as_onnx_says():
     from edgeq.graph import patterns as P
     from edgeq.graph.io import graph_from_model

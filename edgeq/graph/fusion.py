@@ -29,6 +29,7 @@ from edgeq.graph.patterns import (
     is_standard,
     preserves_scale,
     producer,
+    scale_source,
     silu_input,
     skip_qdq_down,
     skip_qdq_up,
@@ -312,17 +313,8 @@ def act_before_pool(pool: gs.Node) -> tuple[gs.Node, gs.Tensor, gs.Node] | None:
 def concat_behind(tensor: gs.Tensor) -> gs.Node | None:
     """concat-dq-not-forwarded: the Concat whose output reaches ``tensor`` through data-movement ops
     only (no Q/DQ pair on the way); None otherwise. The tensor a weighted op reads is what to pass."""
-    seen: set[int] = set()
-    while True:
-        p = producer(tensor)
-        if p is None or id(p) in seen or is_dequantize(p):
-            return None
-        seen.add(id(p))
-        if is_op(p, "Concat"):
-            return p
-        if not preserves_scale(p) or not p.inputs:
-            return None
-        tensor = p.inputs[0]
+    p = scale_source(tensor)
+    return p if is_op(p, "Concat") else None
 
 
 def averaging_tail(pool: gs.Node) -> gs.Node | None:

@@ -349,3 +349,12 @@ def default_output(path: str | os.PathLike[str], suffix: str) -> Path:
 
 def opset_of(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def half_types() -> frozenset[int]:
+    """ONNX's half-precision element types (float16, bfloat16), one set for clean (Q/DQ take them from
+    opset 19 only), quantize (which refuses them) and verify (which widens them: onnxruntime's CPU
+    provider runs them in float32). A function, so onnx is imported only when asked."""
+    import onnx
+
+    return frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})

@@ -524,9 +524,6 @@ def _unfit_opset(current: int, target: int, blocked: dict[str, str]) -> Unfit:
     )
 
 
-_HALF_TYPES = ("FLOAT16", "BFLOAT16")
-
-
 def qdq_float32(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.ModelProto, list[Change]]:
     """Make float16/bfloat16 Q/DQ float32 below opset 19, where Q/DQ are defined on float32 only.
 
@@ -540,11 +537,11 @@ def qdq_float32(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.Mod
     import onnx
     from onnx import helper, numpy_helper
 
-    from edgeq.graph.io import opset_of
+    from edgeq.graph.io import half_types, opset_of
 
     if opset_of(model) >= 19:
         return model, []
-    half = {int(getattr(onnx.TensorProto, t)) for t in _HALF_TYPES}
+    half = half_types()
     g = model.graph
     types = _known_types(model)
     inits = {t.name: t for t in g.initializer}
@@ -754,6 +751,42 @@ def remove_noops(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     return [Change("remove_noops", f"removed {len(v)} {k}", tuple(v)) for k, v in removed.items()]
 
 
+def _uint8_pairs(
+    graph: gs.Graph, zero_point: int, *, through_cast: bool
+) -> list[tuple[gs.Node, list[gs.Node], list[gs.Node]]]:
+    """``(q, casts, dqs)``: each QuantizeLinear with a given uint8 zero-point of all ``zero_point`` whose
+    readers are all DequantizeLinear with such a zero-point (an absent one reads as 0), none a graph output.
+
+    ``through_cast``: a reader ``Cast(to=UINT8)`` (PyTorch's exporter writes one) is looked through, its
+    DQs taken as the pair's. One matcher, so ``qdq_to_int8`` and ``qdq_torch_qint8`` agree on what a uint8
+    Q/DQ pair is.
+    """
+    import numpy as np
+    import onnx
+
+    def fits(zp: np.ndarray | None) -> bool:
+        return zp is not None and zp.dtype == np.uint8 and bool(np.all(zp == zero_point))
+
+    out = []
+    for q in graph.nodes:
+        if q.op != "QuantizeLinear" or not q.outputs or _opt_input(q, 2) is None or not fits(_zp_values(q)):
+            continue
+        qout = q.outputs[0]
+        casts: list[gs.Node] = []
+        dqs: list[gs.Node] = []
+        ok = qout not in graph.outputs and bool(qout.outputs)
+        for r in qout.outputs:
+            if through_cast and r.op == "Cast" and r.attrs.get("to") == onnx.TensorProto.UINT8 and r.outputs:
+                casts.append(r)
+                dqs.extend(r.outputs[0].outputs)
+                ok = ok and bool(r.outputs[0].outputs) and r.outputs[0] not in graph.outputs
+            else:
+                dqs.append(r)
+        if ok and all(d.op == "DequantizeLinear" and fits(_zp_values(d)) for d in dqs):
+            out.append((q, casts, dqs))
+    return out
+
+
 def torch_qint8_pairs(graph: gs.Graph, *, exporter_cast: bool = True) -> list[tuple[gs.Node, list[gs.Node]]]:
     """QuantizeLinear nodes with a uint8 zero-point of all zeros whose readers are all DequantizeLinear
     with the same zero-point, directly or through a ``Cast(to=UINT8)``; with each, those Casts and DQs.
@@ -763,33 +796,8 @@ def torch_qint8_pairs(graph: gs.Graph, *, exporter_cast: bool = True) -> list[tu
     value to 0, so the file does not compute what PyTorch did. ``exporter_cast`` keeps only pairs with
     that Cast, the exporter's mark (a uint8 zero-point 0 without it may be a real quint8 tensor).
     """
-    import numpy as np
-    import onnx
-
-    out = []
-    for q in graph.nodes:
-        if q.op != "QuantizeLinear" or not q.outputs:
-            continue
-        zq = _zp_values(q)
-        if zq is None or zq.dtype != np.uint8 or np.any(zq) or _opt_input(q, 2) is None:
-            continue
-        qout = q.outputs[0]
-        readers: list[gs.Node] = []
-        dqs: list[gs.Node] = []
-        ok = qout not in graph.outputs and bool(qout.outputs)
-        for r in qout.outputs:
-            if r.op == "Cast" and r.attrs.get("to") == onnx.TensorProto.UINT8 and r.outputs:
-                readers.append(r)
-                dqs.extend(r.outputs[0].outputs)
-                ok = ok and bool(r.outputs[0].outputs) and r.outputs[0] not in graph.outputs
-            else:
-                dqs.append(r)
-        ok = ok and all(d.op == "DequantizeLinear" for d in dqs)
-        zs = [_zp_values(d) for d in dqs]
-        ok = ok and all(z is not None and z.dtype == np.uint8 and not np.any(z) for z in zs)
-        if ok and (readers or not exporter_cast):
-            out.append((q, readers + dqs))
-    return out
+    pairs = _uint8_pairs(graph, 0, through_cast=True)
+    return [(q, casts + dqs) for q, casts, dqs in pairs if casts or not exporter_cast]
 
 
 def torch_qint8_nodes(graph: gs.Graph, label: Callable[[gs.Node], str] = node_name) -> set[str]:
@@ -920,25 +928,16 @@ def qdq_to_int8(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     converted_weights: list[str] = []
     zps: dict[int, gs.Constant] = {}
     rebased: dict[tuple[int, int], gs.Constant] = {}
-    for q in list(graph.nodes):
-        if q.op != "QuantizeLinear" or not q.outputs:
-            continue
-        zq = _zp_values(q)
-        if zq is None or zq.dtype != np.uint8 or not np.all(zq == 128):
-            continue
-        qout = q.outputs[0]
-        dqs = list(qout.outputs)
-        if qout in graph.outputs or not dqs or any(d.op != "DequantizeLinear" for d in dqs):
-            continue
-        dzs = [dz for dz in (_zp_values(d) for d in dqs) if dz is not None]
-        if len(dzs) != len(dqs) or any(dz.dtype != np.uint8 or not np.all(dz == 128) for dz in dzs):
-            continue
+    for q, _, dqs in _uint8_pairs(graph, 128, through_cast=False):
+        zq, dzs = _zp_values(q), [_zp_values(d) for d in dqs]
+        assert zq is not None  # _uint8_pairs checked every zero-point
         if any(d.attrs.get("axis", 1) != q.attrs.get("axis", 1) and zq.size > 1 for d in dqs):
             continue
         _set_zp(q, _new_zp(zps, q, zq.shape))
         for d, dz in zip(dqs, dzs):
+            assert dz is not None
             _set_zp(d, _new_zp(zps, d, dz.shape))
-        qout.dtype = np.int8
+        q.outputs[0].dtype = np.int8
         converted_pairs.append(node_name(q))
         converted_pairs.extend(node_name(d) for d in dqs)
 

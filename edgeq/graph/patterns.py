@@ -335,19 +335,28 @@ def preserves_scale(node: gs.Node) -> bool:
     return True
 
 
-def upstream_dq(tensor: gs.Tensor) -> gs.Node | None:
-    """The activation DQ whose scale ``tensor`` carries, looking back through scale-preserving ops."""
+def scale_source(tensor: gs.Tensor) -> gs.Node | None:
+    """The first producer behind ``tensor`` that is not scale-preserving, looking back through the
+    scale-preserving ops on the way (their first input); None at a graph input or initializer, a cycle,
+    or a scale-preserving op without inputs. One walk, so ``upstream_dq`` and ``fusion.concat_behind``
+    agree on what data movement a scale crosses."""
     seen: set[int] = set()
     while True:
         p = producer(tensor)
         if p is None or id(p) in seen:
             return None
         seen.add(id(p))
-        if is_dequantize(p):
-            return None if is_constant(p.inputs[0]) else p
-        if not preserves_scale(p) or not p.inputs:
+        if not preserves_scale(p):
+            return p
+        if not p.inputs:
             return None
         tensor = p.inputs[0]
+
+
+def upstream_dq(tensor: gs.Tensor) -> gs.Node | None:
+    """The activation DQ whose scale ``tensor`` carries, looking back through scale-preserving ops."""
+    p = scale_source(tensor)
+    return p if is_dequantize(p) and not is_constant(p.inputs[0]) else None
 
 
 def same_scale(a: np.ndarray | None, b: np.ndarray | None) -> bool:

@@ -258,13 +258,10 @@ def compare_models(
     )
 
 
-_HALF = ("FLOAT16", "BFLOAT16")
-
-
 def _has_half(model: onnx.ModelProto) -> bool:
-    import onnx
+    from edgeq.graph.io import half_types
 
-    half = {getattr(onnx.TensorProto, t) for t in _HALF}
+    half = half_types()
     g = model.graph
     return any(v.type.tensor_type.elem_type in half for v in list(g.input) + list(g.output)) or any(
         t.data_type in half for t in g.initializer
@@ -280,7 +277,9 @@ def widened_to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
     import onnx
     from onnx import numpy_helper
 
-    half = {getattr(onnx.TensorProto, t) for t in _HALF}
+    from edgeq.graph.io import half_types
+
+    half = half_types()
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph

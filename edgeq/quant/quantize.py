@@ -131,7 +131,7 @@ def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
                   ) -> tuple[onnx.ModelProto, tuple[str, ...], tuple[Finding, ...]]:
     """Clean (no verify), refuse an already-quantized model, raise opset to 13, name nodes, infer shapes."""
     from edgeq.graph.clean import clean_model
-    from edgeq.graph.io import infer_shapes, opset_of
+    from edgeq.graph.io import half_types, infer_shapes, opset_of
     from edgeq.graph.passes import CleanOptions
     from edgeq.quant.placement import ensure_node_names
 
@@ -143,9 +143,7 @@ def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
             hint="edgeq quantize takes a float model; use 'edgeq clean' and 'edgeq lint' on Q/DQ models")
     # Q/DQ of float16 needs opset 19 and 8.6's scales are float32: an FP16 export would calibrate, then
     # fail in onnxruntime with an opaque type error. TensorRT picks FP16 itself (--fp16).
-    from onnx import TensorProto
-
-    halfs = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+    halfs = half_types()
     half = [t.name for t in model.graph.initializer if t.data_type in halfs] + [
         i.name for i in model.graph.input if i.type.tensor_type.elem_type in halfs]
     if half:

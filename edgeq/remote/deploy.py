@@ -38,7 +38,6 @@ from edgeq.pipeline import (
 )
 from edgeq.remote.protocol import (
     AGENT_PROTOCOL,
-    EventFn,
     agent_argv,
     agent_cache_dir,
     agent_failed,
@@ -48,6 +47,7 @@ from edgeq.remote.protocol import (
     parse_agent_reply,
     probe_facts,
 )
+from edgeq.remote.runner import EventFn
 from edgeq.remote.targets import Target
 from edgeq.rundir import STAGES, RunLog, StageRecord, _no_event, new_run_dir
 

@@ -13,13 +13,11 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgeq.errors import RemoteError
 from edgeq.fs import atomic_path
-
-if TYPE_CHECKING:
-    from edgeq.remote.ssh import SSHConfig
+from edgeq.remote.sshconfig import SSHConfig
 
 log = logging.getLogger(__name__)
 

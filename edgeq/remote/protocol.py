@@ -10,16 +10,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Optional
 
 from edgeq.errors import RemoteError
 from edgeq.remote.agent import PROTOCOL as AGENT_PROTOCOL  # the envelope version shipped with this host
+from edgeq.remote.runner import EventFn, Runner
 from edgeq.remote.targets import Target, version_matches
-
-if TYPE_CHECKING:
-    from edgeq.pipeline import Runner
-
-EventFn = Callable[[str], None]
 
 
 def agent_argv(target: Target, agent_path: str, command: str, *args: str) -> list[str]:

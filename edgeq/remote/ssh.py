@@ -20,9 +20,8 @@ import os
 import posixpath
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, TypeVar
 
 from edgeq.errors import RemoteError
 from edgeq.fs import atomic_path
@@ -33,6 +32,7 @@ from edgeq.remote.hostkeys import (
     fingerprint,
     known_host_lines,
 )
+from edgeq.remote.sshconfig import SSHConfig
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -58,39 +58,7 @@ class ConnectionDropped(ConnectionFailed):
     """An established connection went away mid-operation (retried for idempotent operations)."""
 
 
-# -- values ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SSHConfig:
-    """How to reach one target. ``known_hosts`` defaults to ``~/.ssh/known_hosts``."""
-
-    host: str
-    port: int = 22
-    user: Optional[str] = None
-    identity_file: Optional[str] = None
-    known_hosts: Optional[str] = None
-    accept_new_host_key: bool = False
-    use_agent: bool = True
-    jump: Optional[SSHConfig] = None
-    connect_timeout: float = 10.0
-    command_timeout: Optional[float] = None
-    retries: int = 3
-    backoff: float = 1.0
-
-    @property
-    def destination(self) -> str:
-        user = f"{self.user}@" if self.user else ""
-        return f"{user}{self.host}:{self.port}"
-
-    @property
-    def known_hosts_path(self) -> Path:
-        return Path(os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"))
-
-    @property
-    def known_hosts_name(self) -> str:
-        """The name OpenSSH files the key under: ``host`` on port 22, else ``[host]:port``."""
-        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
-
-
+# -- the link (SSHConfig, the value it connects by: edgeq.remote.sshconfig) -----------------------------
 def _quiet_paramiko() -> Any:
     import paramiko
 

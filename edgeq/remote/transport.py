@@ -30,8 +30,8 @@ from edgeq.remote.ssh import (
     AuthenticationFailed,
     ConnectionDropped,
     ConnectionFailed,
-    SSHConfig,
 )
+from edgeq.remote.sshconfig import SSHConfig
 from edgeq.remote.upload import (
     QUICK_KEY_SPAN,
     READ_CHUNK,

@@ -1,0 +1,45 @@
+"""How to reach one target over SSH: ``SSHConfig``, a plain value.
+
+A module of its own because both layers of the connection read it: ``ssh`` connects with it and
+``hostkeys`` checks and records the target's key by it. Defined in ``ssh``, it made ``hostkeys`` import
+``ssh`` back for the type, a cycle only ``TYPE_CHECKING`` hid. No paramiko here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class SSHConfig:
+    """How to reach one target. ``known_hosts`` defaults to ``~/.ssh/known_hosts``."""
+
+    host: str
+    port: int = 22
+    user: Optional[str] = None
+    identity_file: Optional[str] = None
+    known_hosts: Optional[str] = None
+    accept_new_host_key: bool = False
+    use_agent: bool = True
+    jump: Optional[SSHConfig] = None
+    connect_timeout: float = 10.0
+    command_timeout: Optional[float] = None
+    retries: int = 3
+    backoff: float = 1.0
+
+    @property
+    def destination(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        return f"{user}{self.host}:{self.port}"
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return Path(os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"))
+
+    @property
+    def known_hosts_name(self) -> str:
+        """The name OpenSSH files the key under: ``host`` on port 22, else ``[host]:port``."""
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
