@@ -864,8 +864,6 @@ def _ratio_cell(value: Optional[float], good_above: bool) -> str:
 
 
 def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
-    from edgeq.report.compare import engine_stats
-
     t = Table(title="engines (the first is the baseline)", expand=False)
     cols = ("engine", "mode", "layers", "compute", "reformats", "copies", "ms (sum)", "qps", "thr.", "lat.")
     for col in cols:
@@ -877,7 +875,7 @@ def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
             t.add_row(_visible(e.name), "[bold red]build failed[/]", *[""] * 8)
             failed.append(e)
             continue
-        s = engine_stats(e.report)
+        s = e.stats
         comp = ", ".join(f"{n} {_precision_cell(p)}" for p, n in sorted(s.precisions.items()))
         d = diffs.get(e.name)
         t.add_row(
