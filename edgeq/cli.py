@@ -706,7 +706,7 @@ def deploy_cmd(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the stages, timings and verdict as JSON."),
 ) -> int:
-    from edgeq.pipeline import QuantizeSpec
+    from edgeq.pipeline import ProfileSettings, QuantizeSpec
     from edgeq.pipeline_run import load_pipeline
     from edgeq.remote.deploy import DeployOptions, deploy
     from edgeq.remote.targets import resolve_target
@@ -721,7 +721,8 @@ def deploy_cmd(
                         overrides=overrides, preprocess=preprocess)  # fmt: skip
     options = DeployOptions(
         calib=calib, accept_new_host_key=accept_new_host_key, gate=deploy_gate, gate_allow=allow,
-        runs_dir=runs_dir, fp16=fp16, iterations=iterations, duration=duration, quantize=spec,
+        runs_dir=runs_dir, quantize=spec,
+        profile=ProfileSettings(fp16=fp16, iterations=iterations, duration=duration),
     )  # fmt: skip
 
     def event(line: str) -> None:

@@ -271,6 +271,8 @@ class RunReport:
 
 @dataclass(frozen=True)
 class ProfileSettings:
+    """How a target builds (FP16 fallback) and times an engine: one value for deploy, fleet and run."""
+
     fp16: Optional[bool] = None  # None: the target's build.fp16
     iterations: int = 10  # trtexec --iterations
     duration: float = 3.0  # trtexec --duration
