@@ -23,7 +23,9 @@ from edgeq.findings import Level, ProgressFn, no_progress
 from edgeq.fs import atomic_write_text
 from edgeq.remote.protocol import (
     EventFn,
+    agent_failed,
     build_args,
+    call_agent,
     check_expectations,
     probe_facts,
 )
@@ -418,6 +420,19 @@ def ship(
     return runner.put(agent_pyz.path, cache, progress=progress), runner.put(
         model_file, cache, progress=progress
     )
+
+
+def direct_agent(runner: Runner, target: Target, agent_remote: str) -> AgentFn:
+    """The agent called outside a run directory (``targets check``): nothing recorded, no logs to name;
+    a run's stages call it through ``Recorder.agent`` instead."""
+
+    def call(command: str, *args: str, timeout: float) -> dict[str, Any]:
+        reply = call_agent(runner, target, agent_remote, command, *args, timeout=timeout)
+        if not reply.get("ok"):
+            raise agent_failed(command, reply, target, runner.destination)
+        return reply.get("result") or {}
+
+    return call
 
 
 def probe(agent: AgentFn, target: Target) -> Probe:

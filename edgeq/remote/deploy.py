@@ -30,10 +30,12 @@ from edgeq.pipeline import (
     RunReport,
     check_quantize_spec,
     conclude,
+    direct_agent,
     finish_run,
     on_target,
     policy_for,
     prepare,
+    probe,
     target_runner,
 )
 from edgeq.remote.protocol import (
@@ -41,12 +43,10 @@ from edgeq.remote.protocol import (
     EventFn,
     agent_argv,
     agent_cache_dir,
-    agent_failed,
     build_args,
     call_agent,
     check_expectations,
     parse_agent_reply,
-    probe_facts,
 )
 from edgeq.remote.targets import Target
 from edgeq.rundir import STAGES, RunLog, StageRecord, _no_event, new_run_dir
@@ -151,11 +151,7 @@ def check_target(
     with target_runner(target, accept_new_host_key) as runner:
         bundle = build_agent(cache_dir or agent_cache_dir())
         up = runner.put(bundle.path, target.remote_path("cache"), progress=progress)
-        reply = call_agent(runner, target, up.remote_path, "probe", timeout=target.timeouts.command)
-        if not reply.get("ok"):
-            raise agent_failed("probe", reply, target, runner.destination)
-        facts = reply.get("result") or {}
-        check_expectations(target, *probe_facts(facts))
+        facts = probe(direct_agent(runner, target, up.remote_path), target).facts
         facts["agent"] = {
             "version": bundle.version,
             "remote_path": up.remote_path,
