@@ -29,7 +29,6 @@ from edgeq.findings import ProgressFn, no_progress
 from edgeq.fleet_file import Fleet
 from edgeq.fs import sha256_file
 from edgeq.pipeline import (
-    HOST_STAGES,
     KindEngines,
     Prepared,
     ProfileSettings,
@@ -40,7 +39,7 @@ from edgeq.pipeline import (
     model_stem,
     on_target,
     policy_for,
-    prepare,
+    prepare_host,
     target_runner,
     write_json,
 )
@@ -202,11 +201,7 @@ def validate(
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip
-    host_dir = fleet_dir / "host"
-    host_dir.mkdir()
-    host = Recorder(host_dir, progress=progress, stages=HOST_STAGES, task="prepare")
-    with host.finishing():
-        prepared = prepare(model, host, options.quantize)
+    prepared = prepare_host(model, fleet_dir / "host", options.quantize, progress)
     return validate_prepared(model, prepared, fleet, fleet_dir, options, on_row=on_row, created=stamp)
 
 

@@ -407,6 +407,16 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Option
     return Prepared(model, model_file, qdq, cache, records, implicit)
 
 
+def prepare_host(model_path: Path, host_dir: Path, spec: QuantizeSpec,
+                 progress: ProgressFn = no_progress) -> Prepared:
+    """``prepare`` once into a new ``host_dir`` with its own records, for a fleet's targets to share
+    (``fleet validate``, ``edgeq run`` and the fleet bench alike)."""
+    Path(host_dir).mkdir()
+    rec = Recorder(Path(host_dir), progress=progress, stages=HOST_STAGES, task="prepare")
+    with rec.finishing():
+        return prepare(model_path, rec, spec)
+
+
 # --------------------------------------------------------------------------------------------------
 # Target stages (over a Runner)
 # --------------------------------------------------------------------------------------------------

@@ -40,10 +40,9 @@ from edgeq.pipeline import (
     Prepared,
     ProfileSettings,
     QuantizeSpec,
-    Recorder,
     StageRecord,
     has_qdq,
-    prepare,
+    prepare_host,
     write_json,
 )
 from edgeq.remote.targets import GateConfig, gate_from_dict
@@ -342,11 +341,8 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         state.forget("prepare", "targets", "release")
         host = work / "host"
         shutil.rmtree(host, ignore_errors=True)
-        host.mkdir()
-        rec = Recorder(host, progress=progress, stages=HOST_STAGES, task="prepare")
         try:
-            with rec.finishing():
-                prepared = prepare(model_path, rec, spec.quantize)
+            prepared = prepare_host(model_path, host, spec.quantize, progress)
         except Exception:
             outcome("prepare", "failed", f"stage log: {host / 'stages.json'}")
             raise
