@@ -220,8 +220,10 @@ def validate_prepared(
     *,
     on_row: RowFn = _no_row,
     created: Optional[_dt.datetime] = None,
+    source_sha256: Optional[str] = None,
 ) -> FleetResult:
-    """The targets' half of ``validate`` for a model already prepared (``pipeline.prepare``)."""
+    """The targets' half of ``validate`` for a model already prepared (``pipeline.prepare``);
+    ``source_sha256``: the model's hash when the caller has it (``edgeq run``), not read again."""
     from edgeq.remote.zipapp import build_agent
 
     stamp = created or _dt.datetime.now(_dt.timezone.utc)
@@ -244,7 +246,7 @@ def validate_prepared(
     )
     write_json(fleet_dir / "fleet.json", {
         **result.to_dict(),
-        "source_sha256": sha256_file(model),
+        "source_sha256": source_sha256 or sha256_file(model),
         "model_file": os.path.relpath(prepared.model_file, fleet_dir),  # the directory moves as one
         "cache_file": os.path.relpath(prepared.cache_file, fleet_dir) if prepared.cache_file else None,
     })  # fmt: skip

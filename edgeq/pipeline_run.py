@@ -176,10 +176,19 @@ def _digest(path: Path) -> Any:
     return sha256_file(path)
 
 
+@dataclass(frozen=True)
+class Hashed:
+    """A file hashed once already: in a key it counts as its ``Path`` would, without a second read."""
+
+    digest: Any  # what ``_digest`` returned
+
+
 def key(**inputs: Any) -> str:
     """One hash over a stage's inputs: values as JSON, files (``Path``) by content."""
 
     def norm(x: Any) -> Any:
+        if isinstance(x, Hashed):
+            return {"file": x.digest}
         if isinstance(x, Path):
             return {"file": _digest(x)}
         if isinstance(x, Mapping):
@@ -242,17 +251,19 @@ class _State:
 # --------------------------------------------------------------------------------------------------
 
 
-def _model_stage(spec: PipelineSpec, work: Path) -> tuple[Path, str]:
-    """(the model file, its stage key): a path by content, a zoo model by name, options and version."""
+def _model_stage(spec: PipelineSpec, work: Path) -> tuple[Path, str, Optional[Hashed]]:
+    """(the model file, its stage key, its hash): a path by content (hashed here, once for the whole
+    run), a zoo model by name, options and version (its file is hashed once it is built)."""
     if not spec.model.startswith("zoo:"):
         src = Path(spec.model)
-        return src, key(model=src)
+        source = Hashed(_digest(src))
+        return src, key(model=source), source
     from edgeq import zoo
 
     name = spec.model[len("zoo:"):]
     if name not in zoo.ZOO:
         raise ConfigError(f"{spec.path}: 'model': unknown zoo model '{name}'", f"one of {', '.join(zoo.ZOO)}")
-    return work / f"{name}.onnx", key(zoo=name, options=spec.model_options, edgeq=__version__)
+    return work / f"{name}.onnx", key(zoo=name, options=spec.model_options, edgeq=__version__), None
 
 
 def _build_zoo(spec: PipelineSpec, out: Path) -> None:
@@ -323,7 +334,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         on_stage(o)
 
     # model
-    model_path, k = _model_stage(spec, work)
+    model_path, k, source = _model_stage(spec, work)
     if not force and state.fresh("model", k):
         outcome("model", "skipped", f"unchanged: {model_path}")
     else:
@@ -332,9 +343,10 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         state.done("model", k, [model_path])
         outcome("model", "ran", str(model_path))
     model_key = state.data["model"]["key"]
+    source = source or Hashed(_digest(model_path))  # the one hash of the model the stages below use
 
     # prepare: clean -> quantize -> lint
-    k = key(model=model_key, model_file=model_path, quantize=vars(spec.quantize), edgeq=__version__)
+    k = key(model=model_key, model_file=source, quantize=vars(spec.quantize), edgeq=__version__)
     if not force and state.fresh("prepare", k):
         outcome("prepare", "skipped", f"unchanged: {state.data['prepare']['model_file']}")
     else:
@@ -365,7 +377,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         shutil.rmtree(work / "targets", ignore_errors=True)
         prepared = _load_prepared(work, state.data["prepare"])
         fr = validate_prepared(model_path, prepared, fleet, work, options,
-                               on_row=on_row or (lambda r: None))  # fmt: skip
+                               on_row=on_row or (lambda r: None), source_sha256=source.digest)  # fmt: skip
         result.fleet = fr
         passed = sum(r.passed for r in fr.rows)
         state.done("targets", k, [work / "fleet.json"], passed=fr.passed)
