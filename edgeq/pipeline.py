@@ -605,7 +605,9 @@ def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] 
 
     spec: dict[str, Any] = {}
     if target.gate is not None:
-        spec = {"policy": target.gate.policy, "allow": list(target.gate.allow)}
+        spec = {"allow": list(target.gate.allow)}
+        if target.gate.policy is not None:
+            spec["policy"] = target.gate.policy
         if target.gate.require_fusion is not None:
             spec["require_fusion"] = target.gate.require_fusion
     policy = policy_from_dict(spec or None, where=f"{target.path}: gate")

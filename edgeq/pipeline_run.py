@@ -65,7 +65,7 @@ PIPELINE: dict[str, config.Checker] = {
     "fleet": config.string,
     "targets": config.items,
     "build_once_per_kind": config.boolean,
-    "gate": config.mapping,  # checked by edgeq.report.policy.policy_from_dict (the gate's own schema)
+    "gate": config.mapping,  # its keys: edgeq.remote.targets.gate_from_dict, a target file's gate schema
     "profile": config.SECTION,
     "release": config.SECTION,
     "runs_dir": config.string,
@@ -87,7 +87,7 @@ class PipelineSpec:
     quantize: QuantizeSpec
     fleet: Optional[dict[str, Any]]  # a fleet file's content (targets: [...]) or {"file": path}
     build_once_per_kind: bool
-    gate: Optional[dict[str, Any]]
+    gate: Optional[GateConfig]
     profile: ProfileSettings
     release: Optional[Path]
     runs_dir: Path
@@ -116,8 +116,6 @@ def load_pipeline(path: Path) -> Pipeline:
 
 def load_spec(path: Path) -> PipelineSpec:
     """Read and check a pipeline file; every problem is one ConfigError naming the file and key."""
-    from edgeq.report.policy import policy_from_dict
-
     path = Path(path)
     data = config.require_mapping(path, config.read_yaml(path), "model: ..., target: ...")
     v = config.check_mapping(path, data, PIPELINE, sections=SECTIONS)
@@ -128,9 +126,7 @@ def load_spec(path: Path) -> PipelineSpec:
         raise ConfigError(f"{path}: give one of 'target', 'fleet', 'targets', not {' and '.join(given)}")
     if "calib" in v and "synthetic" in v:
         raise ConfigError(f"{path}: give 'calib' or 'synthetic', not both")
-    gate = v.get("gate")
-    if gate is not None:
-        policy_from_dict(gate, where=f"{path}: gate")  # its own schema, its own messages
+    gate = gate_from_dict(path, data)  # as deploy --pipeline reads it
     fleet: Optional[dict[str, Any]] = None
     if "target" in v:
         fleet = {"targets": [v["target"]]}
@@ -311,15 +307,12 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     """Run the pipeline file at ``path``; unchanged stages are skipped (``force``: run them all)."""
     from edgeq.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.fs import ensure_dir
-    from edgeq.report.policy import policy_from_dict
     from edgeq.rundir import slug
 
     spec = load_spec(path)
     fleet = None
-    # The allowlist as the policy reader reads it (one 'allow' string is one name, not its letters).
-    gate_allow = policy_from_dict(spec.gate, where=f"{path}: gate").allow if spec.gate is not None else ()
-    gate_name = (spec.gate or {}).get("policy")
-    options = FleetOptions(quantize=spec.quantize, gate=gate_name, gate_allow=gate_allow,
+    gate = spec.gate or GateConfig()  # no policy: each target's own
+    options = FleetOptions(quantize=spec.quantize, gate=gate.policy, gate_allow=gate.allow,
                            build_once_per_kind=spec.build_once_per_kind, profile=spec.profile)  # fmt: skip
     work = ensure_dir(spec.runs_dir / f"pipeline-{slug(spec.name)}")
     if spec.fleet is not None:  # usage errors (targets, gate) before any work
@@ -368,8 +361,9 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     # targets
     target_files = sorted({str(t.path) for t in fleet.targets})
     k = key(prepared=Path(state.data["prepare"]["model_file"]), targets=[Path(p) for p in target_files],
-            fleet_file=fleet.path, names=[t.name for t in fleet.targets], gate=spec.gate,
-            profile=vars(spec.profile), once=spec.build_once_per_kind)  # fmt: skip
+            fleet_file=fleet.path, names=[t.name for t in fleet.targets],
+            gate=vars(spec.gate) if spec.gate else None, profile=vars(spec.profile),
+            once=spec.build_once_per_kind)  # fmt: skip
     if not force and state.fresh("targets", k) and state.data["targets"].get("passed"):
         outcome("targets", "skipped", f"unchanged: {work / 'fleet.json'}")
     else:
