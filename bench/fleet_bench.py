@@ -31,7 +31,7 @@ from sshd import sshd_available  # noqa: E402
 
 from edgeq.fleet import FleetOptions, validate_prepared  # noqa: E402
 from edgeq.fleet_file import Fleet  # noqa: E402
-from edgeq.pipeline import HOST_STAGES, ProfileSettings, QuantizeSpec, Recorder, prepare  # noqa: E402
+from edgeq.pipeline import ProfileSettings, QuantizeSpec, prepare_host  # noqa: E402
 from edgeq.remote.targets import target_from_dict  # noqa: E402
 
 HOST_CPU: dict[int, float] = {}  # edgeq's own CPU seconds (all its threads) per fleet size, all rounds
@@ -93,10 +93,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="edgeq-fleet-bench-") as tmp:
             root = Path(tmp)
             model = qdq_model(root / "net.onnx")
-            (root / "host").mkdir()
-            rec = Recorder(root / "host", stages=HOST_STAGES)
-            with rec.finishing():
-                prepared = prepare(model, rec, QuantizeSpec())
+            prepared = prepare_host(model, root / "host", QuantizeSpec())
             allow = reformat_layer()
             one, many = [], []
             for i in range(args.rounds):  # interleaved, so machine load hits both alike

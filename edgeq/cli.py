@@ -706,7 +706,7 @@ def deploy_cmd(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the stages, timings and verdict as JSON."),
 ) -> int:
-    from edgeq.pipeline import QuantizeSpec
+    from edgeq.pipeline import ProfileSettings, QuantizeSpec
     from edgeq.pipeline_run import load_pipeline
     from edgeq.remote.deploy import DeployOptions, deploy
     from edgeq.remote.targets import resolve_target
@@ -721,7 +721,8 @@ def deploy_cmd(
                         overrides=overrides, preprocess=preprocess)  # fmt: skip
     options = DeployOptions(
         calib=calib, accept_new_host_key=accept_new_host_key, gate=deploy_gate, gate_allow=allow,
-        runs_dir=runs_dir, fp16=fp16, iterations=iterations, duration=duration, quantize=spec,
+        runs_dir=runs_dir, quantize=spec,
+        profile=ProfileSettings(fp16=fp16, iterations=iterations, duration=duration),
     )  # fmt: skip
 
     def event(line: str) -> None:
@@ -864,8 +865,6 @@ def _ratio_cell(value: Optional[float], good_above: bool) -> str:
 
 
 def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
-    from edgeq.report.compare import engine_stats
-
     t = Table(title="engines (the first is the baseline)", expand=False)
     cols = ("engine", "mode", "layers", "compute", "reformats", "copies", "ms (sum)", "qps", "thr.", "lat.")
     for col in cols:
@@ -877,7 +876,7 @@ def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
             t.add_row(_visible(e.name), "[bold red]build failed[/]", *[""] * 8)
             failed.append(e)
             continue
-        s = engine_stats(e.report)
+        s = e.stats
         comp = ", ".join(f"{n} {_precision_cell(p)}" for p, n in sorted(s.precisions.items()))
         d = diffs.get(e.name)
         t.add_row(

@@ -1,6 +1,6 @@
 """One config layer for the YAML files edgeq reads: targets, fleets, pipelines and overrides are schemas
-walked here; preprocessing specs share its unknown-key message; a ``gate:`` section is still read by
-``edgeq.report.policy.policy_from_dict`` (the gate's own module), which every file with a gate calls.
+walked here; preprocessing specs share its unknown-key message. A ``gate:`` section (target and
+pipeline files alike) has one schema, read by ``edgeq.remote.targets.gate_from_dict``.
 
 A schema is a table of keys, each with a checker that returns the value or raises ``Bad(expected)``;
 sections are nested tables. Every problem is one ``ConfigError`` naming the file, the key (dotted) and

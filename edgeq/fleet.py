@@ -29,7 +29,6 @@ from edgeq.findings import ProgressFn, no_progress
 from edgeq.fleet_file import Fleet
 from edgeq.fs import sha256_file
 from edgeq.pipeline import (
-    HOST_STAGES,
     KindEngines,
     Prepared,
     ProfileSettings,
@@ -40,7 +39,7 @@ from edgeq.pipeline import (
     model_stem,
     on_target,
     policy_for,
-    prepare,
+    prepare_host,
     target_runner,
     write_json,
 )
@@ -202,11 +201,7 @@ def validate(
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip
-    host_dir = fleet_dir / "host"
-    host_dir.mkdir()
-    host = Recorder(host_dir, progress=progress, stages=HOST_STAGES, task="prepare")
-    with host.finishing():
-        prepared = prepare(model, host, options.quantize)
+    prepared = prepare_host(model, fleet_dir / "host", options.quantize, progress)
     return validate_prepared(model, prepared, fleet, fleet_dir, options, on_row=on_row, created=stamp)
 
 
@@ -225,8 +220,10 @@ def validate_prepared(
     *,
     on_row: RowFn = _no_row,
     created: Optional[_dt.datetime] = None,
+    source_sha256: Optional[str] = None,
 ) -> FleetResult:
-    """The targets' half of ``validate`` for a model already prepared (``pipeline.prepare``)."""
+    """The targets' half of ``validate`` for a model already prepared (``pipeline.prepare``);
+    ``source_sha256``: the model's hash when the caller has it (``edgeq run``), not read again."""
     from edgeq.remote.zipapp import build_agent
 
     stamp = created or _dt.datetime.now(_dt.timezone.utc)
@@ -249,7 +246,7 @@ def validate_prepared(
     )
     write_json(fleet_dir / "fleet.json", {
         **result.to_dict(),
-        "source_sha256": sha256_file(model),
+        "source_sha256": source_sha256 or sha256_file(model),
         "model_file": os.path.relpath(prepared.model_file, fleet_dir),  # the directory moves as one
         "cache_file": os.path.relpath(prepared.cache_file, fleet_dir) if prepared.cache_file else None,
     })  # fmt: skip

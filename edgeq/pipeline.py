@@ -22,7 +22,9 @@ from edgeq.errors import EdgeqError, GraphError, QuantError
 from edgeq.findings import Level, ProgressFn, no_progress
 from edgeq.fs import atomic_write_text
 from edgeq.remote.protocol import (
+    agent_failed,
     build_args,
+    call_agent,
     check_expectations,
     probe_facts,
 )
@@ -249,6 +251,8 @@ class RunReport:
 
 @dataclass(frozen=True)
 class ProfileSettings:
+    """How a target builds (FP16 fallback) and times an engine: one value for deploy, fleet and run."""
+
     fp16: Optional[bool] = None  # None: the target's build.fp16
     iterations: int = 10  # trtexec --iterations
     duration: float = 3.0  # trtexec --duration
@@ -381,6 +385,16 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Option
     return Prepared(model, model_file, qdq, cache, records, implicit)
 
 
+def prepare_host(model_path: Path, host_dir: Path, spec: QuantizeSpec,
+                 progress: ProgressFn = no_progress) -> Prepared:
+    """``prepare`` once into a new ``host_dir`` with its own records, for a fleet's targets to share
+    (``fleet validate``, ``edgeq run`` and the fleet bench alike)."""
+    Path(host_dir).mkdir()
+    rec = Recorder(Path(host_dir), progress=progress, stages=HOST_STAGES, task="prepare")
+    with rec.finishing():
+        return prepare(model_path, rec, spec)
+
+
 # --------------------------------------------------------------------------------------------------
 # Target stages (over a Runner)
 # --------------------------------------------------------------------------------------------------
@@ -394,6 +408,19 @@ def ship(
     return runner.put(agent_pyz.path, cache, progress=progress), runner.put(
         model_file, cache, progress=progress
     )
+
+
+def direct_agent(runner: Runner, target: Target, agent_remote: str) -> AgentFn:
+    """The agent called outside a run directory (``targets check``): nothing recorded, no logs to name;
+    a run's stages call it through ``Recorder.agent`` instead."""
+
+    def call(command: str, *args: str, timeout: float) -> dict[str, Any]:
+        reply = call_agent(runner, target, agent_remote, command, *args, timeout=timeout)
+        if not reply.get("ok"):
+            raise agent_failed(command, reply, target, runner.destination)
+        return reply.get("result") or {}
+
+    return call
 
 
 def probe(agent: AgentFn, target: Target) -> Probe:
@@ -438,13 +465,23 @@ def inspect(agent: AgentFn, target: Target, engine_remote: str, layers_remote: s
 
 
 def profile(
-    agent: AgentFn, target: Target, engine_remote: str, profile_remote: str, settings: ProfileSettings
+    agent: AgentFn,
+    target: Target,
+    engine_remote: str,
+    profile_remote: Optional[str],
+    settings: ProfileSettings,
+    *,
+    data_transfers: bool = True,
 ) -> dict[str, Any]:
+    """Time an engine; with ``profile_remote`` also its per-layer times (a second run). Without the
+    bindings' host<->device copies when ``data_transfers`` is false (a re-timing: edgeq.remote.retime)."""
     t = target.timeouts
+    per_layer = [f"--exportProfile={profile_remote}"] if profile_remote else []
+    copies = [] if data_transfers else ["--noDataTransfers"]
     return agent(
-        "profile", f"--loadEngine={engine_remote}", f"--exportProfile={profile_remote}",
+        "profile", f"--loadEngine={engine_remote}", *per_layer,
         f"--warmUp={settings.warmup_ms}", f"--iterations={settings.iterations}",
-        f"--duration={settings.duration:g}", *_dla(target), f"--timeout={t.profile:g}",
+        f"--duration={settings.duration:g}", *_dla(target), *copies, f"--timeout={t.profile:g}",
         timeout=t.profile + 60,
     )  # fmt: skip
 
@@ -556,7 +593,9 @@ def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] 
 
     spec: dict[str, Any] = {}
     if target.gate is not None:
-        spec = {"policy": target.gate.policy, "allow": list(target.gate.allow)}
+        spec = {"allow": list(target.gate.allow)}
+        if target.gate.policy is not None:
+            spec["policy"] = target.gate.policy
         if target.gate.require_fusion is not None:
             spec["require_fusion"] = target.gate.require_fusion
     policy = policy_from_dict(spec or None, where=f"{target.path}: gate")

@@ -40,10 +40,9 @@ from edgeq.pipeline import (
     Prepared,
     ProfileSettings,
     QuantizeSpec,
-    Recorder,
     StageRecord,
     has_qdq,
-    prepare,
+    prepare_host,
     write_json,
 )
 from edgeq.remote.targets import GateConfig, gate_from_dict
@@ -66,7 +65,7 @@ PIPELINE: dict[str, config.Checker] = {
     "fleet": config.string,
     "targets": config.items,
     "build_once_per_kind": config.boolean,
-    "gate": config.mapping,  # checked by edgeq.report.policy.policy_from_dict (the gate's own schema)
+    "gate": config.mapping,  # its keys: edgeq.remote.targets.gate_from_dict, a target file's gate schema
     "profile": config.SECTION,
     "release": config.SECTION,
     "runs_dir": config.string,
@@ -88,7 +87,7 @@ class PipelineSpec:
     quantize: QuantizeSpec
     fleet: Optional[dict[str, Any]]  # a fleet file's content (targets: [...]) or {"file": path}
     build_once_per_kind: bool
-    gate: Optional[dict[str, Any]]
+    gate: Optional[GateConfig]
     profile: ProfileSettings
     release: Optional[Path]
     runs_dir: Path
@@ -117,8 +116,6 @@ def load_pipeline(path: Path) -> Pipeline:
 
 def load_spec(path: Path) -> PipelineSpec:
     """Read and check a pipeline file; every problem is one ConfigError naming the file and key."""
-    from edgeq.report.policy import policy_from_dict
-
     path = Path(path)
     data = config.require_mapping(path, config.read_yaml(path), "model: ..., target: ...")
     v = config.check_mapping(path, data, PIPELINE, sections=SECTIONS)
@@ -129,9 +126,7 @@ def load_spec(path: Path) -> PipelineSpec:
         raise ConfigError(f"{path}: give one of 'target', 'fleet', 'targets', not {' and '.join(given)}")
     if "calib" in v and "synthetic" in v:
         raise ConfigError(f"{path}: give 'calib' or 'synthetic', not both")
-    gate = v.get("gate")
-    if gate is not None:
-        policy_from_dict(gate, where=f"{path}: gate")  # its own schema, its own messages
+    gate = gate_from_dict(path, data)  # as deploy --pipeline reads it
     fleet: Optional[dict[str, Any]] = None
     if "target" in v:
         fleet = {"targets": [v["target"]]}
@@ -177,10 +172,19 @@ def _digest(path: Path) -> Any:
     return sha256_file(path)
 
 
+@dataclass(frozen=True)
+class Hashed:
+    """A file hashed once already: in a key it counts as its ``Path`` would, without a second read."""
+
+    digest: Any  # what ``_digest`` returned
+
+
 def key(**inputs: Any) -> str:
     """One hash over a stage's inputs: values as JSON, files (``Path``) by content."""
 
     def norm(x: Any) -> Any:
+        if isinstance(x, Hashed):
+            return {"file": x.digest}
         if isinstance(x, Path):
             return {"file": _digest(x)}
         if isinstance(x, Mapping):
@@ -243,17 +247,19 @@ class _State:
 # --------------------------------------------------------------------------------------------------
 
 
-def _model_stage(spec: PipelineSpec, work: Path) -> tuple[Path, str]:
-    """(the model file, its stage key): a path by content, a zoo model by name, options and version."""
+def _model_stage(spec: PipelineSpec, work: Path) -> tuple[Path, str, Optional[Hashed]]:
+    """(the model file, its stage key, its hash): a path by content (hashed here, once for the whole
+    run), a zoo model by name, options and version (its file is hashed once it is built)."""
     if not spec.model.startswith("zoo:"):
         src = Path(spec.model)
-        return src, key(model=src)
+        source = Hashed(_digest(src))
+        return src, key(model=source), source
     from edgeq import zoo
 
     name = spec.model[len("zoo:"):]
     if name not in zoo.ZOO:
         raise ConfigError(f"{spec.path}: 'model': unknown zoo model '{name}'", f"one of {', '.join(zoo.ZOO)}")
-    return work / f"{name}.onnx", key(zoo=name, options=spec.model_options, edgeq=__version__)
+    return work / f"{name}.onnx", key(zoo=name, options=spec.model_options, edgeq=__version__), None
 
 
 def _build_zoo(spec: PipelineSpec, out: Path) -> None:
@@ -301,15 +307,12 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     """Run the pipeline file at ``path``; unchanged stages are skipped (``force``: run them all)."""
     from edgeq.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.fs import ensure_dir
-    from edgeq.report.policy import policy_from_dict
     from edgeq.rundir import slug
 
     spec = load_spec(path)
     fleet = None
-    # The allowlist as the policy reader reads it (one 'allow' string is one name, not its letters).
-    gate_allow = policy_from_dict(spec.gate, where=f"{path}: gate").allow if spec.gate is not None else ()
-    gate_name = (spec.gate or {}).get("policy")
-    options = FleetOptions(quantize=spec.quantize, gate=gate_name, gate_allow=gate_allow,
+    gate = spec.gate or GateConfig()  # no policy: each target's own
+    options = FleetOptions(quantize=spec.quantize, gate=gate.policy, gate_allow=gate.allow,
                            build_once_per_kind=spec.build_once_per_kind, profile=spec.profile)  # fmt: skip
     work = ensure_dir(spec.runs_dir / f"pipeline-{slug(spec.name)}")
     if spec.fleet is not None:  # usage errors (targets, gate) before any work
@@ -324,7 +327,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         on_stage(o)
 
     # model
-    model_path, k = _model_stage(spec, work)
+    model_path, k, source = _model_stage(spec, work)
     if not force and state.fresh("model", k):
         outcome("model", "skipped", f"unchanged: {model_path}")
     else:
@@ -333,20 +336,18 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         state.done("model", k, [model_path])
         outcome("model", "ran", str(model_path))
     model_key = state.data["model"]["key"]
+    source = source or Hashed(_digest(model_path))  # the one hash of the model the stages below use
 
     # prepare: clean -> quantize -> lint
-    k = key(model=model_key, model_file=model_path, quantize=vars(spec.quantize), edgeq=__version__)
+    k = key(model=model_key, model_file=source, quantize=vars(spec.quantize), edgeq=__version__)
     if not force and state.fresh("prepare", k):
         outcome("prepare", "skipped", f"unchanged: {state.data['prepare']['model_file']}")
     else:
         state.forget("prepare", "targets", "release")
         host = work / "host"
         shutil.rmtree(host, ignore_errors=True)
-        host.mkdir()
-        rec = Recorder(host, progress=progress, stages=HOST_STAGES, task="prepare")
         try:
-            with rec.finishing():
-                prepared = prepare(model_path, rec, spec.quantize)
+            prepared = prepare_host(model_path, host, spec.quantize, progress)
         except Exception:
             outcome("prepare", "failed", f"stage log: {host / 'stages.json'}")
             raise
@@ -360,8 +361,9 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     # targets
     target_files = sorted({str(t.path) for t in fleet.targets})
     k = key(prepared=Path(state.data["prepare"]["model_file"]), targets=[Path(p) for p in target_files],
-            fleet_file=fleet.path, names=[t.name for t in fleet.targets], gate=spec.gate,
-            profile=vars(spec.profile), once=spec.build_once_per_kind)  # fmt: skip
+            fleet_file=fleet.path, names=[t.name for t in fleet.targets],
+            gate=vars(spec.gate) if spec.gate else None, profile=vars(spec.profile),
+            once=spec.build_once_per_kind)  # fmt: skip
     if not force and state.fresh("targets", k) and state.data["targets"].get("passed"):
         outcome("targets", "skipped", f"unchanged: {work / 'fleet.json'}")
     else:
@@ -369,7 +371,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         shutil.rmtree(work / "targets", ignore_errors=True)
         prepared = _load_prepared(work, state.data["prepare"])
         fr = validate_prepared(model_path, prepared, fleet, work, options,
-                               on_row=on_row or (lambda r: None))  # fmt: skip
+                               on_row=on_row or (lambda r: None), source_sha256=source.digest)  # fmt: skip
         result.fleet = fr
         passed = sum(r.passed for r in fr.rows)
         state.done("targets", k, [work / "fleet.json"], passed=fr.passed)

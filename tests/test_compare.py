@@ -251,3 +251,23 @@ def test_lint_findings_of_the_qdq_model_explain_the_regions_they_name(tmp_path, 
         assert len(lint) == 1 and any(n.endswith("/Add") and n in lint[0]["why"] for n in r["nodes"])
     code, _, err = cli("compare", "--engines", base, cand, "--onnx", tmp_path / "missing.onnx")
     assert code == 2 and "no such file" in err
+
+
+def test_each_engine_stats_are_computed_once_for_every_diff_and_renderer(monkeypatch):
+    import edgeq.report.compare as compare
+    from edgeq.report.compare_html import render_compare_html
+
+    calls: list[str] = []
+    real = compare.engine_stats
+
+    def counted(report):
+        calls.append(report.source)
+        return real(report)
+
+    monkeypatch.setattr(compare, "engine_stats", counted)
+    stems = ("yolo_edgeq.implicit", "yolo_edgeq.explicit", "yolo_fix2.explicit")
+    c = compare_engines([engine_from_path(EDGEQ / f"{s}.layers.json") for s in stems])
+    c.to_dict()
+    render_compare_html(c, [relative_gate(d) for d in c.diffs])
+    assert len(calls) == len(set(calls)) == 3  # baseline once, not once per diff and page
+    assert c.diffs[0].base_stats is c.diffs[1].base_stats is c.baseline.stats

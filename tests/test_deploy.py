@@ -792,3 +792,40 @@ def test_two_deploys_of_one_new_model_to_one_target_at_once_both_succeed(trtexec
     for run_dir in run_dirs:
         stages = _stages(run_dir)
         assert all(s["status"] in ("ok", "skipped") for s in stages.values()), stages
+
+
+def test_targets_check_is_the_probe_stage(tmp_path, monkeypatch):
+    """``check_target`` probes through ``pipeline.probe``: the same facts and the same errors as a
+    deploy's probe stage, without a run directory."""
+    from contextlib import contextmanager
+
+    import edgeq.remote.deploy as dep
+    from edgeq.remote.exec import CommandResult
+    from edgeq.remote.upload import Upload
+
+    trt = {"version": "8.5.2"}
+
+    class Runner:
+        destination = "fake"
+
+        def put(self, local, remote_dir, *, progress=None):
+            return Upload(f"{remote_dir}/x/{Path(local).name}", "x", 7, 0, False)
+
+        def run(self, argv, *, timeout=None, check=True, on_stderr=None):
+            assert argv[2] == "probe"
+            reply = {"protocol": AGENT_PROTOCOL, "ok": True,
+                     "result": {"tensorrt": trt, "gpus": [{"name": "Orin", "compute_capability": "8.7"}]}}
+            return CommandResult(tuple(argv), 0, json.dumps(reply), "")
+
+    @contextmanager
+    def runner(target, accept_new_host_key=False):
+        yield Runner()
+
+    monkeypatch.setattr(dep, "target_runner", runner)
+    target = target_from_dict({"host": "h", "user": "u", "use_agent": True, "tensorrt": "8.6"},
+                              tmp_path / "t.yaml")  # fmt: skip
+    with pytest.raises(RemoteError, match=r"runs TensorRT 8\.5\.2, but .* expects 8\.6"):
+        dep.check_target(target, cache_dir=tmp_path / "agent")
+    trt["version"] = "8.6.1"
+    facts = dep.check_target(target, cache_dir=tmp_path / "agent")
+    assert facts["tensorrt"]["version"] == "8.6.1" and facts["agent"]["bytes_sent"] == 7

@@ -96,3 +96,33 @@ def test_example_pipelines_are_valid():
     specs = [load_spec(p) for p in sorted((root / "pipelines").glob("*.yaml")) if "preprocess" not in p.name]
     zoo = {s.model for s in specs if s.model.startswith("zoo:")}
     assert zoo == {"zoo:resnet", "zoo:yolo", "zoo:unet"}
+
+
+@pytest.mark.sshd
+def test_a_model_path_is_hashed_once_per_run(board, cli, monkeypatch):
+    import edgeq.fleet
+    import edgeq.pipeline_run
+    from edgeq import zoo
+    from edgeq.fs import sha256_file
+    from edgeq.graph.io import save_model
+
+    root, _ = board
+    model = root / "net.onnx"
+    save_model(zoo.build("resnet", "fp32", size=32, width=8), model)
+    spec = {"name": "hashed", "model": str(model), "synthetic": 8, "quantize": {"calibrator": "max"},
+            "target": "board1", "profile": {"duration": 0}}  # fmt: skip
+    pipeline = root / "hashed.yaml"
+    pipeline.write_text(yaml.safe_dump(spec))
+    hashed: list[str] = []
+
+    def counted(path, *args, **kwargs):
+        hashed.append(str(path))
+        return sha256_file(path, *args, **kwargs)
+
+    for module in (edgeq.pipeline_run, edgeq.fleet):
+        monkeypatch.setattr(module, "sha256_file", counted)
+    code, out, err = cli("run", pipeline, "--json")
+    assert code == 0, (out, err)
+    assert hashed.count(str(model)) == 1
+    fleet = json.loads((root / "runs" / "pipeline-hashed" / "fleet.json").read_text())
+    assert fleet["source_sha256"] == sha256_file(model)

@@ -30,22 +30,22 @@ from edgeq.pipeline import (
     RunReport,
     check_quantize_spec,
     conclude,
+    direct_agent,
     finish_run,
     on_target,
     policy_for,
     prepare,
+    probe,
     target_runner,
 )
 from edgeq.remote.protocol import (
     AGENT_PROTOCOL,
     agent_argv,
     agent_cache_dir,
-    agent_failed,
     build_args,
     call_agent,
     check_expectations,
     parse_agent_reply,
-    probe_facts,
 )
 from edgeq.remote.runner import EventFn
 from edgeq.remote.targets import Target
@@ -65,10 +65,7 @@ class DeployOptions:
     gate: Optional[str] = None  # policy name; None: the target's (else int8)
     gate_allow: tuple[str, ...] = ()  # extra allowlist (e.g. from a pipeline file)
     runs_dir: Path = Path("runs")
-    fp16: Optional[bool] = None  # None: the target's build.fp16
-    iterations: int = 10  # trtexec --iterations (at least N timed runs)
-    duration: float = 3.0  # trtexec --duration (at least S seconds)
-    warmup_ms: int = 200  # trtexec --warmUp
+    profile: ProfileSettings = field(default_factory=ProfileSettings)  # FP16 fallback and trtexec timing
     cache_dir: Optional[Path] = None  # where the agent zipapp is built (default: the user cache)
     quantize: QuantizeSpec = field(default_factory=QuantizeSpec)  # calibrator, preprocessing, overrides
     calib_cache: Optional[Path] = None  # implicit INT8: a float model built with this calibration cache
@@ -78,10 +75,6 @@ class DeployOptions:
         from dataclasses import replace
 
         return replace(self.quantize, calib=self.calib) if self.calib is not None else self.quantize
-
-    @property
-    def profile_settings(self) -> ProfileSettings:
-        return ProfileSettings(self.fp16, self.iterations, self.duration, self.warmup_ms)
 
 
 @dataclass
@@ -137,7 +130,7 @@ def deploy(
         prepared = prepare(model, rec, options.quantize_spec, calib_cache=options.calib_cache)
         with target_runner(target, options.accept_new_host_key) as runner:
             on_target(runner, target, prepared, rec, build_agent(options.cache_dir or agent_cache_dir()),
-                      options.profile_settings)  # fmt: skip
+                      options.profile)  # fmt: skip
         finished = conclude(rec, prepared.model, policy)
     return DeployResult(rec.run_dir, rec.stages, finished, rec.timings)
 
@@ -158,11 +151,7 @@ def check_target(
     with target_runner(target, accept_new_host_key) as runner:
         bundle = build_agent(cache_dir or agent_cache_dir())
         up = runner.put(bundle.path, target.remote_path("cache"), progress=progress)
-        reply = call_agent(runner, target, up.remote_path, "probe", timeout=target.timeouts.command)
-        if not reply.get("ok"):
-            raise agent_failed("probe", reply, target, runner.destination)
-        facts = reply.get("result") or {}
-        check_expectations(target, *probe_facts(facts))
+        facts = probe(direct_agent(runner, target, up.remote_path), target).facts
         facts["agent"] = {
             "version": bundle.version,
             "remote_path": up.remote_path,

@@ -24,6 +24,7 @@ from typing import Optional
 
 from edgeq.errors import RemoteError
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.pipeline import ProfileSettings, direct_agent, profile, target_runner
 from edgeq.remote.targets import Target
 
 
@@ -63,9 +64,7 @@ def retime(
     engines: Sequence[tuple[str, Path]],
     *,
     rounds: int = 3,
-    warmup_ms: int = 200,
-    iterations: int = 10,
-    duration: float = 3.0,
+    settings: Optional[ProfileSettings] = None,
     data_transfers: bool = False,
     accept_new_host_key: bool = False,
     cache_dir: Optional[Path] = None,
@@ -73,29 +72,23 @@ def retime(
 ) -> Paired:
     """Upload each local engine file (content-addressed: an engine already there is not sent again) and
     time them ``rounds`` times each, alternately. Raises ``RemoteError`` when a timing fails."""
-    from edgeq.pipeline import target_runner
-    from edgeq.remote.protocol import agent_cache_dir, agent_failed, call_agent
+    from edgeq.remote.protocol import agent_cache_dir
     from edgeq.remote.zipapp import build_agent
 
     if rounds < 1:
         raise ValueError("rounds must be >= 1")
-    t = target.timeouts
-    dla = [f"--useDLACore={target.build.dla_core}"] if target.build.dla_core is not None else []
-    copies = [] if data_transfers else ["--noDataTransfers"]
+    settings = settings or ProfileSettings()
     times: list[list[float]] = [[] for _ in engines]
     with target_runner(target, accept_new_host_key) as runner:
         cache = target.remote_path("cache")
-        agent = runner.put(build_agent(cache_dir or agent_cache_dir()).path, cache).remote_path
+        agent = direct_agent(runner, target, runner.put(build_agent(cache_dir or agent_cache_dir()).path,
+                                                        cache).remote_path)  # fmt: skip
         remote = [runner.put(Path(path), cache).remote_path for _, path in engines]
         plan = order(len(engines), rounds)
         for n, i in enumerate(plan):
             progress("re-timing", n, len(plan))
-            args = (f"--loadEngine={remote[i]}", f"--warmUp={warmup_ms}", f"--iterations={iterations}",
-                    f"--duration={duration:g}", *dla, *copies, f"--timeout={t.profile:g}")  # fmt: skip
-            reply = call_agent(runner, target, agent, "profile", *args, timeout=t.profile + 60)
-            if not reply.get("ok"):
-                raise agent_failed("profile", reply, target, runner.destination)
-            qps = (reply.get("result") or {}).get("throughput_qps")
+            timed = profile(agent, target, remote[i], None, settings, data_transfers=data_transfers)
+            qps = timed.get("throughput_qps")
             if not qps:
                 raise RemoteError(f"re-timing {engines[i][0]} on {target.name}: no throughput in the reply",
                                   "see the target's trtexec output")  # fmt: skip

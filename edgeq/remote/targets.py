@@ -65,9 +65,10 @@ class Timeouts:
 
 @dataclass(frozen=True)
 class GateConfig:
-    """A ``gate:`` section; ``edgeq.report.policy.policy_from_dict`` turns it into a Policy."""
+    """A target's or pipeline's ``gate:`` section, as ``gate_from_dict`` reads both (one schema);
+    ``edgeq.pipeline.policy_for`` turns it into a Policy."""
 
-    policy: str = "int8"
+    policy: Optional[str] = None  # None: a pipeline leaves the target's policy, a target file's is int8
     allow: tuple[str, ...] = ()
     require_fusion: Optional[bool] = None
 
@@ -323,7 +324,8 @@ def _check_mapping(
 
 
 def gate_from_dict(path: Path, data: Mapping[str, Any]) -> Optional[GateConfig]:
-    """The ``gate:`` section of a target or pipeline file, checked as a target file's is."""
+    """The ``gate:`` section of a target or pipeline file: the one reader of that section, so
+    ``deploy --pipeline`` and ``edgeq run`` accept and refuse the same gates, with the same messages."""
     v = _check_mapping(path, {k: data[k] for k in ("gate",) if k in data}, {"gate": SECTION}, "")
     gate = v.get("gate")
     return GateConfig(**gate) if gate is not None else None

@@ -90,6 +90,7 @@ def _deploy_one(
     variant: Variant, target: Target, options: VariantOptions, runs: Path, progress: ProgressFn
 ) -> Any:
     """The one place compare calls deploy: build, inspect and profile one variant, no gate."""
+    from edgeq.pipeline import ProfileSettings
     from edgeq.remote.deploy import DeployOptions, deploy
 
     failed: list[str] = []
@@ -103,7 +104,8 @@ def _deploy_one(
         accept_new_host_key=options.accept_new_host_key,
         gate="none",
         runs_dir=runs,
-        fp16=True,  # implicit INT8 with FP16 allowed, as trtexec --int8 --fp16; the explicit ones alike
+        # implicit INT8 with FP16 allowed, as trtexec --int8 --fp16; the explicit ones alike
+        profile=ProfileSettings(fp16=True),
         calib_cache=variant.calib_cache,
     )
     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
@@ -60,6 +61,13 @@ class Engine:
     @property
     def built(self) -> bool:
         return self.report is not None
+
+    @cached_property
+    def stats(self) -> EngineStats:
+        """The engine's figures, computed once: every diff and every renderer reads these."""
+        if self.report is None:
+            raise ValueError(f"{self.name}: a failed build has no stats")
+        return engine_stats(self.report)
 
 
 def _one(found: list[Path], what: str, where: Path) -> Optional[Path]:
@@ -451,7 +459,7 @@ class Comparison:
                     "error": e.error,
                     "files": list(e.files),
                     "mode": e.report.mode if e.report else None,
-                    "stats": engine_stats(e.report).to_dict() if e.report else None,
+                    "stats": e.stats.to_dict() if e.report else None,
                     "run": dict(e.run.__dict__) if e.run else None,
                 }
                 for e in self.engines
@@ -520,8 +528,8 @@ def diff_pair(base: Engine, cand: Engine, findings: Sequence[Any] = ()) -> PairD
         extra_groups=tuple(g for g in cg if g not in bg),
         wider=tuple(wider),
         regions=tuple(regions),
-        base_stats=engine_stats(b),
-        cand_stats=engine_stats(c),
+        base_stats=base.stats,
+        cand_stats=cand.stats,
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from edgeq.report.compare import Comparison, Engine, PairDiff, Region, Side, engine_stats
+from edgeq.report.compare import Comparison, Engine, PairDiff, Region, Side
 from edgeq.report.fusion import FusionReport
 from edgeq.report.render import _CSS
 from edgeq.report.views import VIEW_CSS, color_of, engine_strip, esc, layer_block, legend
@@ -69,7 +69,7 @@ def _engines_table(comparison: Comparison) -> str:
                 f"{esc(e.error or '')}</td></tr>"
             )
             continue
-        s = engine_stats(e.report)
+        s = e.stats
         width = 100.0 * (s.total_ms or 0.0) / longest if longest > 0 else 100.0
         strip = f'<div style="width:{width:.1f}%">{engine_strip(e.report)}</div>'
         comp = " ".join(

@@ -1,10 +1,12 @@
 """Gate policies as data: what an engine must look like to pass, and where each rule comes from.
 
-A policy is a value (``Policy``), not code: the CLI picks one by name (``--gate int8``), a pipeline or
-target YAML can describe one (``policy_from_dict``), and ``edgeq.report.gate.apply_gate`` checks a
-``FusionReport`` against it.
+A policy is a value (``Policy``), not code: the CLI picks one by name (``--gate int8``), a mapping can
+describe one (``policy_from_dict``), and ``edgeq.report.gate.apply_gate`` checks a ``FusionReport``
+against it. A target's or pipeline's ``gate:`` section is read by ``edgeq.remote.targets.gate_from_dict``
+(its one schema: policy, allow as a list, require_fusion) and reaches ``policy_from_dict`` through
+``edgeq.pipeline.policy_for``.
 
-YAML shape accepted by ``policy_from_dict`` (e.g. under a target's or pipeline's ``gate:`` key)::
+Mapping shape accepted by ``policy_from_dict``::
 
     gate:
       policy: int8            # a name from POLICIES (alias: "gate"); default int8
