@@ -561,9 +561,7 @@ def on_target(
                 r.data = {**built, "kind": found.kind}
                 size, secs = built.get("engine_bytes"), built.get("build_seconds")
                 r.summary = f"{built.get('mode')} engine, {size} B in {secs} s"
-                for warning in built.get("warnings") or ():  # e.g. trtexec died at exit after PASSED
-                    rec.log.line(f"build: warning - {warning}")
-                    r.summary += f" (warning: {warning})"
+                _warnings(rec, r, "build", built)
                 rec.timings["build_seconds"] = built.get("build_seconds")
             if share is not None and found.kind:
                 share.engines[found.kind] = (run_dir / "engine.plan", target.name)
@@ -571,6 +569,7 @@ def on_target(
         got = inspect(agent, target, engine_remote, f"{remote_run}/layers.json")
         runner.get(f"{remote_run}/layers.json", run_dir / "layers.json")
         r.summary = f"{got.get('layers')} layers"
+        _warnings(rec, r, "inspect", got)
     with rec.stage("profile") as r:
         prof = profile(agent, target, engine_remote, f"{remote_run}/profile.json", settings)
         runner.get(f"{remote_run}/profile.json", run_dir / "profile.json")
@@ -579,7 +578,16 @@ def on_target(
         )
         lat = (prof.get("latency_ms") or {}).get("median")
         r.summary = f"median {lat} ms, {prof.get('throughput_qps')} qps"
+        _warnings(rec, r, "profile", prof)
     return found
+
+
+def _warnings(rec: Recorder, record: Any, stage: str, reply: dict[str, Any]) -> None:
+    """The agent's warnings (e.g. trtexec died at exit after PASSED, its outputs checked and kept) into
+    deploy.log and the stage's summary: a result that counts despite them says so."""
+    for warning in reply.get("warnings") or ():
+        rec.log.line(f"{stage}: warning - {warning}")
+        record.summary += f" (warning: {warning})"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -281,6 +281,43 @@ def test_trtexec_passed_then_killed_without_a_valid_engine_fails_saying_why(agen
     assert why in message
 
 
+def _run_that_dies_after_passed(agent, tmp_path, command, *, layers=None, profile=None):
+    """The real 8.6.0 inspect / profile logs (PASSED), then SIGSEGV at exit, as the build above."""
+    log = EDGEQ_AGENT / f"{command}.trtexec.err"
+    died = Recorded(log, signal=signal.SIGSEGV)
+    trtexec = replay_trtexec(tmp_path, run=died, layers=layers, profile=profile)
+    engine = tmp_path / "small.trtexec.plan"
+    engine.write_bytes(b"plan")
+    out = tmp_path / "out.json"
+    flag = "--exportLayerInfo" if command == "inspect" else "--exportProfile"
+    return run_agent(agent, command, "--backend=trtexec", f"--trtexec={trtexec}", f"--loadEngine={engine}",
+                     f"{flag}={out}")  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["inspect", "profile"])
+def test_inspect_and_profile_count_when_trtexec_dies_after_passed_with_files_out(agent, tmp_path, command):
+    recorded = {"layers": EDGEQ_AGENT / "small.trtexec.layers.json"} if command == "inspect" else {
+        "profile": EDGEQ_AGENT / "small.trtexec.profile.json"}
+    code, obj, _ = _run_that_dies_after_passed(agent, tmp_path, command, **recorded)
+    assert code == 0 and obj["ok"], obj
+    (warning,) = obj["result"]["warnings"]
+    assert warning.startswith("trtexec printed PASSED, then was killed by signal 11 (SIGSEGV)")
+    assert warning.endswith(f"so the {command} counts")
+    if command == "inspect":
+        assert obj["result"]["layers"] > 0
+    else:
+        assert obj["result"]["throughput_qps"] > 0
+
+
+@pytest.mark.parametrize("command", ["inspect", "profile"])
+def test_inspect_and_profile_dying_after_passed_without_their_files_fail(agent, tmp_path, command):
+    code, obj, _ = _run_that_dies_after_passed(agent, tmp_path, command)
+    assert code == 1 and obj["error"]["stage"] == command
+    message = obj["error"]["message"]
+    assert message.startswith("trtexec printed PASSED, then was killed by signal 11 (SIGSEGV)")
+    assert f"{tmp_path / 'out.json'} is not complete" in message
+
+
 def test_trtexec_parse_failure_is_stage_parse(agent, tmp_path):
     trtexec = replay_trtexec(tmp_path, build=Recorded(FIXTURES / "resnet50_ortqdq.explicit.build.log", 1))
     model = tmp_path / "r.onnx"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -486,7 +487,9 @@ def trtexec_target(tmp_path, monkeypatch, ssh_server):
             bin_dir, build=build, run=run,
             layers=FIXTURES / f"{ORTFB}.layers.json", profile=FIXTURES / f"{ORTFB}.profile.json",
         )  # fmt: skip
-        work_dir = f".edgeq-test-{tmp_path.name}" if relative else str(tmp_path / "remote home")
+        # unique in the shared login home: two runs of the suite at once must not share a work dir
+        unique = f".edgeq-test-{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+        work_dir = unique if relative else str(tmp_path / "remote home")
         remote = Path(pwd.getpwnam(ssh_server.user).pw_dir) / work_dir  # what the session resolves
         made.append(remote)
         target = {
@@ -714,7 +717,8 @@ def test_trtexec_that_cannot_start_fails_the_probe_with_the_loaders_message(trte
 def test_replayed_trtexec_that_dies_after_passed_still_deploys_with_a_warning(trtexec_target, cli):
     """trtexec 8.6.0 printed ``&&&& PASSED``, wrote the engine and died at exit (fixture
     trt86-h200-edgeq/agent/build.trtexec.json): the engine is checked and the build counts, with a
-    warning naming the signal in deploy.log and stages.json."""
+    warning naming the signal in deploy.log and stages.json. The same for inspect and profile, whose
+    JSON files are checked instead."""
     import signal
 
     from trtexec_replay import Recorded, replay_trtexec
@@ -723,7 +727,7 @@ def test_replayed_trtexec_that_dies_after_passed_still_deploys_with_a_warning(tr
     replay_trtexec(
         trtexec.parent,
         build=Recorded(FIXTURES / f"{ORTFB}.build.log", signal=signal.SIGSEGV),
-        run=Recorded(FIXTURES / f"{ORTFB}.run.log"),
+        run=Recorded(FIXTURES / f"{ORTFB}.run.log", signal=signal.SIGSEGV),
         layers=FIXTURES / f"{ORTFB}.layers.json",
         profile=FIXTURES / f"{ORTFB}.profile.json",
         engine_bytes=27 << 20,  # the recorded log loaded back a 27 MiB engine
@@ -734,9 +738,11 @@ def test_replayed_trtexec_that_dies_after_passed_still_deploys_with_a_warning(tr
     (run_dir,) = runs.iterdir()
     build = _stages(run_dir)["build"]
     assert build["status"] == "ok" and "killed by signal 11 (SIGSEGV)" in build["summary"]
-    assert "build: warning - trtexec printed PASSED, then was killed by signal 11" in (
-        run_dir / "deploy.log"
-    ).read_text()
+    log = (run_dir / "deploy.log").read_text()
+    for stage in ("build", "inspect", "profile"):
+        assert f"{stage}: warning - trtexec printed PASSED, then was killed by signal 11" in log
+        assert _stages(run_dir)[stage]["status"] == "ok"
+    assert "so the profile counts" in _stages(run_dir)["profile"]["summary"]
     assert (run_dir / "engine.plan").stat().st_size == 27 << 20
 
 

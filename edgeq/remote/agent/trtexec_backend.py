@@ -240,7 +240,8 @@ def check_passed_engine(trtexec, engine, code, lines, log, timeout):
         )
     check = [trtexec, "--loadEngine=" + engine, "--skipInference"]
     code2, lines2 = run_tool(check, log, timeout)
-    if code2 != 0 or not passed(lines2):
+    # PASSED is the verdict: a trtexec that dies at exit after a build may die after loading it too
+    if code2 is None or not passed(lines2):
         _, why = error_from_log(lines2) if code2 is not None else ("build", "timed out")
         raise AgentError("build", "%s; the engine it left does not deserialize: %s" % (how, why), log=lines2)
     return "%s; the engine (%d bytes) is complete and deserializes, so the build counts" % (how, size)
@@ -297,6 +298,28 @@ def build(args, log):
         "timing_cache": args.timingCacheFile,
         "argv": argv,
     }
+    return _with_warnings(result, warnings)
+
+
+def check_passed_outputs(stage, code, lines, outputs):
+    """After ``&&&& PASSED`` trtexec died at exit (as after a build: ``check_passed_engine``): an inspect
+    or a timing counts only when every JSON file it was to write is there and reads whole. Returns the
+    warning for the reply; raises AgentError saying which file does not count."""
+    how = "trtexec printed PASSED, then %s" % exit_description(code)
+    for path in outputs:
+        try:
+            _read_json(path)
+        except (OSError, ValueError) as e:
+            raise AgentError(stage, "%s; %s is not complete: %s" % (how, path, e), log=lines) from None
+    return "%s; what it wrote is complete, so the %s counts" % (how, stage)
+
+
+def _read_json(path):
+    with open(path, "r", encoding="utf-8", errors="replace") as f:
+        return json.loads(f.read(), strict=False)  # layer names can hold control characters
+
+
+def _with_warnings(result, warnings):
     if warnings:
         result["warnings"] = warnings
     return result
@@ -304,18 +327,18 @@ def build(args, log):
 
 def inspect(args, log):
     argv = inspect_argv(args.trtexec, args.loadEngine, args.exportLayerInfo, dla_core=args.useDLACore)
-    lines, _, _ = _run(argv, log, args.timeout, "inspect")
+    lines, _, code = _run(argv, log, args.timeout, "inspect", allow_passed=True)
+    warnings = [check_passed_outputs("inspect", code, lines, [args.exportLayerInfo])] if code else []
     _expect_file(args.exportLayerInfo, "inspect", lines)
-    with open(args.exportLayerInfo, "r", encoding="utf-8", errors="replace") as f:
-        info = json.loads(f.read(), strict=False)  # layer names can hold control characters
+    info = _read_json(args.exportLayerInfo)
     layers = info.get("Layers", []) if isinstance(info, dict) else []
-    return {
+    return _with_warnings({
         "layers_json": args.exportLayerInfo,
         "layers": len(layers),
         # Names only (strings) when the engine was not built with --profilingVerbosity=detailed.
         "detailed": bool(layers) and all(isinstance(x, dict) for x in layers),
         "tensorrt": version_from_banner(lines),
-    }
+    }, warnings)
 
 
 def profile(args, log):
@@ -329,18 +352,25 @@ def profile(args, log):
         dla_core=args.useDLACore,
         no_data_transfers=args.noDataTransfers,
     )
-    lines, elapsed, _ = _run(argv, log, args.timeout, "profile")
+    lines, elapsed, code = _run(argv, log, args.timeout, "profile", allow_passed=True)
+    summary = parse_performance_summary(lines)
+    warnings = []
+    if code:
+        if summary.get("throughput_qps") is None:
+            how = "trtexec printed PASSED, then %s" % exit_description(code)
+            raise AgentError("profile", "%s; its log has no performance summary" % how, log=lines)
+        outputs = [args.exportProfile] if args.exportProfile else []
+        warnings.append(check_passed_outputs("profile", code, lines, outputs))
     if args.exportProfile:
         _expect_file(args.exportProfile, "profile", lines)
-    summary = parse_performance_summary(lines)
-    return {
+    return _with_warnings({
         "profile_json": args.exportProfile,
         "latency_ms": summary.get("latency_ms", {}),
         "gpu_compute_ms": summary.get("gpu_compute_time_ms", {}),
         "throughput_qps": summary.get("throughput_qps"),
         "wall_seconds": round(elapsed, 3),
         "tensorrt": version_from_banner(lines),
-    }
+    }, warnings)
 
 
 def _split(text):
