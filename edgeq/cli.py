@@ -713,15 +713,17 @@ def deploy_cmd(
 
     tgt = resolve_target(target)
     allow: tuple[str, ...] = ()
+    require_fusion: Optional[bool] = None
     if pipeline is not None:
         pl = load_pipeline(pipeline)
-        allow = pl.gate.allow if pl.gate is not None else ()
+        if pl.gate is not None:
+            allow, require_fusion = pl.gate.allow, pl.gate.require_fusion
     deploy_gate = _baseline_gate(gate, baseline, calib)
     spec = QuantizeSpec(calibrator=calibrator.value, percentile=percentile, placement=placement.value,
                         overrides=overrides, preprocess=preprocess)  # fmt: skip
     options = DeployOptions(
         calib=calib, accept_new_host_key=accept_new_host_key, gate=deploy_gate, gate_allow=allow,
-        runs_dir=runs_dir, quantize=spec,
+        gate_require_fusion=require_fusion, runs_dir=runs_dir, quantize=spec,
         profile=ProfileSettings(fp16=fp16, iterations=iterations, duration=duration),
     )  # fmt: skip
 

@@ -53,6 +53,7 @@ class FleetOptions:
     quantize: QuantizeSpec = field(default_factory=QuantizeSpec)
     gate: Optional[str] = None
     gate_allow: tuple[str, ...] = ()
+    gate_require_fusion: Optional[bool] = None  # a pipeline file's; None: each policy's own
     runs_dir: Path = Path("runs")
     accept_new_host_key: bool = False
     build_once_per_kind: bool = False
@@ -160,7 +161,7 @@ def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: 
     row.run_dir = str(rec.run_dir)
     rec.copy(prepared.stages)
     try:
-        policy = policy_for(target, options.gate, options.gate_allow)
+        policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
         with rec.finishing():
             with target_runner(target, options.accept_new_host_key) as runner:
                 found = on_target(runner, target, prepared, rec, agent, options.profile, shared,
@@ -208,7 +209,7 @@ def validate(
 def check_gates(fleet: Fleet, options: FleetOptions) -> None:
     """A bad --gate is the user's, said once, before any work."""
     for t in fleet.targets:
-        policy_for(t, options.gate, options.gate_allow)
+        policy_for(t, options.gate, options.gate_allow, options.gate_require_fusion)
 
 
 def validate_prepared(

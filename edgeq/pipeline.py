@@ -595,8 +595,10 @@ def _warnings(rec: Recorder, record: Any, stage: str, reply: dict[str, Any]) -> 
 # --------------------------------------------------------------------------------------------------
 
 
-def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] = ()) -> Policy:
-    """The target's gate (else int8), ``--gate NAME`` over it, plus extra allowlisted names."""
+def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] = (),
+               require_fusion: Optional[bool] = None) -> Policy:  # fmt: skip
+    """The target's gate (else int8), ``--gate NAME`` over it, plus extra allowlisted names; a pipeline's
+    ``require_fusion`` (not None) over the policy's own."""
     from edgeq.report.policy import POLICIES, policy_from_dict
 
     spec: dict[str, Any] = {}
@@ -611,6 +613,8 @@ def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] 
         if gate not in POLICIES:
             raise EdgeqError(f"--gate {gate}: unknown policy", f"one of {', '.join(POLICIES)}")
         policy = POLICIES[gate].with_allow(list(policy.allow))
+    if require_fusion is not None:
+        policy = policy.replace(require_fusion=require_fusion)
     return policy.with_allow(list(allow))
 
 

@@ -313,6 +313,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     fleet = None
     gate = spec.gate or GateConfig()  # no policy: each target's own
     options = FleetOptions(quantize=spec.quantize, gate=gate.policy, gate_allow=gate.allow,
+                           gate_require_fusion=gate.require_fusion,
                            build_once_per_kind=spec.build_once_per_kind, profile=spec.profile)  # fmt: skip
     work = ensure_dir(spec.runs_dir / f"pipeline-{slug(spec.name)}")
     if spec.fleet is not None:  # usage errors (targets, gate) before any work

@@ -340,6 +340,22 @@ def test_pipeline_allowlist_is_added(tmp_path):
     assert policy.name == "int8" and set(policy.allow) == {"/fc/Gemm", "/head/*"}
 
 
+def test_a_pipelines_require_fusion_reaches_the_gate(tmp_path):
+    """``gate: {require_fusion: true}`` in a pipeline file (deploy --pipeline, edgeq run) fails the
+    engine whose residual Adds TensorRT left unfused; without it the target's int8 gate passes them."""
+    from edgeq.pipeline_run import load_pipeline
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(yaml.safe_dump({"gate": {"require_fusion": True}}))
+    gate = load_pipeline(pipeline).gate
+    assert gate is not None
+    layers = FIXTURES / "resnet50_ortfb.explicit.layers.json"
+    target = _target(tmp_path)
+    policies = [_policy(DeployOptions(gate_require_fusion=f), target) for f in (gate.require_fusion, None)]
+    verdicts = [finish_run(tmp_path, layers, None, None, policy).gate for policy in policies]
+    assert "unfused-residual" in verdicts[0].by_rule() and "unfused-residual" not in verdicts[1].by_rule()
+
+
 # -- host side of the agent protocol ---------------------------------------------------------------------
 
 

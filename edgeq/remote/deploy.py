@@ -64,6 +64,7 @@ class DeployOptions:
     accept_new_host_key: bool = False
     gate: Optional[str] = None  # policy name; None: the target's (else int8)
     gate_allow: tuple[str, ...] = ()  # extra allowlist (e.g. from a pipeline file)
+    gate_require_fusion: Optional[bool] = None  # a pipeline file's require_fusion; None: the policy's
     runs_dir: Path = Path("runs")
     profile: ProfileSettings = field(default_factory=ProfileSettings)  # FP16 fallback and trtexec timing
     cache_dir: Optional[Path] = None  # where the agent zipapp is built (default: the user cache)
@@ -93,7 +94,7 @@ class DeployResult:
 
 
 def _policy(options: DeployOptions, target: Target) -> Policy:
-    return policy_for(target, options.gate, options.gate_allow)
+    return policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
 
 
 def check_model_path(model: Path) -> Path:
