@@ -33,7 +33,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from edgeq.errors import EdgeqError, QuantError
 from edgeq.findings import ProgressFn, no_progress
@@ -369,7 +369,8 @@ def _measured(key: str, engine: Any, run_dir: Any, took: float) -> Measured:
                     run_dir=str(run_dir) if run_dir else None, error=engine.error, build_s=round(took, 3))
 
 
-def _judge(m: Measured, best: Measured, pair: Any, rounds: int) -> tuple[bool, str, Optional[dict[str, Any]]]:
+def _judge(m: Measured, best: Measured, pair: Callable[[], dict[str, Any]], rounds: int
+           ) -> tuple[bool, str, Optional[dict[str, Any]]]:  # fmt: skip
     """(keep?, why, paired figures): refused on accuracy, a failed build or a clearly slower timing
     without re-timing; otherwise kept when the paired median ratio (``pair()``) reaches ``MIN_GAIN`` and
     the candidate is faster in every round."""
