@@ -218,6 +218,11 @@ def passed(lines):
     return bool(reports) and reports[-1].startswith("&&&& PASSED")
 
 
+def passed_then(code):
+    """How a run that printed ``&&&& PASSED`` ended anyway: the start of every message about one."""
+    return "trtexec printed PASSED, then %s" % exit_description(code)
+
+
 _LOADED = re.compile(r"Loaded engine size: (\d+) MiB")
 
 
@@ -226,7 +231,7 @@ def check_passed_engine(trtexec, engine, code, lines, log, timeout):
     ``trt86-h200-edgeq/agent/build.trtexec.json``): the engine counts only if it is complete (the size
     trtexec logged when it loaded it back, ``size >> 20`` MiB) and deserializes in a fresh trtexec.
     Returns the warning for the reply; raises AgentError saying why the engine does not count."""
-    how = "trtexec printed PASSED, then %s" % exit_description(code)
+    how = passed_then(code)
     if not os.path.isfile(engine):
         raise AgentError("build", "%s without writing %s" % (how, engine), log=lines)
     size = os.path.getsize(engine)
@@ -305,7 +310,7 @@ def check_passed_outputs(stage, code, lines, outputs):
     """After ``&&&& PASSED`` trtexec died at exit (as after a build: ``check_passed_engine``): an inspect
     or a timing counts only when every JSON file it was to write is there and reads whole. Returns the
     warning for the reply; raises AgentError saying which file does not count."""
-    how = "trtexec printed PASSED, then %s" % exit_description(code)
+    how = passed_then(code)
     for path in outputs:
         try:
             _read_json(path)
@@ -357,7 +362,7 @@ def profile(args, log):
     warnings = []
     if code:
         if summary.get("throughput_qps") is None:
-            how = "trtexec printed PASSED, then %s" % exit_description(code)
+            how = passed_then(code)
             raise AgentError("profile", "%s; its log has no performance summary" % how, log=lines)
         outputs = [args.exportProfile] if args.exportProfile else []
         warnings.append(check_passed_outputs("profile", code, lines, outputs))
