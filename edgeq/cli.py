@@ -1252,7 +1252,7 @@ def rules_cmd(
     Without ID: every section id and its title. With ID: that section of edgeq/docs/trt86-rules.md, the
     file findings, gate reports and --help cite.
     """
-    from edgeq.docs import RULES_DOC, sections
+    from edgeq.docs import RULES_DOC, section, sections
 
     found = sections()
     if rule_id is None:
@@ -1264,9 +1264,10 @@ def rules_cmd(
             t.add_row(escape(sid), escape(title[1] if len(title) > 1 else ""))
         out.print(t)
         return EXIT_OK
-    if rule_id not in found:
+    text = section(rule_id)
+    if text is None:
         raise EdgeqError(f"no rule '{rule_id}' in {RULES_DOC}", hint="`edgeq rules` lists the ids")
-    out.print(found[rule_id], markup=False, highlight=False)
+    out.print(text, markup=False, highlight=False)
     return EXIT_OK
 
 

@@ -122,6 +122,8 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
     # 4. Quantize the FP32 model with TensorRT-aware placement, and with onnxruntime-style placement.
     qlines: list[str] = []
     artifacts: list[Path] = []
+    from edgeq.graph.rules import FUSION_RULE_IDS as fusion_rule_ids
+
     ok = True
     for placement in ("trt", "all"):
         spec = pipeline.QuantizeSpec(synthetic=samples, placement=placement)
@@ -129,7 +131,7 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
                                                suffix=f"int8.{placement}")
         artifacts += [out, cache]
         e, w, rules = _lint_counts(res.model)
-        fusion = [r for r in rules if r.startswith("fuse-")]
+        fusion = [r for r in rules if r in fusion_rule_ids]
         qlines.append(
             f"--placement {placement}: {res.summary_line()}; lint: {e} errors, {w} warnings"
             + (f" ({', '.join(fusion)})" if fusion else "")

@@ -316,7 +316,7 @@ def test_qdq_remove_casts_only_exact_ones() -> None:
     assert [n.name for n in out.graph.node if n.op_type == "Cast"] == ["b_Cast"]
     same_outputs(m, out, wide_inputs([1, 16]))
     f = fit_findings(out)
-    assert any(x.rule == "qdq_remove_casts" and x.nodes == ("b_Cast",) for x in f)
+    assert any(x.rule == "qdq-cast-between" and "b_Cast" in x.nodes for x in f)
 
 
 @pytest.mark.parametrize("zp,exact", [(128, True), (100, False), (0, False)])
@@ -341,7 +341,7 @@ def test_qdq_to_int8_activation_pairs(zp: int, exact: bool) -> None:
         assert changes == []
         assert zps[q.input[2]].dtype == np.uint8
         f = fit_findings(out)
-        assert [(x.rule, x.level, x.nodes) for x in f] == [("qdq_to_int8", Level.ERROR, ("x_Q", "x_DQ"))]
+        assert [(x.rule, x.level, x.nodes) for x in f] == [("qdq-uint8", Level.ERROR, ("x_Q", "x_DQ"))]
 
 
 def test_uint8_pair_matching_of_qdq_to_int8_and_torch_qint8_pairs() -> None:
@@ -486,7 +486,7 @@ def test_skip_leaves_a_pass_out() -> None:
     r = clean_model(m, CleanOptions(skip=("qdq_to_int8",)))
     assert "qdq_to_int8" not in r.passes_run
     assert {c.pass_name for c in r.changes} == {"remove_noops"}
-    assert [f.rule for f in r.findings] == ["qdq_to_int8"]  # what was skipped is still named
+    assert [f.rule for f in r.findings] == ["qdq-uint8"]  # what was skipped is still named
 
 
 # --------------------------------------------------------------------------------------------------
@@ -719,7 +719,7 @@ def test_cli_unfit_model_exit_1_written_with_findings(tmp_path: Path, cli) -> No
     )
     code, out, _ = cli("clean", p)
     assert code == 1
-    assert "qdq_to_int8" in out and "x_Q" in out and (tmp_path / "a.clean.onnx").is_file()
+    assert "qdq-uint8" in out and "x_Q" in out and (tmp_path / "a.clean.onnx").is_file()
 
 
 def test_cli_verification_failure_exit_1_nothing_written(tmp_path: Path, cli, monkeypatch) -> None:
@@ -763,7 +763,7 @@ def test_fit_findings_names_uint8_weight_without_zero_point() -> None:
         [C("w", np.array([200, 3], np.uint8)), C("s", np.float32(0.1))],
     )
     assert [(f.rule, f.level, f.nodes) for f in fit_findings(m)] == [
-        ("qdq_to_int8", Level.ERROR, ("dq_u8_weight",))
+        ("qdq-uint8", Level.ERROR, ("dq_u8_weight",))
     ]
 
 

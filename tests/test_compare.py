@@ -58,8 +58,8 @@ def test_resnet50_ortfb_names_the_missing_stem_fusion_the_16_residuals_and_the_r
     assert stats["resnet50.implicit"]["unfused_residuals"] == 0
     # the regions that explain them carry the placement rule ids
     rules = {r["nodes"][0]: [e["rule"] for e in r["explanations"]] for r in d["regions"]}
-    assert rules["/conv1/Conv"] == ["place-no-qdq-relu-maxpool"]
-    residual = [n for n, r in rules.items() if "place-residual-skip-only" in r]
+    assert rules["/conv1/Conv"] == ["conv-act-maxpool"]
+    residual = [n for n, r in rules.items() if "residual-add" in r]
     assert len(residual) == 16
     # terminal: the same facts, readable
     code, out, _ = cli("compare", "--engines", base, cand)
@@ -76,8 +76,8 @@ def test_yolo_edgeq_names_the_concat_convolutions_and_the_silu_residuals():
     for r in differing:
         assert len(r.rules) == 1, r.nodes
         by_rule.setdefault(r.rules[0], []).append(r)
-    assert set(by_rule) == {"place-concat-conv", "place-silu-residual"} <= set(PLACEMENT_RULES)
-    convs = by_rule["place-concat-conv"]
+    assert set(by_rule) == {"concat-conv", "silu-residual"} <= set(PLACEMENT_RULES)
+    convs = by_rule["concat-conv"]
     # every C2f/SPPF cv2 (and the head's cv1, which reads the upsample Concat) convolution
     assert sorted(r.nodes[0] for r in convs) == sorted(
         [
@@ -89,7 +89,7 @@ def test_yolo_edgeq_names_the_concat_convolutions_and_the_silu_residuals():
     assert {r.cand.precision for r in convs} == {"FP16", "FP32"} and {r.base.precision for r in convs} == {
         "INT8"
     }
-    silu = by_rule["place-silu-residual"]
+    silu = by_rule["silu-residual"]
     assert len(silu) == 8
     assert all(r.nodes[-1].endswith("/Add") and "Sigmoid" in r.nodes[0] for r in silu)
     assert {r.cand.precision for r in silu} == {"FP16", "FP32"}
@@ -128,7 +128,7 @@ def test_relative_gate_fails_wider_layers_more_reformats_and_a_low_ratio():
     d = diff_of("r50b64_edgeq.implicit", "r50b64_edgeq.explicit")
     g = relative_gate(d, min_ratio=0.9)  # 0.96x passes a 0.9 threshold; precision still fails
     assert [r for r, _ in g.failures] == ["wider-than-baseline", "wider-than-baseline", "more-reformats"]
-    tail = [r for r in d.regions if "place-pool-tail" in r.rules]
+    tail = [r for r in d.regions if "pool-tail" in r.rules]
     assert sorted(r.nodes[0] for r in tail) == ["/avgpool/GlobalAveragePool", "/layer4/layer4.2/conv3/Conv"]
     assert relative_gate(diff_of("r50b64_edgeq.implicit", "r50b64_tailfix.explicit"), 0.9)
 
@@ -172,7 +172,7 @@ def test_html_aligns_both_engines_and_is_self_contained(tmp_path, cli):
     assert "http://" not in html and "https://" not in html and "<script" not in html and " src=" not in html
     assert html.count('<tr class="diff">') == 17 + 10  # the aligned list plus the top 10
     assert html.count('<tr class="same">') == 49 - 17
-    assert "place-concat-conv" in html and "place-silu-residual" in html
+    assert "concat-conv" in html and "silu-residual" in html
     assert "gate relative: yolo_edgeq.explicit FAILED" in html
 
 
@@ -225,7 +225,7 @@ def test_report_html_leads_with_the_engine_strip_and_violations_by_region(tmp_pa
     assert "Violations by region (62 in 7 regions)" in html
     table = html[html.index("Violations by region") : html.index("All 62 violations")]
     assert table.count('<tr class="viol">') == 7
-    assert ">/p5/p5.2</td>" in table and "place-concat-conv" in table and "place-silu-residual" in table
+    assert ">/p5/p5.2</td>" in table and "concat-conv" in table and "silu-residual" in table
     assert "<details><summary>All 62 violations, in engine order</summary>" in html
     # the implicit engine's Concat copies are drawn as copies, and it has no violations to group
     stem = EDGEQ / "yolo_edgeq.implicit"
@@ -244,10 +244,10 @@ def test_lint_findings_of_the_qdq_model_explain_the_regions_they_name(tmp_path, 
     code, out, _ = cli("compare", "--engines", base, cand, "--onnx", model, "--json")
     assert code == 0
     regions = json.loads(out)["diffs"][0]["regions"]
-    residual = [r for r in regions if any(e["rule"] == "place-residual-skip-only" for e in r["explanations"])]
+    residual = [r for r in regions if any(e["rule"] == "residual-add" for e in r["explanations"])]
     assert len(residual) == 16
     for r in residual:
-        lint = [e for e in r["explanations"] if e["rule"] == "fuse-add-both-quantized"]
+        lint = [e for e in r["explanations"] if e["rule"] == "residual-add"]
         assert len(lint) == 1 and any(n.endswith("/Add") and n in lint[0]["why"] for n in r["nodes"])
     code, _, err = cli("compare", "--engines", base, cand, "--onnx", tmp_path / "missing.onnx")
     assert code == 2 and "no such file" in err

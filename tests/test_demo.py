@@ -34,8 +34,10 @@ def test_demo_steps_carry_the_figures_that_matter(tmp_path):
     trt_line = next(line for line in q.summary if line.startswith("--placement trt"))
     all_line = next(line for line in q.summary if line.startswith("--placement all"))
     # TensorRT-aware placement leaves no fusion breaker; onnxruntime-style placement does.
-    assert "fuse-" not in trt_line
-    assert "fuse-add-both-quantized" in all_line
+    from edgeq.graph.rules import FUSION_RULE_IDS
+
+    assert not any(r in trt_line.split("; lint: ")[1] for r in FUSION_RULE_IDS)
+    assert "residual-add" in all_line
     assert steps["engine build"].status == STOPPED
     assert result.stopped_at is steps["engine build"]
     rep = steps["report (recorded engines)"]

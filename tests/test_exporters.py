@@ -56,7 +56,7 @@ def test_clean_names_the_torch_qint8_pattern_and_the_flag(torch_qint8) -> None:
     exported, _ = torch_qint8
     r = clean_model(exported)
     assert r.verification is not None and r.verification.max_abs == 0.0  # the rest is exact
-    assert [f.rule for f in r.findings] == ["qdq_torch_qint8"]
+    assert [f.rule for f in r.findings] == ["qdq-torch-qint8"]
     f = r.findings[0]
     assert "--torch-qint8" in f.fix and "PyTorch" in f.message and "zero-point 0" in f.message
     q_uint8 = [n.name for n in exported.graph.node if n.op_type == "QuantizeLinear"]

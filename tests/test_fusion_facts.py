@@ -1,7 +1,7 @@
 """The fusion facts against real TensorRT 8.6.0 engines: lint predicts what the engines ran wider than INT8.
 
 ``tests/fixtures/trt86-h200-edgeq`` holds engines built from edgeq's placement before the three measured
-rules (place-concat-conv, place-silu-residual, place-pool-tail). That placement is today's plan without
+rules (concat-conv, silu-residual, pool-tail). That placement is today's plan without
 the sites those rules add, so it is rebuilt here in code from the same zoo models (node names do not
 depend on size or width), and lint must name every ONNX node TensorRT ran in FP16/FP32; on today's
 placement it must name nothing.
@@ -27,7 +27,7 @@ from edgeq.report.fusion import build_report
 from edgeq.report.parse import load_layers
 
 FIXTURES = Path(__file__).parent / "fixtures"
-MEASURED_RULES = {"place-concat-conv", "place-silu-residual", "place-pool-tail"}
+MEASURED_RULES = {"concat-conv", "silu-residual", "pool-tail"}
 
 
 def _qdq_model(model, *, without: frozenset[str] = frozenset()):
@@ -41,9 +41,9 @@ def _qdq_model(model, *, without: frozenset[str] = frozenset()):
 
 
 CASES = {
-    "yolo_edgeq": (lambda: zoo.yolo_like(), {"fuse-concat-conv", "fuse-silu-residual"}, 17),
-    "r50b64_edgeq": (lambda: zoo.resnet50(size=64), {"fuse-pool-input-float"}, 1),
-    "r50b8_edgeq": (lambda: zoo.resnet50(size=64), {"fuse-pool-input-float"}, 1),
+    "yolo_edgeq": (lambda: zoo.yolo_like(), {"concat-conv", "silu-residual"}, 17),
+    "r50b64_edgeq": (lambda: zoo.resnet50(size=64), {"pool-tail"}, 1),
+    "r50b8_edgeq": (lambda: zoo.resnet50(size=64), {"pool-tail"}, 1),
 }
 
 
@@ -80,8 +80,8 @@ def test_yolo_fix2_is_what_edgeq_now_places():
     reference, _, _ = prepare_model(zoo.yolo_like())
     plan = plan_placement(graph_from_model(reference))
     added = [s for s in plan.sites if s.rule in MEASURED_RULES]
-    concat_readers = {c for s in added if s.rule == "place-concat-conv" for c in s.consumers}
-    silu_inputs = [s for s in added if s.rule == "place-silu-residual"]
+    concat_readers = {c for s in added if s.rule == "concat-conv" for c in s.consumers}
+    silu_inputs = [s for s in added if s.rule == "silu-residual"]
     assert len(concat_readers) == 9 and all(c.endswith("cv2.0/Conv") or "/cv1/" in c for c in concat_readers)
     assert len(silu_inputs) == 8 and all(s.tensor.endswith("/b/b.0/Conv_output_0") for s in silu_inputs)
     layers = load_layers(FIXTURES / "trt86-h200-edgeq" / "yolo_fix2.explicit.layers.json")
@@ -90,18 +90,23 @@ def test_yolo_fix2_is_what_edgeq_now_places():
         assert c in names
 
 
-def test_every_fact_rests_on_an_engine_file_or_says_unverified():
+def test_every_pattern_rests_on_an_engine_file_or_says_unverified():
+    """Each registry entry cites engine files that exist (``.json.gz`` for the zoo's), or says unverified;
+    lint, placement and the rules doc read that one entry, so they share one description per fact."""
+    from edgeq.graph import registry
+
     fixture_files = {p.name for p in FIXTURES.rglob("*") if p.is_file()}
-    for f in fusion.FACTS:
-        cited = set(re.findall(r"[\w.]+\.(?:layers\.json|build\.log|run\.log)", f.evidence))
-        assert cited, f.id
-        assert cited <= fixture_files, (f.id, cited - fixture_files)
-        if "expected" in f.statement:
-            assert "unverified" in f.evidence, f.id
-    # lint's fuse-* rules for the measured facts cite the same evidence: one description per fact
-    for rule_id, fact_id in (("fuse-concat-conv", "concat-dq-not-forwarded"),
-                             ("fuse-silu-residual", "silu-add-not-fused"),
-                             ("fuse-pool-input-float", "pool-input-float")):
-        assert RULES_BY_ID[rule_id].source == fusion.fact(fact_id).evidence
-    for rule_id in MEASURED_RULES:
-        assert "measured" in PLACEMENT_RULES[rule_id].source
+    fixture_files |= {n[: -len(".gz")] for n in fixture_files if n.endswith(".gz")}
+    for p in registry.REGISTRY:
+        if p.kind != "fusion" or p.id == "weighted-inputs":
+            continue
+        cited = set(re.findall(r"[\w.]+\.(?:layers\.json|build\.log|run\.log)", p.evidence))
+        assert cited, p.id
+        assert cited <= fixture_files, (p.id, cited - fixture_files)
+        if "expected" in p.fact or not p.verified:
+            assert "unverified" in p.evidence or "unverified" in p.fact, p.id
+        if p.lint is not None:
+            assert RULES_BY_ID[p.id].source == p.evidence
+        assert PLACEMENT_RULES[p.id].source == p.evidence
+    for rule_id in (*MEASURED_RULES, "se-gate", "channel-shuffle"):  # each names the engine pair it rests on
+        assert any(f in PLACEMENT_RULES[rule_id].source for f in ("yolo_", "r50b64_", "effb0", "shufflenet"))

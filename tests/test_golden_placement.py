@@ -1,8 +1,14 @@
-"""Placement is what the golden file says, model by model: a refactor of the rules moves no Q/DQ.
+"""Placement is what the golden file says, model by model.
 
-The golden file (``tests/placement_golden.py`` writes it) holds, for every zoo model the tests quantize
-and the four torchvision graphs behind the H100 zoo engines, each Q/DQ site with its consumers, each
-weight's axis and each shared scale group.
+The golden file (``tests/placement_golden.py`` wrote it before the pattern registry existed) holds, for
+every zoo model the tests quantize and the four torchvision graphs behind the H100 zoo engines, each Q/DQ
+site with its consumers, each weight's axis and each shared scale group. Two things are checked:
+
+- the move into the registry changed nothing: with the three patterns added for the zoo (pointwise-region,
+  se-gate, channel-shuffle) switched off, every model's placement is the golden one exactly;
+- with them on, the only differences are the ones those patterns are for: one Q/DQ on each SE gate's
+  excitation output (EfficientNet-B0, RegNetY), and ShuffleNetV2's channel shuffles left float (the Q/DQ
+  on the Concat inputs gone, one scale group per shuffle no more).
 """
 
 from __future__ import annotations
@@ -13,21 +19,56 @@ import pytest
 from placement_golden import GOLDEN, models, signature
 
 GOLDEN_DATA = json.loads(GOLDEN.read_text())
+NEW_PATTERNS = {"pointwise-region", "se-gate", "channel-shuffle"}
+
+
+def _diff(got: dict, want: dict) -> tuple[list[str], list[str], list[str]]:
+    added = sorted(set(got["sites"]) - set(want["sites"]))
+    removed = sorted(set(want["sites"]) - set(got["sites"]))
+    changed = [t for t in want["sites"] if t in got["sites"] and got["sites"][t] != want["sites"][t]]
+    return added, removed, changed
+
+
+@pytest.fixture
+def without_new_patterns(monkeypatch):
+    from edgeq.graph import registry
+    from edgeq.graph.trt86 import conv
+
+    monkeypatch.setattr(registry, "REGISTRY", tuple(p for p in registry.REGISTRY if p.id not in NEW_PATTERNS))
+    monkeypatch.setattr(conv, "se_squeezes", lambda graph: set())
 
 
 @pytest.mark.parametrize("name", sorted(models()))
-def test_placement_matches_golden(name: str) -> None:
-    assert name in GOLDEN_DATA, f"{name} has no golden placement: run python tests/placement_golden.py"
+def test_the_registry_moved_no_qdq(name: str, without_new_patterns) -> None:
     got = signature(models()[name]())
     want = GOLDEN_DATA[name]
-    moved = sorted(set(got["sites"]) ^ set(want["sites"]))
-    assert not moved, f"{name}: Q/DQ sites added or removed: {moved[:8]}"
-    changed = [t for t in want["sites"] if got["sites"][t] != want["sites"][t]]
-    assert not changed, f"{name}: sites with other consumers: {changed[:8]}"
+    assert _diff(got, want) == ([], [], [])
     assert got["weights"] == want["weights"]
     assert got["groups"] == want["groups"]
 
 
+@pytest.mark.parametrize("name", sorted(models()))
+def test_placement_differs_only_where_the_zoo_patterns_say(name: str) -> None:
+    got = signature(models()[name]())
+    want = GOLDEN_DATA[name]
+    added, removed, changed = _diff(got, want)
+    assert not changed
+    assert got["weights"] == want["weights"]
+    if name in ("efficientnet_b0", "regnet_y_400mf"):
+        assert len(added) == 16 and not removed
+        assert all(t.endswith("fc2/Conv_output_0") for t in added)
+        assert all(got["sites"][t] == [t.replace("fc2/Conv_output_0", "scale_activation/Sigmoid")] for t in added)
+        assert got["groups"] == want["groups"]
+    elif name == "shufflenet_v2_x1_0":
+        assert not added and len(removed) == 19  # the branches' last ReLU outputs, read by a Concat only
+        assert all(want["sites"][t] == [t.split("/branch", 1)[0] + "/Concat"] for t in removed)
+        assert got["groups"] == []  # every Q/DQ its own scale: nothing commutes across the shuffles
+    else:
+        assert (added, removed) == ([], [])
+        assert got["groups"] == want["groups"]
+
+
 def test_golden_covers_the_torchvision_graphs() -> None:
     assert {"efficientnet_b0", "mobilenet_v2", "regnet_y_400mf", "shufflenet_v2_x1_0"} <= set(GOLDEN_DATA)
+    assert set(models()) == set(GOLDEN_DATA)
     assert all(GOLDEN_DATA[m]["sites"] for m in GOLDEN_DATA)

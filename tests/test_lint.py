@@ -100,7 +100,7 @@ def test_every_rule_has_id_level_fix_and_source():
         assert isinstance(r.level, Level)
         assert r.fix.strip() and "\n" not in r.fix, r.id
         assert r.source.strip(), f"{r.id} cites no source"
-        assert r.needs in ("graph", "model")
+        assert r.needs in ("graph", "model", "registry")
 
 
 def test_measured_sources_point_at_fixture_files_that_exist(trt_fixtures):
@@ -290,7 +290,7 @@ def _residual(both: bool) -> onnx.ModelProto:
 
 
 def test_fuse_add_both_quantized():
-    hits = rule_hits(_residual(both=True), "fuse-add-both-quantized")
+    hits = rule_hits(_residual(both=True), "residual-add")
     assert len(hits) == 1
     assert hits[0].nodes == ("add", "conv2_out_Q", "conv2_out_DQ") and "'conv2'" in hits[0].message
 
@@ -310,7 +310,7 @@ def _stem(qdq_before_pool: bool) -> onnx.ModelProto:
 
 
 def test_fuse_relu_maxpool():
-    hits = rule_hits(_stem(qdq_before_pool=True), "fuse-relu-maxpool")
+    hits = rule_hits(_stem(qdq_before_pool=True), "conv-act-maxpool")
     assert len(hits) == 1 and hits[0].nodes == ("relu", "relu_out_Q", "relu_out_DQ", "pool")
     assert "'conv1'" in hits[0].message
 
@@ -328,7 +328,7 @@ def _silu(split: bool) -> onnx.ModelProto:
 
 
 def test_fuse_silu_qdq_is_an_error():
-    hits = rule_hits(_silu(split=True), "fuse-silu-qdq")
+    hits = rule_hits(_silu(split=True), "silu-whole")
     assert len(hits) == 1 and hits[0].level == Level.ERROR
     assert hits[0].nodes == ("sig", "mul", "sig_out_Q", "sig_out_DQ")
 
@@ -338,7 +338,7 @@ def test_silu_with_input_quantized_on_one_side_only_is_split():
     c = g.conv(g.qdq("x", "in"), "conv", quantize_weight=True)
     s = g.op("Sigmoid", "sig", [g.qdq(c, "c_out")])  # the Sigmoid reads a quantized copy, the Mul the float
     y = g.op("Mul", "mul", [c, s])
-    hits = rule_hits(g.model([y]), "fuse-silu-qdq")
+    hits = rule_hits(g.model([y]), "silu-whole")
     assert len(hits) == 1 and {"c_out_Q", "c_out_DQ"} <= set(hits[0].nodes)
 
 
@@ -355,7 +355,7 @@ def _concat(scales: tuple[float, float]) -> onnx.ModelProto:
 
 
 def test_fuse_concat_scales():
-    hits = rule_hits(_concat((0.05, 0.08)), "fuse-concat-scales")
+    hits = rule_hits(_concat((0.05, 0.08)), "concat-scale")
     assert len(hits) == 1 and hits[0].nodes == ("cat", "qa_DQ", "qb_DQ")
 
 
@@ -368,7 +368,7 @@ def test_concat_scale_is_seen_through_maxpool():
     x = g.qdq(g.op("Relu", "a", ["x"]), "qa", scale=0.05)
     p = g.op("MaxPool", "pool", [x], kernel_shape=[3, 3], pads=[1, 1, 1, 1])  # same scale as its input
     cat = g.op("Concat", "cat", [x, p, g.qdq(g.op("Sigmoid", "b", ["x"]), "qb", scale=0.01)], axis=1)
-    hits = rule_hits(g.model([cat]), "fuse-concat-scales")
+    hits = rule_hits(g.model([cat]), "concat-scale")
     assert len(hits) == 1 and hits[0].nodes == ("cat", "qa_DQ", "qa_DQ", "qb_DQ")
 
 
@@ -383,19 +383,19 @@ def _dangling(scale2: float) -> onnx.ModelProto:
 
 
 def test_fuse_dangling_dq_q():
-    hits = rule_hits(_dangling(0.2), "fuse-dangling-dq-q")
+    hits = rule_hits(_dangling(0.2), "data-movement")
     assert len(hits) == 1 and hits[0].nodes == ("c1_DQ", "split", "s0_Q")
 
 
 def test_dq_q_with_the_same_scale_is_not_dangling():
-    assert rule_hits(_dangling(0.05), "fuse-dangling-dq-q") == []
+    assert rule_hits(_dangling(0.05), "data-movement") == []
 
 
 def test_fuse_conv_output_quantized():
     g = G()
     c = g.conv(g.qdq("x", "in"), "conv", quantize_weight=True)
     r = g.op("Relu", "relu", [g.qdq(c, "c_out")])
-    hits = rule_hits(g.model([r]), "fuse-conv-output-quantized")
+    hits = rule_hits(g.model([r]), "conv-epilogue")
     assert len(hits) == 1 and hits[0].nodes == ("conv", "c_out_Q", "c_out_DQ", "relu")
 
 
@@ -405,9 +405,9 @@ def test_fuse_conv_output_quantized_before_a_silu():
     x = g.qdq(c, "c_out")  # one Q/DQ read by both halves of the SiLU: not inside it, but after the conv
     y = g.op("Mul", "mul", [x, g.op("Sigmoid", "sig", [x])])
     m = g.model([y])
-    hits = rule_hits(m, "fuse-conv-output-quantized")
+    hits = rule_hits(m, "conv-epilogue")
     assert len(hits) == 1 and hits[0].nodes == ("conv", "c_out_Q", "c_out_DQ", "sig", "mul")
-    assert rule_hits(m, "fuse-silu-qdq") == []
+    assert rule_hits(m, "silu-whole") == []
 
 
 def test_a_trt_style_placement_of_a_yolo_block_is_clean():
@@ -423,7 +423,7 @@ def test_a_trt_style_placement_of_a_yolo_block_is_clean():
     a = g.op("Split", "split", [g.qdq(x, "s1a", scale=0.1), halves], n_out=2, axis=1)
     b = "split_out1"  # the Split's second output
     y = silu(g.conv(g.qdq(b, "s1b", scale=0.1), "m_a", c=2, quantize_weight=True), "act2")  # same scale again
-    # place-silu-residual: the SiLU before the residual Add reads the quantized convolution output
+    # silu-residual: the SiLU before the residual Add reads the quantized convolution output
     y = silu(g.qdq(g.conv(g.qdq(y, "m_mid"), "m_b", c=2, quantize_weight=True), "m_b_out"), "act3")
     res = g.op("Add", "res", [y, g.qdq(b, "s1c", scale=0.1)])  # the SiLU's own output stays float
     cat = g.op("Concat", "cat", [a, b, g.qdq(res, "s1d", scale=0.1)], axis=1)  # 6 channels, one scale
@@ -459,7 +459,7 @@ def test_rules_filter_and_trt_version():
     from edgeq.errors import EdgeqError
 
     m = _residual(both=True)
-    assert {f.rule for f in lint_model(m, rules=["fuse-add-both-quantized"])} == {"fuse-add-both-quantized"}
+    assert {f.rule for f in lint_model(m, rules=["residual-add"])} == {"residual-add"}
     assert lint_model(m, rules=["qdq-uint8"]) == []
     assert lint_model(m, trt="8.6.1") == lint_model(m)
     with pytest.raises(EdgeqError, match=r"supported: 8\.6"):
@@ -492,15 +492,15 @@ def ort_models():
 
 def test_onnxruntime_qdq_resnet_has_the_measured_fusion_breakers(ort_models):
     found = {f.rule for f in lint_model(ort_models["resnet"])}
-    assert {"fuse-add-both-quantized", "fuse-relu-maxpool"} <= found
+    assert {"residual-add", "conv-act-maxpool"} <= found
     assert not any(r.startswith("qdq-") for r in found)  # ortfb: parses fine, fuses badly
 
 
 def test_onnxruntime_qdq_yolo_has_the_measured_fusion_breakers(ort_models):
     findings = lint_model(ort_models["yolo"])
     found = {f.rule for f in findings}
-    assert {"fuse-silu-qdq", "fuse-concat-scales"} <= found
-    silu = [f for f in findings if f.rule == "fuse-silu-qdq"]
+    assert {"silu-whole", "concat-scale"} <= found
+    silu = [f for f in findings if f.rule == "silu-whole"]
     # The fixture's build failed on the stem's SiLU: the same nodes are named here.
     stem = ("/stem/stem.0/stem.0.2/Sigmoid", "/stem/stem.0/stem.0.2/Mul")
     assert any(set(stem) <= set(f.nodes) for f in silu)
@@ -576,9 +576,9 @@ def test_cli_json_parses_and_exit_codes(cli, residual_files):
     code, out, _ = cli("lint", bad, "--json")
     doc = json.loads(out)
     assert code == 1
-    assert doc["trt"] == "8.6" and doc["summary"]["by_rule"] == {"fuse-add-both-quantized": 1}
+    assert doc["trt"] == "8.6" and doc["summary"]["by_rule"] == {"residual-add": 1}
     f = doc["findings"][0]
-    assert f["rule"] == "fuse-add-both-quantized" and f["level"] == "warning" and f["nodes"][0] == "add"
+    assert f["rule"] == "residual-add" and f["level"] == "warning" and f["nodes"][0] == "add"
     assert f["fix"] and f["source"]
     code, out, _ = cli("lint", good, "--json")
     assert code == 0 and json.loads(out)["findings"] == []
@@ -595,7 +595,7 @@ def test_cli_fail_on_threshold(cli, residual_files):
 def test_cli_table_output(cli, residual_files):
     bad, good = residual_files
     code, out, _ = cli("lint", bad)
-    assert code == 1 and "fuse-add-both" in out and "fail" in out
+    assert code == 1 and "residual-add" in out and "fail" in out
     code, out, _ = cli("lint", good)
     assert code == 0 and "no findings" in out
 
@@ -628,9 +628,9 @@ def test_resnet50_findings_match_the_measured_engine(trt_fixtures):
     )
     assert len(unfused) == 16
     model = zoo.qdq_ort(zoo.resnet50(), quantize_bias=False, samples=1)
-    findings = lint_model(model, rules=["fuse-add-both-quantized", "fuse-relu-maxpool"])
-    assert sorted(f.nodes[0] for f in findings if f.rule == "fuse-add-both-quantized") == unfused
-    pools = [f for f in findings if f.rule == "fuse-relu-maxpool"]
+    findings = lint_model(model, rules=["residual-add", "conv-act-maxpool"])
+    assert sorted(f.nodes[0] for f in findings if f.rule == "residual-add") == unfused
+    pools = [f for f in findings if f.rule == "conv-act-maxpool"]
     assert len(pools) == 1 and pools[0].nodes[-1] == "/maxpool/MaxPool"
     assert {"Name": "/maxpool/MaxPool", "LayerType": "CaskPooling"}.items() <= next(
         layer for layer in layers if layer["Name"] == "/maxpool/MaxPool"
@@ -652,10 +652,10 @@ def test_removing_the_qdq_inside_each_silu_clears_fuse_silu(ort_models):
                     _bypass(graph, pair)
     graph.cleanup().toposort()
     edited = model_from_graph(graph, like=model)
-    assert rule_hits(edited, "fuse-silu-qdq") == []
-    assert rule_hits(model, "fuse-silu-qdq")
+    assert rule_hits(edited, "silu-whole") == []
+    assert rule_hits(model, "silu-whole")
     # What is left is onnxruntime's Q/DQ on each convolution's output, before its SiLU.
-    left = rule_hits(edited, "fuse-conv-output-quantized")
+    left = rule_hits(edited, "conv-epilogue")
     stem = [f for f in left if "/stem/stem.0/stem.0.2/Mul" in f.nodes]
     assert len(stem) == 1 and "SiLU" in stem[0].message
 

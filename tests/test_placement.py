@@ -28,8 +28,8 @@ MODELS = {
     "yolo_slice": lambda: zoo.yolo_like(split="slice"),  # ultralytics writes chunk() as two Slices
     "unet_like": zoo.unet_like,
 }
-FUSION_RULES = {"fuse-add-both-quantized", "fuse-relu-maxpool", "fuse-silu-qdq", "fuse-concat-scales",
-                "fuse-dangling-dq-q", "fuse-conv-output-quantized"}
+FUSION_RULES = {"residual-add", "conv-act-maxpool", "silu-whole", "concat-scale",
+                "data-movement", "conv-epilogue"}
 
 
 def _quantize(name: str, placement: str, overrides: Overrides | None = None):
@@ -101,7 +101,7 @@ def test_resnet_residual_add_quantizes_only_the_skip_branch(quantized):
 
 @pytest.mark.parametrize("name", ["yolo_like", "yolo_slice"])
 def test_silu_residual_quantizes_the_convolution_output(quantized, name):
-    """place-silu-residual (yolo_fix1): one Q/DQ on the Conv output read by both Sigmoid and Mul, none
+    """silu-residual (yolo_fix1): one Q/DQ on the Conv output read by both Sigmoid and Mul, none
     inside the SiLU, the skip quantized, the SiLU's own output float into the Add."""
     g = _graph(quantized[(name, "trt")])
     adds = _residual_adds(g)
@@ -123,7 +123,7 @@ def test_silu_residual_quantizes_the_convolution_output(quantized, name):
 
 @pytest.mark.parametrize("name,expected", [("yolo_like", 9), ("yolo_slice", 9), ("unet_like", 2)])
 def test_convolution_reading_a_concat_has_its_own_qdq(quantized, name, expected):
-    """place-concat-conv (yolo_edgeq vs yolo_fix2): a Q/DQ right before every convolution that reads a
+    """concat-conv (yolo_edgeq vs yolo_fix2): a Q/DQ right before every convolution that reads a
     Concat, in the Concat's scale group; the Concat's inputs keep their Q/DQ (one scale)."""
     g = _graph(quantized[(name, "trt")])
     readers = [n for n in g.nodes if n.op in WEIGHTED_OPS
@@ -144,7 +144,7 @@ def test_convolution_reading_a_concat_has_its_own_qdq(quantized, name, expected)
 
 @pytest.mark.parametrize("tail", ["gap", "avgpool", "mean"])
 def test_pool_tail_input_is_quantized(tail):
-    """place-pool-tail (r50b64_edgeq vs r50b64_tailfix): the pool reads a Q/DQ of the last Relu, so the
+    """pool-tail (r50b64_edgeq vs r50b64_tailfix): the pool reads a Q/DQ of the last Relu, so the
     last convolution (with its Add and Relu) ends INT8."""
     g = _graph(_quantize_model(zoo.resnet_like(tail=tail), "trt"))
     pool = next(n for n in g.nodes if n.op in ("GlobalAveragePool", "AveragePool", "ReduceMean"))
@@ -283,16 +283,16 @@ def test_every_float_tensor_has_a_rule(quantized, name):
 def test_float_rules_name_the_reason():
     plan = _quantize("resnet_like", "trt").plan
     rule_of = {f.tensor: f.rule for f in plan.floats}
-    assert rule_of["/relu/Relu_output_0"] == "place-no-qdq-relu-maxpool"
-    assert rule_of["/layer1/layer1.0/conv2/Conv_output_0"] == "place-residual-skip-only"
-    assert rule_of["/conv1/Conv_output_0"] == "place-no-output-q"
+    assert rule_of["/relu/Relu_output_0"] == "conv-act-maxpool"
+    assert rule_of["/layer1/layer1.0/conv2/Conv_output_0"] == "residual-add"
+    assert rule_of["/conv1/Conv_output_0"] == "conv-epilogue"
     yolo = _quantize("yolo_like", "trt").plan
-    assert {f.rule for f in yolo.floats if f.tensor.endswith("Sigmoid_output_0")} == {"place-silu-whole"}
+    assert {f.rule for f in yolo.floats if f.tensor.endswith("Sigmoid_output_0")} == {"silu-whole"}
 
 
 def test_rules_are_data_with_sources():
-    assert {"place-weighted-inputs", "place-no-output-q", "place-residual-skip-only",
-            "place-no-qdq-relu-maxpool", "place-commute", "place-concat-shared-scale", "place-silu-whole",
+    assert {"weighted-inputs", "conv-epilogue", "residual-add",
+            "conv-act-maxpool", "data-movement", "concat-scale", "silu-whole",
             "place-override"} <= set(RULES)
     for r in RULES.values():
         assert r.id and len(r.description) > 40 and len(r.source) > 20
@@ -306,10 +306,10 @@ def test_rules_are_data_with_sources():
 @pytest.mark.parametrize(
     "name,breakers",
     [
-        ("resnet_like", {"fuse-add-both-quantized", "fuse-relu-maxpool"}),
-        ("yolo_like", {"fuse-add-both-quantized", "fuse-silu-qdq", "fuse-concat-scales"}),
-        ("yolo_slice", {"fuse-add-both-quantized", "fuse-silu-qdq", "fuse-concat-scales"}),
-        ("unet_like", {"fuse-concat-scales"}),
+        ("resnet_like", {"residual-add", "conv-act-maxpool"}),
+        ("yolo_like", {"residual-add", "silu-whole", "concat-scale"}),
+        ("yolo_slice", {"residual-add", "silu-whole", "concat-scale"}),
+        ("unet_like", {"concat-scale"}),
     ],
 )
 def test_lint_finds_breakers_only_in_all_placement(quantized, name, breakers):
@@ -343,7 +343,7 @@ def test_override_force_quantizes_every_input():
     assert all(qdq_pair_of(t) is not None for t in add.inputs)
     forced = [s for s in result.plan.sites if s.rule == "place-override"]
     assert [s.tensor for s in forced] == ["/layer1/layer1.0/conv2/Conv_output_0"]
-    assert "fuse-add-both-quantized" in {f.rule for f in lint_model(result.model)}
+    assert "residual-add" in {f.rule for f in lint_model(result.model)}
 
 
 def test_override_file_errors(tmp_path):

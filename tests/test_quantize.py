@@ -91,10 +91,10 @@ def test_cli_quantize_synthetic_writes_model_cache_and_summary(tmp_path, cli):
     assert (tmp_path / "m.int8.fp32.onnx").is_file()
     saved = json.loads((tmp_path / "m.int8.json").read_text())
     assert saved["fp32_model"] == str(tmp_path / "m.int8.fp32.onnx")
-    # 6 weighted-op inputs, 1 residual skip, 1 pool input (place-pool-tail)
+    # 6 weighted-op inputs, 1 residual skip, 1 pool input (pool-tail)
     assert saved["quantized"]["activations"] == 8 and saved["output"] == str(tmp_path / "m.int8.onnx")
     assert _sha(src) == before
-    assert "activation Q/DQ pairs" in out and "place-residual-skip-only" in out and "top-1" in out
+    assert "activation Q/DQ pairs" in out and "residual-add" in out and "top-1" in out
     # --json: the same summary, machine-readable
     code, out, _ = cli("quantize", src, "--synthetic", "8", "-o", tmp_path / "o.onnx",
                        "--cache", tmp_path / "o.cache", "--json", "--calibrator", "percentile")
@@ -103,9 +103,9 @@ def test_cli_quantize_synthetic_writes_model_cache_and_summary(tmp_path, cli):
     assert s["output"] == str(tmp_path / "o.onnx") and s["cache"] == str(tmp_path / "o.cache")
     assert s["fp32_model"] == str(tmp_path / "o.fp32.onnx")  # named after the cache it goes with
     assert s["quantized"]["activations"] == 8 and s["quantized"]["weights"] == 7
-    assert s["float"]["by_rule"]["place-no-qdq-relu-maxpool"] == 1
-    assert {"tensor": "/relu/Relu_output_0", "rule": "place-no-qdq-relu-maxpool"} in s["float_tensors"]
-    assert s["rules"]["place-residual-skip-only"]["source"]
+    assert s["float"]["by_rule"]["conv-act-maxpool"] == 1
+    assert {"tensor": "/relu/Relu_output_0", "rule": "conv-act-maxpool"} in s["float_tensors"]
+    assert s["rules"]["residual-add"]["source"]
     assert s["accuracy"]["samples"] == 2 and s["accuracy"]["outputs"][0]["top1_agreement"] is not None
     assert s["calibrator"] == "percentile" and s["exit_code"] == 0
     assert (tmp_path / "o.onnx").is_file() and (tmp_path / "o.cache").is_file()
@@ -118,7 +118,7 @@ def test_cli_placement_all_and_min_cosine_gate(tmp_path, cli):
     s = json.loads(out)
     assert code == 0 and s["placement"] == "all" and s["quantized"]["activations"] > 20
     code, out, _ = cli("lint", tmp_path / "y.int8.onnx", "--json")
-    assert "fuse-concat-scales" in {f["rule"] for f in json.loads(out)["findings"]}
+    assert "concat-scale" in {f["rule"] for f in json.loads(out)["findings"]}
     # a gate the Q/DQ model cannot meet: exit 1, the figure printed, files still written
     (tmp_path / "y.int8.onnx").unlink()
     code, out, _ = cli("quantize", src, "--synthetic", "5", "--min-cosine", "0.9999999")

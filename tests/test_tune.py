@@ -71,8 +71,8 @@ def test_tune_over_ssh_keeps_what_the_target_measured_faster(setup, ssh_server, 
     assert code == 0, err
     d = json.loads(out)
     chosen = {e["decision"].split(":", 1)[0] + ":" + e["sites"][0]: e["kept"] for e in d["decisions"]}
-    assert chosen == {f"place-residual-skip-only:{SKIP2}": True, f"place-residual-skip-only:{SKIP3}": False,
-                      f"place-pool-tail:{TAIL}": False}  # fmt: skip
+    assert chosen == {f"residual-add:{SKIP2}": True, f"residual-add:{SKIP3}": False,
+                      f"pool-tail:{TAIL}": False}  # fmt: skip
     assert [e["chosen_by"] for e in d["decisions"]] == [
         "measured: faster (1.222x in 3 paired rounds), accuracy within bound",
         "measured: not faster (1.000x in 3 paired rounds)",  # a tie keeps the rules' placement
@@ -169,7 +169,7 @@ def test_sites_implicit_ran_in_fp16_start_float_and_can_be_toggled_back():
     from edgeq.quant.quantize import prepare_model
 
     plan = plan_placement(graph_from_model(prepare_model(zoo.resnet_like(layers=(1, 1, 1)))[0]))
-    site = next(s for s in plan.sites if s.rule == "place-weighted-inputs")
+    site = next(s for s in plan.sites if s.rule == "weighted-inputs")
     rules_only = decision_points(plan)
     mirrored = decision_points(plan, fp16_nodes=site.consumers)
     assert IMPLICIT_FP16 not in {d.rule for d in rules_only}

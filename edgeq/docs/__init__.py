@@ -34,6 +34,23 @@ def sections() -> dict[str, str]:
     return out
 
 
+@cache
+def older_ids() -> dict[str, str]:
+    """Older id -> the section that holds its fact now (a section's "Older ids:" line), so an id a user
+    typed before the pattern registry still finds its rule."""
+    out: dict[str, str] = {}
+    for sid, text in sections().items():
+        m = re.search(r"(?m)^Older ids: (.+)$", text)
+        if m:
+            out.update({old.strip(): sid for old in m.group(1).split(",")})
+    return out
+
+
+def section(sid: str) -> str | None:
+    """One section's text by its id or an older id; None when there is none."""
+    return sections().get(sid) or sections().get(older_ids().get(sid, ""))
+
+
 def cited_sections(text: str) -> list[str]:
     """Every section id ``text`` cites (the file name, a hash sign, the section id)."""
     return re.findall(re.escape(RULES_DOC) + r"#([A-Za-z0-9_-]+)", text)

@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     import onnx
     import onnx_graphsurgeon as gs
 
+    from edgeq.graph.facts import Pattern
     from edgeq.graph.passes import GraphPass, ModelPass
 
 __all__ = ["PASSES", "Change", "CleanOptions", "CleanResult", "clean_model", "fit_findings"]
 
 PARSE_SOURCE = cite("parsing")
-BIAS_SOURCE = cite("qdq-int32-bias")
 
 
 @dataclass(frozen=True)
@@ -207,155 +207,45 @@ def fit_findings(
 ) -> list[Finding]:
     """What still keeps the model from TensorRT 8.6 after cleaning, with the nodes named (read-only).
 
-    ``torch_qint8`` names the Q/DQ nodes that were PyTorch's qint8 export pattern in the input: those
-    are reported as what they are, with the repair flag, rather than as uint8 Q/DQ to re-quantize.
+    The Q/DQ forms are the registry's (``trt86_qdq``: the same checks lint runs), each said with what to
+    do now that clean's passes could not repair it. ``torch_qint8`` names the Q/DQ nodes that were
+    PyTorch's qint8 export pattern in the input (cleaning removed the Casts that mark it): those are
+    reported as what they are, with the repair flag, rather than as uint8 Q/DQ to re-quantize.
     """
-    import numpy as np
-    from onnx import numpy_helper
+    from edgeq.graph import registry
+    from edgeq.graph.io import graph_from_model, opset_of
 
-    from edgeq.graph.io import opset_of
-
-    g = model.graph
-    inits = {t.name: t for t in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-
-    def name(n: onnx.NodeProto) -> str:
-        return n.name or f"{n.op_type}->{n.output[0] if n.output else '?'}"
-
-    def values(t: str) -> np.ndarray | None:
-        if t in inits:
-            return numpy_helper.to_array(inits[t])
-        p = producer.get(t)
-        if p is not None and p.op_type == "Constant":
-            for a in p.attribute:
-                if a.name == "value":
-                    return numpy_helper.to_array(a.t)
-        return None
-
-    casts, unsigned, asym, bias, torch, half = [], [], [], [], [], []
-    below19 = opset_of(model) < 19
-    for n in g.node:
-        if n.op_type == "Cast":
-            p = producer.get(n.input[0])
-            if (
-                p is not None
-                and p.op_type == "QuantizeLinear"
-                and any(c.op_type == "DequantizeLinear" for c in consumers.get(n.output[0], []))
-            ):
-                casts.append(name(n))
-        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            scale = values(n.input[1]) if len(n.input) > 1 else None
-            if below19 and scale is not None and scale.dtype != np.float32:
-                half.append(name(n))
-            zp = values(n.input[2]) if len(n.input) > 2 and n.input[2] else None
-            x = values(n.input[0]) if n.op_type == "DequantizeLinear" else None
-            if x is not None and x.dtype == np.int32:
-                bias.append(name(n))
-                continue
-            if name(n) in torch_qint8 and zp is not None and zp.dtype == np.uint8:
-                torch.append(name(n))
-            elif zp is None and n.op_type == "QuantizeLinear" and not (len(n.input) > 2 and n.input[2]):
-                unsigned.append(name(n))  # no zero-point: uint8 output
-            elif (zp is not None and zp.dtype == np.uint8) or (x is not None and x.dtype == np.uint8):
-                unsigned.append(name(n))
-            elif zp is not None and np.any(zp):
-                asym.append(name(n))
+    with quiet_graphsurgeon():
+        graph = graph_from_model(model)
     out: list[Finding] = []
-    if casts:
-        out.append(
-            Finding(
-                Level.ERROR,
-                "qdq_remove_casts",
-                f"{len(casts)} Cast node(s) between QuantizeLinear and DequantizeLinear change the type; "
-                "TensorRT 8.6 cannot parse a Cast inside Q/DQ and removing these is not exact",
-                "re-export with int8 Q/DQ and no Cast between them",
-                cite("qdq-cast-between"),
-                tuple(casts),
-            )
-        )
-    if torch:
-        out.append(
-            Finding(
-                Level.ERROR,
-                "qdq_torch_qint8",
-                f"{len(torch)} Q/DQ node(s) carry the uint8 zero-point 0 that PyTorch's exporter writes for "
-                "qint8 tensors: the file clamps negative values to 0 where PyTorch did not",
-                "edgeq clean --torch-qint8 (int8 zero-point 0: what PyTorch computed)",
-                cite("qdq-torch-qint8"),
-                tuple(torch),
-            )
-        )
-    if half:
-        out.append(
-            Finding(
-                Level.ERROR,
-                "qdq_float32",
-                f"{len(half)} Q/DQ node(s) have float16/bfloat16 scales, defined from opset 19 only",
-                "do not skip qdq_float32",
-                cite("qdq-float16"),
-                tuple(half),
-            )
-        )
-    if unsigned:
-        out.append(
-            Finding(
-                Level.ERROR,
-                "qdq_to_int8",
-                f"{len(unsigned)} Q/DQ node(s) are uint8 with a zero-point other than 128 (or none); "
-                "not exactly convertible to int8, which is all TensorRT 8.6 takes",
-                "re-quantize to int8 with zero-point 0 (`edgeq quantize`); for a PyTorch qint8 export, "
-                "edgeq clean --torch-qint8",
-                cite("qdq-uint8"),
-                tuple(unsigned),
-            )
-        )
-    if asym:
-        out.append(
-            Finding(
-                Level.ERROR,
-                "qdq_to_int8",
-                f"{len(asym)} Q/DQ node(s) have a non-zero zero-point; TensorRT 8.6 only supports "
-                "symmetric quantization and the shift is not exact here",
-                "re-quantize symmetric (zero-point 0)",
-                cite("qdq-asymmetric"),
-                tuple(asym),
-            )
-        )
-    if bias:
-        out.append(
-            Finding(
-                Level.ERROR,
-                "fold_bias_dq",
-                f"{len(bias)} DequantizeLinear node(s) read an int32 constant (quantized bias) and could not "
-                "be folded; the 8.6 parser refuses them",
-                "keep biases float (quantize_bias=False)",
-                BIAS_SOURCE,
-                tuple(bias),
-            )
-        )
+    named: set[str] = set()
+    for f in registry.lint(graph, registry.ids("qdq")):
+        nodes = tuple(n for n in f.nodes if n not in named)
+        if not nodes:
+            continue  # one problem per node (a uint8 zero-point 5 is not also 'asymmetric')
+        named.update(nodes)
+        torch = tuple(n for n in nodes if n in torch_qint8)
+        rest = tuple(n for n in nodes if n not in torch_qint8)
+        if torch and f.rule in ("qdq-uint8", "qdq-asymmetric"):
+            out.append(_fit(registry.pattern("qdq-torch-qint8"), torch,
+                            f"{len(torch)} Q/DQ node(s) carry the uint8 zero-point 0 that PyTorch's exporter "
+                            "writes for qint8 tensors: the file clamps negative values to 0 where PyTorch "
+                            "did not"))
+        if rest:
+            out.append(_fit(registry.pattern(f.rule), rest, f.message if rest == f.nodes else
+                            f"{len(rest)} of: {f.message}"))
     opset = opset_of(model)
     if opset > options.opset and "convert_opset" not in already:
-        out.append(
-            Finding(
-                Level.ERROR,
-                "convert_opset",
-                f"opset {opset} > {options.opset}: the 8.6 parser follows opset <= 17",
-                "do not skip convert_opset, or re-export at opset 17",
-                cite("opset-too-high"),
-            )
-        )
+        out.append(Finding(Level.ERROR, "convert_opset",
+                           f"opset {opset} > {options.opset}: the 8.6 parser follows opset <= 17",
+                           "do not skip convert_opset, or re-export at opset 17", cite("opset-too-high")))
     if model.ir_version > options.ir_version and "set_ir_version" not in already:
-        out.append(
-            Finding(
-                Level.ERROR,
-                "set_ir_version",
-                f"IR version {model.ir_version} > {options.ir_version}",
-                "do not skip set_ir_version",
-                cite("ir-too-high"),
-            )
-        )
+        out.append(Finding(Level.ERROR, "set_ir_version", f"IR version {model.ir_version} > "
+                           f"{options.ir_version}",
+                           "do not skip set_ir_version", cite("ir-too-high")))
     return out
+
+
+def _fit(p: Pattern, nodes: tuple[str, ...], message: str) -> Finding:
+    assert p.lint is not None  # every Q/DQ-form pattern has a lint half
+    return Finding(p.lint.level, p.id, message, p.clean_fix or p.lint.fix, cite(p.id), nodes)

@@ -1,22 +1,16 @@
-"""What TensorRT 8.6 fuses around Q/DQ: each fact once, as data with its evidence, plus the walkers
-that find it in a graph.
+"""The walkers the TensorRT 8.6 patterns share: read-only questions about a graph's structure.
 
-Placement (``edgeq.quant.placement``) uses these facts to decide where Q/DQ go; lint
-(``edgeq.graph.rules``) uses the same functions to say where a model breaks them. Because both call the
-same walker, they cannot disagree about what "a residual Add's convolution branch" or "a convolution that
-reads a Concat" means. The walkers see through Q/DQ pairs, so they answer the same on a float model (before
-placement) and on a Q/DQ model (what lint reads).
-
-Every fact names the measured engine that shows it (files under ``tests/fixtures``, TensorRT 8.6.0 on an
-H200) or says plainly that it is unverified. When an engine contradicts a fact, the engine wins: three
-facts here replaced documentation-based rules that real engines refuted (``concat-dq-not-forwarded``,
-``silu-add-not-fused``, ``pool-input-float``).
+"Which convolution's fused chain writes this tensor", "which input of this Add is the convolution
+branch", "is this a SiLU", "which Concat is behind this tensor": each answered once here, and asked by the
+pattern entries (``edgeq.graph.trt86``), so placement and lint cannot disagree about what a residual
+Add's branch or a convolution that reads a Concat means. The walkers see through Q/DQ pairs, so they
+answer the same on a float model (before placement) and on a Q/DQ model (what lint reads). The facts
+themselves, with their evidence, are the registry's entries.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from edgeq.graph.patterns import (
@@ -38,109 +32,12 @@ from edgeq.graph.patterns import (
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
 
-EDGEQ_ENGINES = "tests/fixtures/trt86-h200-edgeq"
-ORT_ENGINES = "tests/fixtures/trt86-h200"
-
-
-@dataclass(frozen=True)
-class FusionFact:
-    """One thing TensorRT 8.6 does or does not fuse, and the engine that showed it."""
-
-    id: str
-    statement: str
-    evidence: str
-    verified: bool = True
-
-
-FACTS: tuple[FusionFact, ...] = (
-    FusionFact(
-        "conv-epilogue",
-        "A convolution (or Gemm/MatMul with a constant weight) fuses the BatchNormalization, bias Add, "
-        "constant Mul and activation (ReLU, SiLU, ...) after it when no Q/DQ sits between them; a Q/DQ "
-        "on the convolution's input is its INT8 input, a Q/DQ after the chain its INT8 output.",
-        f"{ORT_ENGINES}/resnet50_placed.explicit.layers.json (every Conv fused with its ReLU, INT8); "
-        f"{EDGEQ_ENGINES}/yolo_edgeq.implicit.layers.json ('Conv + PWN(PWN(Sigmoid), Mul)')",
-    ),
-    FusionFact(
-        "conv-add-relu",
-        "A residual Add (and a ReLU after it) fuses into the convolution of its convolution branch when "
-        "that branch is float and the skip input is quantized.",
-        f"{ORT_ENGINES}/resnet50_placed.explicit.layers.json (16 Adds fused) vs "
-        "resnet50_ortfb.explicit.layers.json (Q/DQ on both inputs: 16 separate PointWiseV2, 0.73x implicit)",
-    ),
-    FusionFact(
-        "conv-act-maxpool",
-        "Conv -> (BN) -> ReLU -> MaxPool with the ReLU read by the pool alone fuses as one "
-        "CaskConvActPool when no Q/DQ sits between the ReLU and the pool. Clip and LeakyRelu are "
-        "expected to behave like ReLU (unverified).",
-        f"{ORT_ENGINES}/resnet50.implicit.layers.json and resnet50_placed.explicit.layers.json "
-        "('/conv1/Conv + /relu/Relu + /maxpool/MaxPool') vs resnet50_ortfb (separate layers); "
-        "Clip/LeakyRelu unverified",
-    ),
-    FusionFact(
-        "silu-whole",
-        "A SiLU (x * Sigmoid(x)) with a Q/DQ inside (between Sigmoid and Mul, or one of them reading a "
-        "quantized copy of x) has no INT8 implementation: the build fails.",
-        f"{ORT_ENGINES}/yolo_ortfb.explicit.build.log and {EDGEQ_ENGINES}/yolo_edgeq_all.explicit.build.log "
-        "('Could not find any implementation for node PWN(PWN(Sigmoid), PWN(Mul))')",
-    ),
-    FusionFact(
-        "silu-add-not-fused",
-        "Conv + SiLU + residual Add do not fuse into one kernel. The SiLU and the Add fuse into one "
-        "PointWise layer, which runs INT8 only when the convolution's output (the SiLU's input, one Q/DQ "
-        "read by Sigmoid and Mul) and the skip are quantized; with the convolution branch float it runs "
-        "FP16, with reformats from the convolution's INT8 output (or the convolution ends FP32).",
-        f"{EDGEQ_ENGINES}/yolo_edgeq.explicit.layers.json (8 FP16 'PWN(PWN(Sigmoid, Mul), Add)') vs "
-        "yolo_fix1.explicit.layers.json and yolo_edgeq.implicit.layers.json (the same layers INT8)",
-    ),
-    FusionFact(
-        "concat-dq-not-forwarded",
-        "TensorRT 8.6 does not carry a DQ on a Concat's inputs forward to a convolution that reads the "
-        "Concat: it clones the DQ per Split output, concatenates in FP16 and runs the convolution "
-        "FP16/FP32. The convolution needs its own Q/DQ on the Concat's output; with it (and one scale "
-        "for the Concat's inputs) the Concat becomes INT8 copies.",
-        f"{EDGEQ_ENGINES}/yolo_edgeq.explicit.layers.json (every C2f/SPPF cv2 convolution FP16/FP32 behind "
-        "'..._DequantizeLinear_clone_N' reformats) vs yolo_fix2.explicit.layers.json (49/49 INT8, the "
-        "implicit engine's 69 layers, 981 vs 980 qps)",
-    ),
-    FusionFact(
-        "data-movement-commutes",
-        "MaxPool, nearest Resize, Split/Slice, reshapes and transposes move Q/DQ: a convolution reading "
-        "their output directly gets INT8 from a Q/DQ on their input, and they run INT8 themselves.",
-        f"{EDGEQ_ENGINES}/yolo_edgeq.explicit.layers.json (bottleneck convolutions reading a Split output, "
-        "SPPF MaxPools and Resize INT8); {ORT_ENGINES}/resnet50_placed.explicit.layers.json",
-    ),
-    FusionFact(
-        "concat-shared-scale",
-        "A Concat whose inputs carry one scale runs as INT8 copies into its output buffer (Reformat layers "
-        "with origin CONCAT, same precision, same format); different scales add requantizing layers.",
-        f"{EDGEQ_ENGINES}/yolo_edgeq.implicit.layers.json and yolo_fix2.explicit.layers.json (19 INT8->INT8 "
-        "same-format Concat copies in both)",
-    ),
-    FusionFact(
-        "pool-input-float",
-        "An averaging op (GlobalAveragePool) reading a convolution chain with its input float makes that "
-        "convolution (with its Add and ReLU) end FP16 and the pool run FP16; a Q/DQ on the pool's input "
-        "makes both INT8. AveragePool and ReduceMean are expected to behave the same (unverified).",
-        f"{EDGEQ_ENGINES}/r50b64_edgeq.explicit.layers.json (last 'conv3 + Add + Relu' and "
-        "GlobalAveragePool FP16) vs r50b64_tailfix.explicit.layers.json (55/55 INT8); AveragePool and "
-        "ReduceMean unverified",
-    ),
-)
-
-FACTS_BY_ID: dict[str, FusionFact] = {f.id: f for f in FACTS}
-
 # conv-act-maxpool: activations that fuse between a convolution and a MaxPool (ReLU measured).
 POOL_FUSIBLE_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu"})
-# pool-input-float: averaging ops that read a convolution chain (GlobalAveragePool measured).
+# pool-tail: averaging ops that read a convolution chain (GlobalAveragePool measured).
 AVERAGING_OPS = frozenset({"GlobalAveragePool", "AveragePool", "ReduceMean"})
 # Binary ops with one constant input that fuse into a convolution's epilogue (bias, scale).
 _EPILOGUE_BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
-
-
-def fact(fact_id: str) -> FusionFact:
-    """The fact with this id; a KeyError here is a bug (a rule citing an unknown fact)."""
-    return FACTS_BY_ID[fact_id]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -189,7 +86,7 @@ def fused_origin(tensor: gs.Tensor, *, through_activations: bool = True) -> gs.N
 
 
 def epilogue(node: gs.Node) -> list[gs.Node]:
-    """conv-epilogue, conv-add-relu: the nodes after a weighted op that TensorRT runs in the same layer
+    """conv-epilogue, residual-add: the nodes after a weighted op that TensorRT runs in the same layer
     (BN, bias/scale, activations, a SiLU, a residual Add whose convolution branch this is, the ReLU after
     it), stopping at a Q/DQ or a second reader. Lint names them with the convolution: they share its
     precision."""
@@ -235,7 +132,7 @@ def _distances(t: gs.Tensor) -> dict[str, int]:
 
 
 def residual_split(add: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
-    """conv-add-relu: (convolution branch, skip) of a residual Add as the Add reads them, or None.
+    """residual-add: (convolution branch, skip) of a residual Add as the Add reads them, or None.
 
     NVIDIA ModelOpt's rule (modelopt/onnx/quantization/graph_utils.py build_non_residual_input_map): an
     input whose chain starts at a convolution is the branch TensorRT fuses the Add into; if both are,
@@ -280,7 +177,7 @@ def silu_of(tensor: gs.Tensor) -> tuple[gs.Node, gs.Node, gs.Tensor] | None:
 def silu_residual(
     add: gs.Node, split: tuple[gs.Tensor, gs.Tensor] | None = None
 ) -> tuple[gs.Node, gs.Node, gs.Tensor, gs.Tensor] | None:
-    """silu-add-not-fused: ``(Sigmoid, Mul, x, skip)`` when the residual Add's convolution branch is a
+    """silu-residual: ``(Sigmoid, Mul, x, skip)`` when the residual Add's convolution branch is a
     SiLU of a convolution's output ``x``. ``split``: the Add's ``residual_split``, when already known."""
     split = split if split is not None else residual_split(add)
     if split is None:
@@ -311,14 +208,14 @@ def act_before_pool(pool: gs.Node) -> tuple[gs.Node, gs.Tensor, gs.Node] | None:
 
 
 def concat_behind(tensor: gs.Tensor) -> gs.Node | None:
-    """concat-dq-not-forwarded: the Concat whose output reaches ``tensor`` through data-movement ops
+    """concat-conv: the Concat whose output reaches ``tensor`` through data-movement ops
     only (no Q/DQ pair on the way); None otherwise. The tensor a weighted op reads is what to pass."""
     p = scale_source(tensor)
     return p if is_op(p, "Concat") else None
 
 
 def averaging_tail(pool: gs.Node) -> gs.Node | None:
-    """pool-input-float: the weighted op whose chain (with a residual Add and its ReLU) an averaging op
+    """pool-tail: the weighted op whose chain (with a residual Add and its ReLU) an averaging op
     reads, when the pool's result goes on to a weighted op (a classification head); else None."""
     if not is_op(pool, *AVERAGING_OPS) or not pool.inputs or not pool.outputs:
         return None
@@ -330,13 +227,13 @@ def averaging_tail(pool: gs.Node) -> gs.Node | None:
         if split is None:
             return None
         origin = fused_origin(split[0])
-    if origin is None or not _reaches_weighted(pool.outputs[0]):
+    if origin is None or not reaches_weighted(pool.outputs[0]):
         return None
     return origin
 
 
 def residual_behind(tensor: gs.Tensor) -> gs.Node | None:
-    """conv-add-relu: the Add that writes ``tensor`` through the activations fused after it (the
+    """residual-add: the Add that writes ``tensor`` through the activations fused after it (the
     block's output), else None. Whether it is a residual Add is ``residual_split``'s answer."""
     p = producer(skip_qdq_up(tensor)[0])
     while is_op(p, *POOL_FUSIBLE_ACTIVATIONS):
@@ -344,7 +241,7 @@ def residual_behind(tensor: gs.Tensor) -> gs.Node | None:
     return p if is_op(p, "Add") else None
 
 
-def _reaches_weighted(tensor: gs.Tensor) -> bool:
+def reaches_weighted(tensor: gs.Tensor) -> bool:
     """Does ``tensor`` reach a weighted op's data input through data-movement ops (and Q/DQ pairs)?"""
     stack, seen = [tensor], set()
     while stack:

@@ -1031,7 +1031,7 @@ def dedupe_initializers(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     Exporters (and folding) repeat the same constants: Q/DQ scales and zero-points, shape vectors,
     weights. The TensorRT 8.6 parser makes one weights object per initializer, so duplicates cost
     engine weight memory (shared with the CPU on Jetson) and parse time; one copy also makes equal
-    Q/DQ scales visibly shared (edgeq/docs/trt86-rules.md#fuse-concat-scales).
+    Q/DQ scales visibly shared (edgeq/docs/trt86-rules.md#concat-scale).
     Values are unchanged.
     """
     import onnx_graphsurgeon as gs

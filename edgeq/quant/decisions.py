@@ -14,16 +14,11 @@ import hashlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
+from edgeq.graph import registry
 from edgeq.quant.placement import Plan
 
-# Sites whose rule names a choice between two legal placements (edgeq/docs/trt86-rules.md, 'place-*').
-TUNABLE_RULES = (
-    "place-residual-skip-only",
-    "place-concat-conv",
-    "place-silu-residual",
-    "place-pool-tail",
-    "place-concat-shared-scale",
-)
+# Sites whose pattern is a choice between two legal placements (the registry's tunable entries).
+TUNABLE_RULES = registry.tunable()
 IMPLICIT_FP16 = "implicit-fp16"  # a decision the implicit engine's layer precisions made
 
 

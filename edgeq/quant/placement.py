@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError
-from edgeq.graph import fusion
+from edgeq.graph import fusion, registry
+from edgeq.graph.facts import Want
 from edgeq.graph.patterns import is_constant, preserves_scale, producer, silu_input
 from edgeq.quant.overrides import Overrides
 from edgeq.quant.rules import ORT_QUANTIZABLE_OPS, WEIGHTED_OPS, rule
@@ -138,7 +139,7 @@ def _attr(node: gs.Node, name: str, default: object = None) -> Any:  # whatever 
 
 
 def _commutes(node: gs.Node) -> bool:
-    """place-commute: Concat, or an op that moves data (the one list lint reads too; Resize nearest)."""
+    """data-movement: Concat, or an op that moves data (the one list lint reads too; Resize nearest)."""
     return node.op == "Concat" or preserves_scale(node)
 
 
@@ -266,7 +267,7 @@ class _PlanBuilder:
                 continue
             w = _weight_of(node)
             if w is not None and _is_float(w):
-                self.weights.append(WeightSite(w.name, node.name, weight_axis(node), "place-weighted-inputs"))
+                self.weights.append(WeightSite(w.name, node.name, weight_axis(node), "weighted-inputs"))
 
     def _residual(self, node: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
         if node.op != "Add":
@@ -290,49 +291,30 @@ class _PlanBuilder:
 
     # -- trt ------------------------------------------------------------------------------------------
     def place_trt(self) -> None:
-        nodes = self.graph.nodes
-        # Edges that must stay float, each tagged with its rule.
-        for node in nodes:
-            silu = _is_silu_mul(node)
-            if silu is not None:
-                x, s = silu
-                sig = producer(s)
-                self.blocked[(x.name, node.name)] = "place-silu-whole"
-                self.blocked[(s.name, node.name)] = "place-silu-whole"
-                if sig is not None:
-                    self.blocked[(x.name, sig.name)] = "place-silu-whole"
-            act_pool = fusion.act_before_pool(node)
-            if act_pool is not None:
-                self.blocked[(act_pool[1].name, node.name)] = "place-no-qdq-relu-maxpool"
-        skips: list[tuple[gs.Tensor, gs.Node]] = []
-        silu_convs: list[tuple[gs.Tensor, gs.Node, gs.Node]] = []
-        for node in nodes:
-            split = self._residual(node)
-            if split is not None and node.name not in self.excluded:
-                conv_branch, skip = split
-                self.blocked[(conv_branch.name, node.name)] = "place-residual-skip-only"
-                skips.append((skip, node))
-                silu_res = fusion.silu_residual(node, split)
-                if silu_res is not None:  # silu-add-not-fused: the SiLU's input is the conv's INT8 output
-                    sig, mul, x, _ = silu_res
-                    self.blocked.pop((x.name, sig.name), None)
-                    self.blocked.pop((x.name, mul.name), None)
-                    silu_convs.append((x, sig, mul))
-
+        """Act on the registry's edge decisions: float edges block, INT8 edges are needs resolved across
+        data movement, OWN edges get a Q/DQ of their own in the scale group behind them. A pattern
+        anchored at an excluded node decides nothing."""
+        matches = {pid: [m for m in ms if m.anchor not in self.excluded]
+                   for pid, ms in registry.all_matches(self.graph).items()}
+        decisions = registry.decide(matches)
+        for (t, c), (want, rule_id) in decisions.by_edge.items():
+            if want == Want.FLOAT:
+                self.blocked[(t, c)] = rule_id
         self._place_weights()
-        for node in nodes:
-            if node.op in WEIGHTED_OPS and node.name not in self.excluded:
-                for t in _data_inputs(node):
-                    self._need(t, node, "place-weighted-inputs")
-        for skip, add in skips:
-            self._need(skip, add, "place-residual-skip-only")
-        for x, sig, mul in silu_convs:
-            self._need(x, sig, "place-silu-residual")
-            self._need(x, mul, "place-silu-residual")
-        for node in nodes:
-            if node.name not in self.excluded and fusion.averaging_tail(node) is not None:
-                self._need(node.inputs[0], node, "place-pool-tail")
-        for node in nodes:
+        tensors = self.graph.tensors()
+        nodes = {n.name: n for n in self.graph.nodes}
+        for p in registry.REGISTRY:  # needs in precedence order: the first to reach a site names it
+            for m in matches.get(p.id, ()):
+                for e in m.edges:
+                    want, rule_id = decisions.by_edge[(e.tensor, e.consumer)]
+                    if rule_id != (m.site_rule or p.id) or want == Want.FLOAT or e.consumer not in nodes:
+                        continue
+                    t, n = tensors[e.tensor], nodes[e.consumer]
+                    if want == Want.OWN:
+                        self._own(t, n, rule_id)
+                    else:
+                        self._need(t, n, rule_id)
+        for node in self.graph.nodes:
             if node.name in self.forced:
                 for t in _data_inputs(node) or [t for t in _var_inputs(node) if _is_float(t)]:
                     self._need(t, node, "place-override", forced=True)
@@ -345,9 +327,6 @@ class _PlanBuilder:
             site = self._site(t, rule_id)
             self.site_consumers[site].add(consumer.name)
             return self.uf.find(site)
-        if (consumer.op in WEIGHTED_OPS and t.name not in self.outputs
-                and fusion.concat_behind(t) is not None):
-            return self._concat_conv(t, consumer, rule_id)
         group = self._resolve(t, rule_id)
         if t.name in self.site_rule:
             self.site_consumers[t.name].add(consumer.name)
@@ -378,21 +357,24 @@ class _PlanBuilder:
         self.resolved[t.name] = site
         return self.uf.find(site)
 
-    def _concat_conv(self, t: gs.Tensor, consumer: gs.Node, rule_id: str) -> str:
-        """place-concat-conv: the Concat's inputs are quantized as before (one scale), and the weighted
-        op gets its own Q/DQ on ``t`` in that scale group (TensorRT 8.6 does not carry the DQ forward)."""
-        group = self._resolve(t, rule_id)
+    def _own(self, t: gs.Tensor, consumer: gs.Node, rule_id: str) -> str | None:
+        """A Q/DQ of its own on ``t`` for ``consumer``, in the scale group of what is behind ``t`` (which is
+        quantized as any INT8 need would be): concat-conv, where TensorRT 8.6 does not carry the DQ on a
+        Concat's inputs forward to the convolution."""
+        if not self._edge_ok(t, consumer):
+            return None
+        group = self._resolve(t, "weighted-inputs")
         self.commuted.pop(t.name, None)
-        site = self._site(t, "place-concat-conv")
+        site = self._site(t, rule_id)
+        self.site_rule[site] = rule_id
         self.site_consumers[site].add(consumer.name)
         return self.uf.union(group, site)
 
     def _concat_rule(self, x: gs.Tensor) -> None:
         # Site created only to feed a Concat: its reason is the shared concat scale.
-        if self.site_rule.get(x.name) == "place-weighted-inputs" and not any(
-            c.op in WEIGHTED_OPS for c in x.outputs
-        ):
-            self.site_rule[x.name] = "place-concat-shared-scale"
+        feeds_weighted = any(c.op in WEIGHTED_OPS for c in x.outputs)
+        if self.site_rule.get(x.name) == "weighted-inputs" and not feeds_weighted:
+            self.site_rule[x.name] = "concat-scale"
 
     # -- all ------------------------------------------------------------------------------------------
     def place_all(self) -> None:
@@ -431,12 +413,12 @@ class _PlanBuilder:
             if r is not None:
                 return r
         if p is not None and p.op == "Sigmoid" and any(_is_silu_mul(c) for c in consumers):
-            return "place-silu-whole"
+            return "silu-whole"
         if fusion.fused_origin(t) is not None:
-            return "place-no-output-q"
+            return "conv-epilogue"
         q = fusion.residual_behind(t)
         if q is not None and self._residual(q) is not None:
-            return "place-no-output-q"  # a residual Add fused into its convolution (with its Relu)
+            return "conv-epilogue"  # a residual Add fused into its convolution (with its Relu)
         return "place-not-int8-consumer"
 
     def finish(self, mode: str) -> Plan:
@@ -517,6 +499,6 @@ def describe(plan: Plan) -> Iterable[str]:
     for w in plan.weights:
         yield f"W-DQ  {w.tensor}  axis={w.axis}  ({w.node})"
     for t in plan.commuted:
-        yield f"INT8  {t}  [place-commute]"
+        yield f"INT8  {t}  [data-movement]"
     for f in plan.floats:
         yield f"float {f.tensor}  [{f.rule}]"

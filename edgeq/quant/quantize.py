@@ -92,8 +92,8 @@ class QuantizeResult:
     def to_dict(self) -> dict[str, Any]:
         plan = self.plan
         used = sorted({s.rule for s in plan.sites} | {f.rule for f in plan.floats}
-                      | ({"place-commute"} if plan.commuted else set())
-                      | ({"place-weighted-inputs"} if plan.weights else set()))
+                      | ({"data-movement"} if plan.commuted else set())
+                      | ({"weighted-inputs"} if plan.weights else set()))
         shared = {g: m for g, m in plan.groups.items() if len(m) > 1 or plan.commuted_in(g)}
         return {
             **self.paths,
@@ -113,7 +113,7 @@ class QuantizeResult:
                 for s in plan.sites
             ],
             "weights": [{"tensor": w.tensor, "node": w.node, "axis": w.axis} for w in plan.weights],
-            "commuted": [{"tensor": t, "rule": "place-commute", "group": plan.group_of(t)}
+            "commuted": [{"tensor": t, "rule": "data-movement", "group": plan.group_of(t)}
                          for t in plan.commuted],
             "float_tensors": [{"tensor": f.tensor, "rule": f.rule} for f in plan.floats],
             "overrides": {"excluded": list(plan.excluded), "forced": list(plan.forced)},

@@ -23,14 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from edgeq.errors import ReportError
-from edgeq.report.explain import (
-    Explanation,
-    Links,
-    compute_nodes,
-    lint_explanations,
-    placement_rule,
-    wide_layer_rule,
-)
+from edgeq.report.explain import Explanation, Links, compute_nodes, explain, lint_explanations, merged
 from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer, build_report
 from edgeq.report.parse import PRECISION_RANK, load_layers, load_profile
 from edgeq.report.policy import Rule
@@ -325,61 +318,6 @@ def _regions(base: FusionReport, cand: FusionReport) -> list[tuple[list[int], li
 
 
 # --------------------------------------------------------------------------------------------------
-# Explaining a region: the placement rules, from the layer structure
-# --------------------------------------------------------------------------------------------------
-
-
-def _ops(report: FusionReport, side: Side) -> list[tuple[ReportLayer, set[str]]]:
-    return [
-        (report.layers[i], set(report.layers[i].onnx_ops))
-        for i in side.layers
-        if report.layers[i].kind == LayerKind.COMPUTE
-    ]
-
-
-def explain(
-    base: FusionReport, cand: FusionReport, base_side: Side, cand_side: Side, links: tuple[Links, Links]
-) -> list[Explanation]:
-    """Which placement rule explains how the candidate's region differs from the baseline's."""
-    out: list[Explanation] = []
-    base_ops = _ops(base, base_side)
-    cand_ops = _ops(cand, cand_side)
-    base_rank = _rank(base_side.precision) if base_side.precision else 0
-    cand_groups = {g for g in cand_side.groups}
-    for rl, ops in base_ops:
-        if {"MaxPool", "Relu"} <= ops and compute_nodes(rl) not in cand_groups:
-            out.append(
-                Explanation(
-                    placement_rule("place-no-qdq-relu-maxpool"),
-                    f"the baseline fuses {' + '.join(compute_nodes(rl))}; the candidate does not",
-                )
-            )
-    unfused = {u.add_layer for u in cand.unfused_residuals}
-    if any(rl.index in unfused for rl, _ in cand_ops) and any(
-        {"Add", "Sum"} & ops and {"Conv", "ConvTranspose", "Gemm", "MatMul"} & ops for _, ops in base_ops
-    ):
-        out.append(
-            Explanation(
-                placement_rule("place-residual-skip-only"),
-                "residual Add runs as its own point-wise layer; the baseline fuses it into the convolution",
-            )
-        )
-    base_upstream: set[str] = set()
-    for i in base_side.layers:
-        if base.layers[i].kind == LayerKind.COMPUTE:
-            base_upstream |= links[0].upstream_ops(i)
-    for rl, _ in cand_ops:
-        if _rank(rl.precision) <= base_rank:
-            continue
-        rule = wide_layer_rule(cand, links[1], rl, base_upstream)
-        if rule is not None:
-            what = f"{' + '.join(compute_nodes(rl)) or rl.name} runs {rl.precision or '?'}"
-            what += f" (baseline {base_side.precision})" if base_side.precision else ""
-            out.append(Explanation(rule, what))
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
 # The comparison
 # --------------------------------------------------------------------------------------------------
 
@@ -507,7 +445,8 @@ def diff_pair(base: Engine, cand: Engine, findings: Sequence[Any] = ()) -> PairD
             differences.append("reformats")
         expl: list[Explanation] = []
         if differences:
-            expl = explain(b, c, bs, cs, links) + lint_explanations(findings, nodes)
+            expl = merged(explain(b, c, bs.layers, cs.layers, bs.precision, cs.groups, links)
+                          + lint_explanations(findings, nodes))
         regions.append(Region(nodes, bs, cs, tuple(differences), tuple(expl)))
 
     base_prec: dict[str, Optional[str]] = {}

@@ -1,8 +1,9 @@
-"""Why a layer runs wider than INT8, read from the engine's structure, as a placement rule id.
+"""Why an engine differs from what placement meant: the registry pattern whose engine signature the
+layers show (``edgeq.graph.registry``).
 
 Shared by ``compare`` (a region that differs from the baseline) and the report page (violations grouped
-by region). The rule ids are ``edgeq.quant.rules.RULES`` entries (the rules whose measured engines show
-exactly these structures); the rules' text stays there.
+by region). Each signature is the engine-side half of one pattern entry; no pattern or op-type list is
+named here, so a new pattern's explanation comes with its entry.
 """
 
 from __future__ import annotations
@@ -11,25 +12,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
-
-POOL_OPS = frozenset({"GlobalAveragePool", "AveragePool", "ReduceMean"})
+from edgeq.graph import registry
+from edgeq.report.fusion import EngineView, FusionReport, LayerKind, ReportLayer, view_of
+from edgeq.report.parse import PRECISION_RANK
 
 
 @dataclass(frozen=True)
 class Explanation:
-    rule: str  # a placement rule id (edgeq.quant.rules) or a lint rule id (edgeq.graph.rules)
+    rule: str  # a pattern id (edgeq.graph.registry) or a lint rule id (edgeq.graph.rules)
     why: str  # what in the engines matched it
 
     def to_dict(self) -> dict[str, str]:
         return {"rule": self.rule, "why": self.why}
-
-
-def placement_rule(rule_id: str) -> str:
-    """The id, checked against ``edgeq.quant.rules.RULES`` (a missing id is a bug here)."""
-    from edgeq.quant.rules import RULES
-
-    return RULES[rule_id].id
 
 
 def _is_qdq_name(n: str) -> bool:
@@ -104,25 +98,82 @@ class Links:
         return ops
 
 
+    def view(self, i: int, upstream: Iterable[str] = ()) -> EngineView:
+        """Layer ``i`` with what feeds it and the next compute layer's ops, for the engine signatures."""
+        down = self.nearest_compute(i, forward=True)
+        down_ops = self.report.layers[down].onnx_ops if down is not None else ()
+        return view_of(self.report.layers[i], self.upstream_ops(i) | set(upstream), down_ops)
+
+
 def wide_layer_rule(
     report: FusionReport, links: Links, rl: ReportLayer, upstream: Iterable[str] = ()
 ) -> Optional[str]:
-    """The placement rule that explains compute layer ``rl`` running wider than INT8, if one does.
+    """The pattern that explains compute layer ``rl`` running wider than INT8, if one does.
 
     ``upstream``: more op types known to feed it (e.g. from a baseline engine's matching layers).
     """
-    ops = set(rl.onnx_ops)
-    downstream = links.nearest_compute(rl.index, forward=True)
-    down_ops = set(report.layers[downstream].onnx_ops) if downstream is not None else set()
-    if {"Sigmoid", "Mul"} <= ops and {"Add", "Sum"} & ops:
-        return placement_rule("place-silu-residual")
-    if POOL_OPS & ops or POOL_OPS & down_ops:
-        return placement_rule("place-pool-tail")
-    if "Conv" in ops:
-        feeding = links.upstream_ops(rl.index) | set(upstream)
-        if "Concat" in feeding or "multi-producer" in feeding:
-            return placement_rule("place-concat-conv")
-    return None
+    p = registry.explain_wide(links.view(rl.index, upstream))
+    return p.id if p is not None else None
+
+
+def _rank(p: Optional[str]) -> int:
+    return PRECISION_RANK.get(p or "", -1)
+
+
+def explain(base: FusionReport, cand: FusionReport, base_layers: Sequence[int], cand_layers: Sequence[int],
+            base_precision: Optional[str], cand_groups: Iterable[tuple[str, ...]],
+            links: tuple[Links, Links]) -> list[Explanation]:
+    """Which patterns explain how the candidate's region differs from the baseline's: a fusion the baseline
+    has and the candidate lacks (or runs as the unfused form), a compute layer wider than the baseline's,
+    a reformat the candidate's placement causes."""
+    out: list[Explanation] = []
+    b_compute = [i for i in base_layers if base.layers[i].kind == LayerKind.COMPUTE]
+    c_compute = [i for i in cand_layers if cand.layers[i].kind == LayerKind.COMPUTE]
+    groups = set(cand_groups)
+    for p in registry.with_signature("fused"):
+        sig = p.engine
+        assert sig is not None and sig.fused is not None
+        fused = [i for i in b_compute if sig.fused(view_of(base.layers[i]))]
+        if not fused:
+            continue
+        if sig.unfused is not None:  # the candidate runs the unfused form
+            if any(sig.unfused(view_of(cand.layers[i])) for i in c_compute):
+                out.append(Explanation(p.id, sig.describe))
+        else:
+            for i in fused:
+                if compute_nodes(base.layers[i]) not in groups:
+                    fused_nodes = " + ".join(compute_nodes(base.layers[i]))
+                    out.append(Explanation(p.id, f"the baseline fuses {fused_nodes}; the candidate does not"))
+    base_upstream: set[str] = set()
+    for i in b_compute:
+        base_upstream |= links[0].upstream_ops(i)
+    for i in c_compute:
+        rl = cand.layers[i]
+        if _rank(rl.precision) <= (_rank(base_precision) if base_precision else 0):
+            continue
+        rule = wide_layer_rule(cand, links[1], rl, base_upstream)
+        if rule is not None:
+            what = f"{' + '.join(compute_nodes(rl)) or rl.name} runs {rl.precision or '?'}"
+            what += f" (baseline {base_precision})" if base_precision else ""
+            out.append(Explanation(rule, what))
+    b_reformat = {r.id for i in base_layers if (r := registry.explain_reformat(links[0].view(i))) is not None}
+    for i in cand_layers:
+        rl = cand.layers[i]
+        if rl.kind != LayerKind.REFORMAT or rl.same_format_copy:
+            continue
+        r = registry.explain_reformat(links[1].view(i))
+        if r is not None and r.id not in b_reformat and r.engine is not None:
+            out.append(Explanation(r.id, f"{r.engine.describe}: {rl.formats}"))
+    return list(dict.fromkeys(out))
+
+
+def merged(explanations: Iterable[Explanation]) -> list[Explanation]:
+    """One explanation per pattern: what the engine shows and what lint found, under the fact's one id."""
+    whys: dict[str, list[str]] = {}
+    for e in explanations:
+        if e.why not in whys.setdefault(e.rule, []):
+            whys[e.rule].append(e.why)
+    return [Explanation(rule, "; ".join(w)) for rule, w in whys.items()]
 
 
 def lint_explanations(findings: Iterable[Any], nodes: Sequence[str]) -> list[Explanation]:

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from edgeq.errors import ReportError
-from edgeq.graph import patterns
+from edgeq.graph import patterns, registry
 from edgeq.report.parse import PRECISION_RANK, EngineLayer, EngineLayers, Profile, Tensor
 
 if TYPE_CHECKING:
@@ -72,15 +72,9 @@ WEIGHT_CHAIN_SOURCE = (
 SHUFFLE_NOOP_SOURCE = "TensorRT: a Shuffle without transposes only reinterprets dimensions (pure reshape)"
 
 POINTWISE_TYPES = frozenset({"PointWise", "PointWiseV2", "ElementWise", "Activation", "Scale"})
-# The ONNX vocabulary is the graph side's (edgeq.graph.patterns, stdlib-only at import), so "a
-# convolution" and "an activation" mean the same to lint, placement and this report. After a residual
-# Add, a Swish's Mul and a PRelu also count as the activation TensorRT would have fused with it.
-CONV_OPS = patterns.WEIGHTED_OPS
+# After a residual Add, a Swish's Mul and a PRelu also count as the activation TensorRT would have fused
+# with it (the ONNX vocabulary is the graph side's, so "an activation" means the same to lint and here).
 ACTIVATION_OPS = patterns.ACTIVATION_OPS | {"Mul", "PRelu"}
-RESIDUAL_SOURCE = (
-    "edgeq/docs/trt86-rules.md#unfused-residual (residual Add); measured: "
-    "fixtures resnet50_ortfb.explicit.layers.json, 16 PWN(Add, Relu) PointWiseV2 layers (0.73x implicit)"
-)
 
 _REFORMAT_FOR = re.compile(r"^Reformatting CopyNode for (Input|Output) Tensor \d+ to (?P<target>.+)$", re.S)
 _FOREIGN = re.compile(r"^\{ForeignNode\[(?P<body>.*)\]\}$", re.S)
@@ -241,6 +235,30 @@ class ReportLayer:
             return ", ".join(t.format.short if t.format else "?" for t in ts) or "-"
 
         return f"{fmt(self.data_inputs)} -> {fmt(self.layer.outputs)}"
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """A layer as the pattern registry's engine signatures read it (``edgeq.graph.facts.LayerView``)."""
+
+    ops: frozenset[str]
+    kind: str
+    pointwise: bool
+    inputs: int
+    gated: bool
+    upstream: frozenset[str] = frozenset()
+    downstream: frozenset[str] = frozenset()
+    formats: str = ""
+
+
+def view_of(rl: ReportLayer, upstream: Iterable[str] = (), downstream: Iterable[str] = ()) -> EngineView:
+    """``rl`` for the registry: its ops, whether it is a PointWise layer, its activation inputs and whether
+    one of them is a per-channel gate (1x1 in space beside a full map)."""
+    spatial = [t.dims[2:] for t in rl.data_inputs if len(t.dims) >= 3]
+    gated = any(all(d == 1 for d in s) for s in spatial) and any(any(d != 1 for d in s) for s in spatial)
+    pointwise = rl.layer.layer_type in POINTWISE_TYPES or rl.layer.parameter_type in POINTWISE_TYPES
+    return EngineView(frozenset(rl.onnx_ops), rl.kind.value, pointwise, len(rl.in_precisions), gated,
+                      frozenset(upstream), frozenset(downstream), rl.formats)
 
 
 @dataclass(frozen=True)
@@ -743,14 +761,11 @@ def _onnx_mapping(
 
 
 def _unfused_residuals(rls: Sequence[ReportLayer], g: _Graph) -> tuple[UnfusedResidual, ...]:
-    """Residual Adds left as their own point-wise layer (with the Relu after them, fused or not)."""
+    """Residual Adds left as their own point-wise layer (registry: residual-add's unfused form), with the
+    Relu after them, fused or not."""
     out: list[UnfusedResidual] = []
     for rl in rls:
-        if rl.kind != LayerKind.COMPUTE:
-            continue
-        pointwise = rl.layer.layer_type in POINTWISE_TYPES or rl.layer.parameter_type in POINTWISE_TYPES
-        ops = set(rl.onnx_ops)
-        if not pointwise or not ({"Add", "Sum"} & ops) or (CONV_OPS & ops) or len(rl.in_precisions) < 2:
+        if rl.kind != LayerKind.COMPUTE or not registry.is_unfused_residual(view_of(rl)):
             continue
         act = None
         succ = [rls[s] for s in g.successors(rl.index)]

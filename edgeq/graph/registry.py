@@ -1,0 +1,145 @@
+"""The TensorRT 8.6 pattern registry: every fact once, iterated by every consumer.
+
+Placement (``edgeq.quant.placement``) acts on the edge decisions of all patterns; lint
+(``edgeq.graph.rules``) and ``edgeq clean`` run their lint checks; the report, the gate's explanations and
+``compare`` read their engine signatures (``edgeq.report.explain``); ``edgeq tune`` toggles the sites of
+the tunable ones. The entries live in ``edgeq.graph.trt86``, one module per family; their order is
+precedence. Modelled on NVIDIA ModelOpt's fusible patterns as data
+walked by shared walkers, and on TREx's one linter per concern.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Optional
+
+from edgeq.docs import cite
+from edgeq.findings import Finding
+from edgeq.graph.facts import Decisions, LayerView, Match, Pattern, Want, matches_of
+from edgeq.graph.trt86 import PATTERNS
+
+if TYPE_CHECKING:
+    import onnx_graphsurgeon as gs
+
+REGISTRY: tuple[Pattern, ...] = PATTERNS
+
+
+@cache
+def _by_id(patterns: tuple[Pattern, ...]) -> dict[str, Pattern]:
+    out: dict[str, Pattern] = {}
+    for p in patterns:
+        for i in (p.id, *p.aliases):
+            if i in out:
+                raise AssertionError(f"pattern id {i} is given twice")  # a bug in the registry
+            out[i] = p
+    return out
+
+
+def get(pattern_id: str) -> Optional[Pattern]:
+    """The pattern with this id or one of its older ids; None when unknown."""
+    return _by_id(REGISTRY).get(pattern_id) or _by_id(PATTERNS).get(pattern_id)
+
+
+def pattern(pattern_id: str) -> Pattern:
+    """The pattern with this id (aliases accepted); a KeyError is a bug (code naming an unknown id)."""
+    p = get(pattern_id)
+    if p is None:
+        raise KeyError(pattern_id)
+    return p
+
+
+def canonical(pattern_id: str) -> str:
+    """An id as the registry spells it now (older ids map to their fact's id); unknown ids unchanged."""
+    p = get(pattern_id)
+    return p.id if p is not None else pattern_id
+
+
+def ids(kind: Optional[str] = None) -> tuple[str, ...]:
+    return tuple(p.id for p in REGISTRY if kind is None or p.kind == kind)
+
+
+def aliases() -> dict[str, str]:
+    """Older id -> today's id."""
+    return {a: p.id for p in REGISTRY for a in p.aliases}
+
+
+def tunable() -> tuple[str, ...]:
+    """Ids whose sites are a choice between two legal placements (``edgeq tune`` measures them)."""
+    return tuple(p.id for p in REGISTRY if p.tunable)
+
+
+# --------------------------------------------------------------------------------------------------
+# Graph side
+# --------------------------------------------------------------------------------------------------
+
+
+def all_matches(graph: gs.Graph) -> dict[str, list[Match]]:
+    """Pattern id -> its matches, for every fusion pattern with a matcher."""
+    return {p.id: matches_of(p, graph) for p in REGISTRY if p.match is not None}
+
+
+def decide(matches: dict[str, list[Match]]) -> Decisions:
+    """Each edge's decision by the last pattern (registry order) that decided it."""
+    by_edge: dict[tuple[str, str], tuple[Want, str]] = {}
+    for p in REGISTRY:
+        for m in matches.get(p.id, ()):
+            for e in m.edges:
+                by_edge[(e.tensor, e.consumer)] = (e.want, m.site_rule or p.id)
+    return Decisions(by_edge)
+
+
+def lint(graph: gs.Graph, selected: Optional[Iterable[str]] = None) -> list[Finding]:
+    """Findings of every pattern's lint check (or of the ``selected`` ids), in registry order."""
+    wanted = None if selected is None else {canonical(i) for i in selected}
+    matches = all_matches(graph)
+    decisions = decide(matches)
+    out: list[Finding] = []
+    for p in REGISTRY:
+        if p.lint is None or (wanted is not None and p.id not in wanted):
+            continue
+        for hit in p.lint.check(graph, matches.get(p.id, []), decisions):
+            out.append(
+                Finding(
+                    level=hit.level or p.lint.level,
+                    rule=p.id,
+                    message=hit.message,
+                    fix=hit.fix or p.lint.fix,
+                    source=cite(p.id),
+                    nodes=tuple(hit.nodes),
+                )
+            )
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Engine side
+# --------------------------------------------------------------------------------------------------
+
+
+def explain_wide(view: LayerView) -> Optional[Pattern]:
+    """The pattern that explains a compute layer running wider than INT8: the most specific (latest in
+    precedence) whose signature matches."""
+    for p in reversed(REGISTRY):
+        if p.engine is not None and p.engine.wide is not None and p.engine.wide(view):
+            return p
+    return None
+
+
+def explain_reformat(view: LayerView) -> Optional[Pattern]:
+    """The pattern whose placement causes this reformat layer, if one says so."""
+    for p in reversed(REGISTRY):
+        if p.engine is not None and p.engine.reformat is not None and p.engine.reformat(view):
+            return p
+    return None
+
+
+def with_signature(part: str) -> Sequence[Pattern]:
+    """Patterns whose engine signature has ``part`` ('fused', 'unfused', 'wide', 'reformat')."""
+    return [p for p in REGISTRY if p.engine is not None and getattr(p.engine, part) is not None]
+
+
+def is_unfused_residual(view: LayerView) -> bool:
+    """The residual-add pattern's unfused form: a residual Add TensorRT ran as its own PointWise layer."""
+    sig = pattern("residual-add").engine
+    return sig is not None and sig.unfused is not None and sig.unfused(view)
