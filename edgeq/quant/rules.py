@@ -154,6 +154,28 @@ _RULES = (
         "(its inputs and weights stay float).",
         "user override file (edgeq quantize --overrides)",
     ),
+    PlacementRule(
+        "mirror-int8",
+        "--from-engine: the implicit engine read this tensor in INT8 between layers (directly or through "
+        "a quantizing reformat): one Q/DQ pair feeding exactly the nodes whose layer read it INT8; tensors "
+        "joined by INT8 data movement or a Concat share one scale. Weights of the layers it ran INT8 get "
+        "their per-channel DequantizeLinear.",
+        "the implicit engine's own layer JSON (trtexec --exportLayerInfo --profilingVerbosity=detailed: "
+        "each layer input's ONNX tensor name and Format/Datatype); edgeq/docs/trt86-rules.md#mirror-int8; "
+        "fixtures trt86-h100-zoo/*.implicit.layers.json.gz (SE gates and channel shuffles)",
+    ),
+    PlacementRule(
+        "mirror-float",
+        "--from-engine: the implicit engine carried this tensor in FP32/FP16 between layers, so it "
+        "stays float (no Q/DQ).",
+        "the implicit engine's own layer JSON; edgeq/docs/trt86-rules.md#mirror-float",
+    ),
+    PlacementRule(
+        "mirror-inside-layer",
+        "--from-engine: no boundary between engine layers carries this tensor (it lives inside one fused "
+        "layer, or TensorRT folded its op away), so it gets no Q/DQ.",
+        "the implicit engine's own layer JSON; edgeq/docs/trt86-rules.md#mirror-inside-layer",
+    ),
 )
 
 RULES: dict[str, PlacementRule] = {r.id: r for r in _RULES}
