@@ -243,6 +243,18 @@ def test_fused_names_and_foreign_nodes_without_metadata() -> None:
     foreign = replace(layers.layers[gate], name=f"{{ForeignNode[{first}...{last}]}}", metadata="")
     myelin = replace(layers, layers=(*layers.layers[:gate], foreign, *layers.layers[gate + 1:]))
     assert sites(mirror("effb0", myelin)[0]) == sites(mirror("effb0")[0])
+    # A '_clone_N' layer, and an unnamed layer between fc2 and the gate, which reads through it in INT8.
+    fc2 = gate - 1
+    assert layers.layers[fc2].name.endswith("/fc2/Conv")
+    clone = replace(bare.layers[fc2], name=bare.layers[fc2].name + "_clone_1")
+    unnamed = "(Unnamed Layer* 900) [Shuffle]"
+    between = replace(layers.layers[fc2], name=unnamed, layer_type="Shuffle", metadata="",
+                      inputs=layers.layers[fc2].outputs,
+                      outputs=(replace(layers.layers[fc2].outputs[0], name=f"{unnamed}_output"),))
+    reader = replace(layers.layers[gate], inputs=(between.outputs[0], *layers.layers[gate].inputs[1:]))
+    odd = (*bare.layers[:fc2], clone, between, reader, *bare.layers[gate + 1:])
+    plan, report = mirror("effb0", replace(layers, layers=odd))
+    assert sites(plan) == sites(mirror("effb0")[0]) and report.unmapped == ()
 
 
 def _with_strangers(tmp_path: Path) -> Path:

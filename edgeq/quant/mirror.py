@@ -263,16 +263,16 @@ class _Mirror:
         self.source = layers.source
         self.producer: dict[str, int] = {}
         self.readers: dict[str, list[int]] = {}
-        for lay in self.layers:
+        for i, lay in enumerate(self.layers):  # positions, not lay.index: the two agree in parsed JSON
             for t in lay.outputs:
-                self.producer.setdefault(t.name, lay.index)
+                self.producer.setdefault(t.name, i)
             for t in lay.inputs:
-                self.readers.setdefault(t.name, []).append(lay.index)
+                self.readers.setdefault(t.name, []).append(i)
         # Engine layers come in execution order: a weight chain's producers are classified first.
         self.weight_layer: dict[int, bool] = {}
-        for lay in self.layers:
-            self.weight_layer[lay.index] = (lay.layer_type == "Constant" or not lay.inputs
-                                            or all(self._weight_name(t.name) for t in lay.inputs))
+        for i, lay in enumerate(self.layers):
+            self.weight_layer[i] = (lay.layer_type == "Constant" or not lay.inputs
+                                    or all(self._weight_name(t.name) for t in lay.inputs))
         held = [layer_nodes(lay, g) for lay in self.layers]
         self.held = [h[0] for h in held]
         self.named = [i for i, h in enumerate(held) if h[1] and not self.weight_layer[i]]
