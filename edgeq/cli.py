@@ -389,6 +389,8 @@ def _render_quantize(result: Any) -> None:
         first = d["rules"].get(rule_id, {}).get("description", "").split(". ")[0]
         t.add_row(f"  {rule_id}", str(n), escape(first))
     out.print(t)
+    if "mirror" in d:
+        _render_mirror(d["mirror"])
     acc = result.accuracy
     if acc is not None:
         a = Table(title=f"Accuracy: FP32 vs Q/DQ in onnxruntime ({acc.samples} held-out samples)")
@@ -411,6 +413,16 @@ def _render_quantize(result: Any) -> None:
               f"({d['cache_tensors']} tensors in the calibration cache), [bold]{escape(d['fp32_model'])}[/] "
               f"(the FP32 model for the cache: trtexec --int8 --calib --onnx) and "
               f"[bold]{escape(d['summary'])}[/]")
+
+
+def _render_mirror(m: dict[str, Any]) -> None:
+    out.print(f"mirrored {m['int8_edges']} INT8 edges ({m['float_edges']} read in float) from "
+              f"{escape(m['engine'])}: {m['mapped_layers']} of {m['named_layers']} named layers map")
+    for u in m["unmapped"]:
+        err.print(f"[yellow]unmapped:[/] {escape(u['tensor'])} read {u['precision'] or '?'} by "
+                  f"'{escape(u['layer'])}': {escape(u['reason'])}")
+    for name in m["unmapped_layers"]:
+        err.print(f"[yellow]unmapped layer:[/] {escape(name)}")
 
 
 @app.command("quantize", help=_quantize_help())
@@ -438,6 +450,10 @@ def quantize_cmd(
     min_cosine: Optional[float] = typer.Option(
         None, "--min-cosine", help="Fail (exit 1) when FP32 vs Q/DQ cosine similarity is below this."
     ),
+    from_engine: Optional[Path] = typer.Option(
+        None, "--from-engine",
+        help="Place Q/DQ where this implicit engine ran INT8 (its trtexec --exportLayerInfo JSON, detailed).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
 ) -> int:
     from edgeq.errors import QuantError
@@ -449,7 +465,7 @@ def quantize_cmd(
     options = QuantizeOptions(
         calibrator=calibrator.value, percentile=percentile, placement=placement.value,
         overrides=load_overrides(overrides) if overrides is not None else None,
-        holdout=holdout, min_cosine=min_cosine, cache_path=cache,
+        holdout=holdout, min_cosine=min_cosine, cache_path=cache, from_engine=from_engine,
     )
     with progress_display(enabled=not json_out) as progress:
         result = quantize_file(model, options, calib=calib, synthetic=synthetic, preprocess=preprocess,

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from edgeq import zoo
-from edgeq.graph import fusion
 from edgeq.graph.io import graph_from_model, model_from_graph
 from edgeq.graph.rules import RULES_BY_ID, lint_model
 from edgeq.quant.placement import plan_placement

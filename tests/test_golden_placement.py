@@ -57,7 +57,8 @@ def test_placement_differs_only_where_the_zoo_patterns_say(name: str) -> None:
     if name in ("efficientnet_b0", "regnet_y_400mf"):
         assert len(added) == 16 and not removed
         assert all(t.endswith("fc2/Conv_output_0") for t in added)
-        assert all(got["sites"][t] == [t.replace("fc2/Conv_output_0", "scale_activation/Sigmoid")] for t in added)
+        gate = {t: t.replace("fc2/Conv_output_0", "scale_activation/Sigmoid") for t in added}
+        assert all(got["sites"][t] == [gate[t]] for t in added)
         assert got["groups"] == want["groups"]
     elif name == "shufflenet_v2_x1_0":
         assert not added and len(removed) == 19  # the branches' last ReLU outputs, read by a Concat only

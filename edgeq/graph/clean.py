@@ -207,7 +207,7 @@ def fit_findings(
 ) -> list[Finding]:
     """What still keeps the model from TensorRT 8.6 after cleaning, with the nodes named (read-only).
 
-    The Q/DQ forms are the registry's (``trt86_qdq``: the same checks lint runs), each said with what to
+    The Q/DQ forms are the registry's (``edgeq.graph.trt86.qdq``: the same checks lint runs), each said with what to
     do now that clean's passes could not repair it. ``torch_qint8`` names the Q/DQ nodes that were
     PyTorch's qint8 export pattern in the input (cleaning removed the Casts that mark it): those are
     reported as what they are, with the repair flag, rather than as uint8 Q/DQ to re-quantize.

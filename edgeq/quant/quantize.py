@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import onnx
 
     from edgeq.quant.data import CalibrationSet
+    from edgeq.quant.mirror import MirrorReport
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,14 @@ class QuantizeOptions:
     cache_path: Path | None = None  # write the TensorRT calibration cache here
     cache_all_tensors: bool = True  # cache every activation tensor (implicit path), not just the plan's
     providers: tuple[str, ...] | None = None  # onnxruntime providers; None: CUDA when present, else CPU
+    from_engine: Path | None = None  # mirror this implicit engine's layer JSON instead of the rules
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
             raise QuantError(f"unknown placement '{self.placement}'", hint="use trt or all")
+        if self.from_engine is not None and (self.placement != "trt" or self.overrides is not None):
+            raise QuantError("--from-engine places every Q/DQ where the engine ran INT8",
+                             hint="leave out --placement all and --overrides with it")
         if not 0.0 <= self.holdout < 1.0:
             raise QuantError(f"--holdout must be in [0, 1), got {self.holdout}")
         if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
@@ -74,6 +79,7 @@ class QuantizeResult:
     clean_findings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
     paths: dict[str, str] = field(default_factory=dict)
+    mirror: MirrorReport | None = None  # --from-engine: how the engine mapped onto the model
 
     @property
     def ok(self) -> bool:
@@ -87,13 +93,14 @@ class QuantizeResult:
         line = (f"{len(plan.sites)} activation Q/DQ pairs, {len(plan.weights)} int8 weights, "
                 f"{len(plan.commuted)} INT8 by commuting, {len(plan.floats)} left float"
                 + (f" ({why})" if why else ""))
+        line += f"; {self.mirror.summary_line()}" if self.mirror is not None else ""
         return line + (f"; {self.accuracy}" if self.accuracy is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
         plan = self.plan
         used = sorted({s.rule for s in plan.sites} | {f.rule for f in plan.floats}
                       | ({"data-movement"} if plan.commuted else set())
-                      | ({"weighted-inputs"} if plan.weights else set()))
+                      | {w.rule for w in plan.weights})
         shared = {g: m for g, m in plan.groups.items() if len(m) > 1 or plan.commuted_in(g)}
         return {
             **self.paths,
@@ -123,6 +130,7 @@ class QuantizeResult:
             "clean": {"changes": list(self.clean_changes),
                       "findings": [f.to_dict() for f in self.clean_findings]},
             "notes": list(self.notes),
+            **({"mirror": self.mirror.to_dict()} if self.mirror is not None else {}),
             "ok": self.ok,
         }
 
@@ -186,7 +194,13 @@ def quantize_model(
                                  providers=options.providers)
     reference, changes, findings = prepare_model(model, progress)
     graph = graph_from_model(reference)
-    plan = plan_placement(graph, options.placement, options.overrides)
+    mirror = None
+    if options.from_engine is not None:
+        from edgeq.quant.mirror import load_engine, plan_from_engine
+
+        plan, mirror = plan_from_engine(graph, load_engine(options.from_engine))
+    else:
+        plan = plan_placement(graph, options.placement, options.overrides)
     if log.isEnabledFor(logging.DEBUG):
         for line in describe(plan):
             log.debug(line)
@@ -222,7 +236,7 @@ def quantize_model(
         model=qdq, reference=reference, plan=plan, amax=amax, scales=inserted.scales, cache=cache,
         accuracy=accuracy, options=options, calibration_samples=len(calib),
         holdout_samples=len(held) if held is not None else 0, clean_changes=changes,
-        clean_findings=findings, notes=tuple(notes),
+        clean_findings=findings, notes=tuple(notes), mirror=mirror,
     )
 
 
@@ -278,9 +292,13 @@ def quantize_file(
     if Path(out).resolve() in (Path(cache).resolve(), fp32.resolve()):
         raise QuantError(f"the output path {out} is also the cache or its FP32 model",
                          hint="choose another -o/--cache path")
-    inputs = tuple(i for i in (src, calib, preprocess) if i is not None)
+    inputs = tuple(i for i in (src, calib, preprocess, options.from_engine) if i is not None)
     for p in (out, cache, fp32, summary):  # before the calibration run, so no output is left half done
         check_writable(p, inputs=inputs)
+    if options.from_engine is not None:  # a bad layer JSON fails before the model and data are read
+        from edgeq.quant.mirror import load_engine
+
+        load_engine(options.from_engine)
     read: list[Path] = []
     model = load_model(src, sources=read)
     for p in (out, cache, fp32, summary):  # nor onto the input's external data

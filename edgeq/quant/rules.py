@@ -3,7 +3,7 @@ that are not TensorRT facts (no INT8 consumer, --placement all, the override fil
 
 ``placement.py`` tags every decision (a Q/DQ pair placed, a tensor left in float) with one of these ids,
 so the ``edgeq quantize`` summary can say why each tensor is what it is. The facts themselves, with their
-matchers and evidence, live once in ``edgeq.graph.trt86_fusion``.
+matchers and evidence, live once in ``edgeq.graph.trt86``.
 
 Sources are cited by section title. The TensorRT 8.6 Developer Guide sections were read in the
 8.x guide's text ("Explicit Quantization": 'TensorRT Processing Of Q/DQ Networks', 'Q/DQ
@@ -30,7 +30,7 @@ class PlacementRule:
 
 
 # Reasons a placement decision can have that are not a TensorRT fact (the facts are the registry's
-# fusion patterns, edgeq.graph.trt86_fusion: every site they place carries the pattern's id).
+# fusion patterns, edgeq.graph.trt86: every site they place carries the pattern's id).
 _REASONS = (
     PlacementRule(
         "place-not-int8-consumer",
@@ -52,6 +52,28 @@ _REASONS = (
         "The per-model override file forced this node's inputs to be quantized, or excluded the node "
         "(its inputs and weights stay float).",
         "user override file (edgeq quantize --overrides)",
+    ),
+    PlacementRule(
+        "mirror-int8",
+        "--from-engine: the implicit engine read this tensor in INT8 between layers (directly or through "
+        "a quantizing reformat): one Q/DQ pair feeding exactly the nodes whose layer read it INT8; tensors "
+        "joined by INT8 data movement or a Concat share one scale. Weights of the layers it ran INT8 get "
+        "their per-channel DequantizeLinear.",
+        "the implicit engine's own layer JSON (trtexec --exportLayerInfo --profilingVerbosity=detailed: "
+        "each layer input's ONNX tensor name and Format/Datatype); edgeq/docs/trt86-rules.md#mirror-int8; "
+        "fixtures trt86-h100-zoo/*.implicit.layers.json.gz (SE gates and channel shuffles)",
+    ),
+    PlacementRule(
+        "mirror-float",
+        "--from-engine: the implicit engine carried this tensor in FP32/FP16 between layers, so it "
+        "stays float (no Q/DQ).",
+        "the implicit engine's own layer JSON; edgeq/docs/trt86-rules.md#mirror-float",
+    ),
+    PlacementRule(
+        "mirror-inside-layer",
+        "--from-engine: no boundary between engine layers carries this tensor (it lives inside one fused "
+        "layer, or TensorRT folded its op away), so it gets no Q/DQ.",
+        "the implicit engine's own layer JSON; edgeq/docs/trt86-rules.md#mirror-inside-layer",
     ),
 )
 
