@@ -207,10 +207,10 @@ def fit_findings(
 ) -> list[Finding]:
     """What still keeps the model from TensorRT 8.6 after cleaning, with the nodes named (read-only).
 
-    The Q/DQ forms are the registry's (``edgeq.graph.trt86.qdq``: the same checks lint runs), each said with what to
-    do now that clean's passes could not repair it. ``torch_qint8`` names the Q/DQ nodes that were
-    PyTorch's qint8 export pattern in the input (cleaning removed the Casts that mark it): those are
-    reported as what they are, with the repair flag, rather than as uint8 Q/DQ to re-quantize.
+    The Q/DQ forms are the registry's (``edgeq.graph.trt86.qdq``: the same checks lint runs), each said
+    with what to do now that clean's passes could not repair it. ``torch_qint8`` names the Q/DQ nodes
+    that were PyTorch's qint8 export pattern in the input (cleaning removed the Casts that mark it):
+    those are reported as what they are, with the repair flag, rather than as uint8 Q/DQ to re-quantize.
     """
     from edgeq.graph import registry
     from edgeq.graph.io import graph_from_model, opset_of
