@@ -1280,10 +1280,10 @@ def rules_cmd(
             t.add_row(escape(sid), escape(title[1] if len(title) > 1 else ""))
         out.print(t)
         return EXIT_OK
-    text = section(rule_id)
-    if text is None:
+    shown = section(rule_id)
+    if shown is None:
         raise EdgeqError(f"no rule '{rule_id}' in {RULES_DOC}", hint="`edgeq rules` lists the ids")
-    out.print(text, markup=False, highlight=False)
+    out.print(shown, markup=False, highlight=False)
     return EXIT_OK
 
 
