@@ -1,0 +1,360 @@
+"""The models users bring, on a GPU with TensorRT 8.6: edgeq's explicit engines against the implicit one.
+
+For each model (torchvision names, random weights seed 0, ``torch.onnx.export(opset_version=17)``; or
+``yolo``, the zoo's YOLOv8-like net built in code) it writes seeded calibration data, quantizes with the
+static placement (``edgeq quantize --calib``), builds the implicit INT8 engine from edgeq's own cache and
+FP32 model, mirrors it (``edgeq quantize --calib --from-engine implicit.layers.json``), builds both
+explicit engines, times the three in alternating rounds (the engines alone: ``--loadEngine
+--noDataTransfers --useCudaGraph``), and compares them (``edgeq compare``'s JSON and HTML). One table:
+qps and ratio to implicit per placement, FP16/FP32 compute layers, precision-changing reformats, held-out
+cosine against FP32.
+
+    LD_LIBRARY_PATH=/opt/trt86/lib:/opt/trt86/stubs \\
+        python bench/zoo_bench.py --trtexec /opt/trt86/bin/trtexec --work /tmp/zoo --budget 540
+
+Resumable: every step leaves its files in ``--work`` and is skipped once they are there, and no step
+starts that would overrun ``--budget`` seconds (run it again to go on). CPU steps (export, quantize) run
+beside the GPU builds; timings run alone. ``--out DIR`` gets a tarball of the results after each run.
+Needs a GPU, TensorRT 8.6's trtexec and (for torchvision models) torch; nothing here runs in the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+DEFAULT_MODELS = "resnet50,mobilenet_v2,efficientnet_b0,regnet_y_400mf,shufflenet_v2_x1_0,yolo"
+TACTICS = ["-CUBLAS", "-CUBLAS_LT", "-CUDNN"]  # the fixtures' tactic sources (tests/fixtures/README.md)
+PLACEMENTS = ("implicit", "static", "mirror")
+EDGEQ = [sys.executable, "-c", "import sys; from edgeq.cli import main; sys.exit(main())"]
+
+
+@dataclass
+class Step:
+    name: str
+    model: str
+    kind: str  # "cpu", "gpu" (one at a time), "solo" (the GPU with nothing else running)
+    estimate_s: float
+    deps: tuple[str, ...]
+    done: Callable[[], bool]
+    run: Callable[[], None]
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = f"{self.model}:{self.name}"
+
+
+def _sh(argv: list[str], log: Path, timeout: float) -> int:
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
+        f.flush()
+        try:
+            return subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            f.write(f"timed out after {timeout:.0f} s\n")
+            return 124
+
+
+class Model:
+    """One model's files under ``work/<name>``: the steps that make them, each done once its files exist."""
+
+    def __init__(self, name: str, args: argparse.Namespace) -> None:
+        self.name, self.args = name, args
+        self.dir = args.work / name
+        self.batch = args.yolo_batch if name == "yolo" else args.batch
+        self.onnx = self.dir / f"{name}.onnx"
+        self.calib = self.dir / "calib"
+
+    def q(self, placement: str) -> Path:
+        return self.dir / placement / f"{self.name}.int8.onnx"
+
+    def engine_dir(self, placement: str) -> Path:
+        return self.dir / "engines" / placement
+
+    def plan(self, placement: str) -> Path:
+        return self.dir / "plans" / f"{placement}.plan"
+
+    def layers(self, placement: str) -> Path:
+        return self.engine_dir(placement) / f"{self.name}.{placement}.layers.json"
+
+    # -- steps ------------------------------------------------------------------------------------------
+    def export(self) -> None:
+        import numpy as np
+        import onnx
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.onnx.with_suffix(".tmp.onnx")
+        if self.name == "yolo":
+            from edgeq import zoo
+
+            onnx.save(zoo.yolo_like(batch=self.batch, size=640, width=64), str(tmp))
+        else:
+            import torch
+            import torchvision
+
+            torch.manual_seed(0)
+            net = getattr(torchvision.models, self.name)(weights=None).eval()
+            x = torch.randn(self.batch, 3, 224, 224)
+            torch.onnx.export(net, (x,), str(tmp), opset_version=17, dynamo=False,
+                              input_names=["input"], output_names=["output"])
+        shape = [d.dim_value for d in onnx.load(str(tmp), load_external_data=False).graph.input[0].type
+                 .tensor_type.shape.dim]
+        self.calib.mkdir(exist_ok=True)
+        rng = np.random.default_rng(0)
+        for i in range(self.args.samples):
+            np.save(self.calib / f"s{i}.npy", rng.standard_normal(shape).astype(np.float32))
+        tmp.replace(self.onnx)
+
+    def quantize(self, placement: str) -> None:
+        out = self.q(placement)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        argv = [*EDGEQ, "quantize", str(self.onnx), "--calib", str(self.calib), "-o", str(out),
+                "--holdout", str(self.args.holdout)]
+        if placement == "mirror":
+            argv += ["--from-engine", str(self.layers("implicit"))]
+        rc = _sh(argv, self.dir / f"quantize.{placement}.log", 1800)
+        if rc != 0:
+            raise RuntimeError(f"edgeq quantize ({placement}) exited {rc}")
+
+    def build(self, placement: str) -> None:
+        from edgeq.remote.agent.trtexec_backend import build_argv, inspect_argv, profile_argv
+
+        t = self.args.trtexec
+        d = self.engine_dir(placement)
+        d.mkdir(parents=True, exist_ok=True)
+        self.plan(placement).parent.mkdir(parents=True, exist_ok=True)
+        stem = d / f"{self.name}.{placement}"
+        q = self.q("static")  # quantize writes <name>.int8.cache and its FP32 model <name>.int8.fp32.onnx
+        onnx, calib = ((str(q.with_name(f"{self.name}.int8.fp32.onnx")), str(q.with_suffix(".cache")))
+                       if placement == "implicit" else (str(self.q(placement)), None))
+        plan = self.plan(placement)
+        plan.unlink(missing_ok=True)
+        argv = build_argv(t, onnx, str(plan), int8=True, fp16=True, calib=calib, tactic_sources=TACTICS,
+                          timing_cache=str(self.args.work / "timing.cache"))
+        argv += ["--profilingVerbosity=detailed", "--skipInference"]
+        t0 = time.perf_counter()
+        _sh(argv, Path(f"{stem}.build.log"), 1200)  # 8.6's trtexec can crash at exit: judge the plan
+        if not plan.is_file() or plan.stat().st_size == 0:
+            raise RuntimeError(f"{placement} build failed: see {stem}.build.log")
+        (d / "build_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
+        _sh(inspect_argv(t, str(plan), f"{stem}.layers.json.tmp"), Path(f"{stem}.inspect.log"), 300)
+        _sh(profile_argv(t, str(plan), f"{stem}.profile.json", iterations=50, duration_s=2,
+                         no_data_transfers=True), Path(f"{stem}.run.log"), 300)
+        Path(f"{stem}.layers.json.tmp").replace(self.layers(placement))
+
+    def time_rounds(self) -> None:
+        """Alternating rounds (implicit, static, mirror; then the order reversed), the engines alone."""
+        import re
+
+        figures: dict[str, list[float]] = {p: [] for p in PLACEMENTS}
+        log = self.dir / "timing.log"
+        for r in range(self.args.rounds):
+            order = PLACEMENTS if r % 2 == 0 else tuple(reversed(PLACEMENTS))
+            for p in order:
+                argv = [self.args.trtexec, f"--loadEngine={self.plan(p)}", "--noDataTransfers",
+                        "--useCudaGraph", f"--duration={self.args.duration}", "--warmUp=500"]
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=300).stdout
+                with open(log, "a") as f:
+                    f.write(f"round {r + 1} {p}\n" + out[-4000:])
+                m = re.findall(r"\[I\] Throughput: ([0-9.eE+-]+) qps", out)
+                if not m:
+                    raise RuntimeError(f"no throughput in trtexec's output for {p}: see {log}")
+                figures[p].append(float(m[-1]))  # trtexec's qps: inferences (of batch B) per second
+        (self.dir / "timing.json").write_text(json.dumps({"batch": self.batch, "qps": figures}, indent=1))
+
+    def compare(self) -> None:
+        """``edgeq compare`` of the three engines (implicit the baseline): its JSON and HTML page."""
+        html, out = self.dir / "compare.html", self.dir / "compare.json"
+        argv = [*EDGEQ, "compare", "--engines", *(str(self.engine_dir(p)) for p in PLACEMENTS), "--json",
+                "--html", str(html)]
+        with open(out.with_suffix(".tmp"), "w") as f:
+            subprocess.run(argv, stdout=f, stderr=subprocess.DEVNULL, timeout=300)
+        out.with_suffix(".tmp").replace(out)
+
+    def steps(self) -> list[Step]:
+        heavy = 1.6 if self.name in ("yolo", "efficientnet_b0", "regnet_y_400mf") else 1.0
+        s = [
+            Step("export", self.name, "cpu", 30, (), self.onnx.is_file, self.export),
+            Step("quantize-static", self.name, "cpu", 90 * heavy, ("export",), self.q("static").is_file,
+                 lambda: self.quantize("static")),
+            Step("build-implicit", self.name, "gpu", 180 * heavy, ("quantize-static",),
+                 self.layers("implicit").is_file, lambda: self.build("implicit")),
+            Step("quantize-mirror", self.name, "cpu", 90 * heavy, ("build-implicit",),
+                 self.q("mirror").is_file, lambda: self.quantize("mirror")),
+            Step("build-static", self.name, "gpu", 60 * heavy, ("quantize-static",),
+                 self.layers("static").is_file, lambda: self.build("static")),
+            Step("build-mirror", self.name, "gpu", 60 * heavy, ("quantize-mirror",),
+                 self.layers("mirror").is_file, lambda: self.build("mirror")),
+            Step("time", self.name, "solo", self.args.rounds * 3 * (self.args.duration + 4),
+                 ("build-implicit", "build-static", "build-mirror"), (self.dir / "timing.json").is_file,
+                 self.time_rounds),
+            Step("compare", self.name, "cpu", 20, ("time",), (self.dir / "compare.json").is_file,
+                 self.compare),
+        ]
+        return s
+
+
+def schedule(steps: list[Step], budget_s: float, cpu_workers: int) -> list[str]:
+    """Run what is not done yet: one GPU step at a time beside up to ``cpu_workers`` CPU steps, a 'solo'
+    step with nothing beside it, no step started that would overrun the budget. Returns what failed."""
+    t0 = time.monotonic()
+    by_key = {s.key: s for s in steps}
+    done = {s.key for s in steps if s.done()}
+    failed: list[str] = []
+    running: dict[str, Future[None]] = {}
+    pool = ThreadPoolExecutor(max_workers=cpu_workers + 1)
+
+    def ready(s: Step) -> bool:
+        return all(f"{s.model}:{d}" in done for d in s.deps)
+
+    def fits(s: Step) -> bool:
+        return time.monotonic() - t0 + s.estimate_s <= budget_s
+
+    while True:
+        for k, fut in list(running.items()):
+            if fut.done():
+                del running[k]
+                err = fut.exception()
+                if err is None and by_key[k].done():
+                    done.add(k)
+                    print(f"[{time.monotonic() - t0:6.0f} s] done {k}", flush=True)
+                else:
+                    failed.append(f"{k}: {err}")
+                    print(f"[{time.monotonic() - t0:6.0f} s] FAILED {k}: {err}", flush=True)
+        blocked = {f.split(":", 2)[0] + ":" + f.split(":", 2)[1] for f in failed}
+        todo = [s for s in steps if s.key not in done and s.key not in running and s.key not in blocked
+                and not any(f"{s.model}:{d}" in blocked for d in s.deps)]
+        kinds = [by_key[k].kind for k in running]
+        started = False
+        for s in todo:
+            if not ready(s) or not fits(s):
+                continue
+            if s.kind == "solo" and running:
+                continue
+            if "solo" in kinds or (s.kind == "gpu" and "gpu" in kinds):
+                continue
+            if s.kind == "cpu" and kinds.count("cpu") >= cpu_workers:
+                continue
+            if s.kind == "cpu" and any(x.kind == "solo" and ready(x) and fits(x) for x in todo):
+                continue  # let a waiting timing run alone first
+            print(f"[{time.monotonic() - t0:6.0f} s] start {s.key} (~{s.estimate_s:.0f} s)", flush=True)
+            running[s.key] = pool.submit(s.run)
+            kinds.append(s.kind)
+            started = True
+            if s.kind == "solo":
+                break
+        if not running and not started:
+            break
+        time.sleep(1)
+    pool.shutdown(wait=True)
+    left = [s.key for s in steps if s.key not in done]
+    if left:
+        print(f"not done ({len(left)}): {', '.join(left)} -- run again to go on", flush=True)
+    return failed
+
+
+def table(models: list[Model]) -> tuple[str, list[dict]]:
+    from edgeq.report.compare import engine_from_path, engine_stats
+
+    rows, lines = [], []
+    head = (f"{'model':20s} {'batch':>5s} {'implicit qps':>12s} {'static qps':>10s} {'ratio':>6s} "
+            f"{'mirror qps':>10s} {'ratio':>6s} {'FP16/FP32 i/s/m':>16s} {'reformats i/s/m':>16s} "
+            f"{'cosine s/m':>14s}")
+    lines.append(head)
+    for m in models:
+        row: dict = {"model": m.name, "batch": m.batch}
+        tj = m.dir / "timing.json"
+        if tj.is_file():
+            qps = json.loads(tj.read_text())["qps"]
+            med = {p: sorted(v)[len(v) // 2] for p, v in qps.items() if v}
+            row["qps"], row["qps_median"] = qps, med
+            row["ratio"] = {p: med[p] / med["implicit"] for p in ("static", "mirror") if p in med}
+        wide, reformats = {}, {}
+        for p in PLACEMENTS:
+            if m.layers(p).is_file():
+                st = engine_stats(engine_from_path(m.engine_dir(p)).report)  # type: ignore[arg-type]
+                wide[p] = sum(n for k, n in st.precisions.items() if k in ("FP16", "FP32"))
+                reformats[p] = st.reformats
+            bt = m.engine_dir(p) / "build_s.txt"
+            if bt.is_file():
+                row.setdefault("build_s", {})[p] = float(bt.read_text())
+        row["wide_layers"], row["reformats"] = wide, reformats
+        for p in ("static", "mirror"):
+            summary = m.q(p).with_suffix(".json")
+            if summary.is_file():
+                acc = json.loads(summary.read_text()).get("accuracy") or {}
+                row.setdefault("cosine", {})[p] = acc.get("cosine", acc.get("min_cosine"))
+                if p == "mirror":
+                    row["mirror"] = json.loads(summary.read_text()).get("mirror")
+        rows.append(row)
+
+        def f(x: Optional[float], w: int, fmt: str = ".0f") -> str:
+            return f"{x:{w}{fmt}}" if isinstance(x, (int, float)) else f"{'-':>{w}s}"
+
+        med = row.get("qps_median", {})
+        ratio = row.get("ratio", {})
+        cos = row.get("cosine", {})
+        per = ("/".join(str(d.get(p, "-")) for p in PLACEMENTS) for d in (wide, reformats))
+        cosines = "/".join(f"{c:.4f}" if isinstance(c, float) else "-"
+                           for c in (cos.get("static"), cos.get("mirror")))
+        lines.append(
+            f"{m.name:20s} {m.batch:5d} {f(med.get('implicit'), 12)} {f(med.get('static'), 10)} "
+            f"{f(ratio.get('static'), 6, '.3f')} {f(med.get('mirror'), 10)} "
+            f"{f(ratio.get('mirror'), 6, '.3f')} "
+            f"{next(per):>16s} {next(per):>16s} {cosines:>14s}"
+        )
+    return "\n".join(lines), rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trtexec", required=True)
+    ap.add_argument("--work", type=Path, default=Path("zoo-bench"))
+    ap.add_argument("--out", type=Path, help="where to put results.tar.gz (the results of every model so "
+                    "far)")
+    ap.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated torchvision model names, or "
+                    "yolo")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--yolo-batch", type=int, default=8)
+    ap.add_argument("--samples", type=int, default=6, help="seeded standard-normal calibration batches")
+    ap.add_argument("--holdout", type=float, default=0.34, help="share of them held out for the cosine")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds (at least 3)")
+    ap.add_argument("--duration", type=float, default=4, help="seconds per timing run")
+    ap.add_argument("--budget", type=float, default=540, help="seconds: no step starts that would overrun it")
+    ap.add_argument("--cpu-workers", type=int, default=2)
+    args = ap.parse_args()
+    if args.rounds < 3:
+        print("--rounds must be at least 3", file=sys.stderr)
+        return 2
+    args.work.mkdir(parents=True, exist_ok=True)
+    models = [Model(n, args) for n in args.models.split(",") if n]
+    steps = [s for m in models for s in m.steps()]
+    failed = schedule(steps, args.budget, args.cpu_workers)
+    text, rows = table(models)
+    print(text)
+    (args.work / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(args.out / "results.tar.gz", "w:gz") as tar:
+            tar.add(args.work / "results.json", "results.json")
+            for m in models:
+                for p in m.dir.rglob("*"):
+                    if p.is_file() and p.suffix not in (".onnx", ".plan", ".npy", ".cache", ".tmp") \
+                            and "calib" not in p.parts:
+                        tar.add(p, str(p.relative_to(args.work)))
+    for f in failed:
+        print(f"FAILED {f}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
