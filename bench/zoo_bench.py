@@ -26,6 +26,7 @@ import shlex
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import Callable, Optional
 DEFAULT_MODELS = "resnet50,mobilenet_v2,efficientnet_b0,regnet_y_400mf,shufflenet_v2_x1_0,yolo"
 TACTICS = ["-CUBLAS", "-CUBLAS_LT", "-CUDNN"]  # the fixtures' tactic sources (tests/fixtures/README.md)
 PLACEMENTS = ("implicit", "static", "mirror")
+_EXPORT = threading.Lock()
 EDGEQ = [sys.executable, "-c", "import sys; from edgeq.cli import main; sys.exit(main())"]
 
 
@@ -101,11 +103,16 @@ class Model:
             import torch
             import torchvision
 
+            _EXPORT.acquire()  # torch.onnx.export is not re-entrant across threads
+
             torch.manual_seed(0)
             net = getattr(torchvision.models, self.name)(weights=None).eval()
             x = torch.randn(self.batch, 3, 224, 224)
-            torch.onnx.export(net, (x,), str(tmp), opset_version=17, dynamo=False,
-                              input_names=["input"], output_names=["output"])
+            try:
+                torch.onnx.export(net, (x,), str(tmp), opset_version=17, dynamo=False,
+                                  input_names=["input"], output_names=["output"])
+            finally:
+                _EXPORT.release()
         shape = [d.dim_value for d in onnx.load(str(tmp), load_external_data=False).graph.input[0].type
                  .tensor_type.shape.dim]
         self.calib.mkdir(exist_ok=True)
@@ -140,7 +147,6 @@ class Model:
         plan.unlink(missing_ok=True)
         argv = build_argv(t, onnx, str(plan), int8=True, fp16=True, calib=calib, tactic_sources=TACTICS,
                           timing_cache=str(self.args.work / "timing.cache"))
-        argv += ["--profilingVerbosity=detailed", "--skipInference"]
         t0 = time.perf_counter()
         _sh(argv, Path(f"{stem}.build.log"), 1200)  # 8.6's trtexec can crash at exit: judge the plan
         if not plan.is_file() or plan.stat().st_size == 0:
