@@ -31,7 +31,7 @@ from sshd import sshd_available  # noqa: E402
 
 from edgeq.fleet import FleetOptions, validate_prepared  # noqa: E402
 from edgeq.fleet_file import Fleet  # noqa: E402
-from edgeq.pipeline import ProfileSettings, QuantizeSpec, prepare_host  # noqa: E402
+from edgeq.pipeline.stages import ProfileSettings, QuantizeSpec, prepare_host  # noqa: E402
 from edgeq.remote.targets import target_from_dict  # noqa: E402
 
 HOST_CPU: dict[int, float] = {}  # edgeq's own CPU seconds (all its threads) per fleet size, all rounds

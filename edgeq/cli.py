@@ -722,7 +722,7 @@ def deploy_cmd(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the stages, timings and verdict as JSON."),
 ) -> int:
-    from edgeq.pipeline import ProfileSettings, QuantizeSpec
+    from edgeq.pipeline.stages import ProfileSettings, QuantizeSpec
     from edgeq.pipeline_run import load_pipeline
     from edgeq.remote.deploy import DeployOptions, deploy
     from edgeq.remote.targets import resolve_target
@@ -1165,7 +1165,7 @@ def fleet_options_from_cli(calib: Optional[Path], calibrator: Calibrator, prepro
                            accept_new_host_key: bool, build_once_per_kind: bool, workers: Optional[int],
                            iterations: int, duration: float) -> Any:
     from edgeq.fleet import FleetOptions
-    from edgeq.pipeline import ProfileSettings, QuantizeSpec
+    from edgeq.pipeline.stages import ProfileSettings, QuantizeSpec
 
     spec = QuantizeSpec(calib=calib, calibrator=calibrator.value, preprocess=preprocess, overrides=overrides)
     return FleetOptions(quantize=spec, gate=gate, runs_dir=runs_dir, accept_new_host_key=accept_new_host_key,

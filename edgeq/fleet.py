@@ -28,7 +28,7 @@ from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fleet_file import Fleet
 from edgeq.fs import sha256_file
-from edgeq.pipeline import (
+from edgeq.pipeline.stages import (
     KindEngines,
     Prepared,
     ProfileSettings,

@@ -35,7 +35,7 @@ from edgeq import __version__, config
 from edgeq.errors import ConfigError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import sha256_file
-from edgeq.pipeline import (
+from edgeq.pipeline.stages import (
     HOST_STAGES,
     Prepared,
     ProfileSettings,

@@ -233,7 +233,7 @@ def tune(
 ) -> TuneResult:
     """See the module doc. Raises ``EdgeqError`` on bad input or a target failure (state kept)."""
     from edgeq.graph.io import graph_from_model, load_model, model_from_graph, save_model
-    from edgeq.pipeline import has_qdq
+    from edgeq.pipeline.stages import has_qdq
     from edgeq.quant.accuracy import compare_accuracy
     from edgeq.quant.cache import write_calibration_cache
     from edgeq.quant.calibrate import CalibOptions, collect_ranges
@@ -420,7 +420,7 @@ def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str
            final: Optional[dict[str, Any]] = None) -> dict[str, Any]:  # fmt: skip
     """The tuned engine against its own intent (no node wider than INT8 except where a decision left it
     float) and against implicit (``relative_gate``, on the paired medians when ``final`` has them)."""
-    from edgeq.pipeline import policy_for, report_and_gate
+    from edgeq.pipeline.stages import policy_for, report_and_gate
     from edgeq.report.compare import diff_pair, engine_from_path, relative_gate
     from edgeq.report.runlog import RunFigures
 

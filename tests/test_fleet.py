@@ -101,7 +101,7 @@ def test_a_target_stopped_mid_run_fails_only_its_row(boards, servers, cli):
     """board2's sshd is stopped while its engine builds: its row fails (unreachable mid-run), the other
     two pass, the exit code says not all passed, and the JUnit XML carries one failure."""
     from edgeq.fleet import FleetOptions, validate
-    from edgeq.pipeline import ProfileSettings
+    from edgeq.pipeline.stages import ProfileSettings
 
     root = boards
     members = make_members(root, servers, slow={"board2": 1.5})

@@ -1,4 +1,4 @@
-"""``edgeq deploy``: the pipeline's stages (``edgeq.pipeline``) composed for one model on one target.
+"""``edgeq deploy``: the pipeline's stages (``edgeq.pipeline.stages``) composed for one model on one target.
 
 clean -> (quantize) -> lint -> upload -> probe -> build -> inspect -> profile -> report -> gate, with
 every artefact and every stage's outcome in one run directory (``runs/<model>-<target>-<timestamp>/``):
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import GraphError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.pipeline import (
+from edgeq.pipeline.stages import (
     ProfileSettings,
     QuantizeSpec,
     Recorder,

@@ -90,7 +90,7 @@ def _deploy_one(
     variant: Variant, target: Target, options: VariantOptions, runs: Path, progress: ProgressFn
 ) -> Any:
     """The one place compare calls deploy: build, inspect and profile one variant, no gate."""
-    from edgeq.pipeline import ProfileSettings
+    from edgeq.pipeline.stages import ProfileSettings
     from edgeq.remote.deploy import DeployOptions, deploy
 
     failed: list[str] = []
@@ -146,7 +146,7 @@ def engines_on_target(
     """Quantize once, build every variant on ``target``, read back each engine (see the module doc)."""
     from edgeq.graph.io import load_model
     from edgeq.graph.rules import lint_model
-    from edgeq.pipeline import has_qdq
+    from edgeq.pipeline.stages import has_qdq
 
     model = Path(model)
     if not model.is_file():
