@@ -28,6 +28,7 @@ from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fleet_file import Fleet
 from edgeq.fs import sha256_file
+from edgeq.pipeline.rundir import new_run_dir, slug
 from edgeq.pipeline.stages import (
     KindEngines,
     Prepared,
@@ -45,7 +46,6 @@ from edgeq.pipeline.stages import (
 )
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.targets import Target
-from edgeq.rundir import new_run_dir, slug
 
 
 @dataclass(frozen=True)

@@ -307,7 +307,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     """Run the pipeline file at ``path``; unchanged stages are skipped (``force``: run them all)."""
     from edgeq.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.fs import ensure_dir
-    from edgeq.rundir import slug
+    from edgeq.pipeline.rundir import slug
 
     spec = load_spec(path)
     fleet = None

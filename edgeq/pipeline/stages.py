@@ -5,7 +5,7 @@ clean -> quantize -> lint run on the host (``prepare``); ship -> probe -> build 
 run on a target through a ``Runner`` (put / run / get: the SSH connection is one, ``SSHRunner``);
 report -> gate run on the host again from the fetched files (``conclude``). Each stage takes and
 returns values; the bookkeeping (``stages.json``, ``deploy.log``, timings) is the ``Recorder``'s
-(``edgeq.rundir``), so a composition decides only which stages run and on what, the way Polygraphy's
+(``edgeq.pipeline.rundir``), so a composition decides only which stages run and on what, the way Polygraphy's
 loaders compose.
 """
 
@@ -21,6 +21,14 @@ from typing import TYPE_CHECKING, Any, Optional
 from edgeq.errors import EdgeqError, GraphError, QuantError
 from edgeq.findings import Level, ProgressFn, no_progress
 from edgeq.fs import atomic_write_text
+from edgeq.pipeline.rundir import (
+    STAGES,
+    AgentFn,
+    Recorder,
+    StageRecord,
+    model_stem,
+    write_json,
+)
 from edgeq.remote.protocol import (
     agent_failed,
     build_args,
@@ -30,14 +38,6 @@ from edgeq.remote.protocol import (
 )
 from edgeq.remote.runner import EventFn, Runner
 from edgeq.remote.targets import Target
-from edgeq.rundir import (
-    STAGES,
-    AgentFn,
-    Recorder,
-    StageRecord,
-    model_stem,
-    write_json,
-)
 
 if TYPE_CHECKING:
     from edgeq.remote.transport import SSHConfig

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import GraphError
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.pipeline.rundir import STAGES, RunLog, StageRecord, _no_event, new_run_dir
 from edgeq.pipeline.stages import (
     ProfileSettings,
     QuantizeSpec,
@@ -49,7 +50,6 @@ from edgeq.remote.protocol import (
 )
 from edgeq.remote.runner import EventFn
 from edgeq.remote.targets import Target
-from edgeq.rundir import STAGES, RunLog, StageRecord, _no_event, new_run_dir
 
 if TYPE_CHECKING:
     from edgeq.report.policy import Policy

@@ -1,9 +1,9 @@
 """The ``Runner`` seam: what the target-side stages need from a machine (put / run / get).
 
 A module of its own, below everything that speaks of a Runner: ``edgeq.remote.protocol`` and
-``edgeq.rundir`` call the agent over one, ``edgeq.pipeline.stages`` composes the target stages over one and
-holds the implementations (``SSHRunner``, ``LocalRunner``). Defined in ``pipeline`` it made both of those
-import it back, a cycle only ``TYPE_CHECKING`` hid.
+``edgeq.pipeline.rundir`` call the agent over one, ``edgeq.pipeline.stages`` composes the target stages
+over one and holds the implementations (``SSHRunner``, ``LocalRunner``). Defined in ``pipeline`` it made
+both of those import it back, a cycle only ``TYPE_CHECKING`` hid.
 """
 
 from __future__ import annotations
