@@ -722,9 +722,9 @@ def deploy_cmd(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the stages, timings and verdict as JSON."),
 ) -> int:
+    from edgeq.orchestration.deploy import DeployOptions, deploy
     from edgeq.pipeline.stages import ProfileSettings, QuantizeSpec
     from edgeq.pipeline_run import load_pipeline
-    from edgeq.remote.deploy import DeployOptions, deploy
     from edgeq.remote.targets import resolve_target
 
     tgt = resolve_target(target)
@@ -830,7 +830,7 @@ def targets_check_cmd(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the probe's facts as JSON."),
 ) -> int:
-    from edgeq.remote.deploy import check_target
+    from edgeq.orchestration.deploy import check_target
     from edgeq.remote.targets import resolve_target
 
     tgt = resolve_target(name)

@@ -194,7 +194,7 @@ def validate(
     Errors of the model itself (unreadable, refused by lint, bad calibration data) stop the run before
     any target is contacted, as in ``deploy``.
     """
-    from edgeq.remote.deploy import check_model_path
+    from edgeq.orchestration.deploy import check_model_path
 
     model = check_model_path(model)
     check_gates(fleet, options)

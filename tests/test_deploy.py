@@ -25,7 +25,7 @@ from conftest import FIXTURES
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeq.errors import RemoteError
-from edgeq.remote.deploy import (
+from edgeq.orchestration.deploy import (
     AGENT_PROTOCOL,
     DeployOptions,
     _check_expectations,
@@ -406,7 +406,7 @@ def test_parse_agent_reply():
 
 def test_run_log_lines_are_on_disk_at_once(tmp_path):
     """deploy.log is what a user tails during a long build: the target's lines may not wait in a buffer."""
-    from edgeq.remote.deploy import RunLog
+    from edgeq.orchestration.deploy import RunLog
 
     log = RunLog(tmp_path)
     log.line("build: started")
@@ -425,7 +425,7 @@ def test_run_dirs_are_unique_and_safe(tmp_path):
 def test_cli_renders_a_finished_run_and_exits_1_on_the_gate(tmp_path, monkeypatch, cli):
     """The CLI half of a deploy that got through (engine files from the real fixtures): the stage table,
     the report path, and exit 1 naming the offending layer. Only the remote half is replaced."""
-    import edgeq.remote.deploy as dep
+    import edgeq.orchestration.deploy as dep
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "targets").mkdir()
@@ -788,7 +788,7 @@ def test_two_deploys_of_one_new_model_to_one_target_at_once_both_succeed(trtexec
     with the other's upload (each file is sent once, the other deploy finds it cached)."""
     import threading
 
-    from edgeq.remote.deploy import DeployOptions, deploy
+    from edgeq.orchestration.deploy import DeployOptions, deploy
     from edgeq.remote.targets import load_target
 
     root, model, _, _ = trtexec_target()
@@ -821,7 +821,7 @@ def test_targets_check_is_the_probe_stage(tmp_path, monkeypatch):
     deploy's probe stage, without a run directory."""
     from contextlib import contextmanager
 
-    import edgeq.remote.deploy as dep
+    import edgeq.orchestration.deploy as dep
     from edgeq.remote.exec import CommandResult
     from edgeq.remote.upload import Upload
 

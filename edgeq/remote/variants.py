@@ -90,8 +90,8 @@ def _deploy_one(
     variant: Variant, target: Target, options: VariantOptions, runs: Path, progress: ProgressFn
 ) -> Any:
     """The one place compare calls deploy: build, inspect and profile one variant, no gate."""
+    from edgeq.orchestration.deploy import DeployOptions, deploy
     from edgeq.pipeline.stages import ProfileSettings
-    from edgeq.remote.deploy import DeployOptions, deploy
 
     failed: list[str] = []
 
