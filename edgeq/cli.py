@@ -852,7 +852,7 @@ def targets_check_cmd(
 
 
 # --------------------------------------------------------------------------------------------------
-# edgeq compare  (edgeq.report.compare; edgeq.remote.variants builds the engines on a target)
+# edgeq compare  (edgeq.report.compare; edgeq.orchestration.variants builds the engines on a target)
 # --------------------------------------------------------------------------------------------------
 
 _COMPARE_HELP = (
@@ -955,7 +955,7 @@ def _baseline_gate(gate: Optional[str], baseline: Optional[str], calib: Optional
 
 def _relative_to_baseline(result: Any, target: Any, accept_new_host_key: bool, progress: ProgressFn) -> Any:
     """deploy --baseline implicit: build the implicit engine of the run, gate the run's engine against it."""
-    from edgeq.remote.variants import VariantOptions, engine_of_run, implicit_baseline
+    from edgeq.orchestration.variants import VariantOptions, engine_of_run, implicit_baseline
     from edgeq.report.compare import diff_pair, relative_gate
 
     if result.finished is None:
@@ -1023,8 +1023,8 @@ def compare_cmd(
             findings = lint_model(onnx_model)
         found = [engine_from_path(p, onnx_model) for p in paths]
     else:
+        from edgeq.orchestration.variants import VariantOptions, engines_on_target
         from edgeq.remote.targets import resolve_target
-        from edgeq.remote.variants import VariantOptions, engines_on_target
 
         if len(paths) != 1:
             raise typer.BadParameter("--target takes one float ONNX model")

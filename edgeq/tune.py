@@ -3,11 +3,11 @@
 Calibrate once; build the implicit INT8 engine on the target (TensorRT's own per-layer precision
 choice); start from the rule-based placement with the implicit engine's FP16 choices mirrored
 (``edgeq.quant.decisions``); then a greedy local search: each decision toggled against the current
-best, built and profiled on the target through deploy (``edgeq.remote.variants``), kept only when
+best, built and profiled on the target through deploy (``edgeq.orchestration.variants``), kept only when
 faster and within ``--min-cosine`` on held-out data (checked on the host first: a candidate that fails
 it is never built). The time budget stops the search before a build that would overrun it.
 
-"Faster" is decided by paired re-timing (``edgeq.remote.retime``), not by one timing each: single
+"Faster" is decided by paired re-timing (``edgeq.orchestration.retime``), not by one timing each: single
 trtexec timings of one engine design spread by a few percent, more than most decisions are worth. A
 candidate whose one timing is clearly slower (``CLEARLY_SLOWER``) is refused at once; any other is timed
 against the best in ``--rounds`` alternating rounds and kept only when its median paired ratio reaches
@@ -192,7 +192,7 @@ class _Tuner:
         self.started = time.monotonic()
 
     def deploy(self, name: str, model_file: Path, cache: Optional[Path]) -> tuple[Any, float]:
-        from edgeq.remote.variants import Variant, VariantOptions, _deploy_one, _engine
+        from edgeq.orchestration.variants import Variant, VariantOptions, _deploy_one, _engine
 
         opts = VariantOptions(accept_new_host_key=self.options.accept_new_host_key)
         t0 = time.monotonic()
@@ -205,7 +205,7 @@ class _Tuner:
 
     def paired(self, state: _State, a: Measured, b: Measured, rounds: int) -> dict[str, Any]:
         """``a`` and ``b`` timed in alternation (kept in the state: a resumed run does not re-time)."""
-        from edgeq.remote.retime import retime
+        from edgeq.orchestration.retime import retime
 
         key = f"{a.key}|{b.key}|{rounds}"
         got = state.paired(key)

@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import ROOT
 
-from edgeq.remote.retime import Paired
+from edgeq.orchestration.retime import Paired
 from edgeq.report.compare import compare_engines, engine_from_path, relative_gate
 from edgeq.tune import Measured, _judge
 

@@ -474,7 +474,7 @@ def profile(
     data_transfers: bool = True,
 ) -> dict[str, Any]:
     """Time an engine; with ``profile_remote`` also its per-layer times (a second run). Without the
-    bindings' host<->device copies when ``data_transfers`` is false (a re-timing: edgeq.remote.retime)."""
+    bindings' host<->device copies when ``data_transfers`` is false (re-timing: orchestration.retime)."""
     t = target.timeouts
     per_layer = [f"--exportProfile={profile_remote}"] if profile_remote else []
     copies = [] if data_transfers else ["--noDataTransfers"]
