@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fleet_helpers import make_members, qdq_model, reformat_layer, start_servers  # noqa: E402
 from sshd import sshd_available  # noqa: E402
 
-from edgeq.fleet import FleetOptions, validate_prepared  # noqa: E402
-from edgeq.fleet_file import Fleet  # noqa: E402
+from edgeq.orchestration.fleet import FleetOptions, validate_prepared  # noqa: E402
+from edgeq.orchestration.fleet_file import Fleet  # noqa: E402
 from edgeq.pipeline.stages import ProfileSettings, QuantizeSpec, prepare_host  # noqa: E402
 from edgeq.remote.targets import target_from_dict  # noqa: E402
 

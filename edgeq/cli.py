@@ -1127,7 +1127,7 @@ def tune_cmd(
 
 
 # --------------------------------------------------------------------------------------------------
-# edgeq fleet validate  (edgeq.fleet)
+# edgeq fleet validate  (edgeq.orchestration.fleet)
 # --------------------------------------------------------------------------------------------------
 
 fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a fleet YAML or an Ansible "
@@ -1148,7 +1148,7 @@ def _live_rows(rows: dict[str, Any]) -> Table:
 
 
 def _fleet_matrix(result: Any) -> Table:
-    from edgeq.fleet import matrix
+    from edgeq.orchestration.fleet import matrix
 
     cells = matrix(result)
     t = Table(title=f"fleet: {escape(result.model.name)}", expand=False)
@@ -1164,7 +1164,7 @@ def fleet_options_from_cli(calib: Optional[Path], calibrator: Calibrator, prepro
                            overrides: Optional[Path], gate: Optional[str], runs_dir: Path,
                            accept_new_host_key: bool, build_once_per_kind: bool, workers: Optional[int],
                            iterations: int, duration: float) -> Any:
-    from edgeq.fleet import FleetOptions
+    from edgeq.orchestration.fleet import FleetOptions
     from edgeq.pipeline.stages import ProfileSettings, QuantizeSpec
 
     spec = QuantizeSpec(calib=calib, calibrator=calibrator.value, preprocess=preprocess, overrides=overrides)
@@ -1183,8 +1183,8 @@ def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any
     """Load the fleet and validate, with one live row per target on stderr when ``live``."""
     from rich.live import Live
 
-    from edgeq.fleet import validate
-    from edgeq.fleet_file import load_fleet
+    from edgeq.orchestration.fleet import validate
+    from edgeq.orchestration.fleet_file import load_fleet
 
     fleet = load_fleet(fleet_path)
     rows: dict[str, Any] = {}
@@ -1231,8 +1231,8 @@ def fleet_validate_cmd(
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML (one testcase per target)."),
     json_out: bool = typer.Option(False, "--json", help="Print the matrix as JSON."),
 ) -> int:
-    from edgeq.fleet import junit_xml
     from edgeq.fs import atomic_write_text, check_writable
+    from edgeq.orchestration.fleet import junit_xml
 
     if junit is not None:
         check_writable(junit, inputs=(model, fleet))

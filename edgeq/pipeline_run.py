@@ -287,7 +287,7 @@ def _load_prepared(work: Path, state: dict[str, Any]) -> Prepared:
 
 
 def _fleet(spec: PipelineSpec, work: Path) -> Any:
-    from edgeq.fleet_file import load_fleet
+    from edgeq.orchestration.fleet_file import load_fleet
 
     assert spec.fleet is not None
     if "file" in spec.fleet:
@@ -305,8 +305,8 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
                  on_row: Optional[Callable[[Any], None]] = None, progress: ProgressFn = no_progress,
                  force: bool = False) -> RunResult:
     """Run the pipeline file at ``path``; unchanged stages are skipped (``force``: run them all)."""
-    from edgeq.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.fs import ensure_dir
+    from edgeq.orchestration.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.pipeline.rundir import slug
 
     spec = load_spec(path)

@@ -24,7 +24,7 @@ def _load(kind: str, path):
         from edgeq.pipeline_run import load_spec
 
         return load_spec(path)
-    from edgeq.fleet_file import load_fleet
+    from edgeq.orchestration.fleet_file import load_fleet
 
     return load_fleet(path)
 

@@ -100,7 +100,7 @@ def test_example_pipelines_are_valid():
 
 @pytest.mark.sshd
 def test_a_model_path_is_hashed_once_per_run(board, cli, monkeypatch):
-    import edgeq.fleet
+    import edgeq.orchestration.fleet
     import edgeq.pipeline_run
     from edgeq import zoo
     from edgeq.fs import sha256_file
@@ -119,7 +119,7 @@ def test_a_model_path_is_hashed_once_per_run(board, cli, monkeypatch):
         hashed.append(str(path))
         return sha256_file(path, *args, **kwargs)
 
-    for module in (edgeq.pipeline_run, edgeq.fleet):
+    for module in (edgeq.pipeline_run, edgeq.orchestration.fleet):
         monkeypatch.setattr(module, "sha256_file", counted)
     code, out, err = cli("run", pipeline, "--json")
     assert code == 0, (out, err)

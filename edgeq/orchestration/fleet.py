@@ -26,8 +26,8 @@ from typing import Any, Callable, Optional
 from edgeq import __version__
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.fleet_file import Fleet
 from edgeq.fs import sha256_file
+from edgeq.orchestration.fleet_file import Fleet
 from edgeq.pipeline.rundir import new_run_dir, slug
 from edgeq.pipeline.stages import (
     KindEngines,
