@@ -723,8 +723,8 @@ def deploy_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the stages, timings and verdict as JSON."),
 ) -> int:
     from edgeq.orchestration.deploy import DeployOptions, deploy
+    from edgeq.orchestration.run import load_pipeline
     from edgeq.pipeline.stages import ProfileSettings, QuantizeSpec
-    from edgeq.pipeline_run import load_pipeline
     from edgeq.remote.targets import resolve_target
 
     tgt = resolve_target(target)
@@ -1412,7 +1412,7 @@ def release_inspect_cmd(
 
 
 # --------------------------------------------------------------------------------------------------
-# edgeq run  (edgeq.pipeline_run)
+# edgeq run  (edgeq.orchestration.run)
 # --------------------------------------------------------------------------------------------------
 
 _OUTCOME_STYLE = {"ran": "green", "skipped": "dim", "failed": "bold red", "not run": "dim"}
@@ -1432,7 +1432,7 @@ def run_cmd(
     force: bool = typer.Option(False, "--force", help="Run every stage, changed or not."),
     json_out: bool = typer.Option(False, "--json", help="Print the stage outcomes as JSON."),
 ) -> int:
-    from edgeq.pipeline_run import run_pipeline
+    from edgeq.orchestration.run import run_pipeline
 
     def show(stage: Any) -> None:
         if not json_out:

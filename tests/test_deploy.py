@@ -343,7 +343,7 @@ def test_pipeline_allowlist_is_added(tmp_path):
 def test_a_pipelines_require_fusion_reaches_the_gate(tmp_path):
     """``gate: {require_fusion: true}`` in a pipeline file (deploy --pipeline, edgeq run) fails the
     engine whose residual Adds TensorRT left unfused; without it the target's int8 gate passes them."""
-    from edgeq.pipeline_run import load_pipeline
+    from edgeq.orchestration.run import load_pipeline
 
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text(yaml.safe_dump({"gate": {"require_fusion": True}}))
