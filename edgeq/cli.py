@@ -1054,7 +1054,7 @@ def compare_cmd(
 
 
 # --------------------------------------------------------------------------------------------------
-# edgeq tune  (edgeq.tune)
+# edgeq tune  (edgeq.orchestration.tune)
 # --------------------------------------------------------------------------------------------------
 
 _TUNE_HELP = (
@@ -1092,8 +1092,8 @@ def tune_cmd(
 ) -> int:
     import dataclasses
 
+    from edgeq.orchestration.tune import TuneOptions, parse_budget, tune
     from edgeq.remote.targets import resolve_target
-    from edgeq.tune import TuneOptions, parse_budget, tune
 
     if not -1.0 <= min_cosine <= 1.0:
         raise typer.BadParameter(f"must be in [-1, 1], got {min_cosine}", param_hint="--min-cosine")
@@ -1484,7 +1484,7 @@ def demo_cmd(
     Exit codes: 0 every step that can run here ran (stopping at the engine build for lack of
     TensorRT is not a failure); 1 a step failed; 2 usage error (e.g. --workdir is a file).
     """
-    from edgeq.demo import run_demo
+    from edgeq.orchestration.demo import run_demo
 
     def show(step: Any) -> None:
         out.print(f"\n[bold]{escape(step.name)}[/]  {_DEMO_STATUS.get(step.status, step.status)}")

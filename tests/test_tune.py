@@ -193,7 +193,7 @@ def test_bad_options_are_one_line_and_build_nothing(setup, cli, args, message):
 
 
 def test_budget_durations():
-    from edgeq.tune import parse_budget
+    from edgeq.orchestration.tune import parse_budget
 
     assert [parse_budget(s) for s in ("20m", "90s", "1h30m", "45", "2.5")] == [1200, 90, 5400, 45, 2.5]
 
