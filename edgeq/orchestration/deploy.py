@@ -37,7 +37,6 @@ from edgeq.pipeline.stages import (
     policy_for,
     prepare,
     probe,
-    target_runner,
 )
 from edgeq.remote.protocol import (
     AGENT_PROTOCOL,
@@ -48,7 +47,7 @@ from edgeq.remote.protocol import (
     check_expectations,
     parse_agent_reply,
 )
-from edgeq.remote.runner import EventFn
+from edgeq.remote.runner import EventFn, target_runner
 from edgeq.remote.targets import Target
 
 if TYPE_CHECKING:

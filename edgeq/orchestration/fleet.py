@@ -41,10 +41,10 @@ from edgeq.pipeline.stages import (
     on_target,
     policy_for,
     prepare_host,
-    target_runner,
     write_json,
 )
 from edgeq.remote.protocol import agent_cache_dir
+from edgeq.remote.runner import target_runner
 from edgeq.remote.targets import Target
 
 
