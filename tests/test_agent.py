@@ -629,7 +629,7 @@ def test_python_backend_replies_reach_the_report_through_the_host_parser(tmp_pat
     the agent's envelope, one JSON line) goes through deploy's ``parse_agent_reply`` and the paths it
     names load with ``load_layers`` / ``load_profile`` into one report."""
     from edgeq.agent.__main__ import envelope
-    from edgeq.orchestration.deploy import parse_agent_reply
+    from edgeq.remote.protocol import parse_agent_reply
     from edgeq.report.fusion import build_report
     from edgeq.report.parse import load_layers, load_profile
 

@@ -25,15 +25,14 @@ from conftest import FIXTURES
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeq.errors import RemoteError
-from edgeq.orchestration.deploy import (
+from edgeq.orchestration.deploy import DeployOptions, _policy
+from edgeq.pipeline.rundir import STAGES, StageRecord, new_run_dir
+from edgeq.pipeline.stages import finish_run
+from edgeq.remote.protocol import (
     AGENT_PROTOCOL,
-    DeployOptions,
-    _check_expectations,
-    _policy,
     agent_argv,
     build_args,
-    finish_run,
-    new_run_dir,
+    check_expectations,
     parse_agent_reply,
 )
 from edgeq.remote.targets import target_from_dict
@@ -386,12 +385,12 @@ def test_build_args_follow_the_target(tmp_path):
 def test_probe_facts_must_match_the_target_file(tmp_path):
     d = {"host": "h", "user": "u", "use_agent": True, "tensorrt": "8.6", "gpu": {"compute_capability": "8.7"}}
     t = target_from_dict(d, tmp_path / "orin.yaml")
-    _check_expectations(t, "8.6.2.3", "8.7")
+    check_expectations(t, "8.6.2.3", "8.7")
     with pytest.raises(RemoteError, match=r"runs TensorRT 8\.5\.2, but .*orin.yaml expects 8\.6") as ei:
-        _check_expectations(t, "8.5.2", "8.7")
+        check_expectations(t, "8.5.2", "8.7")
     assert ei.value.exit_code == 1
     with pytest.raises(RemoteError, match=r"compute capability 7\.2 GPU"):
-        _check_expectations(t, "8.6.2", "7.2")
+        check_expectations(t, "8.6.2", "7.2")
 
 
 def test_parse_agent_reply():
@@ -406,7 +405,7 @@ def test_parse_agent_reply():
 
 def test_run_log_lines_are_on_disk_at_once(tmp_path):
     """deploy.log is what a user tails during a long build: the target's lines may not wait in a buffer."""
-    from edgeq.orchestration.deploy import RunLog
+    from edgeq.pipeline.rundir import RunLog
 
     log = RunLog(tmp_path)
     log.line("build: started")
@@ -439,8 +438,8 @@ def test_cli_renders_a_finished_run_and_exits_1_on_the_gate(tmp_path, monkeypatc
             run_dir, FIXTURES / "resnet50_ortfb.explicit.layers.json",
             FIXTURES / "resnet50_ortfb.explicit.profile.json", None, _policy(options, target),
         )  # fmt: skip
-        stages = [dep.StageRecord(n, "ok", 0.1, "") for n in dep.STAGES]
-        stages[-1] = dep.StageRecord("gate", "failed", 0.0, done.gate.summary())
+        stages = [StageRecord(n, "ok", 0.1, "") for n in STAGES]
+        stages[-1] = StageRecord("gate", "failed", 0.0, done.gate.summary())
         return dep.DeployResult(run_dir, stages, done, {"stages": {}})
 
     monkeypatch.setattr(dep, "deploy", finished_deploy)

@@ -21,40 +21,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from edgeq.errors import GraphError
+from edgeq.errors import EdgeqError, GraphError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.pipeline.rundir import STAGES, RunLog, StageRecord, _no_event, new_run_dir
+from edgeq.pipeline.rundir import Recorder, StageRecord, _no_event, new_run_dir
 from edgeq.pipeline.stages import (
     ProfileSettings,
     QuantizeSpec,
-    Recorder,
     RunReport,
     check_quantize_spec,
     conclude,
     direct_agent,
-    finish_run,
     on_target,
-    policy_for,
     prepare,
     probe,
 )
-from edgeq.remote.protocol import (
-    AGENT_PROTOCOL,
-    agent_argv,
-    agent_cache_dir,
-    build_args,
-    call_agent,
-    check_expectations,
-    parse_agent_reply,
-)
+from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.runner import EventFn, target_runner
 from edgeq.remote.targets import Target
 
 if TYPE_CHECKING:
     from edgeq.report.policy import Policy
-
-# Kept under their earlier names: tests and callers import them from here.
-_check_expectations = check_expectations
 
 
 @dataclass(frozen=True)
@@ -90,6 +76,29 @@ class DeployResult:
 
     def stage(self, name: str) -> StageRecord:
         return next(s for s in self.stages if s.name == name)
+
+
+def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] = (),
+               require_fusion: Optional[bool] = None) -> Policy:  # fmt: skip
+    """The target's gate (else int8), ``--gate NAME`` over it, plus extra allowlisted names; a pipeline's
+    ``require_fusion`` (not None) over the policy's own."""
+    from edgeq.report.policy import POLICIES, policy_from_dict
+
+    spec: dict[str, Any] = {}
+    if target.gate is not None:
+        spec = {"allow": list(target.gate.allow)}
+        if target.gate.policy is not None:
+            spec["policy"] = target.gate.policy
+        if target.gate.require_fusion is not None:
+            spec["require_fusion"] = target.gate.require_fusion
+    policy = policy_from_dict(spec or None, where=f"{target.path}: gate")
+    if gate is not None:
+        if gate not in POLICIES:
+            raise EdgeqError(f"--gate {gate}: unknown policy", f"one of {', '.join(POLICIES)}")
+        policy = POLICIES[gate].with_allow(list(policy.allow))
+    if require_fusion is not None:
+        policy = policy.replace(require_fusion=require_fusion)
+    return policy.with_allow(list(allow))
 
 
 def _policy(options: DeployOptions, target: Target) -> Policy:
@@ -158,22 +167,3 @@ def check_target(
             "bytes_sent": up.bytes_sent,
         }
         return facts
-
-
-__all__: Sequence[str] = (
-    "AGENT_PROTOCOL",
-    "STAGES",
-    "DeployOptions",
-    "DeployResult",
-    "RunLog",
-    "RunReport",
-    "StageRecord",
-    "agent_argv",
-    "build_args",
-    "call_agent",
-    "check_target",
-    "deploy",
-    "finish_run",
-    "new_run_dir",
-    "parse_agent_reply",
-)

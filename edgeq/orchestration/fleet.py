@@ -27,6 +27,7 @@ from edgeq import __version__
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import sha256_file
+from edgeq.orchestration.deploy import policy_for
 from edgeq.orchestration.fleet_file import Fleet
 from edgeq.pipeline.rundir import new_run_dir, slug
 from edgeq.pipeline.stages import (
@@ -39,7 +40,6 @@ from edgeq.pipeline.stages import (
     conclude,
     model_stem,
     on_target,
-    policy_for,
     prepare_host,
     write_json,
 )

@@ -420,7 +420,8 @@ def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str
            final: Optional[dict[str, Any]] = None) -> dict[str, Any]:  # fmt: skip
     """The tuned engine against its own intent (no node wider than INT8 except where a decision left it
     float) and against implicit (``relative_gate``, on the paired medians when ``final`` has them)."""
-    from edgeq.pipeline.stages import policy_for, report_and_gate
+    from edgeq.orchestration.deploy import policy_for
+    from edgeq.pipeline.stages import report_and_gate
     from edgeq.report.compare import diff_pair, engine_from_path, relative_gate
     from edgeq.report.runlog import RunFigures
 

@@ -12,12 +12,11 @@ loaders compose.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from edgeq.errors import EdgeqError, GraphError, QuantError
+from edgeq.errors import GraphError, QuantError
 from edgeq.findings import Level, ProgressFn, no_progress
 from edgeq.fs import atomic_write_text
 from edgeq.pipeline.rundir import (
@@ -452,29 +451,6 @@ def _warnings(rec: Recorder, record: Any, stage: str, reply: dict[str, Any]) -> 
 # --------------------------------------------------------------------------------------------------
 # Report and gate (host)
 # --------------------------------------------------------------------------------------------------
-
-
-def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] = (),
-               require_fusion: Optional[bool] = None) -> Policy:  # fmt: skip
-    """The target's gate (else int8), ``--gate NAME`` over it, plus extra allowlisted names; a pipeline's
-    ``require_fusion`` (not None) over the policy's own."""
-    from edgeq.report.policy import POLICIES, policy_from_dict
-
-    spec: dict[str, Any] = {}
-    if target.gate is not None:
-        spec = {"allow": list(target.gate.allow)}
-        if target.gate.policy is not None:
-            spec["policy"] = target.gate.policy
-        if target.gate.require_fusion is not None:
-            spec["require_fusion"] = target.gate.require_fusion
-    policy = policy_from_dict(spec or None, where=f"{target.path}: gate")
-    if gate is not None:
-        if gate not in POLICIES:
-            raise EdgeqError(f"--gate {gate}: unknown policy", f"one of {', '.join(POLICIES)}")
-        policy = POLICIES[gate].with_allow(list(policy.allow))
-    if require_fusion is not None:
-        policy = policy.replace(require_fusion=require_fusion)
-    return policy.with_allow(list(allow))
 
 
 def finish_run(

@@ -66,7 +66,7 @@ class Timeouts:
 @dataclass(frozen=True)
 class GateConfig:
     """A target's or pipeline's ``gate:`` section, as ``gate_from_dict`` reads both (one schema);
-    ``edgeq.pipeline.stages.policy_for`` turns it into a Policy."""
+    ``edgeq.orchestration.deploy.policy_for`` turns it into a Policy."""
 
     policy: Optional[str] = None  # None: a pipeline leaves the target's policy, a target file's is int8
     allow: tuple[str, ...] = ()
