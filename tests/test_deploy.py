@@ -175,6 +175,44 @@ def test_float_model_with_calib_is_quantized_before_upload(workspace, cli):
     assert Path(st["upload"]["data"]["model"]["remote_path"]).name == f"{stem}.int8.onnx"
 
 
+def test_a_deploy_with_calib_cleans_the_model_once(tmp_path, monkeypatch):
+    """deploy --calib: the clean stage's model goes to quantization as it is, not through the cleaning
+    passes a second time (every call of the real ``clean_model`` counted), and it is that cleaned model
+    that is quantized. A ``host: local`` target without TensorRT stops at the probe."""
+    import edgeq.graph.clean
+    from edgeq.errors import RemoteError
+    from edgeq.orchestration.deploy import deploy
+    from edgeq.remote.targets import target_from_dict
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model = tiny_model(tmp_path / "net.onnx")
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(3)
+    for i in range(4):
+        np.save(calib / f"s{i}.npy", rng.random((1, 3, 16, 16), dtype=np.float32))
+    target = target_from_dict({"host": "local", "python": sys.executable, "tensorrt": "8.6",
+                               "work_dir": str(tmp_path / "remote")}, tmp_path / "local.yaml")  # fmt: skip
+    real, cleaned = edgeq.graph.clean.clean_model, []
+
+    def counted(m, *args, **kwargs):
+        cleaned.append([n.op_type for n in m.graph.node])
+        return real(m, *args, **kwargs)
+
+    monkeypatch.setattr(edgeq.graph.clean, "clean_model", counted)
+    with pytest.raises(RemoteError, match="TensorRT not available"):
+        deploy(model, target, DeployOptions(calib=calib, runs_dir=tmp_path / "runs"))
+    assert cleaned == [["Conv", "Identity", "Relu"]]  # once, on the model as given
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    st = _stages(run_dir)
+    assert [st[n]["status"] for n in ("clean", "quantize", "lint", "upload", "probe")] == [
+        "ok", "ok", "ok", "ok", "failed",
+    ]  # fmt: skip
+    q = onnx.load(str(run_dir / "net.int8.onnx"))
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in q.graph.node}
+    assert "Identity" not in {n.op_type for n in q.graph.node}
+
+
 @pytest.mark.sshd
 def test_calib_images_take_a_preprocessing_spec(workspace, cli):
     """--calib images/ needs --preprocess; deploy passes it to quantization as `edgeq quantize` does."""

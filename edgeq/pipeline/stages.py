@@ -140,9 +140,10 @@ def clean(model_path: Path, out_dir: Path, *, verify: bool = False,
 
 
 def quantize(model: Any, stem: str, out_dir: Path, spec: QuantizeSpec, progress: ProgressFn = no_progress,
-             suffix: str = "int8") -> tuple[Any, Path, Path, Any]:
+             suffix: str = "int8", *, cleaned: bool = False) -> tuple[Any, Path, Path, Any]:
     """``edgeq quantize`` in-process with the full options: (Q/DQ model, ``<stem>.<suffix>.onnx``,
-    ``<stem>.<suffix>.cache``, the ``QuantizeResult``)."""
+    ``<stem>.<suffix>.cache``, the ``QuantizeResult``). ``cleaned``: ``model`` is the clean stage's
+    output, not cleaned again."""
     try:
         from edgeq.graph.io import save_model
         from edgeq.quant.data import calibration_set
@@ -160,7 +161,7 @@ def quantize(model: Any, stem: str, out_dir: Path, spec: QuantizeSpec, progress:
         holdout=spec.holdout, min_cosine=spec.min_cosine, cache_path=cache,
     )  # fmt: skip
     data = calibration_set(model, spec.calib, synthetic=spec.synthetic, preprocess=spec.preprocess)
-    q = quantize_model(model, data, options, progress)
+    q = quantize_model(model, data, options, progress, cleaned=cleaned)
     # The implicit path's pair: the cache names the tensors of this cleaned FP32 model.
     save_model(q.reference, implicit_model_path(cache))
     path = save_model(q.model, Path(out_dir) / f"{stem}.{suffix}.onnx")
@@ -221,7 +222,7 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Option
         from edgeq.quant.quantize import implicit_model_path
 
         with rec.stage("quantize") as r:
-            model, model_file, cache, q = quantize(model, stem, out, spec, rec.progress)
+            model, model_file, cache, q = quantize(model, stem, out, spec, rec.progress, cleaned=True)
             qdq = has_qdq(model)
             acc = q.accuracy.to_dict() if q.accuracy is not None else None
             r.data = {"output": model_file.name, "cache": cache.name, "accuracy": acc,

@@ -135,9 +135,12 @@ class QuantizeResult:
         }
 
 
-def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
+def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress, *, cleaned: bool = False
                   ) -> tuple[onnx.ModelProto, tuple[str, ...], tuple[Finding, ...]]:
-    """Clean (no verify), refuse an already-quantized model, raise opset to 13, name nodes, infer shapes."""
+    """Clean (no verify), refuse an already-quantized model, raise opset to 13, name nodes, infer shapes.
+
+    ``cleaned``: the model is ``clean_model``'s output already (deploy's clean stage ran): not cleaned
+    a second time."""
     from edgeq.graph.clean import clean_model
     from edgeq.graph.io import half_types, infer_shapes, opset_of
     from edgeq.graph.passes import CleanOptions
@@ -157,9 +160,15 @@ def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
     if half:
         raise QuantError(f"the model is float16/bfloat16 ({len(half)} tensors, e.g. '{half[0]}'); "
                          "edgeq quantize needs an FP32 model", hint="export it in FP32")
-    cleaned = clean_model(model, CleanOptions(verify=False), progress)
-    work = cleaned.model
-    changes = tuple(f"{c.pass_name}: {c.message}" for c in cleaned.changes)
+    changes: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    if cleaned:
+        work = type(model)()
+        work.CopyFrom(model)  # names are given in place below; the caller's model stays as it is
+    else:
+        result = clean_model(model, CleanOptions(verify=False), progress)
+        work, findings = result.model, tuple(result.findings)
+        changes = tuple(f"{c.pass_name}: {c.message}" for c in result.changes)
     if opset_of(work) < 13:
         from onnx import version_converter
 
@@ -170,7 +179,7 @@ def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
                              f"{first_line(e)}") from None
         changes += ("opset: raised to 13 (per-channel DequantizeLinear needs its axis attribute)",)
     ensure_node_names(work)
-    return infer_shapes(work), changes, tuple(cleaned.findings)
+    return infer_shapes(work), changes, findings
 
 
 def quantize_model(
@@ -178,10 +187,13 @@ def quantize_model(
     data: CalibrationSet,
     options: QuantizeOptions = QuantizeOptions(),
     progress: ProgressFn = no_progress,
+    *,
+    cleaned: bool = False,
 ) -> QuantizeResult:
     """Quantize a float model for TensorRT 8.6; ``model`` is not modified.
 
     Writes the calibration cache when ``options.cache_path`` is set; returns everything else in memory.
+    ``cleaned``: ``model`` is ``clean_model``'s output already (see ``prepare_model``).
     """
     from edgeq.graph.io import check_model, graph_from_model, model_from_graph
     from edgeq.quant.accuracy import compare_accuracy
@@ -192,7 +204,7 @@ def quantize_model(
 
     calib_options = CalibOptions(method=options.calibrator, percentile=options.percentile,
                                  providers=options.providers)
-    reference, changes, findings = prepare_model(model, progress)
+    reference, changes, findings = prepare_model(model, progress, cleaned=cleaned)
     graph = graph_from_model(reference)
     mirror = None
     if options.from_engine is not None:
