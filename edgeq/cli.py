@@ -457,19 +457,17 @@ def quantize_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
 ) -> int:
     from edgeq.errors import QuantError
-    from edgeq.quant.overrides import load_overrides
     from edgeq.quant.quantize import QuantizeOptions, quantize_file
 
     if (calib is None) == (synthetic is None):
         raise QuantError("give calibration data: --calib DIR or --synthetic N (one of them)")
     options = QuantizeOptions(
-        calibrator=calibrator.value, percentile=percentile, placement=placement.value,
-        overrides=load_overrides(overrides) if overrides is not None else None,
+        calib=calib, synthetic=synthetic, preprocess=preprocess,
+        calibrator=calibrator.value, percentile=percentile, placement=placement.value, overrides=overrides,
         holdout=holdout, min_cosine=min_cosine, cache_path=cache, from_engine=from_engine,
     )
     with progress_display(enabled=not json_out) as progress:
-        result = quantize_file(model, options, calib=calib, synthetic=synthetic, preprocess=preprocess,
-                               output=output, progress=progress)
+        result = quantize_file(model, options, output=output, progress=progress)
     code = EXIT_OK if result.ok else EXIT_CHECK_FAILED
     if json_out:
         print_json({**result.to_dict(), "exit_code": code})
@@ -724,7 +722,8 @@ def deploy_cmd(
 ) -> int:
     from edgeq.orchestration.deploy import DeployOptions, deploy
     from edgeq.orchestration.run import load_pipeline
-    from edgeq.pipeline.stages import ProfileSettings, QuantizeSpec
+    from edgeq.pipeline.stages import ProfileSettings
+    from edgeq.quant.quantize import QuantizeOptions
     from edgeq.remote.targets import resolve_target
 
     tgt = resolve_target(target)
@@ -735,10 +734,10 @@ def deploy_cmd(
         if pl.gate is not None:
             allow, require_fusion = pl.gate.allow, pl.gate.require_fusion
     deploy_gate = _baseline_gate(gate, baseline, calib)
-    spec = QuantizeSpec(calibrator=calibrator.value, percentile=percentile, placement=placement.value,
-                        overrides=overrides, preprocess=preprocess)  # fmt: skip
+    spec = QuantizeOptions(calib=calib, calibrator=calibrator.value, percentile=percentile,
+                           placement=placement.value, overrides=overrides, preprocess=preprocess)  # fmt: skip
     options = DeployOptions(
-        calib=calib, accept_new_host_key=accept_new_host_key, gate=deploy_gate, gate_allow=allow,
+        accept_new_host_key=accept_new_host_key, gate=deploy_gate, gate_allow=allow,
         gate_require_fusion=require_fusion, runs_dir=runs_dir, quantize=spec,
         profile=ProfileSettings(fp16=fp16, iterations=iterations, duration=duration),
     )  # fmt: skip
@@ -1028,9 +1027,11 @@ def compare_cmd(
 
         if len(paths) != 1:
             raise typer.BadParameter("--target takes one float ONNX model")
+        from edgeq.quant.quantize import QuantizeOptions
+
         options = VariantOptions(
-            calib=calib, fp16=fp16, qdq_model=qdq_model, accept_new_host_key=accept_new_host_key,
-            runs_dir=runs_dir,
+            quantize=QuantizeOptions(calib=calib), fp16=fp16, qdq_model=qdq_model,
+            accept_new_host_key=accept_new_host_key, runs_dir=runs_dir,
         )  # fmt: skip
         tgt = resolve_target(target or "")
         with progress_display(enabled=not json_out) as progress:
@@ -1097,9 +1098,11 @@ def tune_cmd(
 
     if not -1.0 <= min_cosine <= 1.0:
         raise typer.BadParameter(f"must be in [-1, 1], got {min_cosine}", param_hint="--min-cosine")
-    options = TuneOptions(calib=calib, out_dir=output, budget_s=parse_budget(budget), min_cosine=min_cosine,
-                          calibrator=calibrator, accept_new_host_key=accept_new_host_key,
-                          rounds=rounds)  # fmt: skip
+    from edgeq.quant.quantize import QuantizeOptions
+
+    quantize = QuantizeOptions(calib=calib, calibrator=calibrator, min_cosine=min_cosine)
+    options = TuneOptions(quantize=quantize, out_dir=output, budget_s=parse_budget(budget),
+                          accept_new_host_key=accept_new_host_key, rounds=rounds)  # fmt: skip
     tgt = resolve_target(target)
     if trtexec is not None:
         tgt = dataclasses.replace(tgt, trtexec=trtexec, backend="trtexec")
@@ -1165,9 +1168,11 @@ def fleet_options_from_cli(calib: Optional[Path], calibrator: Calibrator, prepro
                            accept_new_host_key: bool, build_once_per_kind: bool, workers: Optional[int],
                            iterations: int, duration: float) -> Any:
     from edgeq.orchestration.fleet import FleetOptions
-    from edgeq.pipeline.stages import ProfileSettings, QuantizeSpec
+    from edgeq.pipeline.stages import ProfileSettings
+    from edgeq.quant.quantize import QuantizeOptions
 
-    spec = QuantizeSpec(calib=calib, calibrator=calibrator.value, preprocess=preprocess, overrides=overrides)
+    spec = QuantizeOptions(calib=calib, calibrator=calibrator.value, preprocess=preprocess,
+                           overrides=overrides)
     return FleetOptions(quantize=spec, gate=gate, runs_dir=runs_dir, accept_new_host_key=accept_new_host_key,
                         build_once_per_kind=build_once_per_kind, workers=workers,
                         profile=ProfileSettings(iterations=iterations, duration=duration))  # fmt: skip

@@ -182,6 +182,7 @@ def test_a_deploy_with_calib_cleans_the_model_once(tmp_path, monkeypatch):
     import edgeq.graph.clean
     from edgeq.errors import RemoteError
     from edgeq.orchestration.deploy import deploy
+    from edgeq.quant.quantize import QuantizeOptions
     from edgeq.remote.targets import target_from_dict
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -201,7 +202,7 @@ def test_a_deploy_with_calib_cleans_the_model_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(edgeq.graph.clean, "clean_model", counted)
     with pytest.raises(RemoteError, match="TensorRT not available"):
-        deploy(model, target, DeployOptions(calib=calib, runs_dir=tmp_path / "runs"))
+        deploy(model, target, DeployOptions(QuantizeOptions(calib=calib), runs_dir=tmp_path / "runs"))
     assert cleaned == [["Conv", "Identity", "Relu"]]  # once, on the model as given
     (run_dir,) = (tmp_path / "runs").iterdir()
     st = _stages(run_dir)

@@ -123,11 +123,12 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
     qlines: list[str] = []
     artifacts: list[Path] = []
     from edgeq.graph.rules import FUSION_RULE_IDS as fusion_rule_ids
+    from edgeq.quant.quantize import QuantizeOptions
 
     ok = True
     for placement in ("trt", "all"):
-        spec = stages.QuantizeSpec(synthetic=samples, placement=placement)
-        _, out, cache, res = stages.quantize(fp32, "resnet_like", wd, spec, progress,
+        options = QuantizeOptions(synthetic=samples, placement=placement)
+        _, out, cache, res = stages.quantize(fp32, "resnet_like", wd, options, progress,
                                                suffix=f"int8.{placement}")
         artifacts += [out, cache]
         e, w, rules = _lint_counts(res.model)

@@ -26,15 +26,14 @@ from edgeq.findings import ProgressFn, no_progress
 from edgeq.pipeline.rundir import Recorder, StageRecord, _no_event, new_run_dir
 from edgeq.pipeline.stages import (
     ProfileSettings,
-    QuantizeSpec,
     RunReport,
-    check_quantize_spec,
     conclude,
     direct_agent,
     on_target,
     prepare,
     probe,
 )
+from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.runner import EventFn, target_runner
 from edgeq.remote.targets import Target
@@ -45,7 +44,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DeployOptions:
-    calib: Optional[Path] = None  # a float model is quantized with this calibration data
+    # A float model with calibration data (``quantize.calib``) is quantized first, with these settings.
+    quantize: QuantizeOptions = field(default_factory=QuantizeOptions)
     accept_new_host_key: bool = False
     gate: Optional[str] = None  # policy name; None: the target's (else int8)
     gate_allow: tuple[str, ...] = ()  # extra allowlist (e.g. from a pipeline file)
@@ -53,14 +53,7 @@ class DeployOptions:
     runs_dir: Path = Path("runs")
     profile: ProfileSettings = field(default_factory=ProfileSettings)  # FP16 fallback and trtexec timing
     cache_dir: Optional[Path] = None  # where the agent zipapp is built (default: the user cache)
-    quantize: QuantizeSpec = field(default_factory=QuantizeSpec)  # calibrator, preprocessing, overrides
     calib_cache: Optional[Path] = None  # implicit INT8: a float model built with this calibration cache
-
-    @property
-    def quantize_spec(self) -> QuantizeSpec:
-        from dataclasses import replace
-
-        return replace(self.quantize, calib=self.calib) if self.calib is not None else self.quantize
 
 
 @dataclass
@@ -131,12 +124,12 @@ def deploy(
     model = check_model_path(model)
     # Usage errors before a run directory exists: the gate name and the target's key files.
     policy = _policy(options, target)
-    check_quantize_spec(options.quantize_spec)
+    options.quantize.check_inputs()
     if not target.is_local:
         target.ssh_config(options.accept_new_host_key)  # key files checked before a run directory exists
     rec = Recorder(new_run_dir(Path(options.runs_dir), model, target.name), on_event, progress)
     with rec.finishing():
-        prepared = prepare(model, rec, options.quantize_spec, calib_cache=options.calib_cache)
+        prepared = prepare(model, rec, options.quantize, calib_cache=options.calib_cache)
         with target_runner(target, options.accept_new_host_key) as runner:
             on_target(runner, target, prepared, rec, build_agent(options.cache_dir or agent_cache_dir()),
                       options.profile)  # fmt: skip

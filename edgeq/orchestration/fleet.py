@@ -34,15 +34,14 @@ from edgeq.pipeline.stages import (
     KindEngines,
     Prepared,
     ProfileSettings,
-    QuantizeSpec,
     Recorder,
-    check_quantize_spec,
     conclude,
     model_stem,
     on_target,
     prepare_host,
     write_json,
 )
+from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.runner import target_runner
 from edgeq.remote.targets import Target
@@ -50,7 +49,7 @@ from edgeq.remote.targets import Target
 
 @dataclass(frozen=True)
 class FleetOptions:
-    quantize: QuantizeSpec = field(default_factory=QuantizeSpec)
+    quantize: QuantizeOptions = field(default_factory=QuantizeOptions)
     gate: Optional[str] = None
     gate_allow: tuple[str, ...] = ()
     gate_require_fusion: Optional[bool] = None  # a pipeline file's; None: each policy's own
@@ -198,7 +197,7 @@ def validate(
 
     model = check_model_path(model)
     check_gates(fleet, options)
-    check_quantize_spec(options.quantize)
+    options.quantize.check_inputs()
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip

@@ -12,7 +12,7 @@ loaders compose.
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -38,6 +38,7 @@ from edgeq.remote.runner import Runner
 from edgeq.remote.targets import Target
 
 if TYPE_CHECKING:
+    from edgeq.quant.quantize import QuantizeOptions
     from edgeq.report.fusion import FusionReport
     from edgeq.report.gate import GateResult
     from edgeq.report.policy import Policy
@@ -48,25 +49,6 @@ HOST_STAGES = STAGES[:3]
 # --------------------------------------------------------------------------------------------------
 # Values
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QuantizeSpec:
-    """``edgeq quantize``'s options as plain data (files by path), for deploy, fleet and run."""
-
-    calib: Optional[Path] = None
-    synthetic: Optional[int] = None
-    preprocess: Optional[Path] = None
-    overrides: Optional[Path] = None
-    calibrator: str = "entropy"
-    percentile: float = 99.99
-    placement: str = "trt"
-    holdout: float = 0.2
-    min_cosine: Optional[float] = None
-
-    @property
-    def has_data(self) -> bool:
-        return self.calib is not None or self.synthetic is not None
 
 
 @dataclass(frozen=True)
@@ -139,29 +121,22 @@ def clean(model_path: Path, out_dir: Path, *, verify: bool = False,
     return res, Path(path)
 
 
-def quantize(model: Any, stem: str, out_dir: Path, spec: QuantizeSpec, progress: ProgressFn = no_progress,
-             suffix: str = "int8", *, cleaned: bool = False) -> tuple[Any, Path, Path, Any]:
-    """``edgeq quantize`` in-process with the full options: (Q/DQ model, ``<stem>.<suffix>.onnx``,
-    ``<stem>.<suffix>.cache``, the ``QuantizeResult``). ``cleaned``: ``model`` is the clean stage's
-    output, not cleaned again."""
+def quantize(model: Any, stem: str, out_dir: Path, options: QuantizeOptions,
+             progress: ProgressFn = no_progress, suffix: str = "int8", *, cleaned: bool = False
+             ) -> tuple[Any, Path, Path, Any]:
+    """``edgeq quantize`` in-process: (Q/DQ model, ``<stem>.<suffix>.onnx``, ``<stem>.<suffix>.cache``,
+    the ``QuantizeResult``). ``cleaned``: ``model`` is the clean stage's output, not cleaned again."""
     try:
         from edgeq.graph.io import save_model
-        from edgeq.quant.data import calibration_set
-        from edgeq.quant.overrides import load_overrides
-        from edgeq.quant.quantize import QuantizeOptions, implicit_model_path, quantize_model
+        from edgeq.quant.quantize import calibration_data, implicit_model_path, quantize_model
     except ImportError:
         raise QuantError(
             "cannot quantize: edgeq.quant.quantize is not part of this edgeq build",
             "deploy a Q/DQ model (quantized elsewhere), or drop --calib to build an FP16 engine",
         ) from None
     cache = Path(out_dir) / f"{stem}.{suffix}.cache"
-    options = QuantizeOptions(
-        calibrator=spec.calibrator, percentile=spec.percentile, placement=spec.placement,
-        overrides=load_overrides(spec.overrides) if spec.overrides is not None else None,
-        holdout=spec.holdout, min_cosine=spec.min_cosine, cache_path=cache,
-    )  # fmt: skip
-    data = calibration_set(model, spec.calib, synthetic=spec.synthetic, preprocess=spec.preprocess)
-    q = quantize_model(model, data, options, progress, cleaned=cleaned)
+    data = calibration_data(model, options)
+    q = quantize_model(model, data, replace(options, cache_path=cache), progress, cleaned=cleaned)
     # The implicit path's pair: the cache names the tensors of this cleaned FP32 model.
     save_model(q.reference, implicit_model_path(cache))
     path = save_model(q.model, Path(out_dir) / f"{stem}.{suffix}.onnx")
@@ -186,19 +161,7 @@ def lint(model: Any, out_dir: Path) -> tuple[int, int]:
     return len(errors), len(findings)
 
 
-def check_quantize_spec(spec: QuantizeSpec) -> None:
-    """The option files a quantization reads, checked before any run directory exists (exit 2)."""
-    if spec.overrides is not None:
-        from edgeq.quant.overrides import load_overrides
-
-        load_overrides(spec.overrides)
-    if spec.preprocess is not None:
-        from edgeq.quant.data import load_preprocess
-
-        load_preprocess(spec.preprocess)
-
-
-def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Optional[Path] = None,
+def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Optional[Path] = None,
             calib_cache: Optional[Path] = None) -> Prepared:
     """clean -> quantize (a float model with calibration data) -> lint, recorded in ``rec``.
 
@@ -244,7 +207,7 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Option
     return Prepared(model, model_file, qdq, cache, records, implicit)
 
 
-def prepare_host(model_path: Path, host_dir: Path, spec: QuantizeSpec,
+def prepare_host(model_path: Path, host_dir: Path, spec: QuantizeOptions,
                  progress: ProgressFn = no_progress) -> Prepared:
     """``prepare`` once into a new ``host_dir`` with its own records, for a fleet's targets to share
     (``fleet validate``, ``edgeq run`` and the fleet bench alike)."""
