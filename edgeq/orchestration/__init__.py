@@ -1,4 +1,5 @@
-"""What edgeq does with the pipeline's stages (``edgeq.pipeline``): each module composes them for one task.
+"""What edgeq does with the pipeline's stages (``edgeq.pipeline.stages``): each module composes them for one
+task.
 
 ``deploy`` (one model, one target), ``variants`` (``compare --target``'s builds from one calibration),
 ``retime`` (engines timed in alternation), ``fleet`` with ``fleet_file`` (one model, many targets),

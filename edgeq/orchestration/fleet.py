@@ -29,18 +29,8 @@ from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import sha256_file
 from edgeq.orchestration.deploy import policy_for
 from edgeq.orchestration.fleet_file import Fleet
-from edgeq.pipeline.rundir import new_run_dir, slug
-from edgeq.pipeline.stages import (
-    KindEngines,
-    Prepared,
-    ProfileSettings,
-    Recorder,
-    conclude,
-    model_stem,
-    on_target,
-    prepare_host,
-    write_json,
-)
+from edgeq.pipeline.rundir import Recorder, model_stem, new_run_dir, slug, write_json
+from edgeq.pipeline.stages import KindEngines, Prepared, ProfileSettings, conclude, on_target, prepare_host
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.runner import target_runner

@@ -35,15 +35,8 @@ from edgeq import __version__, config
 from edgeq.errors import ConfigError, QuantError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import sha256_file
-from edgeq.pipeline.stages import (
-    HOST_STAGES,
-    Prepared,
-    ProfileSettings,
-    StageRecord,
-    has_qdq,
-    prepare_host,
-    write_json,
-)
+from edgeq.pipeline.rundir import StageRecord, write_json
+from edgeq.pipeline.stages import HOST_STAGES, Prepared, ProfileSettings, has_qdq, prepare_host
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import GateConfig, gate_from_dict
 
