@@ -27,12 +27,14 @@ def rules_cmd(
 
     found = sections()
     if rule_id is None:
+        used = _used_by()
         t = Table(title=RULES_DOC, expand=False)
         t.add_column("id", style="bold")
+        t.add_column("used by", style="dim")
         t.add_column("title", overflow="fold")
         for sid, text in found.items():
             title = text.splitlines()[0][3:].split(" — ", 1)
-            t.add_row(escape(sid), escape(title[1] if len(title) > 1 else ""))
+            t.add_row(escape(sid), ", ".join(used.get(sid, [])), escape(title[1] if len(title) > 1 else ""))
         out.print(t)
         return EXIT_OK
     shown = section(rule_id)
@@ -40,3 +42,23 @@ def rules_cmd(
         raise EdgeqError(f"no rule '{rule_id}' in {RULES_DOC}", hint="`edgeq rules` lists the ids")
     out.print(shown, markup=False, highlight=False)
     return EXIT_OK
+
+
+def _used_by() -> dict[str, list[str]]:
+    """Rule id -> what applies it: lint (with the finding's level, for --rule), placement, the gate and
+    the report's layer kinds."""
+    from edgeq.graph.rules import RULES as LINT
+    from edgeq.quant.rules import RULES as PLACEMENT
+    from edgeq.report.fusion import KIND_RULES
+    from edgeq.report.policy import RULES as GATE
+
+    used: dict[str, list[str]] = {}
+    for r in LINT:
+        used.setdefault(r.id, []).append(f"lint ({r.level.value})")
+    for rid in PLACEMENT:
+        used.setdefault(rid, []).append("placement")
+    for rid in GATE:
+        used.setdefault(rid, []).append("gate")
+    for k in KIND_RULES:
+        used.setdefault(k.rule, []).append("report")
+    return used
