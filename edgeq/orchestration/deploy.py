@@ -5,8 +5,8 @@ every artefact and every stage's outcome in one run directory (``runs/<model>-<t
 ``stages.json`` (each stage's status, seconds and one-line summary, rewritten after every stage),
 ``deploy.log`` (stage lines plus the target's log stream), the cleaned (and quantized) ONNX, the lint
 findings, ``probe.json``, the engine, the inspector's ``layers.json``, ``profile.json``,
-``timings.json`` and the report (``report.json``, ``report.html``). ``finish_run`` is the host-only
-second half (report + gate from the fetched files), usable offline on files from any earlier run.
+``timings.json`` and the report (``report.json``, ``report.html``). The stages' ``finish_run`` is the
+host-only second half (report + gate from the fetched files), usable offline on any earlier run's files.
 
 On the target, everything lives under the target file's ``work_dir``: ``cache/<sha256>/<name>`` (the
 content-addressed uploads: models and the agent zipapp, reused while unchanged), ``runs/<run>/`` (the
