@@ -37,7 +37,7 @@ TACTICS = ["-CUBLAS", "-CUBLAS_LT", "-CUDNN"]
 
 
 def _commands(trtexec: str, stem: str, calib: str | None) -> list[list[str]]:
-    from edgeq.remote.agent.trtexec_backend import build_argv, inspect_argv, profile_argv
+    from edgeq.agent.trtexec_backend import build_argv, inspect_argv, profile_argv
 
     engine = f"{stem}.plan"
     build = build_argv(trtexec, f"{stem}.onnx" if calib is None else calib.replace(".cache", ".fp32.onnx"),

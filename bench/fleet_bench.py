@@ -29,9 +29,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fleet_helpers import make_members, qdq_model, reformat_layer, start_servers  # noqa: E402
 from sshd import sshd_available  # noqa: E402
 
-from edgeq.fleet import FleetOptions, validate_prepared  # noqa: E402
-from edgeq.fleet_file import Fleet  # noqa: E402
-from edgeq.pipeline import ProfileSettings, QuantizeSpec, prepare_host  # noqa: E402
+from edgeq.orchestration.fleet import FleetOptions, validate_prepared  # noqa: E402
+from edgeq.orchestration.fleet_file import Fleet  # noqa: E402
+from edgeq.pipeline.stages import ProfileSettings, prepare_host  # noqa: E402
+from edgeq.quant.quantize import QuantizeOptions  # noqa: E402
 from edgeq.remote.targets import target_from_dict  # noqa: E402
 
 HOST_CPU: dict[int, float] = {}  # edgeq's own CPU seconds (all its threads) per fleet size, all rounds
@@ -93,7 +94,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="edgeq-fleet-bench-") as tmp:
             root = Path(tmp)
             model = qdq_model(root / "net.onnx")
-            prepared = prepare_host(model, root / "host", QuantizeSpec())
+            prepared = prepare_host(model, root / "host", QuantizeOptions())
             allow = reformat_layer()
             one, many = [], []
             for i in range(args.rounds):  # interleaved, so machine load hits both alike

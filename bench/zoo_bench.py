@@ -133,7 +133,7 @@ class Model:
             raise RuntimeError(f"edgeq quantize ({placement}) exited {rc}")
 
     def build(self, placement: str) -> None:
-        from edgeq.remote.agent.trtexec_backend import build_argv, inspect_argv, profile_argv
+        from edgeq.agent.trtexec_backend import build_argv, inspect_argv, profile_argv
 
         t = self.args.trtexec
         d = self.engine_dir(placement)

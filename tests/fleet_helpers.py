@@ -47,7 +47,8 @@ class Member:
 
 def reformat_layer() -> str:
     """The one layer the recorded engine runs against the int8 gate (an interior reformat)."""
-    from edgeq.pipeline import policy_for, report_and_gate
+    from edgeq.orchestration.deploy import policy_for
+    from edgeq.pipeline.stages import report_and_gate
     from edgeq.remote.targets import target_from_dict
 
     t = target_from_dict({"host": "h", "user": "u", "use_agent": True}, Path("t.yaml"))

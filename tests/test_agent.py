@@ -26,11 +26,11 @@ import pytest
 from conftest import FIXTURES, ROOT
 from trtexec_replay import Recorded, calls, replay_trtexec
 
+from edgeq.agent import trt_backend as trb
+from edgeq.agent import trtexec_backend as tb
+from edgeq.agent.common import percentiles
+from edgeq.agent.trt_backend import profile_records
 from edgeq.remote import zipapp as za
-from edgeq.remote.agent import trt_backend as trb
-from edgeq.remote.agent import trtexec_backend as tb
-from edgeq.remote.agent.common import percentiles
-from edgeq.remote.agent.trt_backend import profile_records
 
 ALLOWED_THIRD_PARTY = {"tensorrt", "pycuda", "cuda"}
 
@@ -628,8 +628,8 @@ def test_python_backend_replies_reach_the_report_through_the_host_parser(tmp_pat
     """A synthetic inspect + profile reply as the python backend prints it (its own result builders,
     the agent's envelope, one JSON line) goes through deploy's ``parse_agent_reply`` and the paths it
     names load with ``load_layers`` / ``load_profile`` into one report."""
-    from edgeq.remote.agent.__main__ import envelope
-    from edgeq.remote.deploy import parse_agent_reply
+    from edgeq.agent.__main__ import envelope
+    from edgeq.remote.protocol import parse_agent_reply
     from edgeq.report.fusion import build_report
     from edgeq.report.parse import load_layers, load_profile
 
@@ -723,7 +723,7 @@ def test_output_directories_are_created_or_reported(agent, tmp_path):
 
 _STUCK_AGENT = """
 import signal, sys, time
-from edgeq.remote.agent import __main__ as agent
+from edgeq.agent import __main__ as agent
 
 def stuck(args, log):
     # Stands in for TensorRT inside a C++ call: the main thread neither returns nor runs Python
@@ -741,7 +741,7 @@ sys.exit(agent.main(sys.argv[1:]))
 
 _BUSY_AGENT = """
 import sys, time
-from edgeq.remote.agent import __main__ as agent
+from edgeq.agent import __main__ as agent
 
 def busy(args, log):
     # A build step in Python (parsing, calibration): SIGTERM reaches the main thread's handler and the
@@ -842,7 +842,7 @@ def test_cuda_buffers_fail_structured_without_a_gpu():
 def test_log_errors_since_a_mark_skip_recovered_errors():
     """8.6.1 logs ERRORs for a timing cache it cannot read and builds anyway (NVIDIA/TensorRT#3566):
     a later failure must be reported with its own error line, also after the buffer wrapped."""
-    from edgeq.remote.agent.common import LogBuffer
+    from edgeq.agent.common import LogBuffer
 
     log = LogBuffer(io.StringIO(), keep=5)
     log.write("[ERROR] 1: [stdArchiveReader.cpp] Error Code 1: Serialization (Magic tag does not match)")

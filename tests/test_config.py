@@ -21,10 +21,10 @@ def _load(kind: str, path):
 
         return load_preprocess(path)
     if kind == "pipeline":
-        from edgeq.pipeline_run import load_spec
+        from edgeq.orchestration.run import load_spec
 
         return load_spec(path)
-    from edgeq.fleet_file import load_fleet
+    from edgeq.orchestration.fleet_file import load_fleet
 
     return load_fleet(path)
 
@@ -48,7 +48,7 @@ def test_unknown_keys_read_alike_everywhere(tmp_path, kind, text, key, near):
 
 
 def test_a_wrong_value_names_the_file_the_dotted_key_and_what_was_expected(tmp_path):
-    from edgeq.pipeline_run import load_spec
+    from edgeq.orchestration.run import load_spec
 
     path = tmp_path / "p.yaml"
     path.write_text("model: m.onnx\nprofile: {iterations: 0}\n")
@@ -90,7 +90,7 @@ def _pipeline_with_gate(tmp_path, gate):
 
 @pytest.mark.parametrize(("gate", "read"), GATES_READ)
 def test_deploy_pipeline_and_run_read_a_gate_alike(tmp_path, gate, read):
-    from edgeq.pipeline_run import load_pipeline, load_spec
+    from edgeq.orchestration.run import load_pipeline, load_spec
     from edgeq.remote.targets import GateConfig
 
     path = _pipeline_with_gate(tmp_path, gate)
@@ -99,7 +99,7 @@ def test_deploy_pipeline_and_run_read_a_gate_alike(tmp_path, gate, read):
 
 @pytest.mark.parametrize(("gate", "message"), GATES_REFUSED)
 def test_deploy_pipeline_and_run_refuse_a_gate_alike(tmp_path, gate, message):
-    from edgeq.pipeline_run import load_pipeline, load_spec
+    from edgeq.orchestration.run import load_pipeline, load_spec
 
     path = _pipeline_with_gate(tmp_path, gate)
     errors = []

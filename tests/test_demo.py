@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from edgeq.demo import DONE, STOPPED, run_demo
+from edgeq.orchestration.demo import DONE, STOPPED, run_demo
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 

@@ -25,15 +25,14 @@ from conftest import FIXTURES
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeq.errors import RemoteError
-from edgeq.remote.deploy import (
+from edgeq.orchestration.deploy import DeployOptions, _policy
+from edgeq.pipeline.rundir import STAGES, StageRecord, new_run_dir
+from edgeq.pipeline.stages import finish_run
+from edgeq.remote.protocol import (
     AGENT_PROTOCOL,
-    DeployOptions,
-    _check_expectations,
-    _policy,
     agent_argv,
     build_args,
-    finish_run,
-    new_run_dir,
+    check_expectations,
     parse_agent_reply,
 )
 from edgeq.remote.targets import target_from_dict
@@ -174,6 +173,45 @@ def test_float_model_with_calib_is_quantized_before_upload(workspace, cli):
     assert (run_dir / f"{stem}.int8.cache").read_text().startswith("TRT-8600-EntropyCalibration2")
     assert st["quantize"]["data"]["accuracy"] is not None
     assert Path(st["upload"]["data"]["model"]["remote_path"]).name == f"{stem}.int8.onnx"
+
+
+def test_a_deploy_with_calib_cleans_the_model_once(tmp_path, monkeypatch):
+    """deploy --calib: the clean stage's model goes to quantization as it is, not through the cleaning
+    passes a second time (every call of the real ``clean_model`` counted), and it is that cleaned model
+    that is quantized. A ``host: local`` target without TensorRT stops at the probe."""
+    import edgeq.graph.clean
+    from edgeq.errors import RemoteError
+    from edgeq.orchestration.deploy import deploy
+    from edgeq.quant.quantize import QuantizeOptions
+    from edgeq.remote.targets import target_from_dict
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model = tiny_model(tmp_path / "net.onnx")
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(3)
+    for i in range(4):
+        np.save(calib / f"s{i}.npy", rng.random((1, 3, 16, 16), dtype=np.float32))
+    target = target_from_dict({"host": "local", "python": sys.executable, "tensorrt": "8.6",
+                               "work_dir": str(tmp_path / "remote")}, tmp_path / "local.yaml")  # fmt: skip
+    real, cleaned = edgeq.graph.clean.clean_model, []
+
+    def counted(m, *args, **kwargs):
+        cleaned.append([n.op_type for n in m.graph.node])
+        return real(m, *args, **kwargs)
+
+    monkeypatch.setattr(edgeq.graph.clean, "clean_model", counted)
+    with pytest.raises(RemoteError, match="TensorRT not available"):
+        deploy(model, target, DeployOptions(QuantizeOptions(calib=calib), runs_dir=tmp_path / "runs"))
+    assert cleaned == [["Conv", "Identity", "Relu"]]  # once, on the model as given
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    st = _stages(run_dir)
+    assert [st[n]["status"] for n in ("clean", "quantize", "lint", "upload", "probe")] == [
+        "ok", "ok", "ok", "ok", "failed",
+    ]  # fmt: skip
+    q = onnx.load(str(run_dir / "net.int8.onnx"))
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in q.graph.node}
+    assert "Identity" not in {n.op_type for n in q.graph.node}
 
 
 @pytest.mark.sshd
@@ -343,7 +381,7 @@ def test_pipeline_allowlist_is_added(tmp_path):
 def test_a_pipelines_require_fusion_reaches_the_gate(tmp_path):
     """``gate: {require_fusion: true}`` in a pipeline file (deploy --pipeline, edgeq run) fails the
     engine whose residual Adds TensorRT left unfused; without it the target's int8 gate passes them."""
-    from edgeq.pipeline_run import load_pipeline
+    from edgeq.orchestration.run import load_pipeline
 
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text(yaml.safe_dump({"gate": {"require_fusion": True}}))
@@ -386,12 +424,12 @@ def test_build_args_follow_the_target(tmp_path):
 def test_probe_facts_must_match_the_target_file(tmp_path):
     d = {"host": "h", "user": "u", "use_agent": True, "tensorrt": "8.6", "gpu": {"compute_capability": "8.7"}}
     t = target_from_dict(d, tmp_path / "orin.yaml")
-    _check_expectations(t, "8.6.2.3", "8.7")
+    check_expectations(t, "8.6.2.3", "8.7")
     with pytest.raises(RemoteError, match=r"runs TensorRT 8\.5\.2, but .*orin.yaml expects 8\.6") as ei:
-        _check_expectations(t, "8.5.2", "8.7")
+        check_expectations(t, "8.5.2", "8.7")
     assert ei.value.exit_code == 1
     with pytest.raises(RemoteError, match=r"compute capability 7\.2 GPU"):
-        _check_expectations(t, "8.6.2", "7.2")
+        check_expectations(t, "8.6.2", "7.2")
 
 
 def test_parse_agent_reply():
@@ -406,7 +444,7 @@ def test_parse_agent_reply():
 
 def test_run_log_lines_are_on_disk_at_once(tmp_path):
     """deploy.log is what a user tails during a long build: the target's lines may not wait in a buffer."""
-    from edgeq.remote.deploy import RunLog
+    from edgeq.pipeline.rundir import RunLog
 
     log = RunLog(tmp_path)
     log.line("build: started")
@@ -425,7 +463,7 @@ def test_run_dirs_are_unique_and_safe(tmp_path):
 def test_cli_renders_a_finished_run_and_exits_1_on_the_gate(tmp_path, monkeypatch, cli):
     """The CLI half of a deploy that got through (engine files from the real fixtures): the stage table,
     the report path, and exit 1 naming the offending layer. Only the remote half is replaced."""
-    import edgeq.remote.deploy as dep
+    import edgeq.orchestration.deploy as dep
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "targets").mkdir()
@@ -439,8 +477,8 @@ def test_cli_renders_a_finished_run_and_exits_1_on_the_gate(tmp_path, monkeypatc
             run_dir, FIXTURES / "resnet50_ortfb.explicit.layers.json",
             FIXTURES / "resnet50_ortfb.explicit.profile.json", None, _policy(options, target),
         )  # fmt: skip
-        stages = [dep.StageRecord(n, "ok", 0.1, "") for n in dep.STAGES]
-        stages[-1] = dep.StageRecord("gate", "failed", 0.0, done.gate.summary())
+        stages = [StageRecord(n, "ok", 0.1, "") for n in STAGES]
+        stages[-1] = StageRecord("gate", "failed", 0.0, done.gate.summary())
         return dep.DeployResult(run_dir, stages, done, {"stages": {}})
 
     monkeypatch.setattr(dep, "deploy", finished_deploy)
@@ -788,7 +826,7 @@ def test_two_deploys_of_one_new_model_to_one_target_at_once_both_succeed(trtexec
     with the other's upload (each file is sent once, the other deploy finds it cached)."""
     import threading
 
-    from edgeq.remote.deploy import DeployOptions, deploy
+    from edgeq.orchestration.deploy import DeployOptions, deploy
     from edgeq.remote.targets import load_target
 
     root, model, _, _ = trtexec_target()
@@ -821,7 +859,7 @@ def test_targets_check_is_the_probe_stage(tmp_path, monkeypatch):
     deploy's probe stage, without a run directory."""
     from contextlib import contextmanager
 
-    import edgeq.remote.deploy as dep
+    import edgeq.orchestration.deploy as dep
     from edgeq.remote.exec import CommandResult
     from edgeq.remote.upload import Upload
 

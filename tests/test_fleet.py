@@ -17,7 +17,7 @@ from fleet_helpers import make_members, qdq_model, reformat_layer
 from trtexec_replay import calls
 
 from edgeq.errors import ConfigError
-from edgeq.fleet_file import load_fleet
+from edgeq.orchestration.fleet_file import load_fleet
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +100,8 @@ def test_ansible_inventory_fleet_all_pass_one_build_per_kind_json_and_junit(boar
 def test_a_target_stopped_mid_run_fails_only_its_row(boards, servers, cli):
     """board2's sshd is stopped while its engine builds: its row fails (unreachable mid-run), the other
     two pass, the exit code says not all passed, and the JUnit XML carries one failure."""
-    from edgeq.fleet import FleetOptions, validate
-    from edgeq.pipeline import ProfileSettings
+    from edgeq.orchestration.fleet import FleetOptions, validate
+    from edgeq.pipeline.stages import ProfileSettings
 
     root = boards
     members = make_members(root, servers, slow={"board2": 1.5})
@@ -138,7 +138,7 @@ def test_a_target_stopped_mid_run_fails_only_its_row(boards, servers, cli):
     assert not result.passed
     stages = json.loads((result.fleet_dir / "targets" / "board2" / "stages.json").read_text())["stages"]
     assert {s["name"]: s["status"] for s in stages}["inspect"] == "not run"
-    from edgeq.fleet import junit_xml
+    from edgeq.orchestration.fleet import junit_xml
 
     suite = ET.fromstring(junit_xml(result)).find("testsuite")
     assert suite.get("failures") == "1"

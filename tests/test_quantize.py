@@ -58,7 +58,7 @@ def test_qdq_model_stays_close_to_fp32(name):
 def test_calibration_cache_matches_qdq_scales(tmp_path, name):
     src = tmp_path / f"{name}.onnx"
     onnx.save(getattr(zoo, name)(), src)
-    result = quantize_file(src, QuantizeOptions(calibrator="max"), synthetic=6)
+    result = quantize_file(src, QuantizeOptions(calibrator="max", synthetic=6))
     header, cache = read_calibration_cache(tmp_path / f"{name}.int8.cache")
     assert header == "TRT-8600-EntropyCalibration2"
     qdq = activation_scales(load_model(tmp_path / f"{name}.int8.onnx"))
@@ -244,7 +244,7 @@ def test_implicit_path_fp32_model_holds_every_cache_tensor(tmp_path):
     model, leftover = _with_identity_after_first_conv(zoo.resnet_like(size=32))
     src = tmp_path / "m.onnx"
     onnx.save(model, src)
-    result = quantize_file(src, QuantizeOptions(calibrator="max"), synthetic=4)
+    result = quantize_file(src, QuantizeOptions(calibrator="max", synthetic=4))
     fp32_path = tmp_path / "m.int8.fp32.onnx"
     assert result.paths["fp32_model"] == str(fp32_path)
     fp32 = load_model(fp32_path)  # edgeq's loader: checker, no dangling inputs

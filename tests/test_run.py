@@ -14,7 +14,7 @@ from fleet_helpers import make_members, reformat_layer, write_fleet
 from trtexec_replay import calls
 
 from edgeq.errors import ConfigError
-from edgeq.pipeline_run import load_spec
+from edgeq.orchestration.run import load_spec
 
 
 @pytest.fixture
@@ -100,8 +100,8 @@ def test_example_pipelines_are_valid():
 
 @pytest.mark.sshd
 def test_a_model_path_is_hashed_once_per_run(board, cli, monkeypatch):
-    import edgeq.fleet
-    import edgeq.pipeline_run
+    import edgeq.orchestration.fleet
+    import edgeq.orchestration.run
     from edgeq import zoo
     from edgeq.fs import sha256_file
     from edgeq.graph.io import save_model
@@ -119,7 +119,7 @@ def test_a_model_path_is_hashed_once_per_run(board, cli, monkeypatch):
         hashed.append(str(path))
         return sha256_file(path, *args, **kwargs)
 
-    for module in (edgeq.pipeline_run, edgeq.fleet):
+    for module in (edgeq.orchestration.run, edgeq.orchestration.fleet):
         monkeypatch.setattr(module, "sha256_file", counted)
     code, out, err = cli("run", pipeline, "--json")
     assert code == 0, (out, err)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from edgeq.errors import ConfigError
-from edgeq.pipeline_run import load_pipeline
+from edgeq.orchestration.run import load_pipeline
 from edgeq.remote.targets import (
     load_target,
     resolve_target,

@@ -193,7 +193,7 @@ def test_bad_options_are_one_line_and_build_nothing(setup, cli, args, message):
 
 
 def test_budget_durations():
-    from edgeq.tune import parse_budget
+    from edgeq.orchestration.tune import parse_budget
 
     assert [parse_budget(s) for s in ("20m", "90s", "1h30m", "45", "2.5")] == [1200, 90, 5400, 45, 2.5]
 
@@ -246,7 +246,7 @@ def test_a_lucky_single_timing_is_not_kept_when_paired(setup, cli, rounds, kept)
 
 
 def test_the_retiming_order_alternates():
-    from edgeq.remote.retime import Paired, order
+    from edgeq.orchestration.retime import Paired, order
 
     assert order(2, 3) == [0, 1, 1, 0, 0, 1] and order(3, 2) == [0, 1, 2, 2, 1, 0]
     p = Paired(("a", "b"), ((100.0, 90.0, 110.0), (101.0, 99.0, 99.0)))

@@ -9,9 +9,9 @@ import json
 import pytest
 from conftest import ROOT
 
-from edgeq.remote.retime import Paired
+from edgeq.orchestration.retime import Paired
+from edgeq.orchestration.tune import Measured, _judge
 from edgeq.report.compare import compare_engines, engine_from_path, relative_gate
-from edgeq.tune import Measured, _judge
 
 RECORDS = ROOT / "tests" / "fixtures" / "trt86-h100-tune"
 MODELS = ("r50b8", "r50b64", "yolob8")

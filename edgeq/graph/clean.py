@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from edgeq.docs import cite
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from edgeq.graph.facts import Pattern
     from edgeq.graph.passes import GraphPass, ModelPass
 
-__all__ = ["PASSES", "Change", "CleanOptions", "CleanResult", "clean_model", "fit_findings"]
+__all__ = ["PASSES", "Change", "CleanOptions", "CleanResult", "clean_file", "clean_model", "fit_findings"]
 
 PARSE_SOURCE = cite("parsing")
 
@@ -127,6 +128,27 @@ def clean_model(
         verification = dataclasses.replace(verification, notes=(*verification.notes, note))
     progress("clean", total, total)
     return CleanResult(work, changes, findings, verification, tuple(p.name for p in passes))
+
+
+def clean_file(
+    path: str | Path, options: CleanOptions = CleanOptions(), *, output: str | Path | None = None,
+    progress: ProgressFn = no_progress,
+) -> tuple[CleanResult, Path]:
+    """``edgeq clean`` on files: (the result, where the model goes: ``<name>.clean.onnx`` unless
+    ``output``). Written only when verification (if run) is within tolerance; the input and its external
+    data are never written, and an unwritable destination fails before the work."""
+    from edgeq.fs import check_writable
+    from edgeq.graph.io import default_output, load_model, save_model
+
+    dest = Path(output) if output is not None else default_output(Path(path), "clean")
+    check_writable(dest, inputs=(Path(path),))
+    read: list[Path] = []
+    model = load_model(path, sources=read)
+    check_writable(dest, inputs=tuple(read))  # -o onto the input's external data file
+    result = clean_model(model, options, progress)
+    if result.verification is None or bool(result.verification):
+        save_model(result.model, dest)
+    return result, dest
 
 
 def _check_result(work: onnx.ModelProto, model: onnx.ModelProto, skip: tuple[str, ...]) -> None:

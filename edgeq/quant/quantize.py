@@ -29,7 +29,9 @@ from edgeq.quant.rules import RULES
 
 if TYPE_CHECKING:
     import onnx
+    import onnx_graphsurgeon as gs
 
+    from edgeq.quant.calibrate import CalibOptions
     from edgeq.quant.data import CalibrationSet
     from edgeq.quant.mirror import MirrorReport
 
@@ -38,12 +40,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class QuantizeOptions:
-    """Settings of one quantization; names follow the CLI flags (trtexec/Polygraphy where they match)."""
+    """One quantization's settings, files by path: ``edgeq quantize``'s flags, and the quantize step of
+    deploy, fleet, run, compare, tune and demo. Names follow the CLI flags (trtexec/Polygraphy where they
+    match)."""
 
+    calib: Path | None = None  # calibration data: a directory or one file (.npy/.npz, images)
+    synthetic: int | None = None  # or N random samples (demos)
+    preprocess: Path | None = None  # images: the preprocessing spec (YAML)
     calibrator: str = "entropy"  # entropy | max | percentile | mse
     percentile: float = 99.99
     placement: str = "trt"  # trt | all
-    overrides: Overrides | None = None
+    overrides: Path | Overrides | None = None  # the override file (YAML), or overrides already read
     holdout: float = 0.2  # fraction of the data kept out of calibration for the accuracy check
     min_cosine: float | None = None  # accuracy gate
     cache_path: Path | None = None  # write the TensorRT calibration cache here
@@ -61,6 +68,33 @@ class QuantizeOptions:
             raise QuantError(f"--holdout must be in [0, 1), got {self.holdout}")
         if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
             raise QuantError(f"--min-cosine must be in [-1, 1], got {self.min_cosine}")
+        self.calibration()  # the calibrator and its percentile
+
+    @property
+    def has_data(self) -> bool:
+        return self.calib is not None or self.synthetic is not None
+
+    def calibration(self) -> CalibOptions:
+        """How ranges are computed (``collect_ranges``'s options); an unknown calibrator is refused here."""
+        from edgeq.quant.calibrate import CalibOptions
+
+        return CalibOptions(method=self.calibrator, percentile=self.percentile, providers=self.providers)
+
+    def read_overrides(self) -> Overrides | None:
+        if self.overrides is None or isinstance(self.overrides, Overrides):
+            return self.overrides
+        from edgeq.quant.overrides import load_overrides
+
+        return load_overrides(self.overrides)
+
+    def check_inputs(self) -> None:
+        """The option files a quantization reads (overrides, image preprocessing), checked before any
+        work: a bad file is the user's, said before a run directory exists."""
+        self.read_overrides()
+        if self.preprocess is not None:
+            from edgeq.quant.data import load_preprocess
+
+            load_preprocess(self.preprocess)
 
 
 @dataclass(frozen=True)
@@ -135,9 +169,12 @@ class QuantizeResult:
         }
 
 
-def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
+def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress, *, cleaned: bool = False
                   ) -> tuple[onnx.ModelProto, tuple[str, ...], tuple[Finding, ...]]:
-    """Clean (no verify), refuse an already-quantized model, raise opset to 13, name nodes, infer shapes."""
+    """Clean (no verify), refuse an already-quantized model, raise opset to 13, name nodes, infer shapes.
+
+    ``cleaned``: the model is ``clean_model``'s output already (deploy's clean stage ran): not cleaned
+    a second time."""
     from edgeq.graph.clean import clean_model
     from edgeq.graph.io import half_types, infer_shapes, opset_of
     from edgeq.graph.passes import CleanOptions
@@ -157,9 +194,15 @@ def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
     if half:
         raise QuantError(f"the model is float16/bfloat16 ({len(half)} tensors, e.g. '{half[0]}'); "
                          "edgeq quantize needs an FP32 model", hint="export it in FP32")
-    cleaned = clean_model(model, CleanOptions(verify=False), progress)
-    work = cleaned.model
-    changes = tuple(f"{c.pass_name}: {c.message}" for c in cleaned.changes)
+    changes: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    if cleaned:
+        work = type(model)()
+        work.CopyFrom(model)  # names are given in place below; the caller's model stays as it is
+    else:
+        result = clean_model(model, CleanOptions(verify=False), progress)
+        work, findings = result.model, tuple(result.findings)
+        changes = tuple(f"{c.pass_name}: {c.message}" for c in result.changes)
     if opset_of(work) < 13:
         from onnx import version_converter
 
@@ -170,7 +213,14 @@ def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress
                              f"{first_line(e)}") from None
         changes += ("opset: raised to 13 (per-channel DequantizeLinear needs its axis attribute)",)
     ensure_node_names(work)
-    return infer_shapes(work), changes, tuple(cleaned.findings)
+    return infer_shapes(work), changes, findings
+
+
+def calibration_data(model: onnx.ModelProto, options: QuantizeOptions) -> CalibrationSet:
+    """``options.calib`` (or ``synthetic`` random samples) indexed and checked against the model's inputs."""
+    from edgeq.quant.data import calibration_set
+
+    return calibration_set(model, options.calib, synthetic=options.synthetic, preprocess=options.preprocess)
 
 
 def quantize_model(
@@ -178,48 +228,31 @@ def quantize_model(
     data: CalibrationSet,
     options: QuantizeOptions = QuantizeOptions(),
     progress: ProgressFn = no_progress,
+    *,
+    cleaned: bool = False,
 ) -> QuantizeResult:
     """Quantize a float model for TensorRT 8.6; ``model`` is not modified.
 
     Writes the calibration cache when ``options.cache_path`` is set; returns everything else in memory.
+    ``cleaned``: ``model`` is ``clean_model``'s output already (see ``prepare_model``). Built from
+    ``prepare_model``, ``plan_for``, ``split_data``, ``calibrate`` and ``cache_ranges``, which
+    ``compare --target`` and ``tune`` call for their own placements from the same statistics.
     """
     from edgeq.graph.io import check_model, graph_from_model, model_from_graph
     from edgeq.quant.accuracy import compare_accuracy
     from edgeq.quant.cache import write_calibration_cache
-    from edgeq.quant.calibrate import CalibOptions, collect_ranges
-    from edgeq.quant.placement import describe, plan_placement
     from edgeq.quant.qdq import insert_qdq
 
-    calib_options = CalibOptions(method=options.calibrator, percentile=options.percentile,
-                                 providers=options.providers)
-    reference, changes, findings = prepare_model(model, progress)
+    reference, changes, findings = prepare_model(model, progress, cleaned=cleaned)
     graph = graph_from_model(reference)
-    mirror = None
-    if options.from_engine is not None:
-        from edgeq.quant.mirror import load_engine, plan_from_engine
-
-        plan, mirror = plan_from_engine(graph, load_engine(options.from_engine))
-    else:
-        plan = plan_placement(graph, options.placement, options.overrides)
-    if log.isEnabledFor(logging.DEBUG):
-        for line in describe(plan):
-            log.debug(line)
-
-    notes = list(data.notes)
-    if options.holdout > 0 and len(data) >= 2:
-        calib, held = data.split(options.holdout)
-    else:
-        calib, held = data, None
-        if options.holdout > 0:
-            notes.append("one calibration sample: nothing held out, no accuracy check")
+    plan, mirror = plan_for(graph, options)
+    calib, held, notes = split_data(data, options)
     if options.min_cosine is not None and held is None:
         raise QuantError("the accuracy gate needs held-out samples",
                          hint="give at least 2 samples and --holdout above 0")
 
-    wanted = list(plan.activations) if options.cache_all_tensors else plan.tensors
-    amax = collect_ranges(reference, wanted, calib, calib_options, progress)
-    shared = plan.scale_amax(amax)
-    inserted = insert_qdq(graph, plan, shared)
+    amax = calibrate(reference, plan, calib, options, progress)
+    inserted = insert_qdq(graph, plan, plan.scale_amax(amax))
     qdq = model_from_graph(graph, like=reference)
     check_model(qdq, name="quantized model")
 
@@ -229,15 +262,67 @@ def quantize_model(
                                     providers=options.providers, progress=progress)
 
     # Written last: bad held-out data (NaN) raises above and must not leave a cache behind.
-    cache = {t: shared.get(t, amax[t]) for t in wanted if t in amax}
+    cache = cache_ranges(plan, amax, options)
     if options.cache_path is not None:
         write_calibration_cache(options.cache_path, cache)
     return QuantizeResult(
         model=qdq, reference=reference, plan=plan, amax=amax, scales=inserted.scales, cache=cache,
         accuracy=accuracy, options=options, calibration_samples=len(calib),
         holdout_samples=len(held) if held is not None else 0, clean_changes=changes,
-        clean_findings=findings, notes=tuple(notes), mirror=mirror,
+        clean_findings=findings, notes=notes, mirror=mirror,
     )
+
+
+def plan_for(graph: gs.Graph, options: QuantizeOptions) -> tuple[Plan, MirrorReport | None]:
+    """Where the Q/DQ go: the placement rules (``--placement``, ``--overrides``), or the implicit engine's
+    INT8 edges (``--from-engine``) with how the engine mapped onto the model."""
+    from edgeq.quant.placement import describe, plan_placement
+
+    mirror = None
+    if options.from_engine is not None:
+        from edgeq.quant.mirror import load_engine, plan_from_engine
+
+        plan, mirror = plan_from_engine(graph, load_engine(options.from_engine))
+    else:
+        plan = plan_placement(graph, options.placement, options.read_overrides())
+    if log.isEnabledFor(logging.DEBUG):
+        for line in describe(plan):
+            log.debug(line)
+    return plan, mirror
+
+
+def split_data(data: CalibrationSet, options: QuantizeOptions
+               ) -> tuple[CalibrationSet, CalibrationSet | None, tuple[str, ...]]:
+    """(the calibration part, the held-out part for the accuracy check or None, notes): ``--holdout``
+    of the samples are held out when there are two or more."""
+    notes = list(data.notes)
+    if options.holdout > 0 and len(data) >= 2:
+        calib, held = data.split(options.holdout)
+        return calib, held, tuple(notes)
+    if options.holdout > 0:
+        notes.append("one calibration sample: nothing held out, no accuracy check")
+    return data, None, tuple(notes)
+
+
+def calibrated_tensors(plan: Plan, options: QuantizeOptions) -> list[str]:
+    """Every float activation (the implicit path needs them all), or only the plan's Q/DQ tensors."""
+    return list(plan.activations) if options.cache_all_tensors else plan.tensors
+
+
+def calibrate(reference: onnx.ModelProto, plan: Plan, data: CalibrationSet, options: QuantizeOptions,
+              progress: ProgressFn = no_progress) -> dict[str, float]:
+    """amax per tensor (before scale sharing) by ``--calibrator``, in one pass over ``data``: the Q/DQ
+    scales of any placement of ``reference`` and the implicit calibration cache all come from it."""
+    from edgeq.quant.calibrate import collect_ranges
+
+    return collect_ranges(reference, calibrated_tensors(plan, options), data, options.calibration(), progress)
+
+
+def cache_ranges(plan: Plan, amax: dict[str, float], options: QuantizeOptions) -> dict[str, float]:
+    """The calibration cache's ranges: every calibrated tensor, with its scale group's shared amax so the
+    implicit engine sees the equal Concat scales the explicit one has."""
+    shared = plan.scale_amax(amax)
+    return {t: shared.get(t, amax[t]) for t in calibrated_tensors(plan, options) if t in amax}
 
 
 def implicit_model_path(cache_path: str | Path) -> Path:
@@ -257,15 +342,13 @@ def quantize_file(
     path: str | Path,
     options: QuantizeOptions = QuantizeOptions(),
     *,
-    calib: str | Path | None = None,
-    synthetic: int | None = None,
-    preprocess: str | Path | None = None,
     output: str | Path | None = None,
     progress: ProgressFn = no_progress,
 ) -> QuantizeResult:
     """The whole command on files: read, quantize, write ``<name>.int8.onnx`` (explicit path),
     ``<name>.int8.cache`` with ``<name>.int8.fp32.onnx`` (implicit path: the cleaned FP32 model whose
     tensor names the cache uses) and the summary ``<output stem>.json`` (what ``--json`` prints).
+    The calibration data is ``options.calib`` (or ``synthetic``, with ``preprocess`` for images).
 
     The input is never written; the outputs appear together or not at all (``fs.staged_outputs``).
     """
@@ -274,8 +357,8 @@ def quantize_file(
     from edgeq.fs import atomic_write_text, check_writable, staged_outputs
     from edgeq.graph.io import default_output, load_model, save_model
     from edgeq.quant.cache import write_calibration_cache
-    from edgeq.quant.data import calibration_set
 
+    options.check_inputs()
     src = Path(path)
     out = Path(output) if output is not None else default_output(src, "int8")
     if out.is_dir():  # first: the names below derive from it ('-o ""' is '.')
@@ -292,7 +375,7 @@ def quantize_file(
     if Path(out).resolve() in (Path(cache).resolve(), fp32.resolve()):
         raise QuantError(f"the output path {out} is also the cache or its FP32 model",
                          hint="choose another -o/--cache path")
-    inputs = tuple(i for i in (src, calib, preprocess, options.from_engine) if i is not None)
+    inputs = tuple(i for i in (src, options.calib, options.preprocess, options.from_engine) if i is not None)
     for p in (out, cache, fp32, summary):  # before the calibration run, so no output is left half done
         check_writable(p, inputs=inputs)
     if options.from_engine is not None:  # a bad layer JSON fails before the model and data are read
@@ -303,7 +386,7 @@ def quantize_file(
     model = load_model(src, sources=read)
     for p in (out, cache, fp32, summary):  # nor onto the input's external data
         check_writable(p, inputs=tuple(read))
-    data = calibration_set(model, calib, synthetic=synthetic, preprocess=preprocess)
+    data = calibration_data(model, options)
     result = quantize_model(model, data, replace(options, cache_path=None), progress)
     result = replace(result, options=replace(result.options, cache_path=Path(cache)),
                      paths={"input": str(src), "output": str(out), "cache": str(cache),

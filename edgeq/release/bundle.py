@@ -30,7 +30,7 @@ from typing import Any, Optional
 from edgeq import __version__
 from edgeq.errors import EdgeqError
 from edgeq.fs import atomic_path
-from edgeq.rundir import slug
+from edgeq.pipeline.rundir import slug
 
 FORMAT = "edgeq-release/1"
 MANIFEST = "manifest.json"

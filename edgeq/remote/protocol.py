@@ -1,6 +1,6 @@
 """The host side of the agent protocol: the argv of an agent command, its reply, and what a reply means.
 
-The agent (``edgeq.remote.agent``) runs on the target and answers every command with one JSON envelope
+The agent (``edgeq.agent``) runs on the target and answers every command with one JSON envelope
 (``protocol``, ``ok``, ``result`` or ``error``). Every stage that talks to the target goes through
 ``call_agent`` here, over whatever ``Runner`` (put / run / get) the caller holds.
 """
@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from edgeq.agent import PROTOCOL as AGENT_PROTOCOL  # the envelope version shipped with this host
 from edgeq.errors import RemoteError
-from edgeq.remote.agent import PROTOCOL as AGENT_PROTOCOL  # the envelope version shipped with this host
 from edgeq.remote.runner import EventFn, Runner
 from edgeq.remote.targets import Target, version_matches
 

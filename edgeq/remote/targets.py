@@ -4,7 +4,7 @@ A target is a small YAML file (``targets/orin-agx.yaml``): SSH access (host, por
 ssh-agent, known_hosts, optional jump host), the remote work dir and Python, what the target is
 expected to be (TensorRT version, compute capability), build options named as trtexec names them,
 the backend (TensorRT Python API or trtexec) and an optional precision-gate allowlist. ``host: local``
-is this machine's GPU: no SSH keys, the agent runs as a subprocess (``edgeq.pipeline.LocalRunner``).
+is this machine's GPU: no SSH keys, the agent runs as a subprocess (``edgeq.remote.runner.LocalRunner``).
 
 ``--target NAME`` resolves to ``./targets/NAME.yaml``; anything that looks like a path (has a slash or
 ends in .yaml/.yml) is read as a path. No targets are bundled inside the package: a target names
@@ -66,7 +66,7 @@ class Timeouts:
 @dataclass(frozen=True)
 class GateConfig:
     """A target's or pipeline's ``gate:`` section, as ``gate_from_dict`` reads both (one schema);
-    ``edgeq.pipeline.policy_for`` turns it into a Policy."""
+    ``edgeq.orchestration.deploy.policy_for`` turns it into a Policy."""
 
     policy: Optional[str] = None  # None: a pipeline leaves the target's policy, a target file's is int8
     allow: tuple[str, ...] = ()
@@ -97,7 +97,7 @@ class Target:
 
     @property
     def is_local(self) -> bool:
-        """``host: local``: a GPU on this machine, reached without SSH (``edgeq.pipeline.LocalRunner``)."""
+        """``host: local``: a GPU on this machine, without SSH (``edgeq.remote.runner.LocalRunner``)."""
         return self.host == LOCAL_HOST
 
     def remote_path(self, *parts: str) -> str:
@@ -110,7 +110,7 @@ class Target:
 
         if self.is_local:
             raise ConfigError(f"{self.path}: 'host: local' is reached without SSH",
-                              "run it through edgeq.pipeline.target_runner")  # fmt: skip
+                              "run it through edgeq.remote.runner.target_runner")  # fmt: skip
 
         if self.identity_file is not None and not self.identity_file.is_file():
             raise ConfigError(

@@ -1,6 +1,6 @@
 """Build the target agent into one zipapp: deterministic bytes, version-stamped by its sources.
 
-The archive holds ``edgeq_agent/`` (the sources of ``edgeq.remote.agent``, which imports only
+The archive holds ``edgeq_agent/`` (the sources of ``edgeq.agent``, which imports only
 relatively) plus a ``_stamp.py`` with the version, and a top-level ``__main__.py``. Entries are
 sorted, dated 1980-01-01 and compressed with a fixed level, so the same sources always give the same
 bytes: the content-addressed upload cache on the target then reuses the agent until it changes.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from edgeq.fs import atomic_write_bytes
 
-AGENT_DIR = Path(__file__).resolve().parent / "agent"
+AGENT_DIR = Path(__file__).resolve().parent.parent / "agent"
 PACKAGE = "edgeq_agent"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry can carry
 _MAIN = (

@@ -25,12 +25,11 @@ BLOCK_PX = 150.0  # the slowest layer of the page is this wide
 
 
 def _rule_title(rule: str) -> str:
-    try:
-        from edgeq.quant.rules import RULES
+    """A placement pattern's fact (the registry's, as ``edgeq quantize`` cites it); other ids unchanged."""
+    from edgeq.graph import registry
 
-        return RULES[rule].description if rule in RULES else rule
-    except ImportError:  # pragma: no cover - quant is part of every edgeq install
-        return rule
+    p = registry.get(rule)
+    return p.fact if p is not None and p.id == rule and p.kind == "fusion" else rule
 
 
 def _rules(region: Region) -> str:

@@ -32,7 +32,7 @@ Accepted profile files:
 
 * ``trtexec --exportProfile=FILE``: a JSON list whose first element is ``{"count": N}`` (timed
   iterations) followed by ``{"name", "timeMs", "averageMs", "medianMs", "percentage"}`` records.
-* edgeq's own agent profile (what ``edgeq/remote/agent`` ``profile`` emits)::
+* edgeq's own agent profile (what ``edgeq/agent`` ``profile`` emits)::
 
       {
         "format": "edgeq-profile",       # optional tag

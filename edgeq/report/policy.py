@@ -4,7 +4,7 @@ A policy is a value (``Policy``), not code: the CLI picks one by name (``--gate 
 describe one (``policy_from_dict``), and ``edgeq.report.gate.apply_gate`` checks a ``FusionReport``
 against it. A target's or pipeline's ``gate:`` section is read by ``edgeq.remote.targets.gate_from_dict``
 (its one schema: policy, allow as a list, require_fusion) and reaches ``policy_from_dict`` through
-``edgeq.pipeline.policy_for``.
+``edgeq.orchestration.deploy.policy_for``.
 
 Mapping shape accepted by ``policy_from_dict``::
 

@@ -40,7 +40,7 @@ def _read(path: Path) -> str:
 def run_figures_from_log(path: Path) -> RunFigures:
     """Throughput and median latencies of a ``trtexec --loadEngine`` run log (its last summary), read by
     the same parser the agent's trtexec backend uses on the target."""
-    from edgeq.remote.agent.trtexec_backend import parse_performance_summary
+    from edgeq.agent.trtexec_backend import parse_performance_summary
 
     s = parse_performance_summary(_read(path).splitlines())
     figures = RunFigures(str(path), s.get("throughput_qps"), (s.get("latency_ms") or {}).get("median"),

@@ -26,31 +26,20 @@ from typing import Any, Callable, Optional
 from edgeq import __version__
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.fleet_file import Fleet
 from edgeq.fs import sha256_file
-from edgeq.pipeline import (
-    KindEngines,
-    Prepared,
-    ProfileSettings,
-    QuantizeSpec,
-    Recorder,
-    check_quantize_spec,
-    conclude,
-    model_stem,
-    on_target,
-    policy_for,
-    prepare_host,
-    target_runner,
-    write_json,
-)
+from edgeq.orchestration.deploy import policy_for
+from edgeq.orchestration.fleet_file import Fleet
+from edgeq.pipeline.rundir import Recorder, model_stem, new_run_dir, slug, write_json
+from edgeq.pipeline.stages import KindEngines, Prepared, ProfileSettings, conclude, on_target, prepare_host
+from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.protocol import agent_cache_dir
+from edgeq.remote.runner import target_runner
 from edgeq.remote.targets import Target
-from edgeq.rundir import new_run_dir, slug
 
 
 @dataclass(frozen=True)
 class FleetOptions:
-    quantize: QuantizeSpec = field(default_factory=QuantizeSpec)
+    quantize: QuantizeOptions = field(default_factory=QuantizeOptions)
     gate: Optional[str] = None
     gate_allow: tuple[str, ...] = ()
     gate_require_fusion: Optional[bool] = None  # a pipeline file's; None: each policy's own
@@ -194,11 +183,11 @@ def validate(
     Errors of the model itself (unreadable, refused by lint, bad calibration data) stop the run before
     any target is contacted, as in ``deploy``.
     """
-    from edgeq.remote.deploy import check_model_path
+    from edgeq.orchestration.deploy import check_model_path
 
     model = check_model_path(model)
     check_gates(fleet, options)
-    check_quantize_spec(options.quantize)
+    options.quantize.check_inputs()
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip

@@ -24,7 +24,8 @@ from typing import Optional
 
 from edgeq.errors import RemoteError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.pipeline import ProfileSettings, direct_agent, profile, target_runner
+from edgeq.pipeline.stages import ProfileSettings, direct_agent, profile
+from edgeq.remote.runner import target_runner
 from edgeq.remote.targets import Target
 
 

@@ -11,12 +11,13 @@ TensorRT on the target) stops everything at the build stage with that one messag
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from edgeq.errors import EdgeqError, QuantError, RemoteError
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import Target
 from edgeq.report.compare import Engine
 from edgeq.report.runlog import RunFigures
@@ -27,12 +28,12 @@ BUILD_STAGES = ("build", "inspect", "profile")
 
 @dataclass(frozen=True)
 class VariantOptions:
-    calib: Optional[Path] = None
+    # The one calibration every variant comes from: its data (``calib``) and calibrator.
+    quantize: QuantizeOptions = field(default_factory=QuantizeOptions)
     fp16: bool = False  # also build an FP16 engine
     qdq_model: Optional[Path] = None  # also build this Q/DQ model
     accept_new_host_key: bool = False
     runs_dir: Path = Path("runs")
-    calibrator: str = "entropy"
 
 
 @dataclass(frozen=True)
@@ -54,30 +55,26 @@ def _stem(model: Path) -> str:
     return model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
 
 
-def quantize_variants(
-    model_path: Path, calib: Path, out_dir: Path, calibrator: str = "entropy"
-) -> list[Variant]:
-    """Calibrate once; write the implicit pair (FP32 model + cache) and both explicit placements."""
+def quantize_variants(model_path: Path, out_dir: Path, options: QuantizeOptions) -> list[Variant]:
+    """Calibrate once (all of the data, ``options``' calibrator); write the implicit pair (FP32 model +
+    cache) and both explicit placements, each from those ranges (``edgeq.quant.quantize``'s steps)."""
     from edgeq.graph.io import graph_from_model, load_model, model_from_graph, save_model
     from edgeq.quant.cache import write_calibration_cache
-    from edgeq.quant.calibrate import CalibOptions, collect_ranges
-    from edgeq.quant.data import calibration_set
     from edgeq.quant.placement import plan_placement
     from edgeq.quant.qdq import insert_qdq
-    from edgeq.quant.quantize import prepare_model
+    from edgeq.quant.quantize import cache_ranges, calibrate, calibration_data, prepare_model
 
     model = load_model(model_path)
     reference, _, _ = prepare_model(model)
-    data = calibration_set(reference, calib)
+    data = calibration_data(reference, options)
     graphs = {p: graph_from_model(reference) for p in ("trt", "all")}
     plans = {p: plan_placement(g, p) for p, g in graphs.items()}
-    wanted = list(dict.fromkeys(t for plan in plans.values() for t in plan.activations))
-    amax = collect_ranges(reference, wanted, data, CalibOptions(method=calibrator))
+    # One pass: every float activation, which covers both placements' Q/DQ tensors and the cache.
+    amax = calibrate(reference, plans["trt"], data, options)
     stem = _stem(model_path)
     fp32 = save_model(reference, out_dir / f"{stem}.implicit.fp32.onnx")
     cache_path = out_dir / f"{stem}.implicit.cache"
-    shared_trt = plans["trt"].scale_amax(amax)
-    write_calibration_cache(cache_path, {t: shared_trt.get(t, amax[t]) for t in wanted if t in amax})
+    write_calibration_cache(cache_path, cache_ranges(plans["trt"], amax, options))
     variants = [Variant("implicit", fp32, cache_path)]
     for placement, name in (("trt", "explicit"), ("all", "explicit-all")):
         insert_qdq(graphs[placement], plans[placement], plans[placement].scale_amax(amax))
@@ -90,8 +87,8 @@ def _deploy_one(
     variant: Variant, target: Target, options: VariantOptions, runs: Path, progress: ProgressFn
 ) -> Any:
     """The one place compare calls deploy: build, inspect and profile one variant, no gate."""
-    from edgeq.pipeline import ProfileSettings
-    from edgeq.remote.deploy import DeployOptions, deploy
+    from edgeq.orchestration.deploy import DeployOptions, deploy
+    from edgeq.pipeline.stages import ProfileSettings
 
     failed: list[str] = []
 
@@ -146,14 +143,14 @@ def engines_on_target(
     """Quantize once, build every variant on ``target``, read back each engine (see the module doc)."""
     from edgeq.graph.io import load_model
     from edgeq.graph.rules import lint_model
-    from edgeq.pipeline import has_qdq
+    from edgeq.pipeline.stages import has_qdq
 
     model = Path(model)
     if not model.is_file():
         raise QuantError(
             f"{model}: {'not a file' if model.exists() else 'no such file'}", "check the model path"
         )
-    if options.calib is None:
+    if options.quantize.calib is None:
         raise QuantError(
             "compare --target needs --calib: the implicit and explicit engines come from one calibration",
             "give calibration data (.npy/.npz files or images)",
@@ -169,7 +166,7 @@ def engines_on_target(
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = Path(options.runs_dir) / f"compare-{_stem(model)}-{target.name}-{stamp}"
     run_dir.mkdir(parents=True, exist_ok=False)
-    variants = quantize_variants(model, Path(options.calib), run_dir, options.calibrator)
+    variants = quantize_variants(model, run_dir, options.quantize)
     if options.fp16:
         variants.append(Variant("fp16", variants[0].model))
     gated = ["explicit"]

@@ -105,9 +105,9 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
     record(DemoStep("lint (exports as written)", DONE, lines))
 
     # 3. Clean the PyTorch-eager export and verify it numerically against the input.
-    from edgeq import pipeline
+    from edgeq.pipeline import stages
 
-    cleaned, clean_path = pipeline.clean(paths["torch"], wd, verify=True, progress=progress)
+    cleaned, clean_path = stages.clean(paths["torch"], wd, verify=True, progress=progress)
     e, w, rules = _lint_counts(cleaned.model)
     by_pass: dict[str, int] = {}
     for c in cleaned.changes:
@@ -123,11 +123,12 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
     qlines: list[str] = []
     artifacts: list[Path] = []
     from edgeq.graph.rules import FUSION_RULE_IDS as fusion_rule_ids
+    from edgeq.quant.quantize import QuantizeOptions
 
     ok = True
     for placement in ("trt", "all"):
-        spec = pipeline.QuantizeSpec(synthetic=samples, placement=placement)
-        _, out, cache, res = pipeline.quantize(fp32, "resnet_like", wd, spec, progress,
+        options = QuantizeOptions(synthetic=samples, placement=placement)
+        _, out, cache, res = stages.quantize(fp32, "resnet_like", wd, options, progress,
                                                suffix=f"int8.{placement}")
         artifacts += [out, cache]
         e, w, rules = _lint_counts(res.model)
@@ -171,7 +172,7 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
 
     rlines = []
     for stem in RECORDED_ENGINES:
-        rep, gate = pipeline.report_and_gate(recorded(stem, "layers"), recorded(stem, "profile"), None,
+        rep, gate = stages.report_and_gate(recorded(stem, "layers"), recorded(stem, "profile"), None,
                                              POLICIES["int8"])  # fmt: skip
         rlines.append(f"{stem}: {rep.summary_line()}; int8 gate: {gate.summary_line()}")
     record(DemoStep("report (recorded engines)", DONE, rlines))

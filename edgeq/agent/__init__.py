@@ -3,7 +3,7 @@
 It uses only the standard library plus TensorRT (imported lazily, in ``trt_backend`` only) and imports
 nothing from ``edgeq``: the host and the target may run different Python versions and the target has
 no edgeq installed. All imports inside this package are relative so the same sources run as
-``python -m edgeq.remote.agent`` on the host and as ``edgeq_agent`` inside the zipapp.
+``python -m edgeq.agent`` on the host and as ``edgeq_agent`` inside the zipapp.
 """
 
 PROTOCOL = 1  # bump when the JSON envelope or a result's keys change incompatibly

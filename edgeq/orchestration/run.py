@@ -32,19 +32,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from edgeq import __version__, config
-from edgeq.errors import ConfigError
+from edgeq.errors import ConfigError, QuantError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import sha256_file
-from edgeq.pipeline import (
-    HOST_STAGES,
-    Prepared,
-    ProfileSettings,
-    QuantizeSpec,
-    StageRecord,
-    has_qdq,
-    prepare_host,
-    write_json,
-)
+from edgeq.pipeline.rundir import StageRecord, write_json
+from edgeq.pipeline.stages import HOST_STAGES, Prepared, ProfileSettings, has_qdq, prepare_host
+from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import GateConfig, gate_from_dict
 
 _QUANTIZE: dict[str, config.Checker] = {
@@ -84,7 +77,7 @@ class PipelineSpec:
     name: str
     model: str
     model_options: dict[str, Any]
-    quantize: QuantizeSpec
+    quantize: QuantizeOptions
     fleet: Optional[dict[str, Any]]  # a fleet file's content (targets: [...]) or {"file": path}
     build_once_per_kind: bool
     gate: Optional[GateConfig]
@@ -145,8 +138,8 @@ def load_spec(path: Path) -> PipelineSpec:
         name=v.get("name", path.stem),
         model=v["model"],
         model_options=dict(v.get("model_options") or {}),
-        quantize=QuantizeSpec(calib=opt("calib"), synthetic=v.get("synthetic"), preprocess=opt("preprocess"),
-                              overrides=opt("overrides"), **q),
+        quantize=_quantize_options(path, opt("calib"), v.get("synthetic"), opt("preprocess"),
+                                   opt("overrides"), q),
         fleet=fleet,
         build_once_per_kind=v.get("build_once_per_kind", False),
         gate=gate,
@@ -155,6 +148,16 @@ def load_spec(path: Path) -> PipelineSpec:
         release=Path(release) if release else None,
         runs_dir=Path(v.get("runs_dir", "runs")),
     )  # fmt: skip
+
+
+def _quantize_options(path: Path, calib: Optional[Path], synthetic: Optional[int], preprocess: Optional[Path],
+                      overrides: Optional[Path], section: Mapping[str, Any]) -> QuantizeOptions:
+    """The file's quantization settings; a value out of range names the file and its 'quantize' section."""
+    try:
+        return QuantizeOptions(calib=calib, synthetic=synthetic, preprocess=preprocess, overrides=overrides,
+                               **section)  # fmt: skip
+    except QuantError as e:
+        raise ConfigError(f"{path}: 'quantize': {e.message}", e.hint) from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -287,7 +290,7 @@ def _load_prepared(work: Path, state: dict[str, Any]) -> Prepared:
 
 
 def _fleet(spec: PipelineSpec, work: Path) -> Any:
-    from edgeq.fleet_file import load_fleet
+    from edgeq.orchestration.fleet_file import load_fleet
 
     assert spec.fleet is not None
     if "file" in spec.fleet:
@@ -305,9 +308,9 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
                  on_row: Optional[Callable[[Any], None]] = None, progress: ProgressFn = no_progress,
                  force: bool = False) -> RunResult:
     """Run the pipeline file at ``path``; unchanged stages are skipped (``force``: run them all)."""
-    from edgeq.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.fs import ensure_dir
-    from edgeq.rundir import slug
+    from edgeq.orchestration.fleet import FleetOptions, check_gates, validate_prepared
+    from edgeq.pipeline.rundir import slug
 
     spec = load_spec(path)
     fleet = None

@@ -1,12 +1,12 @@
-"""``edgeq deploy``: the pipeline's stages (``edgeq.pipeline``) composed for one model on one target.
+"""``edgeq deploy``: the pipeline's stages (``edgeq.pipeline.stages``) composed for one model on one target.
 
 clean -> (quantize) -> lint -> upload -> probe -> build -> inspect -> profile -> report -> gate, with
 every artefact and every stage's outcome in one run directory (``runs/<model>-<target>-<timestamp>/``):
 ``stages.json`` (each stage's status, seconds and one-line summary, rewritten after every stage),
 ``deploy.log`` (stage lines plus the target's log stream), the cleaned (and quantized) ONNX, the lint
 findings, ``probe.json``, the engine, the inspector's ``layers.json``, ``profile.json``,
-``timings.json`` and the report (``report.json``, ``report.html``). ``finish_run`` is the host-only
-second half (report + gate from the fetched files), usable offline on files from any earlier run.
+``timings.json`` and the report (``report.json``, ``report.html``). The stages' ``finish_run`` is the
+host-only second half (report + gate from the fetched files), usable offline on any earlier run's files.
 
 On the target, everything lives under the target file's ``work_dir``: ``cache/<sha256>/<name>`` (the
 content-addressed uploads: models and the agent zipapp, reused while unchanged), ``runs/<run>/`` (the
@@ -21,46 +21,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from edgeq.errors import GraphError
+from edgeq.errors import EdgeqError, GraphError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.pipeline import (
+from edgeq.pipeline.rundir import Recorder, StageRecord, _no_event, new_run_dir
+from edgeq.pipeline.stages import (
     ProfileSettings,
-    QuantizeSpec,
-    Recorder,
     RunReport,
-    check_quantize_spec,
     conclude,
     direct_agent,
-    finish_run,
     on_target,
-    policy_for,
     prepare,
     probe,
-    target_runner,
 )
-from edgeq.remote.protocol import (
-    AGENT_PROTOCOL,
-    agent_argv,
-    agent_cache_dir,
-    build_args,
-    call_agent,
-    check_expectations,
-    parse_agent_reply,
-)
-from edgeq.remote.runner import EventFn
+from edgeq.quant.quantize import QuantizeOptions
+from edgeq.remote.protocol import agent_cache_dir
+from edgeq.remote.runner import EventFn, target_runner
 from edgeq.remote.targets import Target
-from edgeq.rundir import STAGES, RunLog, StageRecord, _no_event, new_run_dir
 
 if TYPE_CHECKING:
     from edgeq.report.policy import Policy
 
-# Kept under their earlier names: tests and callers import them from here.
-_check_expectations = check_expectations
-
 
 @dataclass(frozen=True)
 class DeployOptions:
-    calib: Optional[Path] = None  # a float model is quantized with this calibration data
+    # A float model with calibration data (``quantize.calib``) is quantized first, with these settings.
+    quantize: QuantizeOptions = field(default_factory=QuantizeOptions)
     accept_new_host_key: bool = False
     gate: Optional[str] = None  # policy name; None: the target's (else int8)
     gate_allow: tuple[str, ...] = ()  # extra allowlist (e.g. from a pipeline file)
@@ -68,14 +53,7 @@ class DeployOptions:
     runs_dir: Path = Path("runs")
     profile: ProfileSettings = field(default_factory=ProfileSettings)  # FP16 fallback and trtexec timing
     cache_dir: Optional[Path] = None  # where the agent zipapp is built (default: the user cache)
-    quantize: QuantizeSpec = field(default_factory=QuantizeSpec)  # calibrator, preprocessing, overrides
     calib_cache: Optional[Path] = None  # implicit INT8: a float model built with this calibration cache
-
-    @property
-    def quantize_spec(self) -> QuantizeSpec:
-        from dataclasses import replace
-
-        return replace(self.quantize, calib=self.calib) if self.calib is not None else self.quantize
 
 
 @dataclass
@@ -91,6 +69,29 @@ class DeployResult:
 
     def stage(self, name: str) -> StageRecord:
         return next(s for s in self.stages if s.name == name)
+
+
+def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] = (),
+               require_fusion: Optional[bool] = None) -> Policy:  # fmt: skip
+    """The target's gate (else int8), ``--gate NAME`` over it, plus extra allowlisted names; a pipeline's
+    ``require_fusion`` (not None) over the policy's own."""
+    from edgeq.report.policy import POLICIES, policy_from_dict
+
+    spec: dict[str, Any] = {}
+    if target.gate is not None:
+        spec = {"allow": list(target.gate.allow)}
+        if target.gate.policy is not None:
+            spec["policy"] = target.gate.policy
+        if target.gate.require_fusion is not None:
+            spec["require_fusion"] = target.gate.require_fusion
+    policy = policy_from_dict(spec or None, where=f"{target.path}: gate")
+    if gate is not None:
+        if gate not in POLICIES:
+            raise EdgeqError(f"--gate {gate}: unknown policy", f"one of {', '.join(POLICIES)}")
+        policy = POLICIES[gate].with_allow(list(policy.allow))
+    if require_fusion is not None:
+        policy = policy.replace(require_fusion=require_fusion)
+    return policy.with_allow(list(allow))
 
 
 def _policy(options: DeployOptions, target: Target) -> Policy:
@@ -123,12 +124,12 @@ def deploy(
     model = check_model_path(model)
     # Usage errors before a run directory exists: the gate name and the target's key files.
     policy = _policy(options, target)
-    check_quantize_spec(options.quantize_spec)
+    options.quantize.check_inputs()
     if not target.is_local:
         target.ssh_config(options.accept_new_host_key)  # key files checked before a run directory exists
     rec = Recorder(new_run_dir(Path(options.runs_dir), model, target.name), on_event, progress)
     with rec.finishing():
-        prepared = prepare(model, rec, options.quantize_spec, calib_cache=options.calib_cache)
+        prepared = prepare(model, rec, options.quantize, calib_cache=options.calib_cache)
         with target_runner(target, options.accept_new_host_key) as runner:
             on_target(runner, target, prepared, rec, build_agent(options.cache_dir or agent_cache_dir()),
                       options.profile)  # fmt: skip
@@ -159,22 +160,3 @@ def check_target(
             "bytes_sent": up.bytes_sent,
         }
         return facts
-
-
-__all__: Sequence[str] = (
-    "AGENT_PROTOCOL",
-    "STAGES",
-    "DeployOptions",
-    "DeployResult",
-    "RunLog",
-    "RunReport",
-    "StageRecord",
-    "agent_argv",
-    "build_args",
-    "call_agent",
-    "check_target",
-    "deploy",
-    "finish_run",
-    "new_run_dir",
-    "parse_agent_reply",
-)

@@ -194,7 +194,7 @@ def load_fleet(path: Path, workers: Optional[int] = None) -> Fleet:
         size = v.get("workers")
     if not targets:
         raise ConfigError(f"{path}: no targets", "list targets under 'targets:' (or hosts in the inventory)")
-    from edgeq.rundir import slug
+    from edgeq.pipeline.rundir import slug
 
     names = [slug(t.name) for t in targets]  # each target's run directory is named so
     dup = next((n for n in names if names.count(n) > 1), None)

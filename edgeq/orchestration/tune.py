@@ -3,11 +3,11 @@
 Calibrate once; build the implicit INT8 engine on the target (TensorRT's own per-layer precision
 choice); start from the rule-based placement with the implicit engine's FP16 choices mirrored
 (``edgeq.quant.decisions``); then a greedy local search: each decision toggled against the current
-best, built and profiled on the target through deploy (``edgeq.remote.variants``), kept only when
+best, built and profiled on the target through deploy (``edgeq.orchestration.variants``), kept only when
 faster and within ``--min-cosine`` on held-out data (checked on the host first: a candidate that fails
 it is never built). The time budget stops the search before a build that would overrun it.
 
-"Faster" is decided by paired re-timing (``edgeq.remote.retime``), not by one timing each: single
+"Faster" is decided by paired re-timing (``edgeq.orchestration.retime``), not by one timing each: single
 trtexec timings of one engine design spread by a few percent, more than most decisions are worth. A
 candidate whose one timing is clearly slower (``CLEARLY_SLOWER``) is refused at once; any other is timed
 against the best in ``--rounds`` alternating rounds and kept only when its median paired ratio reaches
@@ -38,6 +38,7 @@ from typing import Any, Callable, Optional
 from edgeq.errors import EdgeqError, QuantError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.quant.decisions import Decision, candidate_key, candidate_plan, decision_points
+from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import Target
 
 STATE = "tune.state.json"
@@ -64,16 +65,23 @@ def parse_budget(text: str) -> float:
     return float(h * 3600 + m * 60 + sec)
 
 
+# The accuracy bound a candidate must keep against FP32 on held-out data when none is given.
+MIN_COSINE = 0.99
+
+
 @dataclass(frozen=True)
 class TuneOptions:
-    calib: Path
+    # The one calibration (``calib``, calibrator, holdout) and the accuracy bound (``min_cosine``).
+    quantize: QuantizeOptions
     out_dir: Optional[Path] = None  # default: <model stem>.tune/ beside the model
     budget_s: float = 20 * 60
-    min_cosine: float = 0.99
-    calibrator: str = "entropy"
-    holdout: float = 0.2
     accept_new_host_key: bool = False
     rounds: int = 3  # paired re-timing rounds per decision (0: decide on single timings)
+
+    @property
+    def min_cosine(self) -> float:
+        bound = self.quantize.min_cosine
+        return MIN_COSINE if bound is None else bound
 
 
 @dataclass
@@ -137,8 +145,11 @@ def _fingerprint(model: Path, calib: Path, target: Target, options: TuneOptions)
     files = sorted(p for p in calib.rglob("*") if p.is_file()) if calib.is_dir() else [calib]
     for p in files:
         h.update(f"{p.relative_to(calib) if p != calib else p.name}:{sha256_file(p)}".encode())
-    h.update(json.dumps([target.name, target.host, target.trtexec, options.calibrator, options.holdout,
-                         options.min_cosine]).encode())  # fmt: skip
+    q = options.quantize
+    settings: list[Any] = [target.name, target.host, target.trtexec, q.calibrator, q.holdout,
+                           options.min_cosine]
+    settings += [q.percentile] if q.calibrator == "percentile" else []  # what only that calibrator reads
+    h.update(json.dumps(settings).encode())
     return h.hexdigest()[:24]
 
 
@@ -192,7 +203,7 @@ class _Tuner:
         self.started = time.monotonic()
 
     def deploy(self, name: str, model_file: Path, cache: Optional[Path]) -> tuple[Any, float]:
-        from edgeq.remote.variants import Variant, VariantOptions, _deploy_one, _engine
+        from edgeq.orchestration.variants import Variant, VariantOptions, _deploy_one, _engine
 
         opts = VariantOptions(accept_new_host_key=self.options.accept_new_host_key)
         t0 = time.monotonic()
@@ -205,7 +216,7 @@ class _Tuner:
 
     def paired(self, state: _State, a: Measured, b: Measured, rounds: int) -> dict[str, Any]:
         """``a`` and ``b`` timed in alternation (kept in the state: a resumed run does not re-time)."""
-        from edgeq.remote.retime import retime
+        from edgeq.orchestration.retime import retime
 
         key = f"{a.key}|{b.key}|{rounds}"
         got = state.paired(key)
@@ -233,24 +244,25 @@ def tune(
 ) -> TuneResult:
     """See the module doc. Raises ``EdgeqError`` on bad input or a target failure (state kept)."""
     from edgeq.graph.io import graph_from_model, load_model, model_from_graph, save_model
-    from edgeq.pipeline import has_qdq
+    from edgeq.pipeline.stages import has_qdq
     from edgeq.quant.accuracy import compare_accuracy
     from edgeq.quant.cache import write_calibration_cache
-    from edgeq.quant.calibrate import CalibOptions, collect_ranges
-    from edgeq.quant.data import calibration_set
     from edgeq.quant.placement import plan_placement
     from edgeq.quant.qdq import insert_qdq
-    from edgeq.quant.quantize import prepare_model
+    from edgeq.quant.quantize import cache_ranges, calibrate, calibration_data, prepare_model, split_data
 
+    q = options.quantize
     model = Path(model)
     if not model.is_file():
         what = "not a file" if model.exists() else "no such file"
         raise QuantError(f"{model}: {what}", "check the model path")
-    calib = Path(options.calib)
+    if q.calib is None:
+        raise QuantError("tune needs calibration data (--calib)", "give calibration data")
+    calib = Path(q.calib)
     if not calib.exists():
         raise QuantError(f"--calib {calib}: no such file or directory", "give calibration data")
-    if not 0.0 < options.holdout < 1.0:
-        raise QuantError(f"--holdout must be in (0, 1) for tune's accuracy bound, got {options.holdout}")
+    if not 0.0 < q.holdout < 1.0:
+        raise QuantError(f"--holdout must be in (0, 1) for tune's accuracy bound, got {q.holdout}")
     float_model = load_model(model)
     if has_qdq(float_model):
         raise QuantError(f"{model}: already has Q/DQ nodes; tune starts from the float model",
@@ -266,18 +278,18 @@ def tune(
 
     # 1. calibrate once (ranges kept in the state: a resumed run does not recalibrate)
     reference, _, _ = prepare_model(float_model)
-    data = calibration_set(reference, calib)
+    data = calibration_data(reference, q)
     if len(data) < 2:
         raise QuantError("tune's accuracy bound needs held-out samples", "give at least 2 samples")
-    cal, held = data.split(options.holdout)
+    cal, held, _ = split_data(data, q)
+    assert held is not None  # two samples or more and a holdout in (0, 1)
     plan = plan_placement(graph_from_model(reference), "trt")
     if state.data["amax"] is None:
-        state.data["amax"] = collect_ranges(reference, list(plan.activations), cal,
-                                            CalibOptions(method=options.calibrator), progress)  # fmt: skip
+        state.data["amax"] = calibrate(reference, plan, cal, q, progress)
         state.save()
     amax: dict[str, float] = state.data["amax"]
     shared = plan.scale_amax(amax)
-    cache = {t: shared.get(t, amax[t]) for t in plan.activations if t in amax}
+    cache = cache_ranges(plan, amax, q)
     fp32 = out / f"{stem}.implicit.fp32.onnx"
     implicit_cache = out / f"{stem}.implicit.cache"
     if not fp32.is_file() or not implicit_cache.is_file():
@@ -420,7 +432,8 @@ def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str
            final: Optional[dict[str, Any]] = None) -> dict[str, Any]:  # fmt: skip
     """The tuned engine against its own intent (no node wider than INT8 except where a decision left it
     float) and against implicit (``relative_gate``, on the paired medians when ``final`` has them)."""
-    from edgeq.pipeline import policy_for, report_and_gate
+    from edgeq.orchestration.deploy import policy_for
+    from edgeq.pipeline.stages import report_and_gate
     from edgeq.report.compare import diff_pair, engine_from_path, relative_gate
     from edgeq.report.runlog import RunFigures
 

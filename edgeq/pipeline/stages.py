@@ -5,32 +5,21 @@ clean -> quantize -> lint run on the host (``prepare``); ship -> probe -> build 
 run on a target through a ``Runner`` (put / run / get: the SSH connection is one, ``SSHRunner``);
 report -> gate run on the host again from the fetched files (``conclude``). Each stage takes and
 returns values; the bookkeeping (``stages.json``, ``deploy.log``, timings) is the ``Recorder``'s
-(``edgeq.rundir``), so a composition decides only which stages run and on what, the way Polygraphy's
+(``edgeq.pipeline.rundir``), so a composition decides only which stages run and on what, the way Polygraphy's
 loaders compose.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from edgeq.errors import EdgeqError, GraphError, QuantError
+from edgeq.errors import GraphError, QuantError
 from edgeq.findings import Level, ProgressFn, no_progress
 from edgeq.fs import atomic_write_text
-from edgeq.remote.protocol import (
-    agent_failed,
-    build_args,
-    call_agent,
-    check_expectations,
-    probe_facts,
-)
-from edgeq.remote.runner import EventFn, Runner
-from edgeq.remote.targets import Target
-from edgeq.rundir import (
+from edgeq.pipeline.rundir import (
     STAGES,
     AgentFn,
     Recorder,
@@ -38,9 +27,18 @@ from edgeq.rundir import (
     model_stem,
     write_json,
 )
+from edgeq.remote.protocol import (
+    agent_failed,
+    build_args,
+    call_agent,
+    check_expectations,
+    probe_facts,
+)
+from edgeq.remote.runner import Runner
+from edgeq.remote.targets import Target
 
 if TYPE_CHECKING:
-    from edgeq.remote.transport import SSHConfig
+    from edgeq.quant.quantize import QuantizeOptions
     from edgeq.report.fusion import FusionReport
     from edgeq.report.gate import GateResult
     from edgeq.report.policy import Policy
@@ -49,166 +47,8 @@ HOST_STAGES = STAGES[:3]
 
 
 # --------------------------------------------------------------------------------------------------
-# Runners (the ``Runner`` protocol itself: edgeq.remote.runner)
-# --------------------------------------------------------------------------------------------------
-
-
-class SSHRunner:
-    """The SSH connection as a ``Runner`` (paramiko stays inside ``edgeq.remote.transport``)."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.destination: str = conn.config.destination
-
-    def put(self, local: Path, remote_dir: str, *, progress: ProgressFn = no_progress) -> Any:
-        return self.conn.put_cached(local, remote_dir, progress=progress)
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: Optional[float] = None,
-        check: bool = True,
-        on_stderr: Optional[EventFn] = None,
-    ) -> Any:
-        return self.conn.run(argv, timeout=timeout, check=check, on_stderr=on_stderr)
-
-    def get(self, remote: str, local: Path) -> None:
-        self.conn.get(remote, local)
-
-
-@contextmanager
-def ssh_runner(config: SSHConfig) -> Iterator[SSHRunner]:
-    """A lazily connecting SSH ``Runner``, closed at the end of the block."""
-    from edgeq.remote.transport import Connection
-
-    with Connection(config) as conn:
-        yield SSHRunner(conn)
-
-
-class LocalRunner:
-    """This machine as a ``Runner`` (a target file with ``host: local``): the agent runs as a
-    subprocess, no SSH; ``put`` copies into the same content-addressed cache layout the SSH upload
-    uses (``<cache>/<sha256>/<name>``). Relative work dirs are taken from the home directory, as an
-    SSH login resolves them."""
-
-    destination = "local"
-
-    def __init__(self, home: Optional[Path] = None) -> None:
-        self.home = Path(home) if home is not None else Path.home()
-
-    def _path(self, remote: str) -> Path:
-        p = Path(remote).expanduser()
-        return p if p.is_absolute() else self.home / p
-
-    def put(self, local: Path, remote_dir: str, *, progress: ProgressFn = no_progress) -> Any:
-        import shutil
-
-        from edgeq.fs import atomic_path, sha256_file
-        from edgeq.remote.upload import Upload
-
-        digest = sha256_file(local)
-        dest = self._path(remote_dir) / digest / Path(local).name
-        cached = dest.is_file() and sha256_file(dest) == digest
-        if not cached:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(dest) as tmp:
-                shutil.copyfile(local, tmp)
-        return Upload(str(dest), digest, 0 if cached else Path(local).stat().st_size, 0, cached)
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: Optional[float] = None,
-        check: bool = True,
-        on_stderr: Optional[EventFn] = None,
-    ) -> Any:
-        import signal as _signal
-        import subprocess
-
-        from edgeq.errors import RemoteError
-        from edgeq.remote.exec import CommandResult
-
-        proc = subprocess.Popen(list(argv), cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, errors="replace")  # fmt: skip
-        err_lines: list[str] = []
-        out_parts: list[str] = []
-
-        def pump_err() -> None:  # streamed line by line, as the SSH runner streams the target's stderr
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                err_lines.append(line)
-                if on_stderr is not None:
-                    on_stderr(line.rstrip("\n"))
-
-        def pump_out() -> None:
-            assert proc.stdout is not None
-            out_parts.append(proc.stdout.read())
-
-        readers = [threading.Thread(target=f, daemon=True) for f in (pump_err, pump_out)]
-        for r in readers:
-            r.start()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise RemoteError(f"local: {argv[0]} ran past {timeout:g} s and was stopped",
-                              "raise the target's timeouts") from None  # fmt: skip
-        finally:
-            for r in readers:
-                r.join(5)
-        out = "".join(out_parts)
-        code, sig = proc.returncode, None
-        if code < 0:
-            sig, code = _signal.Signals(-code).name.removeprefix("SIG"), 128 - code
-        res = CommandResult(tuple(argv), code, out, "".join(err_lines), sig)
-        if check and not res.ok:
-            raise RemoteError(f"local: {argv[0]} {res.status}", "".join(err_lines[-3:]).strip() or None)
-        return res
-
-    def get(self, remote: str, local: Path) -> None:
-        import shutil
-
-        from edgeq.fs import atomic_path
-
-        with atomic_path(local) as tmp:
-            shutil.copyfile(self._path(remote), tmp)
-
-
-@contextmanager
-def target_runner(target: Target, accept_new_host_key: bool = False) -> Iterator[Runner]:
-    """The ``Runner`` a target file asks for: this machine for ``host: local``, else SSH."""
-    if target.is_local:
-        yield LocalRunner()
-        return
-    with ssh_runner(target.ssh_config(accept_new_host_key)) as runner:
-        yield runner
-
-
-# --------------------------------------------------------------------------------------------------
 # Values
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QuantizeSpec:
-    """``edgeq quantize``'s options as plain data (files by path), for deploy, fleet and run."""
-
-    calib: Optional[Path] = None
-    synthetic: Optional[int] = None
-    preprocess: Optional[Path] = None
-    overrides: Optional[Path] = None
-    calibrator: str = "entropy"
-    percentile: float = 99.99
-    placement: str = "trt"
-    holdout: float = 0.2
-    min_cosine: Optional[float] = None
-
-    @property
-    def has_data(self) -> bool:
-        return self.calib is not None or self.synthetic is not None
 
 
 @dataclass(frozen=True)
@@ -281,28 +121,22 @@ def clean(model_path: Path, out_dir: Path, *, verify: bool = False,
     return res, Path(path)
 
 
-def quantize(model: Any, stem: str, out_dir: Path, spec: QuantizeSpec, progress: ProgressFn = no_progress,
-             suffix: str = "int8") -> tuple[Any, Path, Path, Any]:
-    """``edgeq quantize`` in-process with the full options: (Q/DQ model, ``<stem>.<suffix>.onnx``,
-    ``<stem>.<suffix>.cache``, the ``QuantizeResult``)."""
+def quantize(model: Any, stem: str, out_dir: Path, options: QuantizeOptions,
+             progress: ProgressFn = no_progress, suffix: str = "int8", *, cleaned: bool = False
+             ) -> tuple[Any, Path, Path, Any]:
+    """``edgeq quantize`` in-process: (Q/DQ model, ``<stem>.<suffix>.onnx``, ``<stem>.<suffix>.cache``,
+    the ``QuantizeResult``). ``cleaned``: ``model`` is the clean stage's output, not cleaned again."""
     try:
         from edgeq.graph.io import save_model
-        from edgeq.quant.data import calibration_set
-        from edgeq.quant.overrides import load_overrides
-        from edgeq.quant.quantize import QuantizeOptions, implicit_model_path, quantize_model
+        from edgeq.quant.quantize import calibration_data, implicit_model_path, quantize_model
     except ImportError:
         raise QuantError(
             "cannot quantize: edgeq.quant.quantize is not part of this edgeq build",
             "deploy a Q/DQ model (quantized elsewhere), or drop --calib to build an FP16 engine",
         ) from None
     cache = Path(out_dir) / f"{stem}.{suffix}.cache"
-    options = QuantizeOptions(
-        calibrator=spec.calibrator, percentile=spec.percentile, placement=spec.placement,
-        overrides=load_overrides(spec.overrides) if spec.overrides is not None else None,
-        holdout=spec.holdout, min_cosine=spec.min_cosine, cache_path=cache,
-    )  # fmt: skip
-    data = calibration_set(model, spec.calib, synthetic=spec.synthetic, preprocess=spec.preprocess)
-    q = quantize_model(model, data, options, progress)
+    data = calibration_data(model, options)
+    q = quantize_model(model, data, replace(options, cache_path=cache), progress, cleaned=cleaned)
     # The implicit path's pair: the cache names the tensors of this cleaned FP32 model.
     save_model(q.reference, implicit_model_path(cache))
     path = save_model(q.model, Path(out_dir) / f"{stem}.{suffix}.onnx")
@@ -327,19 +161,7 @@ def lint(model: Any, out_dir: Path) -> tuple[int, int]:
     return len(errors), len(findings)
 
 
-def check_quantize_spec(spec: QuantizeSpec) -> None:
-    """The option files a quantization reads, checked before any run directory exists (exit 2)."""
-    if spec.overrides is not None:
-        from edgeq.quant.overrides import load_overrides
-
-        load_overrides(spec.overrides)
-    if spec.preprocess is not None:
-        from edgeq.quant.data import load_preprocess
-
-        load_preprocess(spec.preprocess)
-
-
-def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Optional[Path] = None,
+def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Optional[Path] = None,
             calib_cache: Optional[Path] = None) -> Prepared:
     """clean -> quantize (a float model with calibration data) -> lint, recorded in ``rec``.
 
@@ -363,7 +185,7 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Option
         from edgeq.quant.quantize import implicit_model_path
 
         with rec.stage("quantize") as r:
-            model, model_file, cache, q = quantize(model, stem, out, spec, rec.progress)
+            model, model_file, cache, q = quantize(model, stem, out, spec, rec.progress, cleaned=True)
             qdq = has_qdq(model)
             acc = q.accuracy.to_dict() if q.accuracy is not None else None
             r.data = {"output": model_file.name, "cache": cache.name, "accuracy": acc,
@@ -385,7 +207,7 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeSpec, out_dir: Option
     return Prepared(model, model_file, qdq, cache, records, implicit)
 
 
-def prepare_host(model_path: Path, host_dir: Path, spec: QuantizeSpec,
+def prepare_host(model_path: Path, host_dir: Path, spec: QuantizeOptions,
                  progress: ProgressFn = no_progress) -> Prepared:
     """``prepare`` once into a new ``host_dir`` with its own records, for a fleet's targets to share
     (``fleet validate``, ``edgeq run`` and the fleet bench alike)."""
@@ -474,7 +296,7 @@ def profile(
     data_transfers: bool = True,
 ) -> dict[str, Any]:
     """Time an engine; with ``profile_remote`` also its per-layer times (a second run). Without the
-    bindings' host<->device copies when ``data_transfers`` is false (a re-timing: edgeq.remote.retime)."""
+    bindings' host<->device copies when ``data_transfers`` is false (re-timing: orchestration.retime)."""
     t = target.timeouts
     per_layer = [f"--exportProfile={profile_remote}"] if profile_remote else []
     copies = [] if data_transfers else ["--noDataTransfers"]
@@ -593,29 +415,6 @@ def _warnings(rec: Recorder, record: Any, stage: str, reply: dict[str, Any]) -> 
 # --------------------------------------------------------------------------------------------------
 # Report and gate (host)
 # --------------------------------------------------------------------------------------------------
-
-
-def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] = (),
-               require_fusion: Optional[bool] = None) -> Policy:  # fmt: skip
-    """The target's gate (else int8), ``--gate NAME`` over it, plus extra allowlisted names; a pipeline's
-    ``require_fusion`` (not None) over the policy's own."""
-    from edgeq.report.policy import POLICIES, policy_from_dict
-
-    spec: dict[str, Any] = {}
-    if target.gate is not None:
-        spec = {"allow": list(target.gate.allow)}
-        if target.gate.policy is not None:
-            spec["policy"] = target.gate.policy
-        if target.gate.require_fusion is not None:
-            spec["require_fusion"] = target.gate.require_fusion
-    policy = policy_from_dict(spec or None, where=f"{target.path}: gate")
-    if gate is not None:
-        if gate not in POLICIES:
-            raise EdgeqError(f"--gate {gate}: unknown policy", f"one of {', '.join(POLICIES)}")
-        policy = POLICIES[gate].with_allow(list(policy.allow))
-    if require_fusion is not None:
-        policy = policy.replace(require_fusion=require_fusion)
-    return policy.with_allow(list(allow))
 
 
 def finish_run(

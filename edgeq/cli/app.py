@@ -1,0 +1,92 @@
+"""The ``edgeq`` application: the root command, and ``run``, which maps every outcome to an exit code.
+
+Library code raises ``EdgeqError`` for user problems; they are caught once, here, and printed as one line
+(exit 2 unless the error says otherwise). Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from edgeq import __version__
+from edgeq.cli.output import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, err, out
+from edgeq.errors import EdgeqError
+
+app = typer.Typer(
+    name="edgeq",
+    help="ONNX -> INT8 TensorRT 8.6 engines for Jetson and desktop GPUs, with Q/DQ placed so TensorRT "
+    "fuses, and a report proving what the engine runs.\n\n"
+    "Start with [bold]edgeq demo[/]. The usual path: edgeq lint model.onnx -> edgeq quantize model.onnx "
+    "--calib DIR -> edgeq deploy model.int8.onnx --target NAME. Input files are never modified; "
+    "'edgeq COMMAND --help' for each, 'edgeq rules' for the TensorRT 8.6 rules behind them.\n\n"
+    + EXIT_CODES_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"edgeq {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-vv for debug)."),
+) -> None:
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if verbose >= 2:
+        # The transport keeps paramiko quiet unless its level was set: -vv is the user asking for it.
+        logging.getLogger("paramiko").setLevel(logging.DEBUG)
+
+
+def run(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the CLI and return its exit code; tests call this directly."""
+    try:
+        rv = app(args=list(argv) if argv is not None else None, prog_name="edgeq", standalone_mode=False)
+    except EdgeqError as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
+        return e.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("interrupted")
+        return 130
+    except typer.Exit as e:
+        return e.exit_code
+    except typer.TyperException as e:
+        # Usage errors: one line plus the hint to ask for help.
+        msg = e.format_message()
+        see = f"edgeq {_subcommand(argv)}--help"
+        if msg.strip():  # bare 'edgeq' has printed the help already: no empty error line under it
+            err.print(f"[bold red]error:[/] {escape(msg)}  (see '{see}')", highlight=False)
+        code = getattr(e, "exit_code", EXIT_USAGE)
+        return EXIT_USAGE if code in (None, 2) else int(code)
+    return rv if isinstance(rv, int) else EXIT_OK
+
+
+def _subcommand(argv: Optional[Sequence[str]]) -> str:
+    args = list(argv) if argv is not None else sys.argv[1:]
+    names = {c.name for c in app.registered_commands}
+    words = [a for a in args if not a.startswith("-")]
+    first = words[0] if words else None
+    groups = {g.name: g.typer_instance for g in app.registered_groups if g.typer_instance is not None}
+    sub = {c.name for c in groups[first].registered_commands} if first in groups else set()
+    if len(words) > 1 and words[1] in sub:  # 'edgeq targets check --help', not 'edgeq --help'
+        return f"{first} {words[1]} "
+    return f"{first} " if first in names or first in groups else ""
+
+
+def main() -> None:
+    sys.exit(run())

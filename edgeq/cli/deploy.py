@@ -1,0 +1,241 @@
+"""``edgeq deploy`` and ``edgeq targets`` (``edgeq.orchestration.deploy``): one model built and proved on
+one target, and the target files themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from edgeq.cli.app import app
+from edgeq.cli.options import (
+    GATE,
+    AcceptNewHostKey,
+    Calib,
+    Calibrator,
+    CalibratorOpt,
+    Duration,
+    Fp16,
+    Gate,
+    Iterations,
+    Json,
+    Overrides,
+    Percentile,
+    Placement,
+    PlacementOpt,
+    Preprocess,
+    RunsDir,
+    TargetName,
+    profile_settings,
+    quantize_options,
+)
+from edgeq.cli.output import (
+    EXIT_CHECK_FAILED,
+    EXIT_CODES_HELP,
+    EXIT_OK,
+    err,
+    out,
+    print_json,
+    print_verdict,
+    progress_display,
+)
+from edgeq.errors import EdgeqError
+from edgeq.findings import ProgressFn
+
+_DEPLOY_HELP = (
+    "Build and prove an engine on a target: clean -> quantize (a float model with --calib) -> lint -> "
+    "upload -> probe -> build -> inspect -> profile -> report -> gate, everything into "
+    "runs/<model>-<target>-<time>/ (stages.json, deploy.log, the engine, report.html). The gate is the "
+    "target file's unless --gate says otherwise.\n\n" + EXIT_CODES_HELP
+)
+
+
+def _stage_table(stages: Sequence[Any]) -> Table:
+    style = {"ok": "green", "failed": "bold red", "skipped": "dim", "not run": "dim", "pending": "dim"}
+    t = Table(title="deploy", show_lines=False, expand=False)
+    t.add_column("stage")
+    t.add_column("status")
+    t.add_column("s", justify="right")
+    t.add_column("summary", overflow="fold")
+    for s in stages:
+        t.add_row(s.name, f"[{style.get(s.status, '')}]{s.status}[/]", f"{s.seconds:.2f}", escape(s.summary))
+    return t
+
+
+def _baseline_gate(gate: Optional[str], baseline: Optional[str], calib: Optional[Path]) -> Optional[str]:
+    """deploy's own gate policy given --gate/--baseline: 'relative' replaces it (the policy is then none)."""
+    if baseline not in (None, "implicit"):
+        raise typer.BadParameter(f"unknown baseline {baseline!r}; only: implicit", param_hint="--baseline")
+    if gate == "relative" and baseline is None:
+        raise typer.BadParameter("--gate relative needs --baseline implicit", param_hint="--gate")
+    if baseline is not None and calib is None:
+        raise typer.BadParameter("--baseline implicit needs a float model and --calib", param_hint="--calib")
+    return "none" if gate == "relative" else gate
+
+
+def _relative_to_baseline(result: Any, target: Any, accept_new_host_key: bool, progress: ProgressFn) -> Any:
+    """deploy --baseline implicit: build the implicit engine of the run, gate the run's engine against it."""
+    from edgeq.orchestration.variants import VariantOptions, engine_of_run, implicit_baseline
+    from edgeq.report.compare import diff_pair, relative_gate
+
+    if result.finished is None:
+        return None
+    opts = VariantOptions(accept_new_host_key=accept_new_host_key)
+    base = implicit_baseline(result, target, opts, progress)
+    if not base.built:  # a target-side failure: exit 1, as any other stage's
+        raise EdgeqError(f"--baseline implicit: the implicit engine did not build: {base.error}", exit_code=1)
+    return relative_gate(diff_pair(base, engine_of_run(result)))
+
+
+@app.command("deploy", help=_DEPLOY_HELP, short_help="Build, profile and gate an engine on a target.")
+def deploy_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model: Q/DQ (explicit INT8) or float."),
+    target: TargetName = ...,  # type: ignore[assignment]
+    accept_new_host_key: AcceptNewHostKey = False,
+    runs_dir: RunsDir = Path("runs"),
+    calib: Calib = None,
+    preprocess: Preprocess = None,
+    calibrator: CalibratorOpt = Calibrator.entropy,
+    percentile: Percentile = 99.99,
+    placement: PlacementOpt = Placement.trt,
+    overrides: Overrides = None,
+    gate: Gate = None,
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", metavar="implicit", rich_help_panel=GATE,
+        help="Also build the implicit engine; --gate relative judges against it.",
+    ),
+    pipeline: Optional[Path] = typer.Option(
+        None, "--pipeline", metavar="YAML", rich_help_panel=GATE, help="A pipeline file: its gate allowlist."
+    ),
+    fp16: Fp16 = None,
+    iterations: Iterations = 10,
+    duration: Duration = 3.0,
+    json_out: Json = False,
+) -> int:
+    from edgeq.orchestration.deploy import DeployOptions, deploy
+    from edgeq.orchestration.run import load_pipeline
+    from edgeq.remote.targets import resolve_target
+
+    tgt = resolve_target(target or "")
+    allow: tuple[str, ...] = ()
+    require_fusion: Optional[bool] = None
+    if pipeline is not None:
+        pl = load_pipeline(pipeline)
+        if pl.gate is not None:
+            allow, require_fusion = pl.gate.allow, pl.gate.require_fusion
+    options = DeployOptions(
+        quantize=quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
+                                  placement=placement, overrides=overrides),
+        accept_new_host_key=accept_new_host_key, gate=_baseline_gate(gate, baseline, calib), gate_allow=allow,
+        gate_require_fusion=require_fusion, runs_dir=runs_dir,
+        profile=profile_settings(fp16, iterations, duration),
+    )  # fmt: skip
+
+    def event(line: str) -> None:
+        if line.endswith(": started") or ": failed - " in line:
+            return  # a failure is printed once, as the error line
+        err.print(f"[dim]{escape(line)}[/]", highlight=False)
+
+    with progress_display(enabled=not json_out) as progress:
+        result = deploy(model, tgt, options, progress=progress, on_event=event)
+        relative = _relative_to_baseline(result, tgt, accept_new_host_key, progress) if baseline else None
+    code = EXIT_OK if result.gate_passed and relative is not False else EXIT_CHECK_FAILED
+    gate_result = result.finished.gate if result.finished is not None else None
+    if json_out:
+        print_json(
+            {
+                "run_dir": str(result.run_dir),
+                "stages": [vars(s) for s in result.stages],
+                "timings": result.timings,
+                "gate": gate_result.to_dict() if gate_result is not None else None,
+                "relative_gate": relative.to_dict() if relative else None,
+                "exit_code": code,
+            }
+        )
+        return code
+    out.print(_stage_table(result.stages))
+    if result.finished is not None:
+        out.print(f"report: [bold]{escape(str(result.finished.report_html))}[/]")
+    if gate_result is not None:
+        print_verdict(gate_result)
+    if relative is not None:
+        print_verdict(relative)
+    out.print(f"run directory: [bold]{escape(str(result.run_dir))}[/]")
+    return code
+
+
+targets_app = typer.Typer(help="Target files (targets/*.yaml): list them, check one against its machine.")
+app.add_typer(targets_app, name="targets")
+
+
+@targets_app.command(
+    "list",
+    help="List targets/*.yaml in the current directory and whether each is valid (offline: the file is "
+    "checked, not the machine). Exit 1 when a file is invalid, naming the key at fault.",
+)
+def targets_list_cmd() -> int:
+    from edgeq.remote.targets import TARGETS_DIR, list_target_files, load_target
+
+    files = list_target_files()
+    if not files:
+        err.print(f"no target files in ./{TARGETS_DIR}/ (examples: the edgeq repository's targets/)")
+        return EXIT_OK
+    t = Table(title=f"./{TARGETS_DIR}", expand=False)
+    for col in ("name", "host", "backend", "TensorRT", "sm", "status"):
+        t.add_column(col, overflow="fold")
+    problems: list[str] = []
+    for path in files:
+        try:
+            tg = load_target(path)
+        except EdgeqError as e:
+            problems.append(str(e))
+            t.add_row(path.stem, "", "", "", "", "[bold red]invalid[/]")
+            continue
+        where = f"{tg.user}@{tg.host}:{tg.port}" + (f" via {tg.jump_host}" if tg.jump_host else "")
+        where = "this machine (no SSH)" if tg.is_local else where
+        t.add_row(
+            tg.name, escape(where), tg.backend, tg.tensorrt or "-", tg.compute_capability or "-",
+            "[green]ok[/]",
+        )
+    out.print(t)
+    for p in problems:
+        out.print(f"[bold red]invalid:[/] {escape(p)}")
+    return EXIT_CHECK_FAILED if problems else EXIT_OK
+
+
+@targets_app.command(
+    "check",
+    help="Connect to a target (host key checked against its known_hosts), ship the edgeq agent, probe it "
+    "(TensorRT version, GPU, compute capability, DLA cores, free memory, Python) and compare with the file's "
+    "'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 unreachable, "
+    "no TensorRT or not what the file expects; 2 the target file is invalid, or the host key or the "
+    "login is refused (unknown/changed key, wrong identity file).",
+)
+def targets_check_cmd(
+    name: str = typer.Argument(..., help="Target name (targets/NAME.yaml) or a YAML path."),
+    accept_new_host_key: AcceptNewHostKey = False,
+    json_out: Json = False,
+) -> int:
+    from edgeq.orchestration.deploy import check_target
+    from edgeq.remote.targets import resolve_target
+
+    tgt = resolve_target(name)
+    with progress_display(enabled=not json_out) as progress:
+        facts = check_target(tgt, accept_new_host_key=accept_new_host_key, progress=progress)
+    if json_out:
+        print_json(facts)
+        return EXIT_OK
+    trt = facts.get("tensorrt") or {}
+    gpus = facts.get("gpus") or []
+    gpu = gpus[0] if gpus else {}
+    out.print(
+        f"[green]{escape(tgt.name)} ok[/]: TensorRT {escape(str(trt.get('version')))}, "
+        f"{escape(str(gpu.get('name', 'no GPU listed')))} (sm {escape(str(gpu.get('compute_capability')))}, "
+        f"{escape(str(gpu.get('memory_free_mib')))} MiB free), DLA cores {trt.get('num_DLA_cores', '-')}, "
+        f"Python {escape(str((facts.get('python') or {}).get('version')))}"
+    )
+    return EXIT_OK

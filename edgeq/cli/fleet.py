@@ -1,0 +1,329 @@
+"""``edgeq fleet validate``, ``edgeq release`` and ``edgeq run`` (``edgeq.orchestration.fleet``, ``run``,
+``edgeq.release``): one model on many targets, its release bundle, a whole pipeline file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+from typer.core import TyperGroup
+
+from edgeq.cli.app import app
+from edgeq.cli.options import (
+    AcceptNewHostKey,
+    BuildOncePerKind,
+    Calib,
+    Calibrator,
+    CalibratorOpt,
+    Duration,
+    Fleet,
+    Gate,
+    Iterations,
+    Json,
+    Overrides,
+    Preprocess,
+    RunsDir,
+    profile_settings,
+    quantize_options,
+)
+from edgeq.cli.output import EXIT_CODES_HELP, EXIT_OK, code_for, err, out, print_json, progress_display
+from edgeq.errors import EdgeqError
+
+fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a fleet YAML or an Ansible "
+                        "inventory).")
+app.add_typer(fleet_app, name="fleet")
+
+_ROW_STYLE = {"pending": "dim", "running": "cyan", "passed": "green", "failed": "bold red"}
+
+
+def _live_rows(rows: dict[str, Any]) -> Table:
+    t = Table(title="fleet", expand=False)
+    for col in ("target", "destination", "status", "stage"):
+        t.add_column(col)
+    for r in rows.values():
+        st = _ROW_STYLE.get(r.status, "")
+        t.add_row(escape(r.target), escape(r.destination), f"[{st}]{r.status}[/]", escape(r.stage))
+    return t
+
+
+def _fleet_matrix(result: Any) -> Table:
+    from edgeq.orchestration.fleet import matrix
+
+    cells = matrix(result)
+    t = Table(title=f"fleet: {escape(result.model.name)}", expand=False)
+    for col in (cells[0].keys() if cells else ()):
+        t.add_column(col, overflow="fold")
+    for row in cells:
+        style = "green" if row["result"] == "passed" else "red"
+        t.add_row(*(escape(v) for v in list(row.values())[:-1]), f"[{style}]{escape(row['result'])}[/]")
+    return t
+
+
+def _row_finished(row: Any) -> None:
+    if row.status in ("passed", "failed"):
+        style = _ROW_STYLE.get(row.status, "")
+        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
+
+
+def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any:
+    """Load the fleet and validate, with one live row per target on stderr when ``live``."""
+    from rich.live import Live
+
+    from edgeq.orchestration.fleet import validate
+    from edgeq.orchestration.fleet_file import load_fleet
+
+    fleet = load_fleet(fleet_path)
+    rows: dict[str, Any] = {}
+    if not live:
+        return validate(model, fleet, options)
+    if not err.is_terminal:  # CI logs: one line per target as it finishes, no redrawn table
+        return validate(model, fleet, options, on_row=_row_finished)
+    with Live(_live_rows(rows), console=err, transient=True, refresh_per_second=4) as view:
+
+        def on_row(row: Any) -> None:
+            rows[row.target] = row
+            view.update(_live_rows(rows))
+
+        return validate(model, fleet, options, on_row=on_row)
+
+
+def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Optional[Path],
+                  overrides: Optional[Path], gate: Optional[str], runs_dir: Path, accept_new_host_key: bool,
+                  build_once_per_kind: bool, workers: Optional[int] = None, iterations: int = 10,
+                  duration: float = 3.0) -> Any:
+    from edgeq.orchestration.fleet import FleetOptions
+
+    quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides)
+    return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir,
+                        accept_new_host_key=accept_new_host_key, build_once_per_kind=build_once_per_kind,
+                        workers=workers,
+                        profile=profile_settings(None, iterations, duration))  # fmt: skip
+
+
+@fleet_app.command(
+    "validate",
+    help="Deploy one model to every target of a fleet at once and print a matrix: target x (reachable, "
+    "TensorRT, GPU, build, gate, latency, throughput, report). The model is prepared once; a failing target "
+    "fails its row only. --fleet: edgeq's fleet YAML or an Ansible inventory (ansible_host, ansible_user, "
+    "..., other target keys as edgeq_<key> vars).\n\nExit codes: 0 every target passed; 1 a target "
+    "failed; 2 a usage or input error.",
+    short_help="One model on every target of a fleet at once.",
+)
+def fleet_validate_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model: Q/DQ (explicit INT8) or float."),
+    fleet: Fleet = ...,  # type: ignore[assignment]
+    accept_new_host_key: AcceptNewHostKey = False,
+    runs_dir: RunsDir = Path("runs"),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", metavar="N", min=1, help="Targets at once \\[default: the fleet file's]."
+    ),
+    calib: Calib = None,
+    preprocess: Preprocess = None,
+    calibrator: CalibratorOpt = Calibrator.entropy,
+    overrides: Overrides = None,
+    gate: Gate = None,
+    build_once_per_kind: BuildOncePerKind = False,
+    iterations: Iterations = 10,
+    duration: Duration = 3.0,
+    junit: Optional[Path] = typer.Option(
+        None, "--junit", metavar="FILE", help="Also write JUnit XML (a testcase a target)."
+    ),
+    json_out: Json = False,
+) -> int:
+    from edgeq.fs import atomic_write_text, check_writable
+    from edgeq.orchestration.fleet import junit_xml
+
+    assert fleet is not None  # required
+    if junit is not None:
+        check_writable(junit, inputs=(model, fleet))
+    options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
+                            build_once_per_kind, workers, iterations, duration)  # fmt: skip
+    result = run_fleet(model, fleet, options, live=not json_out)
+    code = code_for(result.passed)
+    if junit is not None:
+        atomic_write_text(junit, junit_xml(result))
+    if json_out:
+        print_json({**result.to_dict(), "exit_code": code})
+        return code
+    out.print(_fleet_matrix(result))
+    passed = sum(r.passed for r in result.rows)
+    style = "green" if result.passed else "bold red"
+    out.print(f"[{style}]{passed}/{len(result.rows)} targets passed[/]; fleet directory: "
+              f"[bold]{escape(str(result.fleet_dir))}[/]")  # fmt: skip
+    return code
+
+
+# --------------------------------------------------------------------------------------------------
+# edgeq release  (edgeq.release)
+# --------------------------------------------------------------------------------------------------
+
+
+class _DefaultCreate(TyperGroup):
+    """``edgeq release MODEL ...`` is ``edgeq release create MODEL ...``; verify/inspect stay commands."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["create", *args]
+        return super().parse_args(ctx, args)
+
+
+release_app = typer.Typer(
+    cls=_DefaultCreate,
+    help="Release bundles: 'edgeq release MODEL --fleet F -o bundle.tar.gz' (or --from a fleet directory) "
+    "packs the shipped ONNX, the calibration cache, one engine per target kind, the reports and a manifest "
+    "(sha256 and size of every file, versions, source hash, git commit); same inputs give the same bytes. "
+    "'edgeq release verify' checks a bundle, 'edgeq release inspect' prints its manifest.",
+    short_help="A reproducible bundle of a passed fleet; verify and inspect one.",
+)
+app.add_typer(release_app, name="release")
+
+
+@release_app.command(
+    "create",
+    help="Validate MODEL on --fleet (as 'edgeq fleet validate') and bundle the result, or bundle an earlier "
+    "fleet directory (--from). Only a fleet where every target passed is released.\n\n" + EXIT_CODES_HELP,
+)
+def release_create_cmd(
+    model: Optional[Path] = typer.Argument(None, help="The ONNX model (with --fleet)."),
+    output: Path = typer.Option(..., "-o", "--output", metavar="FILE", help="The bundle to write (.tar.gz)."),
+    fleet: Fleet = None,
+    from_dir: Optional[Path] = typer.Option(
+        None, "--from", metavar="DIR", help="A fleet directory (edgeq fleet validate)."
+    ),
+    runs_dir: RunsDir = Path("runs"),
+    calib: Calib = None,
+    preprocess: Preprocess = None,
+    calibrator: CalibratorOpt = Calibrator.entropy,
+    overrides: Overrides = None,
+    gate: Gate = None,
+    build_once_per_kind: BuildOncePerKind = True,
+    json_out: Json = False,
+) -> int:
+    from edgeq.fs import check_writable
+    from edgeq.release.bundle import build_bundle
+
+    if (from_dir is None) == (model is None or fleet is None):
+        raise EdgeqError("give MODEL --fleet FILE, or --from FLEET_DIR (one of them)")
+    check_writable(output, inputs=tuple(p for p in (model, fleet) if p is not None))
+    if from_dir is None:
+        assert model is not None and fleet is not None
+        options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, False,
+                                build_once_per_kind)  # fmt: skip
+        result = run_fleet(model, fleet, options, live=not json_out)
+        if not json_out:
+            out.print(_fleet_matrix(result))
+        from_dir = result.fleet_dir
+    manifest = build_bundle(from_dir, output)
+    if json_out:
+        print_json(manifest)
+        return EXIT_OK
+    _render_manifest(manifest)
+    out.print(f"wrote [bold]{escape(str(output))}[/]")
+    return EXIT_OK
+
+
+def _render_manifest(m: dict[str, Any]) -> None:
+    src = m.get("source_model") or {}
+    out.print(f"{escape(str(m.get('format')))} by edgeq {escape(str(m.get('edgeq')))}, created "
+              f"{escape(str(m.get('created')))}, git {escape(str(m.get('git_commit') or '-'))}")  # fmt: skip
+    out.print(f"source model {escape(str(src.get('name')))} sha256 {escape(str(src.get('sha256')))}")
+    t = Table(title="engines (one per kind)", expand=False)
+    for col in ("kind", "TensorRT", "GPU", "sm", "JetPack", "built on", "file"):
+        t.add_column(col, overflow="fold")
+    for kind, e in sorted((m.get("engines") or {}).items()):
+        t.add_row(*(escape(str(v or "-")) for v in (kind, e.get("tensorrt"), e.get("gpu"),
+                                                    e.get("compute_capability"), e.get("jetpack"),
+                                                    e.get("built_on"), e.get("path"))))  # fmt: skip
+    out.print(t)
+    files = m.get("files") or []
+    out.print(f"{len(files)} files, {sum(int(f.get('size', 0)) for f in files)} bytes; targets: "
+              + ", ".join(escape(str(x.get("name"))) for x in m.get("targets") or []))
+
+
+@release_app.command(
+    "verify",
+    help="Check a bundle: the manifest's own hash, then every file's sha256 and size, and files the "
+    "manifest does not list. Each problem is printed with its kind: \\[manifest] edited manifest, "
+    "\\[modified] a file changed, \\[missing] a listed file absent, \\[extra] an unlisted file.\n\n"
+    "Exit codes: 0 the bundle is intact; 1 a problem was found (or the archive is corrupt); 2 no such file.",
+)
+def release_verify_cmd(
+    bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    json_out: Json = False,
+) -> int:
+    from edgeq.release.bundle import verify
+
+    v = verify(bundle)
+    code = code_for(v)
+    if json_out:
+        print_json({"ok": bool(v), "checked": v.checked, "exit_code": code,
+                    "problems": [vars(p) for p in v.problems]})  # fmt: skip
+        return code
+    for p in v.problems:
+        out.print(f"[bold red]{escape(str(p))}[/]")
+    out.print(("[green]" if v else "[bold red]") + escape(v.summary()) + "[/]")
+    return code
+
+
+@release_app.command("inspect", help="Print a bundle's manifest: versions, engines per kind, files.")
+def release_inspect_cmd(
+    bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    json_out: Json = False,
+) -> int:
+    from edgeq.release.bundle import inspect
+
+    manifest = inspect(bundle)
+    if json_out:
+        print_json(manifest)
+    else:
+        _render_manifest(manifest)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------------
+# edgeq run  (edgeq.orchestration.run)
+# --------------------------------------------------------------------------------------------------
+
+_OUTCOME_STYLE = {"ran": "green", "skipped": "dim", "failed": "bold red", "not run": "dim"}
+
+
+@app.command(
+    "run",
+    help="Run a whole pipeline file: model (a path, or zoo:resnet|yolo|unet built in code) -> prepare "
+    "(clean, quantize with its calibration/preprocessing/overrides, lint) -> targets (a target, a fleet "
+    "file or a target list; gate policy) -> release bundle. Stages are resumable: a stage whose inputs "
+    "(files by content, settings by value) did not change since its last success is skipped and says so; "
+    "--force runs them all. Work files: runs/pipeline-<name>/. Examples: pipelines/*.yaml.\n\n"
+    + EXIT_CODES_HELP,
+    short_help="A whole pipeline from one file, resumable stage by stage.",
+)
+def run_cmd(
+    pipeline: Path = typer.Argument(..., help="The pipeline YAML."),
+    force: bool = typer.Option(False, "--force", help="Run every stage, changed or not."),
+    json_out: Json = False,
+) -> int:
+    from edgeq.orchestration.run import run_pipeline
+
+    def show(stage: Any) -> None:
+        if not json_out:
+            style = _OUTCOME_STYLE.get(stage.status, "")
+            out.print(f"{stage.name:<8} [{style}]{stage.status:<8}[/] {escape(stage.summary)}")
+
+    def on_row(row: Any) -> None:  # one line per target as it finishes (the progress bar is live)
+        if not json_out:
+            _row_finished(row)
+
+    with progress_display(enabled=not json_out) as progress:
+        result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force)
+    code = code_for(result.passed)
+    if json_out:
+        print_json({"work_dir": str(result.work_dir), "stages": [vars(s) for s in result.stages],
+                    "passed": result.passed, "exit_code": code})  # fmt: skip
+        return code
+    if result.fleet is not None:
+        out.print(_fleet_matrix(result.fleet))
+    out.print(f"work directory: [bold]{escape(str(result.work_dir))}[/]")
+    return code

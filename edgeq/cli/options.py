@@ -1,0 +1,126 @@
+"""The options more than one command takes, each declared once (as Polygraphy declares argument groups),
+and the library options objects built from them.
+
+A command lists the ones it takes by these names (``calib: Calib = None``); the flag, its type and its
+help live here only, and ``--help`` shows each group in its own panel. Options one command alone takes
+are declared in that command.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from edgeq.pipeline.stages import ProfileSettings
+    from edgeq.quant.quantize import QuantizeOptions
+
+QUANTIZE = "Quantization"
+TARGET = "Target"
+GATE = "Gate"
+BUILD = "Build and profile"
+
+
+class Calibrator(str, Enum):
+    entropy = "entropy"
+    max = "max"
+    percentile = "percentile"
+    mse = "mse"
+
+
+class Placement(str, Enum):
+    trt = "trt"
+    all = "all"
+
+
+# -- quantization: what quantize, deploy, compare, tune, fleet and release calibrate on, and how -----------
+Calib = Annotated[Optional[Path], typer.Option(
+    "--calib", metavar="PATH", rich_help_panel=QUANTIZE,
+    help="Calibration data: .npy/.npz or images, a directory or one file.")]
+Synthetic = Annotated[Optional[int], typer.Option(
+    "--synthetic", metavar="N", rich_help_panel=QUANTIZE, help="N random samples instead (demos only).")]
+Preprocess = Annotated[Optional[Path], typer.Option(
+    "--preprocess", metavar="YAML", rich_help_panel=QUANTIZE,
+    help="Image preprocessing (pipelines/preprocess-imagenet.yaml).")]
+CalibratorOpt = Annotated[Calibrator, typer.Option(
+    "--calibrator", metavar="NAME", case_sensitive=False, rich_help_panel=QUANTIZE,
+    help="entropy, max, percentile or mse.")]
+Percentile = Annotated[float, typer.Option(
+    "--percentile", metavar="P", rich_help_panel=QUANTIZE, help="For --calibrator percentile.")]
+Holdout = Annotated[float, typer.Option(
+    "--holdout", metavar="F", rich_help_panel=QUANTIZE, help="Fraction held out for the accuracy check.")]
+MinCosine = Annotated[Optional[float], typer.Option(
+    "--min-cosine", metavar="C", rich_help_panel=QUANTIZE,
+    help="Accuracy bound: FP32 vs Q/DQ cosine on held-out data.")]
+PlacementOpt = Annotated[Placement, typer.Option(
+    "--placement", metavar="trt|all", case_sensitive=False, rich_help_panel=QUANTIZE,
+    help="trt: the 8.6 rules; all: every tensor.")]
+Overrides = Annotated[Optional[Path], typer.Option(
+    "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
+
+# -- the target ------------------------------------------------------------------------------------------
+TargetName = Annotated[Optional[str], typer.Option(
+    "--target", "-t", metavar="NAME", rich_help_panel=TARGET, help="targets/NAME.yaml, or a target file.")]
+AcceptNewHostKey = Annotated[bool, typer.Option(
+    "--accept-new-host-key", rich_help_panel=TARGET, help="Trust and record an unknown host key.")]
+RunsDir = Annotated[Path, typer.Option(
+    "--runs-dir", metavar="DIR", rich_help_panel=TARGET, help="Where run directories are created.")]
+Fleet = Annotated[Optional[Path], typer.Option(
+    "--fleet", "-f", metavar="FILE", rich_help_panel=TARGET, help="A fleet YAML or an Ansible inventory.")]
+
+# -- the gate ----------------------------------------------------------------------------------------------
+Gate = Annotated[Optional[str], typer.Option(
+    "--gate", metavar="NAME", rich_help_panel=GATE,
+    help="int8, fusion, none or relative.")]
+
+# -- building and timing on a target ------------------------------------------------------------------------
+Fp16 = Annotated[Optional[bool], typer.Option(
+    "--fp16/--no-fp16", rich_help_panel=BUILD, help="Allow FP16 fallback \\[default: the target's].")]
+Iterations = Annotated[int, typer.Option(
+    "--iterations", metavar="N", min=1, rich_help_panel=BUILD, help="Profile at least N runs.")]
+Duration = Annotated[float, typer.Option(
+    "--duration", metavar="S", min=0, rich_help_panel=BUILD, help="Profile at least S seconds.")]
+BuildOncePerKind = Annotated[bool, typer.Option(
+    "--build-once-per-kind/--build-each", rich_help_panel=BUILD,
+    help="One build per compute capability + TensorRT version.")]
+
+# -- output ------------------------------------------------------------------------------------------------
+Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+Html = Annotated[Optional[Path], typer.Option(
+    "--html", metavar="FILE", help="Also write a self-contained HTML page here.")]
+Onnx = Annotated[Optional[Path], typer.Option(
+    "--onnx", metavar="MODEL", help="The model the engines came from: their layers mapped to its nodes.")]
+
+
+def quantize_options(
+    calib: Optional[Path] = None,
+    *,
+    synthetic: Optional[int] = None,
+    preprocess: Optional[Path] = None,
+    calibrator: Calibrator = Calibrator.entropy,
+    percentile: float = 99.99,
+    placement: Placement = Placement.trt,
+    overrides: Optional[Path] = None,
+    holdout: float = 0.2,
+    min_cosine: Optional[float] = None,
+    cache: Optional[Path] = None,
+    from_engine: Optional[Path] = None,
+) -> QuantizeOptions:
+    """The one options object of every command that quantizes (the groups above, by value)."""
+    from edgeq.quant.quantize import QuantizeOptions
+
+    return QuantizeOptions(
+        calib=calib, synthetic=synthetic, preprocess=preprocess, calibrator=Calibrator(calibrator).value,
+        percentile=percentile, placement=Placement(placement).value, overrides=overrides, holdout=holdout,
+        min_cosine=min_cosine, cache_path=cache, from_engine=from_engine,
+    )  # fmt: skip
+
+
+def profile_settings(fp16: Optional[bool] = None, iterations: int = 10, duration: float = 3.0
+                     ) -> ProfileSettings:
+    from edgeq.pipeline.stages import ProfileSettings
+
+    return ProfileSettings(fp16=fp16, iterations=iterations, duration=duration)

@@ -1,0 +1,146 @@
+"""``edgeq quantize`` (``edgeq.quant``): a float model to explicit INT8, and the implicit path's cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from edgeq.cli.app import app
+from edgeq.cli.options import (
+    QUANTIZE,
+    Calib,
+    Calibrator,
+    CalibratorOpt,
+    Holdout,
+    Json,
+    MinCosine,
+    Overrides,
+    Percentile,
+    Placement,
+    PlacementOpt,
+    Preprocess,
+    Synthetic,
+    quantize_options,
+)
+from edgeq.cli.output import (
+    EXIT_CODES_HELP,
+    code_for,
+    err,
+    out,
+    print_json,
+    progress_display,
+    render_findings,
+)
+from edgeq.findings import Level
+
+_HELP = (
+    "Quantize a float ONNX model to explicit INT8 (Q/DQ) placed so TensorRT 8.6 fuses, and write the "
+    "implicit path's calibration cache from the same statistics.\n\n"
+    "The model is cleaned first; the input is never modified. Writes <name>.int8.onnx (explicit: trtexec "
+    "--int8 --onnx), <name>.int8.cache with <name>.int8.fp32.onnx, the cleaned FP32 model whose tensor "
+    "names the cache uses (implicit: trtexec --int8 --calib=... --onnx=<name>.int8.fp32.onnx), and the "
+    "summary <name>.int8.json; then compares FP32 and Q/DQ in onnxruntime on held-out samples "
+    "(--min-cosine makes that a gate, exit 1). Where each Q/DQ goes, and why a tensor stays float, is a "
+    "rule: 'edgeq rules' lists them with their evidence.\n\n" + EXIT_CODES_HELP
+)
+
+
+@app.command("quantize", help=_HELP, short_help="Post-training INT8 quantization placed for TensorRT 8.6.")
+def quantize_cmd(
+    model: Path = typer.Argument(..., help="The float ONNX model (with its external data beside it)."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", metavar="PATH", help="The Q/DQ model \\[default: <name>.int8.onnx]."
+    ),
+    cache: Optional[Path] = typer.Option(
+        None, "--cache", metavar="PATH", help="The calibration cache \\[default: -o's name, .cache]."
+    ),
+    calib: Calib = None,
+    synthetic: Synthetic = None,
+    preprocess: Preprocess = None,
+    calibrator: CalibratorOpt = Calibrator.entropy,
+    percentile: Percentile = 99.99,
+    holdout: Holdout = 0.2,
+    min_cosine: MinCosine = None,
+    placement: PlacementOpt = Placement.trt,
+    overrides: Overrides = None,
+    from_engine: Optional[Path] = typer.Option(
+        None, "--from-engine", metavar="JSON", rich_help_panel=QUANTIZE,
+        help="Place Q/DQ where this implicit engine ran INT8 (its layer JSON).",
+    ),
+    json_out: Json = False,
+) -> int:
+    from edgeq.errors import QuantError
+    from edgeq.quant.quantize import quantize_file
+
+    if (calib is None) == (synthetic is None):
+        raise QuantError("give calibration data: --calib DIR or --synthetic N (one of them)")
+    options = quantize_options(
+        calib, synthetic=synthetic, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
+        placement=placement, overrides=overrides, holdout=holdout, min_cosine=min_cosine, cache=cache,
+        from_engine=from_engine,
+    )  # fmt: skip
+    with progress_display(enabled=not json_out) as progress:
+        result = quantize_file(model, options, output=output, progress=progress)
+    code = code_for(result.ok)
+    if json_out:
+        print_json({**result.to_dict(), "exit_code": code})
+        return code
+    _render(result)
+    return code
+
+
+def _render(result: Any) -> None:
+    d = result.to_dict()
+    q = d["quantized"]
+    title = f"edgeq quantize ({escape(d['placement'])} placement, {escape(d['calibrator'])} calibrator)"
+    t = Table(title=title, expand=False)
+    t.add_column("what", style="bold")
+    t.add_column("count", justify="right")
+    t.add_column("notes", overflow="fold")
+    t.add_row("activation Q/DQ pairs", str(q["activations"]), "per-tensor int8, zero-point 0")
+    t.add_row("weights (int8 + DQ)", str(q["weights"]), "per-channel on the output-channel axis")
+    t.add_row("INT8 by commuting", str(q["int8_by_commute"]), "place-commute: Q/DQ move across them")
+    t.add_row("shared scale groups", str(q["scale_groups_shared"]), "place-concat-shared-scale")
+    t.add_row("left in float", str(d["float"]["count"]), "see below", end_section=True)
+    for rule_id, n in d["float"]["by_rule"].items():
+        first = d["rules"].get(rule_id, {}).get("description", "").split(". ")[0]
+        t.add_row(f"  {rule_id}", str(n), escape(first))
+    out.print(t)
+    if "mirror" in d:
+        _render_mirror(d["mirror"])
+    acc = result.accuracy
+    if acc is not None:
+        a = Table(title=f"Accuracy: FP32 vs Q/DQ in onnxruntime ({acc.samples} held-out samples)")
+        for col in ("output", "cosine (mean)", "cosine (worst)", "max abs error", "top-1 agreement"):
+            a.add_column(col, justify="left" if col == "output" else "right")
+        for o in acc.outputs:
+            top1 = f"{o.top1:.1%}" if o.top1 is not None else "-"
+            figures = (f"{o.cosine:.6f}", f"{o.min_cosine:.6f}", f"{o.max_abs_error:.4g}", top1)
+            a.add_row(escape(o.name), *figures)
+        out.print(a)
+        if acc.threshold is not None:
+            style = "green" if acc else "bold red"
+            out.print(f"accuracy gate: [{style}]{escape(str(acc))}[/]")
+    for note in d["notes"]:
+        err.print(f"[yellow]note:[/] {escape(note)}")
+    errors = [f for f in result.clean_findings if f.level == Level.ERROR]
+    if errors:
+        render_findings(errors, title="Cleaned model: still unfit for TensorRT 8.6")
+    out.print(f"wrote [bold]{escape(d['output'])}[/], [bold]{escape(d['cache'])}[/] "
+              f"({d['cache_tensors']} tensors in the calibration cache), [bold]{escape(d['fp32_model'])}[/] "
+              f"(the FP32 model for the cache: trtexec --int8 --calib --onnx) and "
+              f"[bold]{escape(d['summary'])}[/]")
+
+
+def _render_mirror(m: dict[str, Any]) -> None:
+    out.print(f"mirrored {m['int8_edges']} INT8 edges ({m['float_edges']} read in float) from "
+              f"{escape(m['engine'])}: {m['mapped_layers']} of {m['named_layers']} named layers map")
+    for u in m["unmapped"]:
+        err.print(f"[yellow]unmapped:[/] {escape(u['tensor'])} read {u['precision'] or '?'} by "
+                  f"'{escape(u['layer'])}': {escape(u['reason'])}")
+    for name in m["unmapped_layers"]:
+        err.print(f"[yellow]unmapped layer:[/] {escape(name)}")

@@ -1,0 +1,72 @@
+"""Every command's --help fits one screen (at most 40 lines at 100 columns) and shows every option whole:
+rule text lives in 'edgeq rules' and edgeq/docs/trt86-rules.md, not in the help."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import typer
+
+from edgeq.cli import app
+
+WIDTH, SCREEN = 100, 40
+
+
+def _commands() -> list[tuple[list[str], Any]]:
+    """Every command path under the root, groups included (``[]`` is the root itself)."""
+    found: list[tuple[list[str], Any]] = []
+
+    def walk(path: list[str], cmd: Any) -> None:
+        found.append((path, cmd))
+        for name, sub in getattr(cmd, "commands", {}).items():  # a group's commands
+            walk([*path, name], sub)
+
+    walk([], typer.main.get_command(app))
+    return found
+
+
+COMMANDS = _commands()
+
+
+def test_every_command_is_checked() -> None:
+    names = {" ".join(path) for path, _ in COMMANDS}
+    assert {"clean", "lint", "quantize", "report", "compare", "deploy", "tune", "targets check",
+            "fleet validate", "release create", "run", "rules", "demo"} <= names  # fmt: skip
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=[" ".join(p) or "edgeq" for p, _ in COMMANDS])
+def test_help_fits_a_screen_and_shows_every_option_whole(path: list[str], cli, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    monkeypatch.delenv("TERMINAL_WIDTH", raising=False)
+    code, out, err = cli(*path, "--help")
+    assert code == 0, err
+    lines = out.rstrip("\n").splitlines()
+    assert max(len(line) for line in lines) <= WIDTH  # rendered at the width asked for
+    assert len(lines) <= SCREEN, f"edgeq {' '.join(path)} --help is {len(lines)} lines:\n{out}"
+    assert "…" not in out, out  # nothing cut short
+    cmd = dict((tuple(p), c) for p, c in COMMANDS)[tuple(path)]
+    for param in cmd.params:
+        for name in (*param.opts, *param.secondary_opts):
+            if name.startswith("--"):
+                assert name in out, f"{name} missing from 'edgeq {' '.join(path)} --help'"
+
+
+# Options of one name that mean a different thing per command: each command's own output, and compare's
+# extra FP16 build beside deploy's FP16 fallback.
+OWN_MEANING = {"--output", "--fp16"}
+
+
+def test_an_option_many_commands_take_is_declared_once() -> None:
+    """--calibrator, --calib, --target, --gate ...: one declaration (flag, type, help, panel) everywhere."""
+    seen: dict[str, set[tuple[str, str, str]]] = {}
+    for _, cmd in COMMANDS:
+        for param in getattr(cmd, "params", []):
+            for name in param.opts:
+                if name.startswith("--") and name != "--help":
+                    kind = param.bare_type()
+                    panel = getattr(param, "rich_help_panel", None) or ""
+                    seen.setdefault(name, set()).add((param.help or "", kind, panel))
+    shared = {n: d for n, d in seen.items() if n not in OWN_MEANING}
+    assert {"--calibrator", "--calib", "--target", "--gate", "--json"} <= set(shared)
+    assert {n: d for n, d in shared.items() if len(d) > 1} == {}
