@@ -983,7 +983,7 @@ def compare_cmd(
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML page."),
 ) -> int:
     from edgeq.fs import atomic_write_text, check_writable
-    from edgeq.report.compare import compare_engines, engine_from_path, relative_gate
+    from edgeq.report.compare import compare_engines, engine_from_path, relative_gates
     from edgeq.report.compare_html import render_compare_html
 
     if gate_name not in ("relative", "none"):
@@ -1023,8 +1023,7 @@ def compare_cmd(
         if not json_out:
             out.print(f"run directory: [bold]{escape(str(built.run_dir))}[/]")
     comparison = compare_engines(found, findings)
-    judged = [d for d in comparison.diffs if gated is None or d.candidate in gated]
-    gates = [relative_gate(d, min_ratio) for d in judged] if gate_name == "relative" else []
+    gates = relative_gates(comparison, min_ratio, gated) if gate_name == "relative" else []
     code = EXIT_OK if all(gates) else EXIT_CHECK_FAILED
     if html_out is not None:
         atomic_write_text(html_out, render_compare_html(comparison, gates))
