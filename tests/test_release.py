@@ -208,3 +208,48 @@ def test_one_engine_per_kind_across_kinds(tmp_path, cli, monkeypatch):
     assert {"model/m.int8.onnx", "model/m.int8.cache", "model/m.int8.fp32.onnx"} <= set(members)
     assert all(info.mtime == 1700000000 for info, _ in members.values())
     assert cli("release", "verify", tmp_path / "b.tar.gz")[0] == 0
+
+
+def hand_fleet(root, boards, build=None):
+    """A passed fleet directory as 'edgeq fleet validate' writes it (fleet.json, host/, targets/NAME/),
+    written by hand: ``boards`` is {name: (compute capability, GPU, first line of nv_tegra_release)};
+    ``build`` the row's build cell (ok | reused) per board, each board's engine.plan naming its builder."""
+    fleet = root / "fleet"
+    (fleet / "host").mkdir(parents=True)
+    (fleet / "host" / "m.int8.onnx").write_bytes(b"onnx")
+    (fleet / "host" / "m.int8.cache").write_text("TRT-8600-EntropyCalibration2\n")
+    src = root / "m.onnx"
+    src.write_bytes(b"source")
+    build = build or {}
+    builder = {cc: name for name, (cc, _, _) in boards.items() if build.get(name, "ok") == "ok"}
+    rows = []
+    for name, (cc, gpu, l4t) in boards.items():
+        d = fleet / "targets" / name
+        d.mkdir(parents=True)
+        (d / "engine.plan").write_bytes(f"engine built on {builder.get(cc, name)}".encode())
+        gpus = [{"name": gpu, "compute_capability": cc}] if cc else []
+        facts = {"tensorrt": {"version": "8.6.2"}, "gpus": gpus}
+        if l4t:
+            facts["platform"] = {"jetson": {"l4t": l4t}}
+        (d / "probe.json").write_text(json.dumps(facts))
+        rows.append({"target": name, "status": "passed", "kind": f"sm{cc}-trt8.6.2" if cc else None,
+                     "build": build.get(name, "ok"), "gate": True, "gpu": gpu, "compute_capability": cc,
+                     "latency_p50_ms": 1.0, "latency_p99_ms": 2.0, "throughput_qps": 900.0})  # fmt: skip
+    (fleet / "fleet.json").write_text(json.dumps({
+        "passed": True, "created": "2026-01-01T00:00:00Z", "edgeq": "0.1.0", "model": str(src),
+        "source_sha256": "ab" * 32, "model_file": "host/m.int8.onnx", "cache_file": "host/m.int8.cache",
+        "targets": rows,
+    }))  # fmt: skip
+    return fleet
+
+
+def test_release_refuses_an_output_inside_or_equal_to_its_input(tmp_path, cli):
+    """Issue 20.4: `release create --from RUN -o RUN/fleet.json` made fleet.json a gzip file (exit 0)."""
+    fleet = hand_fleet(tmp_path, {"orin": ("8.7", "Orin", None)})
+    before = {p: p.read_bytes() for p in fleet.rglob("*") if p.is_file()}
+    for output in (fleet / "fleet.json", fleet / "host" / "m.int8.onnx", fleet / "bundle.tar.gz", fleet):
+        code, out, err = cli("release", "--from", fleet, "-o", output)
+        assert code == 2 and "Traceback" not in err, (output, out, err)
+        assert len([x for x in err.splitlines() if x.startswith("error:")]) == 1, err
+        assert {p: p.read_bytes() for p in fleet.rglob("*") if p.is_file()} == before, output
+    assert cli("release", "--from", fleet, "-o", tmp_path / "b.tar.gz")[0] == 0

@@ -177,7 +177,12 @@ def _tar_bytes(files: dict[str, bytes], mtime: int) -> bytes:
 
 
 def build_bundle(fleet_dir: Path, output: Path) -> dict[str, Any]:
-    """Write the bundle of ``fleet_dir`` to ``output`` (atomically); returns its manifest."""
+    """Write the bundle of ``fleet_dir`` to ``output`` (atomically); returns its manifest. An output in
+    the fleet directory is refused: it would overwrite what the bundle is made of, or land in it."""
+    where, into = Path(fleet_dir).resolve(), Path(output).resolve()
+    if into == where or where in into.parents:
+        raise ReleaseError(f"{output}: is inside the fleet directory {fleet_dir} it bundles; edgeq never "
+                           "writes into its input", "write the bundle outside it")
     files, meta = collect(fleet_dir)
     meta["files"] = [
         {"path": p, "sha256": sha256_bytes(files[p]), "size": len(files[p])} for p in sorted(files)
