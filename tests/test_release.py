@@ -93,6 +93,8 @@ def test_bundle_is_byte_identical_complete_and_verifies(released, cli):
     assert manifest["source_model"]["sha256"] == hashlib.sha256(src).hexdigest()
     engine = members["engines/sm9.0-trt8.6.0/engine.plan"][1]
     assert engine == (fleet_dir / "targets" / "board1" / "engine.plan").read_bytes()
+    rows = json.loads((fleet_dir / "fleet.json").read_text())["targets"]
+    assert engine_entry["built_on"] == next(r["target"] for r in rows if r["build"] == "ok")  # the builder
 
     code, out, _ = cli("release", "verify", root / "a.tar.gz")
     assert code == 0 and "OK, " in out
@@ -253,3 +255,18 @@ def test_release_refuses_an_output_inside_or_equal_to_its_input(tmp_path, cli):
         assert len([x for x in err.splitlines() if x.startswith("error:")]) == 1, err
         assert {p: p.read_bytes() for p in fleet.rglob("*") if p.is_file()} == before, output
     assert cli("release", "--from", fleet, "-o", tmp_path / "b.tar.gz")[0] == 0
+
+
+def test_manifest_names_the_board_that_built_the_engine(tmp_path, cli):
+    """Issue 20.6: with three boards of one kind, built_on named the first row of the kind, not the board
+    that built the engine (its stages.json: "built on jetson3, reused")."""
+    boards = {f"jetson{i}": ("8.7", "Orin", "# R36 (release), REVISION: 3.0" if i == 3 else None)
+              for i in (1, 2, 3)}
+    fleet = hand_fleet(tmp_path, boards, build={"jetson1": "reused", "jetson2": "reused", "jetson3": "ok"})
+    code, out, err = cli("release", "--from", fleet, "-o", tmp_path / "b.tar.gz", "--json")
+    assert code == 0, err
+    engine = json.loads(out)["engines"]["sm8.7-trt8.6.2"]
+    assert engine["built_on"] == "jetson3"
+    assert engine["jetpack"] == "6"  # the versions are the builder's probe's
+    plan = _members(tmp_path / "b.tar.gz")["engines/sm8.7-trt8.6.2/engine.plan"][1]
+    assert plan == b"engine built on jetson3"

@@ -132,21 +132,29 @@ def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
             files[f"model/{fp32.name}"] = fp32.read_bytes()
     engines: dict[str, Any] = {}
     targets = []
-    for row in sorted(fleet["targets"], key=lambda r: r["target"]):
+    rows = sorted(fleet["targets"], key=lambda r: r["target"])
+
+    def kind_of(row: dict[str, Any]) -> str:  # unknown GPU or TensorRT: an engine of its own
+        return row["kind"] or f"target-{slug(row['target'])}"
+
+    # A kind's engine is its builder's (the other rows' build cell says "reused"): that board's engine
+    # and probe, whatever the order of the rows.
+    for row in sorted(rows, key=lambda r: r.get("build") == "reused"):
         run = fleet_dir / "targets" / slug(row["target"])
-        probe = json.loads((run / "probe.json").read_text(encoding="utf-8"))
-        # unknown GPU or TensorRT: an engine of its own, keyed by the target that built it
-        kind = row["kind"] or f"target-{slug(row['target'])}"
+        kind = kind_of(row)
         if kind not in engines:
+            probe = json.loads((run / "probe.json").read_text(encoding="utf-8"))
             files[f"engines/{kind}/engine.plan"] = (run / "engine.plan").read_bytes()
             versions = versions_from_probe(probe)
             versions["gpu"] = versions["gpu"] or row.get("gpu")
             versions["compute_capability"] = versions["compute_capability"] or row.get("compute_capability")
             engines[kind] = {"path": f"engines/{kind}/engine.plan", "built_on": row["target"], **versions}
+    for row in rows:
+        run = fleet_dir / "targets" / slug(row["target"])
         for name in REPORT_FILES:
             if (run / name).is_file():
                 files[f"reports/{row['target']}/{name}"] = (run / name).read_bytes()
-        targets.append({"name": row["target"], "kind": kind, "engine": engines[kind]["path"],
+        targets.append({"name": row["target"], "kind": kind_of(row), "engine": engines[kind_of(row)]["path"],
                         "gate": row["gate"], "latency_p50_ms": row["latency_p50_ms"],
                         "latency_p99_ms": row["latency_p99_ms"], "throughput_qps": row["throughput_qps"]})
     src = Path(fleet["model"])
