@@ -1223,7 +1223,7 @@ def fleet_validate_cmd(
                                      accept_new_host_key, build_once_per_kind, workers, iterations,
                                      duration)  # fmt: skip
     result = run_fleet(model, fleet, options, live=not json_out)
-    code = EXIT_OK if result.passed else EXIT_CHECK_FAILED
+    code = result.exit_code
     if junit is not None:
         atomic_write_text(junit, junit_xml(result))
     if json_out:
@@ -1427,7 +1427,7 @@ def run_cmd(
 
     with progress_display(enabled=not json_out) as progress:
         result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force)
-    code = EXIT_OK if result.passed else EXIT_CHECK_FAILED
+    code = EXIT_OK if result.passed else result.fleet.exit_code if result.fleet else EXIT_CHECK_FAILED
     if json_out:
         print_json({"work_dir": str(result.work_dir), "stages": [vars(s) for s in result.stages],
                     "passed": result.passed, "exit_code": code})  # fmt: skip

@@ -84,6 +84,7 @@ class Row:
     report: Optional[str] = None
     run_dir: Optional[str] = None
     error: Optional[str] = None
+    exit_code: int = 0  # what this row alone would exit with: its error's code (2: the user's to fix), gate 1
     seconds: float = 0.0
 
     @property
@@ -102,6 +103,12 @@ class FleetResult:
     @property
     def passed(self) -> bool:
         return bool(self.rows) and all(r.passed for r in self.rows)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every target passed, else the highest of the rows' (a failure's cause exits as it
+        would from ``deploy``: 2 for a host key, a login or a target file, 1 for the rest)."""
+        return 0 if self.passed else max([1, *(r.exit_code for r in self.rows)])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,13 +176,13 @@ def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: 
             update(gpu=found.gpu, kind=found.kind)
             conclude(rec, prepared.model, policy)
     except EdgeqError as e:
-        row.error = str(e)
+        row.error, row.exit_code = str(e), e.exit_code
     with lock:
         _fill(row, rec, target)
         row.seconds = round(time.monotonic() - started, 3)
         row.status = "passed" if row.error is None and row.gate else "failed"
         if row.error is None and not row.gate:
-            row.error = row.gate_summary or "gate failed"
+            row.error, row.exit_code = row.gate_summary or "gate failed", 1
         row.stage = ""
         on_row(row)
 
