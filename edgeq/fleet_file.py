@@ -94,15 +94,25 @@ def _ansible_hosts(path: Path, group: Mapping[str, Any], inherited: dict[str, An
         _ansible_hosts(path, child or {}, own, out)
 
 
+# Ansible's boolean words (ansible.module_utils.parsing.convert_bool), for an unquoted INI value.
+_BOOLEANS = {"yes": True, "on": True, "true": True, "y": True, "t": True,
+             "no": False, "off": False, "false": False, "n": False, "f": False}  # fmt: skip
+
+
 def _scalar(text: str) -> Any:
-    """An INI inventory value as Ansible reads it: YAML scalars (true, 2222), else the string."""
-    import yaml
+    """An INI inventory value as Ansible's ini plugin reads it: Python's literal syntax (``"8.6"`` the
+    string 8.6, ``{"fp16": False}`` a dict, ``True``), else the text; an unquoted boolean word (yes, true,
+    off) is a bool, as Ansible's boolean options take it. A number keeps its text: the target schema says
+    which keys are numbers, and a version 8.10 must not become the float 8.1."""
+    import ast
 
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return _BOOLEANS.get(text.lower(), text)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return text
-    return value if isinstance(value, (bool, int, float, list, dict)) else text
+    return value
 
 
 def _ini_inventory(path: Path, text: str) -> dict[str, dict[str, Any]]:

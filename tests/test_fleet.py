@@ -195,3 +195,23 @@ def test_ini_inventory_hosts_groups_and_vars(tmp_path):
     assert (t["orin2"].host, t["orin2"].port, t["orin2"].user) == ("10.0.0.6", 2200, "nv")
     assert t["orin1"].use_agent
     assert str(t["xav"].identity_file) == "/nonexistent/key"
+
+
+def test_ini_inventory_values_are_read_as_ansible_reads_them(tmp_path):
+    """Issue 20.8: `edgeq_tensorrt="8.6"` in [group:vars] kept its quotes, and unquoted it became the float
+    8.6 and was refused. Ansible's ini plugin reads a value with Python's literal syntax (quotes are
+    string delimiters, {...} a dict), else as text; a version keeps its text (8.10 is not 8.1)."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(
+        "[all:vars]\nedgeq_use_agent=yes\nansible_user=ops\n\n"
+        '[orins]\norin1 ansible_host=10.0.0.5\norin2 ansible_host=10.0.0.6 edgeq_tensorrt="8.6.2"\n\n'
+        '[orins:vars]\nedgeq_tensorrt="8.6"\nedgeq_build={"fp16": False, "workspace": 2048}\n'
+        "edgeq_python = /usr/bin/python3.8\n\n"
+        "[xaviers]\nxav ansible_host=10.0.1.9 ansible_ssh_private_key_file=/nonexistent/key\n\n"
+        "[xaviers:vars]\nedgeq_tensorrt=8.10\nedgeq_use_agent=False\n"
+    )
+    t = {x.name: x for x in load_fleet(inv).targets}
+    assert (t["orin1"].tensorrt, t["orin2"].tensorrt, t["xav"].tensorrt) == ("8.6", "8.6.2", "8.10")
+    assert t["orin1"].build.fp16 is False and t["orin1"].build.workspace == 2048
+    assert t["orin1"].python == "/usr/bin/python3.8"
+    assert t["orin1"].use_agent is True and t["xav"].use_agent is False
