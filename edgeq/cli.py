@@ -802,10 +802,10 @@ def targets_list_cmd() -> int:
 @targets_app.command(
     "check",
     help="Connect to a target (host key checked against its known_hosts), ship the edgeq agent, probe it "
-    "(TensorRT version, GPU, compute capability, DLA cores, free memory, Python) and compare with the file's "
-    "'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 unreachable, "
-    "no TensorRT or not what the file expects; 2 the target file is invalid, or the host key or the "
-    "login is refused (unknown/changed key, wrong identity file).",
+    "(TensorRT version, GPU, compute capability, DLA cores, free memory and disk, Python) and compare with "
+    "the file's 'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 "
+    "unreachable, no TensorRT or not what the file expects; 2 the target file is invalid, or the host key "
+    "or the login is refused (unknown/changed key, wrong identity file).",
 )
 def targets_check_cmd(
     name: str = typer.Argument(..., help="Target name (targets/NAME.yaml) or a YAML path."),
@@ -815,6 +815,7 @@ def targets_check_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the probe's facts as JSON."),
 ) -> int:
     from edgeq.remote.deploy import check_target
+    from edgeq.remote.protocol import disk_space
     from edgeq.remote.targets import resolve_target
 
     tgt = resolve_target(name)
@@ -826,11 +827,13 @@ def targets_check_cmd(
     trt = facts.get("tensorrt") or {}
     gpus = facts.get("gpus") or []
     gpu = gpus[0] if gpus else {}
+    disk = disk_space(facts)
     out.print(
         f"[green]{escape(tgt.name)} ok[/]: TensorRT {escape(str(trt.get('version')))}, "
         f"{escape(str(gpu.get('name', 'no GPU listed')))} (sm {escape(str(gpu.get('compute_capability')))}, "
         f"{escape(str(gpu.get('memory_free_mib')))} MiB free), DLA cores {trt.get('num_DLA_cores', '-')}, "
         f"Python {escape(str((facts.get('python') or {}).get('version')))}"
+        + (f", {disk.free_mib} MiB free disk at {escape(disk.path)}" if disk is not None else "")
     )
     return EXIT_OK
 

@@ -18,14 +18,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from edgeq.errors import EdgeqError, GraphError, QuantError
+from edgeq.errors import EdgeqError, GraphError, QuantError, RemoteError
 from edgeq.findings import Level, ProgressFn, no_progress
 from edgeq.fs import atomic_write_text
 from edgeq.remote.protocol import (
+    DiskSpace,
     agent_failed,
     build_args,
     call_agent,
     check_expectations,
+    disk_space,
     probe_facts,
 )
 from edgeq.remote.runner import EventFn, Runner
@@ -234,6 +236,7 @@ class Probe:
     tensorrt: Optional[str]
     compute_capability: Optional[str]
     gpu: Optional[str]
+    disk: Optional[DiskSpace] = None  # free space where the runs are written
 
     @property
     def kind(self) -> Optional[str]:
@@ -430,13 +433,35 @@ def direct_agent(runner: Runner, target: Target, agent_remote: str) -> AgentFn:
 
 def probe(agent: AgentFn, target: Target) -> Probe:
     """The target's facts (TensorRT, GPUs, compute capability), checked against the target file."""
-    facts = agent("probe", timeout=target.timeouts.command)
+    facts = agent("probe", f"--workDir={target.remote_path('runs')}", timeout=target.timeouts.command)
     trt, cc = probe_facts(facts)
     gpus = facts.get("gpus") or []
     check_expectations(target, trt, cc)
     # No GPU listed (e.g. trtexec without nvidia-smi): the target file's compute capability stands in.
     gpu = gpus[0].get("name") if gpus else target.gpu_name
-    return Probe(facts, trt, cc or target.compute_capability, gpu)
+    return Probe(facts, trt, cc or target.compute_capability, gpu, disk_space(facts))
+
+
+# What a build needs free on the target's disk, checked before it starts: the engine (TensorRT keeps the
+# weights at the build's precision, FP32 at most: no more than the ONNX file holds, FP32 or INT8) plus a
+# margin for the timing cache, the layer and profile JSON and trtexec's log.
+BUILD_DISK_MARGIN = 64 << 20
+
+
+def check_build_room(found: Probe, model_file: Path, target: Target) -> None:
+    """Refuse to start a build the target's disk cannot take (when the probe could say)."""
+    need = Path(model_file).stat().st_size + BUILD_DISK_MARGIN
+    disk = found.disk
+    if disk is None or disk.free_bytes >= need:
+        return
+    from edgeq.remote.upload import NO_SPACE_HINT
+
+    raise RemoteError(
+        f"build not started on {target.name}: {disk.free_mib} MiB free on {disk.path}, the build needs "
+        f"about {-(-need >> 20)} MiB (an engine up to the model's size, plus its logs and JSON)",
+        NO_SPACE_HINT,
+        exit_code=1,
+    )
 
 
 def build(
@@ -540,6 +565,7 @@ def on_target(
             "compute_capability": found.compute_capability,
             "gpu": found.gpu,
             "kind": found.kind,
+            "disk": asdict(found.disk) if found.disk is not None else None,
         }
     engine_remote = f"{remote_run}/engine.plan"
     fp16 = target.build.fp16 if settings.fp16 is None else settings.fp16
@@ -559,6 +585,7 @@ def on_target(
                 r.data = {"reused_from": reused[1], "kind": found.kind}
         else:
             with rec.stage("build") as r:
+                check_build_room(found, prepared.model_file, target)
                 built = build(agent, target, up_model.remote_path, engine_remote, int8=prepared.qdq,
                               fp16=fp16, found=found,
                               calib_remote=up_cache.remote_path if up_cache is not None else None)
