@@ -1196,7 +1196,8 @@ def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any
     "inventory (YAML or INI: ansible_host/ansible_user/ansible_port/ansible_ssh_private_key_file, other "
     "target keys as edgeq_<key> vars). --build-once-per-kind builds one engine per compute capability + "
     "TensorRT version and loads it on the identical boards.\n\nExit codes: 0 every target passed; 1 a "
-    "target failed (unreachable, build, gate); 2 usage or input error.",
+    "target failed (unreachable, build, gate); 2 usage or input error, or a target refused for a cause "
+    "deploy exits 2 for (host key, login, target file).",
 )
 def fleet_validate_cmd(
     model: Path = typer.Argument(..., help="The ONNX model: Q/DQ (explicit INT8) or float."),

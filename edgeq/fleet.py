@@ -43,6 +43,7 @@ from edgeq.pipeline import (
     target_runner,
     write_json,
 )
+from edgeq.remote.causes import cause_of
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.targets import Target
 from edgeq.rundir import new_run_dir, slug
@@ -85,6 +86,7 @@ class Row:
     run_dir: Optional[str] = None
     error: Optional[str] = None
     exit_code: int = 0  # what this row alone would exit with: its error's code (2: the user's to fix), gate 1
+    cause: Optional[str] = None  # why the target could not be used (edgeq.remote.causes), when known
     seconds: float = 0.0
 
     @property
@@ -167,6 +169,7 @@ def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: 
     rec = Recorder(run_dir, event)
     row.run_dir = str(rec.run_dir)
     rec.copy(prepared.stages)
+    cause = None
     try:
         policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
         with rec.finishing():
@@ -177,8 +180,11 @@ def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: 
             conclude(rec, prepared.model, policy)
     except EdgeqError as e:
         row.error, row.exit_code = str(e), e.exit_code
+        cause = cause_of(e)
     with lock:
         _fill(row, rec, target)
+        if cause is not None:  # the same cause reads the same in every command (edgeq.remote.causes)
+            row.cause, row.reachable = cause.name, cause.answered
         row.seconds = round(time.monotonic() - started, 3)
         row.status = "passed" if row.error is None and row.gate else "failed"
         if row.error is None and not row.gate:

@@ -25,6 +25,7 @@ from typing import Any, Callable, TypeVar
 
 from edgeq.errors import RemoteError
 from edgeq.fs import atomic_path
+from edgeq.remote.causes import CAUSES
 from edgeq.remote.hostkeys import (
     HostKeyChanged,
     HostKeyUnknown,
@@ -47,15 +48,22 @@ KEEPALIVE_S = 15  # notice a dead target during a long remote build
 class AuthenticationFailed(RemoteError):
     """The server refused every key we offered (identity file and/or ssh-agent)."""
 
+    cause = "authentication refused"
+    exit_code = CAUSES[cause].exit_code
+
 
 class ConnectionFailed(RemoteError):
     """Could not reach the target (after retries), or the connection dropped."""
 
-    exit_code = 1
+    cause = "unreachable"
+    exit_code = CAUSES[cause].exit_code
 
 
 class ConnectionDropped(ConnectionFailed):
     """An established connection went away mid-operation (retried for idempotent operations)."""
+
+    cause = "connection dropped"
+    exit_code = CAUSES[cause].exit_code
 
 
 # -- the link (SSHConfig, the value it connects by: edgeq.remote.sshconfig) -----------------------------

@@ -1,0 +1,88 @@
+"""Why a target could not be used, said one way by every command (issue 20.10): a host key that is
+unknown or changed and a refused login give the same words and the same exit code from ``targets
+check``, ``deploy``, ``fleet validate`` and ``run``, against a real OpenSSH sshd on 127.0.0.1
+(tests/sshd.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from fleet_helpers import FIXTURES, ORTFB, qdq_model
+from trtexec_replay import Recorded, replay_trtexec
+
+
+def _error_line(err: str) -> str:
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    return line[len("error: "):]
+
+
+def _target(root: Path, name: str, sshd, sleep: float = 0.0, **keys) -> None:
+    trtexec = replay_trtexec(
+        root, name=f"trtexec-{name}", build=Recorded(FIXTURES / f"{ORTFB}.build.log"),
+        run=Recorded(FIXTURES / f"{ORTFB}.run.log"), layers=FIXTURES / f"{ORTFB}.layers.json",
+        profile=FIXTURES / f"{ORTFB}.profile.json", sleep=sleep,
+    )  # fmt: skip
+    (root / "targets").mkdir(exist_ok=True)
+    (root / "targets" / f"{name}.yaml").write_text(yaml.safe_dump({
+        "host": sshd.host, "port": sshd.port, "user": sshd.user, "identity_file": sshd.identity_file,
+        "known_hosts": sshd.known_hosts, "work_dir": str(root / "remote"), "python": sys.executable,
+        "tensorrt": "8.6", "backend": "trtexec", "trtexec": str(trtexec),
+        "timeouts": {"connect": 5, "command": 60}, **keys,
+    }))  # fmt: skip
+    (root / f"fleet-{name}.yaml").write_text(yaml.safe_dump({"targets": [f"targets/{name}.yaml"]}))
+    (root / f"run-{name}.yaml").write_text(yaml.safe_dump({"model": "net.onnx", "target": name}))
+
+
+def _every_command(cli, name: str) -> dict[str, tuple[int, str]]:
+    """(exit code, the error as the user reads it) from each command that reaches the target."""
+    said = {}
+    code, _, err = cli("targets", "check", name)
+    said["targets check"] = (code, _error_line(err))
+    code, _, err = cli("deploy", "net.onnx", "--target", name)
+    said["deploy"] = (code, _error_line(err))
+    code, out, _ = cli("fleet", "validate", "net.onnx", "--fleet", f"fleet-{name}.yaml", "--json")
+    (row,) = json.loads(out)["targets"]
+    said["fleet validate"] = (code, row["error"])
+    code, out, _ = cli("run", f"run-{name}.yaml", "--json")
+    (row,) = json.loads((Path("runs") / f"pipeline-run-{name}" / "fleet.json").read_text())["targets"]
+    said["run"] = (code, row["error"])
+    return said
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, sshd):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    qdq_model(tmp_path / "net.onnx")
+    return tmp_path
+
+
+@pytest.mark.sshd
+@pytest.mark.parametrize("cause", ["host key changed", "host key unknown", "authentication refused"])
+def test_a_host_key_or_login_refusal_is_exit_2_and_the_same_words_everywhere(project, sshd, cli, cause):
+    """Issue 20.10: these exited 2 from targets check/deploy but 1 from fleet validate, which showed a
+    host-key mismatch as 'reachable: no'."""
+    from sshd import keygen
+
+    keys: dict = {}
+    if cause == "host key changed":
+        kind, blob = Path(f"{keygen(project / 'other_host_key')}.pub").read_text().split()[:2]
+        (project / "known_hosts").write_text(f"[{sshd.host}]:{sshd.port} {kind} {blob}\n")
+        keys["known_hosts"] = str(project / "known_hosts")
+    elif cause == "host key unknown":
+        (project / "known_hosts").write_text("# nothing for this target\n")
+        keys["known_hosts"] = str(project / "known_hosts")
+    else:
+        keys["identity_file"] = str(keygen(project / "id_not_authorized"))
+    _target(project, "board", sshd, **keys)
+    said = _every_command(cli, "board")
+    assert {code for code, _ in said.values()} == {2}, said
+    assert len({words for _, words in said.values()}) == 1, said
+    rows = [json.loads((d / "fleet.json").read_text())["targets"][0]
+            for d in [*Path("runs").glob("fleet-*"), Path("runs") / "pipeline-run-board"]]  # fmt: skip
+    assert all(r["reachable"] is True and r["cause"] == cause and r["exit_code"] == 2 for r in rows), rows
+    assert cli("fleet", "validate", "net.onnx", "--fleet", "fleet-board.yaml")[0] == 2  # the matrix too
