@@ -1,12 +1,14 @@
-"""Why a target could not be used, said one way by every command (issue 20.10): a host key that is
-unknown or changed and a refused login give the same words and the same exit code from ``targets
-check``, ``deploy``, ``fleet validate`` and ``run``, against a real OpenSSH sshd on 127.0.0.1
-(tests/sshd.py)."""
+"""Why a target could not be used, said one way by every command (issue 20.10/20.11): a host key that is
+unknown or changed, a refused login, a refused connection and a connection that drops mid-build give
+the same words and the same exit code from ``targets check``, ``deploy``, ``fleet validate`` and
+``run``, against a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,51 @@ def test_a_host_key_or_login_refusal_is_exit_2_and_the_same_words_everywhere(pro
             for d in [*Path("runs").glob("fleet-*"), Path("runs") / "pipeline-run-board"]]  # fmt: skip
     assert all(r["reachable"] is True and r["cause"] == cause and r["exit_code"] == 2 for r in rows), rows
     assert cli("fleet", "validate", "net.onnx", "--fleet", "fleet-board.yaml")[0] == 2  # the matrix too
+
+
+@pytest.mark.sshd
+def test_a_refused_connection_says_so_not_errno_none(project, sshd, cli, monkeypatch):
+    """Issue 20.11: "[Errno None] Unable to connect to port N on 127.0.0.1" -> "connection refused by
+    127.0.0.1:N", exit 1 from every command, the fleet row unreachable. (Every attempt is real; the
+    backoff between them is not waited out.)"""
+    import time
+    import types
+
+    monkeypatch.setattr("edgeq.remote.ssh.time", types.SimpleNamespace(sleep=lambda s: None,
+                                                                       monotonic=time.monotonic))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nobody listens here once the socket closes
+    _target(project, "gone", sshd, port=port)
+    said = _every_command(cli, "gone")
+    assert {code for code, _ in said.values()} == {1}, said
+    assert len({words for _, words in said.values()}) == 1, said
+    words = said["deploy"][1]
+    assert f"connection refused by 127.0.0.1:{port} (4 attempt(s))" in words and "Errno" not in words
+    (row,) = json.loads((next(Path("runs").glob("fleet-*")) / "fleet.json").read_text())["targets"]
+    assert row["reachable"] is False and row["cause"] == "connection refused"
+
+
+@pytest.mark.sshd
+def test_a_connection_dropped_mid_build_names_the_build_stage(project, sshd, cli):
+    """Issue 20.11: the error named the interpreter ("dropped while running /usr/bin/python3"), not the
+    stage that was running."""
+    from edgeq.errors import RemoteError
+    from edgeq.remote.deploy import DeployOptions, deploy
+    from edgeq.remote.targets import resolve_target
+
+    _target(project, "flaky", sshd, sleep=3.0)
+
+    def drop_during_build(line: str) -> None:
+        if line == "build: started":
+            threading.Timer(1.0, sshd.kill_sessions).start()
+
+    with pytest.raises(RemoteError) as info:
+        deploy(project / "net.onnx", resolve_target("flaky"), DeployOptions(), on_event=drop_during_build)
+    message = str(info.value)
+    assert f"connection to {sshd.user}@{sshd.host}:{sshd.port} dropped during the build stage" in message
+    assert sys.executable not in message and "python" not in message.split("(")[0]
+    assert info.value.exit_code == 1
+    (run_dir,) = Path("runs").iterdir()
+    stages = {s["name"]: s for s in json.loads((run_dir / "stages.json").read_text())["stages"]}
+    assert stages["build"]["status"] == "failed" and "during the build stage" in stages["build"]["summary"]

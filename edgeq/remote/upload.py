@@ -294,7 +294,8 @@ class Uploader(CommandRunner):
                 elif chan.recv_stderr_ready():
                     err.feed(chan.recv_stderr(1 << 12))
                 elif not self._alive():
-                    raise ConnectionDropped(f"connection to {self.config.destination} dropped")
+                    raise ConnectionDropped(f"connection to {self.config.destination} dropped",
+                                            destination=self.config.destination)
                 elif chan.closed or chan.exit_status_ready():
                     raise RemoteError(
                         f"cannot lock {lock} on {self.config.destination}: {err.tail() or 'no output'}",
