@@ -814,8 +814,8 @@ def targets_check_cmd(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the probe's facts as JSON."),
 ) -> int:
+    from edgeq.pipeline import probe_from_facts
     from edgeq.remote.deploy import check_target
-    from edgeq.remote.protocol import disk_space
     from edgeq.remote.targets import resolve_target
 
     tgt = resolve_target(name)
@@ -826,15 +826,13 @@ def targets_check_cmd(
         return EXIT_OK
     trt = facts.get("tensorrt") or {}
     gpus = facts.get("gpus") or []
-    gpu = gpus[0] if gpus else {}
-    disk = disk_space(facts)
-    out.print(
-        f"[green]{escape(tgt.name)} ok[/]: TensorRT {escape(str(trt.get('version')))}, "
-        f"{escape(str(gpu.get('name', 'no GPU listed')))} (sm {escape(str(gpu.get('compute_capability')))}, "
-        f"{escape(str(gpu.get('memory_free_mib')))} MiB free), DLA cores {trt.get('num_DLA_cores', '-')}, "
-        f"Python {escape(str((facts.get('python') or {}).get('version')))}"
-        + (f", {disk.free_mib} MiB free disk at {escape(disk.path)}" if disk is not None else "")
-    )
+    free = (gpus[0] if gpus else {}).get("memory_free_mib")
+    python = (facts.get("python") or {}).get("version")
+    said = [probe_from_facts(facts, tgt).describe()]
+    said += [f"{free} MiB GPU memory free"] if free is not None else []
+    said += [f"DLA cores {trt['num_DLA_cores']}"] if trt.get("num_DLA_cores") is not None else []
+    said += [f"Python {python}"] if python else []
+    out.print(f"[green]{escape(tgt.name)} ok[/]: {escape(', '.join(said))}")
     return EXIT_OK
 
 
@@ -1348,8 +1346,10 @@ def _render_manifest(m: dict[str, Any]) -> None:
     for col in ("kind", "TensorRT", "GPU", "sm", "JetPack", "built on", "file"):
         t.add_column(col, overflow="fold")
     for kind, e in sorted((m.get("engines") or {}).items()):
-        t.add_row(*(escape(str(v or "-")) for v in (kind, e.get("tensorrt"), e.get("gpu"),
-                                                    e.get("compute_capability"), e.get("jetpack"),
+        filed = {k for k, v in (e.get("sources") or {}).items() if v == "target file"}
+        gpu, sm = (f"{e.get(k) or '-'}" + (" (target file)" if k in filed else "")
+                   for k in ("gpu", "compute_capability"))  # fmt: skip
+        t.add_row(*(escape(str(v or "-")) for v in (kind, e.get("tensorrt"), gpu, sm, e.get("jetpack"),
                                                     e.get("built_on"), e.get("path"))))  # fmt: skip
     out.print(t)
     files = m.get("files") or []

@@ -87,6 +87,7 @@ class Row:
     error: Optional[str] = None
     exit_code: int = 0  # what this row alone would exit with: its error's code (2: the user's to fix), gate 1
     cause: Optional[str] = None  # why the target could not be used (edgeq.remote.causes), when known
+    sources: dict[str, str] = field(default_factory=dict)  # "probe" or "target file", per probed fact
     seconds: float = 0.0
 
     @property
@@ -140,6 +141,7 @@ def _fill(row: Row, rec: Recorder, target: Target) -> None:
     row.compute_capability = pr.data.get("compute_capability")
     row.kind = pr.data.get("kind")
     row.gpu = pr.data.get("gpu")
+    row.sources = dict(pr.data.get("sources") or {})
     row.build = "reused" if b.data.get("reused_from") else ("ok" if b.status == "ok" else b.status)
     lat = rec.timings.get("latency_ms") or {}
     row.latency_p50_ms, row.latency_p99_ms = lat.get("median"), lat.get("p99")
@@ -289,6 +291,13 @@ def junit_xml(result: FleetResult, suite: str = "edgeq fleet validate") -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+def gpu_cell(r: Row) -> str:
+    """GPU and compute capability, marked when the target file gave them (the probe found no GPU)."""
+    text = f"{r.gpu or '-'} ({r.compute_capability or '-'})"
+    filed = [k for k in ("gpu", "compute_capability") if r.sources.get(k) == "target file"]
+    return f"target file: {text}" if filed else text
+
+
 def matrix(result: FleetResult) -> list[dict[str, str]]:
     """The matrix as text cells, in column order, for any renderer."""
 
@@ -300,7 +309,7 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "target": r.target,
             "reachable": {True: "yes", False: "no", None: "-"}[r.reachable],
             "TensorRT": r.tensorrt or "-",
-            "GPU (sm)": f"{r.gpu or '-'} ({r.compute_capability or '-'})",
+            "GPU (sm)": gpu_cell(r),
             "build": r.build or "-",
             "gate": {True: "passed", False: "FAILED", None: "-"}[r.gate],
             "p50 ms": num(r.latency_p50_ms),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -237,6 +237,23 @@ class Probe:
     compute_capability: Optional[str]
     gpu: Optional[str]
     disk: Optional[DiskSpace] = None  # free space where the runs are written
+    # where each of tensorrt, gpu and compute_capability came from: "probe", or "target file" when the
+    # probe found none (no nvidia-smi, say) and the target file's value stands in
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The facts in words, the target file's said so; nothing unknown printed as None."""
+        said = [f"TensorRT {self.tensorrt}" if self.tensorrt else "TensorRT version unknown"]
+        sm = f"sm {self.compute_capability}" if self.compute_capability else None
+        if self.sources.get("gpu") == "probe":
+            filed = " (target file)" if self.sources.get("compute_capability") == "target file" else ""
+            said.append(", ".join(v for v in (self.gpu, sm and sm + filed) if v))
+        else:
+            filed = ", ".join(v for v in (self.gpu, sm) if v)
+            said.append("no GPU found by the probe" + (f" (target file: {filed})" if filed else ""))
+        if self.disk is not None:
+            said.append(f"{self.disk.free_mib} MiB free disk at {self.disk.path}")
+        return ", ".join(said)
 
     @property
     def kind(self) -> Optional[str]:
@@ -434,12 +451,22 @@ def direct_agent(runner: Runner, target: Target, agent_remote: str) -> AgentFn:
 def probe(agent: AgentFn, target: Target) -> Probe:
     """The target's facts (TensorRT, GPUs, compute capability), checked against the target file."""
     facts = agent("probe", f"--workDir={target.remote_path('runs')}", timeout=target.timeouts.command)
+    check_expectations(target, *probe_facts(facts))
+    return probe_from_facts(facts, target)
+
+
+def probe_from_facts(facts: dict[str, Any], target: Target) -> Probe:
+    """The probe's facts as a ``Probe``. No GPU listed (e.g. trtexec without nvidia-smi): the target
+    file's GPU and compute capability stand in, and ``sources`` says so."""
     trt, cc = probe_facts(facts)
     gpus = facts.get("gpus") or []
-    check_expectations(target, trt, cc)
-    # No GPU listed (e.g. trtexec without nvidia-smi): the target file's compute capability stands in.
-    gpu = gpus[0].get("name") if gpus else target.gpu_name
-    return Probe(facts, trt, cc or target.compute_capability, gpu, disk_space(facts))
+    gpu = gpus[0].get("name") if gpus else None
+    sources = {k: "probe" for k, v in (("tensorrt", trt), ("gpu", gpu), ("compute_capability", cc)) if v}
+    if not gpu and target.gpu_name:
+        gpu, sources["gpu"] = target.gpu_name, "target file"
+    if not cc and target.compute_capability:
+        cc, sources["compute_capability"] = target.compute_capability, "target file"
+    return Probe(facts, trt, cc, gpu, disk_space(facts), sources)
 
 
 # What a build needs free on the target's disk, checked before it starts: the engine (TensorRT keeps the
@@ -557,15 +584,14 @@ def on_target(
     with rec.stage("probe") as r:
         found = probe(agent, target)
         write_json(run_dir / "probe.json", found.facts)
-        r.summary = (
-            f"TensorRT {found.tensorrt}, {found.gpu or 'no GPU listed'}, sm {found.compute_capability}"
-        )
+        r.summary = found.describe()
         r.data = {
             "tensorrt": found.tensorrt,
             "compute_capability": found.compute_capability,
             "gpu": found.gpu,
             "kind": found.kind,
             "disk": asdict(found.disk) if found.disk is not None else None,
+            "sources": found.sources,
         }
     engine_remote = f"{remote_run}/engine.plan"
     fp16 = target.build.fp16 if settings.fp16 is None else settings.fp16

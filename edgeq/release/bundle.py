@@ -146,9 +146,13 @@ def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
             probe = json.loads((run / "probe.json").read_text(encoding="utf-8"))
             files[f"engines/{kind}/engine.plan"] = (run / "engine.plan").read_bytes()
             versions = versions_from_probe(probe)
-            versions["gpu"] = versions["gpu"] or row.get("gpu")
-            versions["compute_capability"] = versions["compute_capability"] or row.get("compute_capability")
-            engines[kind] = {"path": f"engines/{kind}/engine.plan", "built_on": row["target"], **versions}
+            # where each came from: the probe, or the target file where the probe found no GPU
+            sources = {k: "probe" for k in ("tensorrt", "gpu", "compute_capability") if versions[k]}
+            for k in ("gpu", "compute_capability"):
+                if not versions[k] and row.get(k):
+                    versions[k], sources[k] = row[k], (row.get("sources") or {}).get(k, "target file")
+            engines[kind] = {"path": f"engines/{kind}/engine.plan", "built_on": row["target"], **versions,
+                             "sources": sources}  # fmt: skip
     for row in rows:
         run = fleet_dir / "targets" / slug(row["target"])
         for name in REPORT_FILES:
