@@ -26,7 +26,15 @@ from typing import Any, Optional
 
 from edgeq import config
 from edgeq.errors import ConfigError
-from edgeq.remote.targets import Target, resolve_target, target_from_dict, target_path
+from edgeq.remote.targets import (
+    NULLABLE,
+    SECTIONS,
+    TOP,
+    Target,
+    resolve_target,
+    target_from_dict,
+    target_path,
+)
 
 MAX_WORKERS = 8
 # Ansible's connection variables (and their pre-2.0 ansible_ssh_* spellings, still read by Ansible).
@@ -67,9 +75,15 @@ def _entry_targets(path: Path, entry: Any, i: int) -> list[Target]:
         raise ConfigError(f"{where}: missing 'target'")
     spec = v["target"]
     base = resolve_target(spec)  # the file exists and is valid on its own
+    overrides = v.get("overrides") or {}
+    # the overrides are this file's: checked here, so their errors name this file and entry
+    config.check_mapping(where, overrides, TOP, "overrides.", SECTIONS, NULLABLE)
     data = config.read_yaml(target_path(spec))
-    merged = _merge(config.require_mapping(base.path, data, "host: ..."), v.get("overrides") or {})
-    return [target_from_dict(merged, base.path, v.get("name", base.name))]
+    merged = _merge(config.require_mapping(base.path, data, "host: ..."), overrides)
+    try:
+        return [target_from_dict(merged, base.path, v.get("name", base.name))]
+    except ConfigError as e:  # valid alone, not together with the target file
+        raise ConfigError(f"{where}: {e.message} (with the overrides of this entry)", e.hint) from None
 
 
 def _mapping(v: Any) -> Mapping[str, Any]:
