@@ -270,3 +270,15 @@ def test_manifest_names_the_board_that_built_the_engine(tmp_path, cli):
     assert engine["jetpack"] == "6"  # the versions are the builder's probe's
     plan = _members(tmp_path / "b.tar.gz")["engines/sm8.7-trt8.6.2/engine.plan"][1]
     assert plan == b"engine built on jetson3"
+
+
+def test_verify_and_inspect_of_a_directory_say_it_is_a_directory(tmp_path, cli):
+    """Issue 20.14: `release verify DIR` on an existing directory said "no such bundle"."""
+    fleet = hand_fleet(tmp_path, {"orin": ("8.7", "Orin", None)})
+    for verb in ("verify", "inspect"):
+        code, _, err = cli("release", verb, fleet)
+        (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert code == 2 and "is a directory, not a bundle" in line and "no such" not in line, line
+        assert f"edgeq release --from {fleet}" in line  # how to make the bundle it may be the source of
+        code, _, err = cli("release", verb, tmp_path / "missing.tar.gz")
+        assert code == 2 and "no such bundle" in err

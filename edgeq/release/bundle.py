@@ -244,6 +244,10 @@ class Verification:
 def read_bundle(path: Path) -> dict[str, bytes]:
     """Every regular file of a bundle; a file that is not a readable tar.gz is a ReleaseError."""
     path = Path(path)
+    if path.is_dir():
+        raise ReleaseError(f"{path}: is a directory, not a bundle",
+                           f"give the .tar.gz 'edgeq release' wrote (a fleet directory becomes one with "
+                           f"'edgeq release --from {path} -o B.tar.gz')")  # fmt: skip
     if not path.is_file():
         raise ReleaseError(f"{path}: no such bundle", "give the .tar.gz 'edgeq release' wrote")
     out: dict[str, bytes] = {}
