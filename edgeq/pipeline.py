@@ -440,7 +440,13 @@ def direct_agent(runner: Runner, target: Target, agent_remote: str) -> AgentFn:
     a run's stages call it through ``Recorder.agent`` instead."""
 
     def call(command: str, *args: str, timeout: float) -> dict[str, Any]:
-        reply = call_agent(runner, target, agent_remote, command, *args, timeout=timeout)
+        from edgeq.remote.ssh import ConnectionDropped
+
+        try:
+            reply = call_agent(runner, target, agent_remote, command, *args, timeout=timeout)
+        except ConnectionDropped as e:  # the agent's command is the stage here (probe, profile)
+            e.during(command)
+            raise
         if not reply.get("ok"):
             raise agent_failed(command, reply, target, runner.destination)
         return reply.get("result") or {}

@@ -136,3 +136,31 @@ def test_a_connection_dropped_mid_build_names_the_build_stage(project, sshd, cli
     (run_dir,) = Path("runs").iterdir()
     stages = {s["name"]: s for s in json.loads((run_dir / "stages.json").read_text())["stages"]}
     assert stages["build"]["status"] == "failed" and "during the build stage" in stages["build"]["summary"]
+
+
+@pytest.mark.sshd
+def test_a_connection_dropped_during_targets_check_names_the_probe(project, sshd, cli):
+    """The same outside a run directory: targets check's probe, not the interpreter it ran."""
+    import os
+    import time
+
+    started = project / "probe started"
+    python = project / "python"  # the target's Python, slow to answer the probe
+    python.write_text(f'#!/bin/sh\ncase "$2" in probe) touch "{started}"; sleep 5;; esac\n'
+                      f'exec {sys.executable} "$@"\n')  # fmt: skip
+    os.chmod(python, 0o755)
+    _target(project, "slow", sshd, python=str(python))
+
+    def drop_once_probing() -> None:
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sshd.kill_sessions()
+
+    killer = threading.Thread(target=drop_once_probing)
+    killer.start()
+    code, _, err = cli("targets", "check", "slow")
+    killer.join()
+    line = _error_line(err)
+    assert code == 1 and f"{sshd.user}@{sshd.host}:{sshd.port} dropped during the probe stage" in line
+    assert str(python) not in line
