@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeq.errors import ConfigError
+from edgeq.errors import ConfigError, GraphError
 from edgeq.findings import Level
 from edgeq.graph import passes
 from edgeq.graph.clean import CleanOptions, clean_model, fit_findings
@@ -816,3 +816,27 @@ def test_convert_opset_refuses_float8_qdq_by_name() -> None:
     with pytest.raises(Unfit) as e:
         passes.convert_opset(m, OPTS)
     assert set(e.value.nodes) == {"fp8_Q", "fp8_DQ"} and "FLOAT8E4M3FN" in str(e.value)
+
+
+def test_cli_nan_outputs_are_a_failure_of_the_input_not_a_pass(tmp_path: Path, cli) -> None:
+    """Issue 20.5: a model whose weights are NaN "PASSED: max abs error 0" (NaN == NaN was taken as equal)."""
+    from edgeq import zoo
+
+    m = zoo.resnet_like(size=32)
+    for t in m.graph.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(np.full_like(numpy_helper.to_array(t), np.nan), t.name))
+    src = save_model(m, tmp_path / "nan.onnx")
+    before = src.read_bytes()
+    code, out, err = cli("clean", src)
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, (out, err)
+    assert "the input model" in errors[0] and "NaN" in errors[0] and "PASSED" not in out
+    assert not (tmp_path / "nan.clean.onnx").exists() and src.read_bytes() == before
+    # inf in both is no agreement either; a finite reference still compares as before
+    div = [helper.make_node("Div", ["x", "zero"], ["y"], name="div")]
+    inf = model(div, [vi("x", [1, 4])], [vi("y", [1, 4])], [C("zero", np.zeros((1, 4), np.float32))])
+    with pytest.raises(GraphError, match="the input model computes non-finite values"):
+        compare_models(inf, inf, atol=1e-4, rtol=1e-3)
+    finite = zoo.resnet_like(size=32)
+    assert compare_models(finite, finite, atol=1e-4, rtol=1e-3)

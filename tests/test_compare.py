@@ -160,6 +160,36 @@ def test_a_failed_build_is_a_row_not_an_abort(tmp_path, cli):
     assert "all: build failed: Could not find any implementation" in out
 
 
+def test_a_candidate_that_did_not_build_fails_the_relative_gate(tmp_path, cli):
+    """Issue 20.1: a failed build passed the relative gate (exit 0, no gate line, "gates": [])."""
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    os.symlink(EDGEQ / "yolo_edgeq_all.explicit.build.log", failed / "yolo_edgeq_all.explicit.build.log")
+    base = engine_dir(tmp_path, EDGEQ, "yolo_edgeq.implicit")
+    code, out, _ = cli("compare", "--engines", base, failed, "--gate", "relative", "--json")
+    assert code == 1
+    d = json.loads(out)
+    assert d["exit_code"] == 1
+    [g] = d["gates"]
+    assert g["candidate"] == "failed" and g["passed"] is False
+    [f] = g["failures"]
+    assert f["rule"] == "not-built" and f["rule"] in RELATIVE_RULES
+    assert f["message"].startswith("Could not find any implementation for node PWN(PWN(")
+    code, out, _ = cli("compare", "--engines", base, failed, "--gate", "relative")
+    assert code == 1
+    assert "gate relative: failed FAILED against yolo_edgeq.implicit (not-built" in out
+    page = tmp_path / "compare.html"
+    assert cli("compare", "--engines", base, failed, "--gate", "relative", "--html", page)[0] == 1
+    assert "gate relative: failed FAILED against yolo_edgeq.implicit (not-built" in page.read_text()
+    # a built candidate beside it is still judged on its own
+    code, out, _ = cli(
+        "compare", "--engines", base, failed, EDGEQ / "yolo_fix2.explicit.layers.json", "--gate", "relative",
+        "--json",
+    )  # fmt: skip
+    verdicts = {g["candidate"]: g["passed"] for g in json.loads(out)["gates"]}
+    assert code == 1 and verdicts == {"failed": False, "yolo_fix2.explicit": verdicts["yolo_fix2.explicit"]}
+
+
 def test_html_aligns_both_engines_and_is_self_contained(tmp_path, cli):
     page = tmp_path / "compare.html"
     code, _, _ = cli(

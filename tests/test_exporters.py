@@ -7,6 +7,7 @@ Each repaired model is checked against the semantics it must have, in real onnxr
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -110,6 +111,95 @@ def test_cli_torch_qint8(torch_qint8, tmp_path, cli) -> None:
     assert code == 1 and "--torch-qint8" in out
     code, out, _ = cli("clean", src, "--torch-qint8", "-o", tmp_path / "fixed.onnx")
     assert code == 0 and "deliberately" in out and (tmp_path / "fixed.onnx").exists()
+
+
+def as_torch_onnx_export(m: onnx.ModelProto) -> onnx.ModelProto:
+    """zoo's qint8 file rewritten into torch.onnx.export's exact form (torch 2.5, eager mode; the TorchScript
+    exporter's symbolic_helper.quantize_helper / dequantize_helper): every quantized op dequantizes its
+    inputs itself, so a QuantizeLinear output is read by one ``Cast -> DequantizeLinear`` per reader
+    (``Cast(tensor, to=qdtype)``); scales and zero-points are ``Constant`` nodes (the exporter folds the
+    Casts on them into Constants, uint8 zero-point 0 for qint8 activations); weights are Constant int8
+    tensors read by their DQ, biases Constant int32 behind ``Cast(to=INT32)``. In ResNet-18's export: 33
+    QuantizeLinear, 83 DequantizeLinear, 62 Cast."""
+    from onnx import helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(m)
+    g = out.graph
+    inits = {t.name: t for t in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in g.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    nodes: list[onnx.NodeProto] = []
+    serial = iter(range(1_000_000))
+
+    def constant(value: onnx.TensorProto, scope: str) -> str:
+        name = f"{scope}/Constant_{next(serial)}_output_0"
+        nodes.append(helper.make_node("Constant", [], [name], name=name[: -len("_output_0")], value=value))
+        return name
+
+    def cast(x: str, to: int, scope: str) -> str:
+        name = f"{scope}/Cast_{next(serial)}_output_0"
+        nodes.append(helper.make_node("Cast", [x], [name], name=name[: -len("_output_0")], to=to))
+        return name
+
+    def dq_of(dq: onnx.NodeProto, value: str, scope: str, suffix: str) -> onnx.NodeProto:
+        s, z = (constant(inits[t], scope) for t in dq.input[1:3])
+        return helper.make_node("DequantizeLinear", [value, s, z], [dq.output[0] + suffix],
+                                name=dq.name + suffix, axis=next((a.i for a in dq.attribute), 1))
+
+    for n in g.node:
+        scope = n.name.rsplit("_", 1)[0]
+        if n.op_type == "QuantizeLinear":
+            s, z = (constant(inits[t], scope) for t in n.input[1:3])
+            nodes.append(helper.make_node("QuantizeLinear", [n.input[0], s, z], list(n.output), name=n.name))
+        elif n.op_type == "DequantizeLinear" and n.input[0] in inits:  # a weight or a bias
+            w, kind = constant(inits[n.input[0]], scope), inits[n.input[0]].data_type
+            nodes.append(dq_of(n, cast(w, kind, scope) if kind == onnx.TensorProto.INT32 else w, scope, ""))
+        elif n.op_type == "DequantizeLinear":  # behind zoo's Cast: one Cast -> DQ per reader of its output
+            q = producer[producer[n.input[0]].input[0]]
+            to = next(a.i for a in producer[n.input[0]].attribute if a.name == "to")
+            for k, r in enumerate(readers[n.output[0]]):
+                dq = dq_of(n, cast(q.output[0], to, r.name), r.name, f"_{k}")
+                nodes.append(dq)
+                r.input[:] = [dq.output[0] if i == n.output[0] else i for i in r.input]
+        elif n.op_type != "Cast":
+            nodes.append(n)
+    del g.node[:]
+    g.node.extend(nodes)
+    used = {i for n in g.node for i in n.input}
+    kept = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    onnx.checker.check_model(out, full_check=True)
+    return out
+
+
+def test_clean_torch_qint8_verifies_the_exporters_own_q_cast_dq_chains(torch_qint8, tmp_path, cli) -> None:
+    """Issue 20.2: on the exporter's real form (Constant zero-points, one Cast -> DQ per reader) the
+    verification reference missed the chains and said "verify FAILED", writing nothing."""
+    fp32 = zoo.resnet_like()
+    exported, computed = as_torch_onnx_export(torch_qint8[0]), torch_qint8[1]
+    count = {op: sum(n.op_type == op for n in exported.graph.node)
+             for op in ("QuantizeLinear", "DequantizeLinear", "Cast")}
+    assert count["DequantizeLinear"] > count["Cast"] > count["QuantizeLinear"]  # ResNet-18: 83 > 62 > 33
+    feeds = normal_inputs(exported)
+    want = run_model(computed, feeds)["output"]
+    assert np.abs(run_model(exported, feeds)["output"] - want).max() > 0.1  # the file clamps negatives
+    assert np.abs(run_model(fp32, feeds)["output"] - want).max() > 0  # quantized, not the float model
+    src = save_model(exported, tmp_path / "r18.onnx")
+    code, out, _ = cli("clean", src, "--torch-qint8", "-o", tmp_path / "fixed.onnx", "--json")
+    assert code == 0, out
+    assert json.loads(out)["verification"]["passed"] is True
+    fixed = load_model(tmp_path / "fixed.onnx")
+    np.testing.assert_array_equal(run_model(fixed, feeds)["output"], want)  # what PyTorch computed
+    assert not any(n.op_type in ("Cast", "Constant") for n in fixed.graph.node)
+    # without the flag the pattern is named as PyTorch's, not as uint8 Q/DQ to re-quantize
+    r = clean_model(exported, CleanOptions(verify=False))
+    assert [f.rule for f in r.findings] == ["qdq-torch-qint8"]
+    assert "qdq-torch-qint8" in {f.rule for f in lint_model(exported)}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -173,7 +173,7 @@ def test_fleet_file_errors_are_one_line(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="matches no target file"):
         load_fleet(f)
     f.write_text("targets:\n  - target: orin\n    overrides: {build: {dla_cor: 0}}\n")
-    with pytest.raises(ConfigError, match=r"unknown key 'build.dla_cor' \(did you mean 'dla_core'\?\)"):
+    with pytest.raises(ConfigError, match=r"yaml: 'targets' entry 1: unknown key 'overrides.build.dla_cor'"):
         load_fleet(f)
     f.write_text("targets:\n  - target: orin\n    name: orin-nofp16\n    overrides: {build: {fp16: false}}\n")
     (t,) = load_fleet(f).targets
@@ -195,3 +195,45 @@ def test_ini_inventory_hosts_groups_and_vars(tmp_path):
     assert (t["orin2"].host, t["orin2"].port, t["orin2"].user) == ("10.0.0.6", 2200, "nv")
     assert t["orin1"].use_agent
     assert str(t["xav"].identity_file) == "/nonexistent/key"
+
+
+def test_ini_inventory_values_are_read_as_ansible_reads_them(tmp_path):
+    """Issue 20.8: `edgeq_tensorrt="8.6"` in [group:vars] kept its quotes, and unquoted it became the float
+    8.6 and was refused. Ansible's ini plugin reads a value with Python's literal syntax (quotes are
+    string delimiters, {...} a dict), else as text; a version keeps its text (8.10 is not 8.1)."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(
+        "[all:vars]\nedgeq_use_agent=yes\nansible_user=ops\n\n"
+        '[orins]\norin1 ansible_host=10.0.0.5\norin2 ansible_host=10.0.0.6 edgeq_tensorrt="8.6.2"\n\n'
+        '[orins:vars]\nedgeq_tensorrt="8.6"\nedgeq_build={"fp16": False, "workspace": 2048}\n'
+        "edgeq_python = /usr/bin/python3.8\n\n"
+        "[xaviers]\nxav ansible_host=10.0.1.9 ansible_ssh_private_key_file=/nonexistent/key\n\n"
+        "[xaviers:vars]\nedgeq_tensorrt=8.10\nedgeq_use_agent=False\n"
+    )
+    t = {x.name: x for x in load_fleet(inv).targets}
+    assert (t["orin1"].tensorrt, t["orin2"].tensorrt, t["xav"].tensorrt) == ("8.6", "8.6.2", "8.10")
+    assert t["orin1"].build.fp16 is False and t["orin1"].build.workspace == 2048
+    assert t["orin1"].python == "/usr/bin/python3.8"
+    assert t["orin1"].use_agent is True and t["xav"].use_agent is False
+
+
+def test_an_error_in_a_fleet_files_overrides_names_the_fleet_file(tmp_path, monkeypatch, cli):
+    """Issue 20.13: an unknown key in a fleet file's `overrides:` was reported against the target file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "targets").mkdir()
+    target = tmp_path / "targets" / "orin.yaml"
+    target.write_text("host: 127.0.0.1\nuser: me\nuse_agent: true\n")
+    f = tmp_path / "fleet.yaml"
+    for overrides, said in (
+        ("{buidl: {fp16: false}}", r"unknown key 'overrides.buidl' \(did you mean 'build'\?\)"),
+        ("{build: {dla_cor: 0}}", r"unknown key 'overrides.build.dla_cor' \(did you mean 'dla_core'\?\)"),
+        ("{port: http}", r"'overrides.port' must be an integer port"),
+        ("{host: local}", r"'user' has no meaning with 'host: local'.*with the overrides of"),
+    ):
+        f.write_text(f"targets:\n  - orin\n  - target: orin\n    name: b\n    overrides: {overrides}\n")
+        with pytest.raises(ConfigError, match=said) as info:
+            load_fleet(f)
+        assert str(info.value).startswith(f"{f}: 'targets' entry 2"), str(info.value)
+        code, _, err = cli("fleet", "validate", "m.onnx", "--fleet", f)
+        (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert code == 2 and line.startswith(f"error: {f}: 'targets' entry 2") and "Traceback" not in err

@@ -169,11 +169,25 @@ def test_cli_bad_inputs_exit_2(tmp_path, cli):
     _one_line_error(*cli("quantize", src, "--synthetic", "3", "--holdout", "1.5"), "--holdout")
     _one_line_error(*cli("quantize", src, "--synthetic", "3", "-o", src), "is the input model")
     _one_line_error(*cli("quantize", src, "--synthetic", "3", "-o", tmp_path / "o.fp32.onnx",
-                         "--cache", tmp_path / "o.cache"), "is also the cache or its FP32 model")
+                         "--cache", tmp_path / "o.cache"), "the output and the FP32 model would both be")
     qdq = tmp_path / "q.onnx"
     onnx.save(zoo.qdq_ort(model, quantize_bias=False, samples=1), qdq)
     _one_line_error(*cli("quantize", qdq, "--synthetic", "3"), "already quantized")
     _one_line_error(*cli("quantize", tmp_path / "missing.onnx", "--synthetic", "3"), "no such file")
+
+
+def test_cli_every_output_path_collision_is_refused(tmp_path, cli):
+    """Issue 20.3: `-o b2.onnx --cache b2.json` wrote the summary JSON over the cache (exit 0)."""
+    src = tmp_path / "b.onnx"
+    onnx.save(zoo.resnet_like(size=32), src)
+    out = tmp_path / "b2.onnx"
+    for cache, what in (
+        (tmp_path / "b2.json", "the cache and the summary would both be"),  # the summary: <-o stem>.json
+        (tmp_path / "x" / ".." / "b2.json", "the cache and the summary would both be"),
+        (out, "the output and the cache would both be"),
+    ):
+        _one_line_error(*cli("quantize", src, "--synthetic", "3", "-o", out, "--cache", cache), what)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["b.onnx"], cache  # nothing written
 
 
 def test_cli_unwritable_output_fails_before_work_and_cache_goes_beside_o(tmp_path, cli):

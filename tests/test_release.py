@@ -93,6 +93,8 @@ def test_bundle_is_byte_identical_complete_and_verifies(released, cli):
     assert manifest["source_model"]["sha256"] == hashlib.sha256(src).hexdigest()
     engine = members["engines/sm9.0-trt8.6.0/engine.plan"][1]
     assert engine == (fleet_dir / "targets" / "board1" / "engine.plan").read_bytes()
+    rows = json.loads((fleet_dir / "fleet.json").read_text())["targets"]
+    assert engine_entry["built_on"] == next(r["target"] for r in rows if r["build"] == "ok")  # the builder
 
     code, out, _ = cli("release", "verify", root / "a.tar.gz")
     assert code == 0 and "OK, " in out
@@ -208,3 +210,75 @@ def test_one_engine_per_kind_across_kinds(tmp_path, cli, monkeypatch):
     assert {"model/m.int8.onnx", "model/m.int8.cache", "model/m.int8.fp32.onnx"} <= set(members)
     assert all(info.mtime == 1700000000 for info, _ in members.values())
     assert cli("release", "verify", tmp_path / "b.tar.gz")[0] == 0
+
+
+def hand_fleet(root, boards, build=None):
+    """A passed fleet directory as 'edgeq fleet validate' writes it (fleet.json, host/, targets/NAME/),
+    written by hand: ``boards`` is {name: (compute capability, GPU, first line of nv_tegra_release)};
+    ``build`` the row's build cell (ok | reused) per board, each board's engine.plan naming its builder."""
+    fleet = root / "fleet"
+    (fleet / "host").mkdir(parents=True)
+    (fleet / "host" / "m.int8.onnx").write_bytes(b"onnx")
+    (fleet / "host" / "m.int8.cache").write_text("TRT-8600-EntropyCalibration2\n")
+    src = root / "m.onnx"
+    src.write_bytes(b"source")
+    build = build or {}
+    builder = {cc: name for name, (cc, _, _) in boards.items() if build.get(name, "ok") == "ok"}
+    rows = []
+    for name, (cc, gpu, l4t) in boards.items():
+        d = fleet / "targets" / name
+        d.mkdir(parents=True)
+        (d / "engine.plan").write_bytes(f"engine built on {builder.get(cc, name)}".encode())
+        gpus = [{"name": gpu, "compute_capability": cc}] if cc else []
+        facts = {"tensorrt": {"version": "8.6.2"}, "gpus": gpus}
+        if l4t:
+            facts["platform"] = {"jetson": {"l4t": l4t}}
+        (d / "probe.json").write_text(json.dumps(facts))
+        rows.append({"target": name, "status": "passed", "kind": f"sm{cc}-trt8.6.2" if cc else None,
+                     "build": build.get(name, "ok"), "gate": True, "gpu": gpu, "compute_capability": cc,
+                     "latency_p50_ms": 1.0, "latency_p99_ms": 2.0, "throughput_qps": 900.0})  # fmt: skip
+    (fleet / "fleet.json").write_text(json.dumps({
+        "passed": True, "created": "2026-01-01T00:00:00Z", "edgeq": "0.1.0", "model": str(src),
+        "source_sha256": "ab" * 32, "model_file": "host/m.int8.onnx", "cache_file": "host/m.int8.cache",
+        "targets": rows,
+    }))  # fmt: skip
+    return fleet
+
+
+def test_release_refuses_an_output_inside_or_equal_to_its_input(tmp_path, cli):
+    """Issue 20.4: `release create --from RUN -o RUN/fleet.json` made fleet.json a gzip file (exit 0)."""
+    fleet = hand_fleet(tmp_path, {"orin": ("8.7", "Orin", None)})
+    before = {p: p.read_bytes() for p in fleet.rglob("*") if p.is_file()}
+    for output in (fleet / "fleet.json", fleet / "host" / "m.int8.onnx", fleet / "bundle.tar.gz", fleet):
+        code, out, err = cli("release", "--from", fleet, "-o", output)
+        assert code == 2 and "Traceback" not in err, (output, out, err)
+        assert len([x for x in err.splitlines() if x.startswith("error:")]) == 1, err
+        assert {p: p.read_bytes() for p in fleet.rglob("*") if p.is_file()} == before, output
+    assert cli("release", "--from", fleet, "-o", tmp_path / "b.tar.gz")[0] == 0
+
+
+def test_manifest_names_the_board_that_built_the_engine(tmp_path, cli):
+    """Issue 20.6: with three boards of one kind, built_on named the first row of the kind, not the board
+    that built the engine (its stages.json: "built on jetson3, reused")."""
+    boards = {f"jetson{i}": ("8.7", "Orin", "# R36 (release), REVISION: 3.0" if i == 3 else None)
+              for i in (1, 2, 3)}
+    fleet = hand_fleet(tmp_path, boards, build={"jetson1": "reused", "jetson2": "reused", "jetson3": "ok"})
+    code, out, err = cli("release", "--from", fleet, "-o", tmp_path / "b.tar.gz", "--json")
+    assert code == 0, err
+    engine = json.loads(out)["engines"]["sm8.7-trt8.6.2"]
+    assert engine["built_on"] == "jetson3"
+    assert engine["jetpack"] == "6"  # the versions are the builder's probe's
+    plan = _members(tmp_path / "b.tar.gz")["engines/sm8.7-trt8.6.2/engine.plan"][1]
+    assert plan == b"engine built on jetson3"
+
+
+def test_verify_and_inspect_of_a_directory_say_it_is_a_directory(tmp_path, cli):
+    """Issue 20.14: `release verify DIR` on an existing directory said "no such bundle"."""
+    fleet = hand_fleet(tmp_path, {"orin": ("8.7", "Orin", None)})
+    for verb in ("verify", "inspect"):
+        code, _, err = cli("release", verb, fleet)
+        (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert code == 2 and "is a directory, not a bundle" in line and "no such" not in line, line
+        assert f"edgeq release --from {fleet}" in line  # how to make the bundle it may be the source of
+        code, _, err = cli("release", verb, tmp_path / "missing.tar.gz")
+        assert code == 2 and "no such bundle" in err

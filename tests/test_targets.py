@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,31 @@ def test_bare_edgeq_prints_help_without_an_empty_error_line(cli):
     # QA: `edgeq` alone printed its help, then "error:   (see 'edgeq --help')".
     code, out, err = cli()
     assert code == 2 and "Usage: edgeq" in out and "error" not in err
+
+
+def test_a_local_target_whose_python_does_not_exist_is_one_line_exit_2(tmp_path, monkeypatch, cli):
+    """Issue 20.7: `host: local` with a `python:` that is not there ended targets check, deploy and run in
+    a FileNotFoundError traceback."""
+    import onnx
+
+    from edgeq import zoo
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "targets").mkdir()
+    missing = tmp_path / "no" / "python3"
+    (tmp_path / "targets" / "here.yaml").write_text(yaml.safe_dump(
+        {"host": "local", "work_dir": str(tmp_path / "work"), "python": str(missing), "tensorrt": "8.6"}))
+    onnx.save(zoo.resnet_like(size=32), tmp_path / "m.onnx")
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(
+        {"model": str(tmp_path / "m.onnx"), "synthetic": 2, "target": "here"}))
+    said = f"local: cannot run {missing}: No such file or directory (set the target file's 'python'"
+    for argv in (("targets", "check", "here"), ("deploy", "m.onnx", "--target", "here")):
+        code, out, err = cli(*argv)
+        errors = [ln for ln in (out + err).splitlines() if ln.startswith("error:")]
+        assert code == 2 and "Traceback" not in err, (argv, out, err)
+        assert len(errors) == 1 and said in errors[0], (argv, errors)
+    # run: the target's row fails with the same words, and the run exits as deploy does
+    code, out, err = cli("run", "p.yaml", "--json")
+    assert code == 2 and "Traceback" not in err and json.loads(out)["exit_code"] == 2, (out, err)
+    (row,) = json.loads((tmp_path / "runs" / "pipeline-p" / "fleet.json").read_text())["targets"]
+    assert row["error"].startswith(said) and row["exit_code"] == 2

@@ -20,6 +20,7 @@ object: ``_Reply`` lets only the first writer through).
 """
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -27,7 +28,15 @@ import threading
 import traceback
 
 from . import PROTOCOL
-from .common import AgentError, LogBuffer, Watchdog, install_signal_handlers, interrupted_message
+from .common import (
+    AgentError,
+    LogBuffer,
+    Watchdog,
+    disk_full,
+    disk_space,
+    install_signal_handlers,
+    interrupted_message,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
@@ -61,8 +70,9 @@ def make_parser():
         sp.add_argument("--timeout", type=float, default=3600.0, help="seconds before a tool is killed")
         sp.add_argument("--verbose", action="store_true", help="TensorRT VERBOSE log level")
 
-    probe = sub.add_parser("probe", help="report Python, GPU, TensorRT, DLA cores, free memory")
+    probe = sub.add_parser("probe", help="report Python, GPU, TensorRT, DLA cores, free memory and disk")
     common(probe)
+    probe.add_argument("--workDir", help="where runs are written: its free disk space is reported")
 
     build = sub.add_parser("build", help="ONNX -> engine")
     common(build)
@@ -133,6 +143,7 @@ def run_command(args, log):
 
     if args.command == "probe":
         facts = sysprobe.system_facts()
+        facts["disk"] = disk_space(args.workDir or os.getcwd())
         if args.backend == "trtexec":
             facts["trtexec"] = sysprobe.trtexec_facts(args.trtexec, log)
             if not facts["trtexec"].get("executable"):
@@ -152,6 +163,18 @@ def run_command(args, log):
         return facts
 
     _check_inputs(args)
+    outputs = [getattr(args, a, None) for a in ("saveEngine", "exportLayerInfo", "exportProfile")]
+    try:
+        return _run_backend(args, log)
+    except AgentError as e:
+        raise (e if e.stage == "usage" else disk_full(e, outputs)) from None
+    except OSError as e:  # the python backend writing an engine or JSON itself
+        if e.errno != errno.ENOSPC:
+            raise
+        raise disk_full(AgentError("output", "%s: %s" % (args.command, e)), outputs) from None
+
+
+def _run_backend(args, log):
     if args.backend == "trtexec":
         from . import trtexec_backend as backend
 

@@ -3,6 +3,7 @@ tools without hanging, the watchdog for in-process TensorRT work, and finding li
 
 import collections
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -28,6 +29,41 @@ class AgentError(Exception):
         if self.details:
             d["details"] = self.details
         return d
+
+
+# A full disk, as the C library says it (``[Errno 28] No space left on device`` from Python, the same
+# text from trtexec's or TensorRT's own write errors), and what counts as full when nothing said so.
+NO_SPACE = os.strerror(errno.ENOSPC)
+FULL_BELOW_BYTES = 1 << 20
+
+
+def disk_space(path):
+    """Free space for this user on the filesystem holding ``path`` (its nearest existing directory):
+    ``{"path", "free_bytes", "total_bytes"}``, or None where statvfs cannot say."""
+    where = os.path.abspath(path)
+    while not os.path.isdir(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    try:
+        st = os.statvfs(where)
+    except (OSError, AttributeError):  # no statvfs off POSIX
+        return None
+    return {"path": where, "free_bytes": st.f_bavail * st.f_frsize, "total_bytes": st.f_blocks * st.f_frsize}
+
+
+def disk_full(error, paths):
+    """``error`` said as what it is when the disk it wrote to is full: a log line with ENOSPC's text, or
+    an output's filesystem with (almost) nothing free. The tool's own failure stays after it."""
+    said = next((ln.strip() for ln in reversed(error.log) if NO_SPACE in ln), None)
+    spaces = [d for d in (disk_space(p) for p in paths if p) if d is not None]
+    full = [d for d in spaces if d["free_bytes"] < FULL_BELOW_BYTES]
+    if said is None and not full:
+        return error
+    where = (full or spaces or [None])[0]
+    room = " (%s: %d MiB free)" % (where["path"], where["free_bytes"] >> 20) if where else ""
+    error.message = "no space left on the target's disk%s: %s; %s" % (room, said or NO_SPACE, error.message)
+    if where:
+        error.details = dict(error.details, disk=where)
+    return error
 
 
 class LogBuffer:

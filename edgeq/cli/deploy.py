@@ -210,10 +210,10 @@ def targets_list_cmd() -> int:
 @targets_app.command(
     "check",
     help="Connect to a target (host key checked against its known_hosts), ship the edgeq agent, probe it "
-    "(TensorRT version, GPU, compute capability, DLA cores, free memory, Python) and compare with the file's "
-    "'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 unreachable, "
-    "no TensorRT or not what the file expects; 2 the target file is invalid, or the host key or the "
-    "login is refused (unknown/changed key, wrong identity file).",
+    "(TensorRT version, GPU, compute capability, DLA cores, free memory and disk, Python) and compare with "
+    "the file's 'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 "
+    "unreachable, no TensorRT or not what the file expects; 2 the target file is invalid, or the host key "
+    "or the login is refused (unknown/changed key, wrong identity file).",
 )
 def targets_check_cmd(
     name: str = typer.Argument(..., help="Target name (targets/NAME.yaml) or a YAML path."),
@@ -221,6 +221,7 @@ def targets_check_cmd(
     json_out: Json = False,
 ) -> int:
     from edgeq.orchestration.deploy import check_target
+    from edgeq.pipeline.stages import probe_from_facts
     from edgeq.remote.targets import resolve_target
 
     tgt = resolve_target(name)
@@ -231,11 +232,11 @@ def targets_check_cmd(
         return EXIT_OK
     trt = facts.get("tensorrt") or {}
     gpus = facts.get("gpus") or []
-    gpu = gpus[0] if gpus else {}
-    out.print(
-        f"[green]{escape(tgt.name)} ok[/]: TensorRT {escape(str(trt.get('version')))}, "
-        f"{escape(str(gpu.get('name', 'no GPU listed')))} (sm {escape(str(gpu.get('compute_capability')))}, "
-        f"{escape(str(gpu.get('memory_free_mib')))} MiB free), DLA cores {trt.get('num_DLA_cores', '-')}, "
-        f"Python {escape(str((facts.get('python') or {}).get('version')))}"
-    )
+    free = (gpus[0] if gpus else {}).get("memory_free_mib")
+    python = (facts.get("python") or {}).get("version")
+    said = [probe_from_facts(facts, tgt).describe()]
+    said += [f"{free} MiB GPU memory free"] if free is not None else []
+    said += [f"DLA cores {trt['num_DLA_cores']}"] if trt.get("num_DLA_cores") is not None else []
+    said += [f"Python {python}"] if python else []
+    out.print(f"[green]{escape(tgt.name)} ok[/]: {escape(', '.join(said))}")
     return EXIT_OK

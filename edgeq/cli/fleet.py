@@ -29,7 +29,16 @@ from edgeq.cli.options import (
     profile_settings,
     quantize_options,
 )
-from edgeq.cli.output import EXIT_CODES_HELP, EXIT_OK, code_for, err, out, print_json, progress_display
+from edgeq.cli.output import (
+    EXIT_CHECK_FAILED,
+    EXIT_CODES_HELP,
+    EXIT_OK,
+    code_for,
+    err,
+    out,
+    print_json,
+    progress_display,
+)
 from edgeq.errors import EdgeqError
 
 fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a fleet YAML or an Ansible "
@@ -109,7 +118,7 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
     "TensorRT, GPU, build, gate, latency, throughput, report). The model is prepared once; a failing target "
     "fails its row only. --fleet: edgeq's fleet YAML or an Ansible inventory (ansible_host, ansible_user, "
     "..., other target keys as edgeq_<key> vars).\n\nExit codes: 0 every target passed; 1 a target "
-    "failed; 2 a usage or input error.",
+    "failed; 2 bad input, host key, login.",
     short_help="One model on every target of a fleet at once.",
 )
 def fleet_validate_cmd(
@@ -142,7 +151,7 @@ def fleet_validate_cmd(
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
                             build_once_per_kind, workers, iterations, duration)  # fmt: skip
     result = run_fleet(model, fleet, options, live=not json_out)
-    code = code_for(result.passed)
+    code = result.exit_code
     if junit is not None:
         atomic_write_text(junit, junit_xml(result))
     if json_out:
@@ -234,8 +243,10 @@ def _render_manifest(m: dict[str, Any]) -> None:
     for col in ("kind", "TensorRT", "GPU", "sm", "JetPack", "built on", "file"):
         t.add_column(col, overflow="fold")
     for kind, e in sorted((m.get("engines") or {}).items()):
-        t.add_row(*(escape(str(v or "-")) for v in (kind, e.get("tensorrt"), e.get("gpu"),
-                                                    e.get("compute_capability"), e.get("jetpack"),
+        filed = {k for k, v in (e.get("sources") or {}).items() if v == "target file"}
+        gpu, sm = (f"{e.get(k) or '-'}" + (" (target file)" if k in filed else "")
+                   for k in ("gpu", "compute_capability"))  # fmt: skip
+        t.add_row(*(escape(str(v or "-")) for v in (kind, e.get("tensorrt"), gpu, sm, e.get("jetpack"),
                                                     e.get("built_on"), e.get("path"))))  # fmt: skip
     out.print(t)
     files = m.get("files") or []
@@ -318,7 +329,7 @@ def run_cmd(
 
     with progress_display(enabled=not json_out) as progress:
         result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force)
-    code = code_for(result.passed)
+    code = EXIT_OK if result.passed else result.fleet.exit_code if result.fleet else EXIT_CHECK_FAILED
     if json_out:
         print_json({"work_dir": str(result.work_dir), "stages": [vars(s) for s in result.stages],
                     "passed": result.passed, "exit_code": code})  # fmt: skip

@@ -269,7 +269,7 @@ def compare_cmd(
     html_out: Html = None,
 ) -> int:
     from edgeq.fs import atomic_write_text, check_writable
-    from edgeq.report.compare import compare_engines, engine_from_path, relative_gate
+    from edgeq.report.compare import compare_engines, engine_from_path, relative_gates
     from edgeq.report.compare_html import render_compare_html
 
     if gate_name not in ("relative", "none"):
@@ -297,8 +297,7 @@ def compare_cmd(
                            json_out)
         found, findings, gated = list(built.engines), list(built.findings), built.gated
     comparison = compare_engines(found, findings)
-    judged = [d for d in comparison.diffs if gated is None or d.candidate in gated]
-    gates = [relative_gate(d, min_ratio) for d in judged] if gate_name == "relative" else []
+    gates = relative_gates(comparison, min_ratio, gated) if gate_name == "relative" else []
     code = code_for(all(gates))
     if html_out is not None:
         atomic_write_text(html_out, render_compare_html(comparison, gates))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Union
 
 from edgeq.errors import GraphError, first_line
-from edgeq.graph.patterns import producer
+from edgeq.graph.patterns import constant_value, producer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -882,13 +882,17 @@ def qdq_remove_casts(graph: gs.Graph, options: CleanOptions) -> list[Change]:
 
 
 def _zp_values(node: gs.Node) -> np.ndarray | None:
-    """Zero-point values of a Q/DQ node, or None when it is not a constant. Absent means 0."""
+    """Zero-point values of a Q/DQ node, or None when it is not a constant. Absent means 0.
+
+    An initializer or a ``Constant`` node's output: torch.onnx.export writes the zero-points of its
+    eager-mode Q -> Cast -> DQ chains as ``Constant`` nodes, which only fold_constants lowers (and the
+    --torch-qint8 verification reference runs no folding)."""
     import numpy as np
 
     zp = _opt_input(node, 2)
     if zp is None:
         return np.zeros((), dtype=np.uint8)
-    return _const(zp)
+    return constant_value(zp)
 
 
 def _new_zp(cache: dict[int, gs.Constant], node: gs.Node, shape: tuple[int, ...]) -> gs.Constant:

@@ -229,8 +229,8 @@ def compare_models(
                 f"edgeq bug: output '{name}' changed shape: {r.shape} -> {g.shape}; please report it"
             )
         r64, g64 = np.asarray(r, dtype=np.float64), np.asarray(g, dtype=np.float64)
-        same_nan = np.isnan(r64) & np.isnan(g64)
-        absdiff = np.where(same_nan, 0.0, np.abs(r64 - g64))
+        _refuse_nonfinite(name, r64, g64)
+        absdiff = np.abs(r64 - g64)
         absdiff = np.where(np.isnan(absdiff), np.inf, absdiff)
         with np.errstate(divide="ignore", invalid="ignore"):
             reldiff = np.where(absdiff == 0, 0.0, absdiff / np.abs(r64))
@@ -256,6 +256,21 @@ def compare_models(
         total_elements=total,
         notes=notes,
     )
+
+
+def _refuse_nonfinite(name: str, ref: np.ndarray, got: np.ndarray) -> None:
+    """NaN or inf in the reference where the result has them too is no agreement: the input itself
+    computes nothing to compare (NaN weights, a division by a zero constant), even on plain inputs."""
+    import numpy as np
+
+    both = ~np.isfinite(ref) & ~np.isfinite(got)
+    n = int(both.sum())
+    if n:
+        raise GraphError(
+            f"the input model computes non-finite values (NaN/inf) in {n} of {ref.size} values of output "
+            f"'{name}' on the comparison's inputs: there is nothing to verify the result against",
+            hint="check the model's weights and constants for NaN/inf; --no-verify writes it unverified",
+        )
 
 
 def _has_half(model: onnx.ModelProto) -> bool:

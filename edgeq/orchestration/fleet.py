@@ -32,6 +32,7 @@ from edgeq.orchestration.fleet_file import Fleet
 from edgeq.pipeline.rundir import Recorder, model_stem, new_run_dir, slug, write_json
 from edgeq.pipeline.stages import KindEngines, Prepared, ProfileSettings, conclude, on_target, prepare_host
 from edgeq.quant.quantize import QuantizeOptions
+from edgeq.remote.causes import cause_of
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.runner import target_runner
 from edgeq.remote.targets import Target
@@ -73,6 +74,9 @@ class Row:
     report: Optional[str] = None
     run_dir: Optional[str] = None
     error: Optional[str] = None
+    exit_code: int = 0  # what this row alone would exit with: its error's code (2: the user's to fix), gate 1
+    cause: Optional[str] = None  # why the target could not be used (edgeq.remote.causes), when known
+    sources: dict[str, str] = field(default_factory=dict)  # "probe" or "target file", per probed fact
     seconds: float = 0.0
 
     @property
@@ -91,6 +95,12 @@ class FleetResult:
     @property
     def passed(self) -> bool:
         return bool(self.rows) and all(r.passed for r in self.rows)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every target passed, else the highest of the rows' (a failure's cause exits as it
+        would from ``deploy``: 2 for a host key, a login or a target file, 1 for the rest)."""
+        return 0 if self.passed else max([1, *(r.exit_code for r in self.rows)])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +130,7 @@ def _fill(row: Row, rec: Recorder, target: Target) -> None:
     row.compute_capability = pr.data.get("compute_capability")
     row.kind = pr.data.get("kind")
     row.gpu = pr.data.get("gpu")
+    row.sources = dict(pr.data.get("sources") or {})
     row.build = "reused" if b.data.get("reused_from") else ("ok" if b.status == "ok" else b.status)
     lat = rec.timings.get("latency_ms") or {}
     row.latency_p50_ms, row.latency_p99_ms = lat.get("median"), lat.get("p99")
@@ -149,6 +160,7 @@ def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: 
     rec = Recorder(run_dir, event)
     row.run_dir = str(rec.run_dir)
     rec.copy(prepared.stages)
+    cause = None
     try:
         policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
         with rec.finishing():
@@ -158,13 +170,16 @@ def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: 
             update(gpu=found.gpu, kind=found.kind)
             conclude(rec, prepared.model, policy)
     except EdgeqError as e:
-        row.error = str(e)
+        row.error, row.exit_code = str(e), e.exit_code
+        cause = cause_of(e)
     with lock:
         _fill(row, rec, target)
+        if cause is not None:  # the same cause reads the same in every command (edgeq.remote.causes)
+            row.cause, row.reachable = cause.name, cause.answered
         row.seconds = round(time.monotonic() - started, 3)
         row.status = "passed" if row.error is None and row.gate else "failed"
         if row.error is None and not row.gate:
-            row.error = row.gate_summary or "gate failed"
+            row.error, row.exit_code = row.gate_summary or "gate failed", 1
         row.stage = ""
         on_row(row)
 
@@ -265,6 +280,13 @@ def junit_xml(result: FleetResult, suite: str = "edgeq fleet validate") -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+def gpu_cell(r: Row) -> str:
+    """GPU and compute capability, marked when the target file gave them (the probe found no GPU)."""
+    text = f"{r.gpu or '-'} ({r.compute_capability or '-'})"
+    filed = [k for k in ("gpu", "compute_capability") if r.sources.get(k) == "target file"]
+    return f"target file: {text}" if filed else text
+
+
 def matrix(result: FleetResult) -> list[dict[str, str]]:
     """The matrix as text cells, in column order, for any renderer."""
 
@@ -276,7 +298,7 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "target": r.target,
             "reachable": {True: "yes", False: "no", None: "-"}[r.reachable],
             "TensorRT": r.tensorrt or "-",
-            "GPU (sm)": f"{r.gpu or '-'} ({r.compute_capability or '-'})",
+            "GPU (sm)": gpu_cell(r),
             "build": r.build or "-",
             "gate": {True: "passed", False: "FAILED", None: "-"}[r.gate],
             "p50 ms": num(r.latency_p50_ms),

@@ -26,7 +26,15 @@ from typing import Any, Optional
 
 from edgeq import config
 from edgeq.errors import ConfigError
-from edgeq.remote.targets import Target, resolve_target, target_from_dict, target_path
+from edgeq.remote.targets import (
+    NULLABLE,
+    SECTIONS,
+    TOP,
+    Target,
+    resolve_target,
+    target_from_dict,
+    target_path,
+)
 
 MAX_WORKERS = 8
 # Ansible's connection variables (and their pre-2.0 ansible_ssh_* spellings, still read by Ansible).
@@ -67,9 +75,15 @@ def _entry_targets(path: Path, entry: Any, i: int) -> list[Target]:
         raise ConfigError(f"{where}: missing 'target'")
     spec = v["target"]
     base = resolve_target(spec)  # the file exists and is valid on its own
+    overrides = v.get("overrides") or {}
+    # the overrides are this file's: checked here, so their errors name this file and entry
+    config.check_mapping(where, overrides, TOP, "overrides.", SECTIONS, NULLABLE)
     data = config.read_yaml(target_path(spec))
-    merged = _merge(config.require_mapping(base.path, data, "host: ..."), v.get("overrides") or {})
-    return [target_from_dict(merged, base.path, v.get("name", base.name))]
+    merged = _merge(config.require_mapping(base.path, data, "host: ..."), overrides)
+    try:
+        return [target_from_dict(merged, base.path, v.get("name", base.name))]
+    except ConfigError as e:  # valid alone, not together with the target file
+        raise ConfigError(f"{where}: {e.message} (with the overrides of this entry)", e.hint) from None
 
 
 def _mapping(v: Any) -> Mapping[str, Any]:
@@ -94,15 +108,25 @@ def _ansible_hosts(path: Path, group: Mapping[str, Any], inherited: dict[str, An
         _ansible_hosts(path, child or {}, own, out)
 
 
+# Ansible's boolean words (ansible.module_utils.parsing.convert_bool), for an unquoted INI value.
+_BOOLEANS = {"yes": True, "on": True, "true": True, "y": True, "t": True,
+             "no": False, "off": False, "false": False, "n": False, "f": False}  # fmt: skip
+
+
 def _scalar(text: str) -> Any:
-    """An INI inventory value as Ansible reads it: YAML scalars (true, 2222), else the string."""
-    import yaml
+    """An INI inventory value as Ansible's ini plugin reads it: Python's literal syntax (``"8.6"`` the
+    string 8.6, ``{"fp16": False}`` a dict, ``True``), else the text; an unquoted boolean word (yes, true,
+    off) is a bool, as Ansible's boolean options take it. A number keeps its text: the target schema says
+    which keys are numbers, and a version 8.10 must not become the float 8.1."""
+    import ast
 
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return _BOOLEANS.get(text.lower(), text)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return text
-    return value if isinstance(value, (bool, int, float, list, dict)) else text
+    return value
 
 
 def _ini_inventory(path: Path, text: str) -> dict[str, dict[str, Any]]:

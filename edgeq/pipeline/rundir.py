@@ -144,6 +144,10 @@ class Recorder:
         try:
             yield rec
         except BaseException as e:
+            from edgeq.remote.ssh import ConnectionDropped
+
+            if isinstance(e, ConnectionDropped):  # say which stage was running, not which command line
+                e.during(name)
             rec.status = "failed"
             rec.summary = str(e) if isinstance(e, EdgeqError) else f"{type(e).__name__}: {e}"
             raise

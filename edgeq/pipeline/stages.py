@@ -12,11 +12,11 @@ loaders compose.
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from edgeq.errors import GraphError, QuantError
+from edgeq.errors import GraphError, QuantError, RemoteError
 from edgeq.findings import Level, ProgressFn, no_progress
 from edgeq.fs import atomic_write_text
 from edgeq.pipeline.rundir import (
@@ -28,10 +28,12 @@ from edgeq.pipeline.rundir import (
     write_json,
 )
 from edgeq.remote.protocol import (
+    DiskSpace,
     agent_failed,
     build_args,
     call_agent,
     check_expectations,
+    disk_space,
     probe_facts,
 )
 from edgeq.remote.runner import Runner
@@ -69,6 +71,24 @@ class Probe:
     tensorrt: Optional[str]
     compute_capability: Optional[str]
     gpu: Optional[str]
+    disk: Optional[DiskSpace] = None  # free space where the runs are written
+    # where each of tensorrt, gpu and compute_capability came from: "probe", or "target file" when the
+    # probe found none (no nvidia-smi, say) and the target file's value stands in
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The facts in words, the target file's said so; nothing unknown printed as None."""
+        said = [f"TensorRT {self.tensorrt}" if self.tensorrt else "TensorRT version unknown"]
+        sm = f"sm {self.compute_capability}" if self.compute_capability else None
+        if self.sources.get("gpu") == "probe":
+            filed = " (target file)" if self.sources.get("compute_capability") == "target file" else ""
+            said.append(", ".join(v for v in (self.gpu, sm and sm + filed) if v))
+        else:
+            filed = ", ".join(v for v in (self.gpu, sm) if v)
+            said.append("no GPU found by the probe" + (f" (target file: {filed})" if filed else ""))
+        if self.disk is not None:
+            said.append(f"{self.disk.free_mib} MiB free disk at {self.disk.path}")
+        return ", ".join(said)
 
     @property
     def kind(self) -> Optional[str]:
@@ -237,7 +257,13 @@ def direct_agent(runner: Runner, target: Target, agent_remote: str) -> AgentFn:
     a run's stages call it through ``Recorder.agent`` instead."""
 
     def call(command: str, *args: str, timeout: float) -> dict[str, Any]:
-        reply = call_agent(runner, target, agent_remote, command, *args, timeout=timeout)
+        from edgeq.remote.ssh import ConnectionDropped
+
+        try:
+            reply = call_agent(runner, target, agent_remote, command, *args, timeout=timeout)
+        except ConnectionDropped as e:  # the agent's command is the stage here (probe, profile)
+            e.during(command)
+            raise
         if not reply.get("ok"):
             raise agent_failed(command, reply, target, runner.destination)
         return reply.get("result") or {}
@@ -247,13 +273,45 @@ def direct_agent(runner: Runner, target: Target, agent_remote: str) -> AgentFn:
 
 def probe(agent: AgentFn, target: Target) -> Probe:
     """The target's facts (TensorRT, GPUs, compute capability), checked against the target file."""
-    facts = agent("probe", timeout=target.timeouts.command)
+    facts = agent("probe", f"--workDir={target.remote_path('runs')}", timeout=target.timeouts.command)
+    check_expectations(target, *probe_facts(facts))
+    return probe_from_facts(facts, target)
+
+
+def probe_from_facts(facts: dict[str, Any], target: Target) -> Probe:
+    """The probe's facts as a ``Probe``. No GPU listed (e.g. trtexec without nvidia-smi): the target
+    file's GPU and compute capability stand in, and ``sources`` says so."""
     trt, cc = probe_facts(facts)
     gpus = facts.get("gpus") or []
-    check_expectations(target, trt, cc)
-    # No GPU listed (e.g. trtexec without nvidia-smi): the target file's compute capability stands in.
-    gpu = gpus[0].get("name") if gpus else target.gpu_name
-    return Probe(facts, trt, cc or target.compute_capability, gpu)
+    gpu = gpus[0].get("name") if gpus else None
+    sources = {k: "probe" for k, v in (("tensorrt", trt), ("gpu", gpu), ("compute_capability", cc)) if v}
+    if not gpu and target.gpu_name:
+        gpu, sources["gpu"] = target.gpu_name, "target file"
+    if not cc and target.compute_capability:
+        cc, sources["compute_capability"] = target.compute_capability, "target file"
+    return Probe(facts, trt, cc, gpu, disk_space(facts), sources)
+
+
+# What a build needs free on the target's disk, checked before it starts: the engine (TensorRT keeps the
+# weights at the build's precision, FP32 at most: no more than the ONNX file holds, FP32 or INT8) plus a
+# margin for the timing cache, the layer and profile JSON and trtexec's log.
+BUILD_DISK_MARGIN = 64 << 20
+
+
+def check_build_room(found: Probe, model_file: Path, target: Target) -> None:
+    """Refuse to start a build the target's disk cannot take (when the probe could say)."""
+    need = Path(model_file).stat().st_size + BUILD_DISK_MARGIN
+    disk = found.disk
+    if disk is None or disk.free_bytes >= need:
+        return
+    from edgeq.remote.upload import NO_SPACE_HINT
+
+    raise RemoteError(
+        f"build not started on {target.name}: {disk.free_mib} MiB free on {disk.path}, the build needs "
+        f"about {-(-need >> 20)} MiB (an engine up to the model's size, plus its logs and JSON)",
+        NO_SPACE_HINT,
+        exit_code=1,
+    )
 
 
 def build(
@@ -349,14 +407,14 @@ def on_target(
     with rec.stage("probe") as r:
         found = probe(agent, target)
         write_json(run_dir / "probe.json", found.facts)
-        r.summary = (
-            f"TensorRT {found.tensorrt}, {found.gpu or 'no GPU listed'}, sm {found.compute_capability}"
-        )
+        r.summary = found.describe()
         r.data = {
             "tensorrt": found.tensorrt,
             "compute_capability": found.compute_capability,
             "gpu": found.gpu,
             "kind": found.kind,
+            "disk": asdict(found.disk) if found.disk is not None else None,
+            "sources": found.sources,
         }
     engine_remote = f"{remote_run}/engine.plan"
     fp16 = target.build.fp16 if settings.fp16 is None else settings.fp16
@@ -376,6 +434,7 @@ def on_target(
                 r.data = {"reused_from": reused[1], "kind": found.kind}
         else:
             with rec.stage("build") as r:
+                check_build_room(found, prepared.model_file, target)
                 built = build(agent, target, up_model.remote_path, engine_remote, int8=prepared.qdq,
                               fp16=fp16, found=found,
                               calib_remote=up_cache.remote_path if up_cache is not None else None)

@@ -372,9 +372,12 @@ def quantize_file(
     for what, p in (("output", out), ("cache", cache), ("FP32 model", fp32)):
         if src.exists() and Path(p).exists() and Path(p).resolve() == src.resolve():
             raise QuantError(f"the {what} path {p} is the input model", hint="choose another -o/--cache path")
-    if Path(out).resolve() in (Path(cache).resolve(), fp32.resolve()):
-        raise QuantError(f"the output path {out} is also the cache or its FP32 model",
-                         hint="choose another -o/--cache path")
+    roles = (("output", out), ("cache", Path(cache)), ("FP32 model", fp32), ("summary", summary))
+    for i, (what, p) in enumerate(roles):  # one file each: a later write would replace an earlier one
+        for other, q in roles[:i]:
+            if p.resolve() == q.resolve():
+                raise QuantError(f"the {other} and the {what} would both be {q}",
+                                 hint="choose another -o/--cache path")
     inputs = tuple(i for i in (src, options.calib, options.preprocess, options.from_engine) if i is not None)
     for p in (out, cache, fp32, summary):  # before the calibration run, so no output is left half done
         check_writable(p, inputs=inputs)

@@ -132,21 +132,33 @@ def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
             files[f"model/{fp32.name}"] = fp32.read_bytes()
     engines: dict[str, Any] = {}
     targets = []
-    for row in sorted(fleet["targets"], key=lambda r: r["target"]):
+    rows = sorted(fleet["targets"], key=lambda r: r["target"])
+
+    def kind_of(row: dict[str, Any]) -> str:  # unknown GPU or TensorRT: an engine of its own
+        return row["kind"] or f"target-{slug(row['target'])}"
+
+    # A kind's engine is its builder's (the other rows' build cell says "reused"): that board's engine
+    # and probe, whatever the order of the rows.
+    for row in sorted(rows, key=lambda r: r.get("build") == "reused"):
         run = fleet_dir / "targets" / slug(row["target"])
-        probe = json.loads((run / "probe.json").read_text(encoding="utf-8"))
-        # unknown GPU or TensorRT: an engine of its own, keyed by the target that built it
-        kind = row["kind"] or f"target-{slug(row['target'])}"
+        kind = kind_of(row)
         if kind not in engines:
+            probe = json.loads((run / "probe.json").read_text(encoding="utf-8"))
             files[f"engines/{kind}/engine.plan"] = (run / "engine.plan").read_bytes()
             versions = versions_from_probe(probe)
-            versions["gpu"] = versions["gpu"] or row.get("gpu")
-            versions["compute_capability"] = versions["compute_capability"] or row.get("compute_capability")
-            engines[kind] = {"path": f"engines/{kind}/engine.plan", "built_on": row["target"], **versions}
+            # where each came from: the probe, or the target file where the probe found no GPU
+            sources = {k: "probe" for k in ("tensorrt", "gpu", "compute_capability") if versions[k]}
+            for k in ("gpu", "compute_capability"):
+                if not versions[k] and row.get(k):
+                    versions[k], sources[k] = row[k], (row.get("sources") or {}).get(k, "target file")
+            engines[kind] = {"path": f"engines/{kind}/engine.plan", "built_on": row["target"], **versions,
+                             "sources": sources}  # fmt: skip
+    for row in rows:
+        run = fleet_dir / "targets" / slug(row["target"])
         for name in REPORT_FILES:
             if (run / name).is_file():
                 files[f"reports/{row['target']}/{name}"] = (run / name).read_bytes()
-        targets.append({"name": row["target"], "kind": kind, "engine": engines[kind]["path"],
+        targets.append({"name": row["target"], "kind": kind_of(row), "engine": engines[kind_of(row)]["path"],
                         "gate": row["gate"], "latency_p50_ms": row["latency_p50_ms"],
                         "latency_p99_ms": row["latency_p99_ms"], "throughput_qps": row["throughput_qps"]})
     src = Path(fleet["model"])
@@ -177,7 +189,12 @@ def _tar_bytes(files: dict[str, bytes], mtime: int) -> bytes:
 
 
 def build_bundle(fleet_dir: Path, output: Path) -> dict[str, Any]:
-    """Write the bundle of ``fleet_dir`` to ``output`` (atomically); returns its manifest."""
+    """Write the bundle of ``fleet_dir`` to ``output`` (atomically); returns its manifest. An output in
+    the fleet directory is refused: it would overwrite what the bundle is made of, or land in it."""
+    where, into = Path(fleet_dir).resolve(), Path(output).resolve()
+    if into == where or where in into.parents:
+        raise ReleaseError(f"{output}: is inside the fleet directory {fleet_dir} it bundles; edgeq never "
+                           "writes into its input", "write the bundle outside it")
     files, meta = collect(fleet_dir)
     meta["files"] = [
         {"path": p, "sha256": sha256_bytes(files[p]), "size": len(files[p])} for p in sorted(files)
@@ -227,6 +244,10 @@ class Verification:
 def read_bundle(path: Path) -> dict[str, bytes]:
     """Every regular file of a bundle; a file that is not a readable tar.gz is a ReleaseError."""
     path = Path(path)
+    if path.is_dir():
+        raise ReleaseError(f"{path}: is a directory, not a bundle",
+                           f"give the .tar.gz 'edgeq release' wrote (a fleet directory becomes one with "
+                           f"'edgeq release --from {path} -o B.tar.gz')")  # fmt: skip
     if not path.is_file():
         raise ReleaseError(f"{path}: no such bundle", "give the .tar.gz 'edgeq release' wrote")
     out: dict[str, bytes] = {}

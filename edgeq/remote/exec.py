@@ -163,6 +163,7 @@ class CommandRunner(SSHLink):
             raise ConnectionDropped(
                 f"connection to {self.config.destination} dropped while running {args[0]}",
                 "the command may still be running on the target",
+                destination=self.config.destination,
             )
         if code < 0:  # the connection is up: the command ended without an exit status
             killed_by = str(killed_by or "unknown")

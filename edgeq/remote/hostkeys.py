@@ -17,6 +17,7 @@ from typing import Any
 
 from edgeq.errors import RemoteError
 from edgeq.fs import atomic_path
+from edgeq.remote.causes import CAUSES
 from edgeq.remote.sshconfig import SSHConfig
 
 log = logging.getLogger(__name__)
@@ -25,9 +26,15 @@ log = logging.getLogger(__name__)
 class HostKeyUnknown(RemoteError):
     """The target's host key is not in known_hosts and the user did not ask to accept new keys."""
 
+    cause = "host key unknown"
+    exit_code = CAUSES[cause].exit_code
+
 
 class HostKeyChanged(RemoteError):
     """known_hosts holds a different key for the target: possibly an attack; never accepted."""
+
+    cause = "host key changed"
+    exit_code = CAUSES[cause].exit_code
 
 
 # -- pieces that need no connection (tested alone) ------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -98,6 +99,28 @@ def agent_failed(
     )
 
 
+@dataclass(frozen=True)
+class DiskSpace:
+    """Free disk space where the agent writes its runs (the probe reply's ``disk``): what a build needs
+    is checked against it, and a release can record it per board."""
+
+    path: str
+    free_bytes: int
+    total_bytes: Optional[int] = None
+
+    @property
+    def free_mib(self) -> int:
+        return self.free_bytes >> 20
+
+
+def disk_space(facts: dict[str, Any]) -> Optional[DiskSpace]:
+    """The probe's ``disk`` (``{"path", "free_bytes", "total_bytes"}``); None where the target cannot say."""
+    disk = facts.get("disk")
+    if not isinstance(disk, dict) or not isinstance(disk.get("free_bytes"), int):
+        return None
+    return DiskSpace(str(disk.get("path")), disk["free_bytes"], disk.get("total_bytes"))
+
+
 def probe_facts(facts: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
     """(TensorRT version, first GPU's compute capability) from the probe's facts, either may be None."""
     gpus = facts.get("gpus") or []
@@ -160,6 +183,10 @@ def hint_for(command: str, err: dict[str, Any], target: Target, run_dir: Optiona
     """The fix for a failed agent stage; ``run_dir`` None (``targets check``): no logs to point at."""
     stage = err.get("stage")
     where = f"; logs in {run_dir}" if run_dir is not None else ""
+    if str(err.get("message", "")).startswith("no space left"):
+        from edgeq.remote.upload import NO_SPACE_HINT
+
+        return NO_SPACE_HINT + where
     if stage == "import" and target.backend == "python":
         return (
             f"install TensorRT 8.6's Python package for {target.python} on the target, or set "

@@ -127,8 +127,13 @@ class LocalRunner:
         from edgeq.errors import RemoteError
         from edgeq.remote.exec import CommandResult
 
-        proc = subprocess.Popen(list(argv), cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, errors="replace")  # fmt: skip
+        try:
+            proc = subprocess.Popen(list(argv), cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, errors="replace")  # fmt: skip
+        except OSError as e:  # the program itself: a target file's python that is not there (or not runnable)
+            raise RemoteError(f"local: cannot run {argv[0]}: {e.strerror or e}",
+                              "set the target file's 'python' to an interpreter on this machine",
+                              exit_code=2) from None  # fmt: skip
         err_lines: list[str] = []
         out_parts: list[str] = []
 

@@ -25,6 +25,7 @@ from typing import Any, Callable, TypeVar
 
 from edgeq.errors import RemoteError
 from edgeq.fs import atomic_path
+from edgeq.remote.causes import CAUSES
 from edgeq.remote.hostkeys import (
     HostKeyChanged,
     HostKeyUnknown,
@@ -47,15 +48,38 @@ KEEPALIVE_S = 15  # notice a dead target during a long remote build
 class AuthenticationFailed(RemoteError):
     """The server refused every key we offered (identity file and/or ssh-agent)."""
 
+    cause = "authentication refused"
+    exit_code = CAUSES[cause].exit_code
+
 
 class ConnectionFailed(RemoteError):
     """Could not reach the target (after retries), or the connection dropped."""
 
-    exit_code = 1
+    cause = "unreachable"
+    exit_code = CAUSES[cause].exit_code
+
+
+class ConnectionRefused(ConnectionFailed):
+    """The target's address answered that nothing listens on the port (no sshd there, or not yet)."""
+
+    cause = "connection refused"
+    exit_code = CAUSES[cause].exit_code
 
 
 class ConnectionDropped(ConnectionFailed):
     """An established connection went away mid-operation (retried for idempotent operations)."""
+
+    cause = "connection dropped"
+    exit_code = CAUSES[cause].exit_code
+
+    def __init__(self, message: str, hint: str | None = None, *, destination: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.destination = destination
+
+    def during(self, stage: str) -> None:
+        """Say which stage was running (what a user knows), not the command line it ran."""
+        if self.destination is not None:
+            self.message = f"connection to {self.destination} dropped during the {stage} stage"
 
 
 # -- the link (SSHConfig, the value it connects by: edgeq.remote.sshconfig) -----------------------------
@@ -180,8 +204,14 @@ class SSHLink:
                 log.info("connect to %s failed (%s), try %d/%d", cfg.destination, exc, attempt + 1, attempts)
                 if attempt + 1 < attempts:
                     time.sleep(cfg.backoff * 2**attempt)
+        if _refused(last):
+            raise ConnectionRefused(
+                f"cannot connect to {cfg.destination}: connection refused by {cfg.host}:{cfg.port} "
+                f"({attempts} attempt(s))",
+                "no sshd listens there: check that the target is up, runs sshd, and the target file's port",
+            )
         raise ConnectionFailed(
-            f"cannot connect to {cfg.destination}: {_describe(last)} ({attempts} attempt(s))",
+            f"cannot connect to {cfg.destination}: {_describe(last, cfg)} ({attempts} attempt(s))",
             "check that the target is up, reachable and runs sshd on that port",
         )
 
@@ -277,7 +307,7 @@ class SSHLink:
             except Exception as exc:
                 if attempt or not _is_drop(exc):
                     msg = f"cannot open a session on {self.config.destination}: {exc}"
-                    raise ConnectionDropped(msg) from exc
+                    raise ConnectionDropped(msg, destination=self.config.destination) from exc
                 self._drop()
         raise AssertionError("unreachable")
 
@@ -420,8 +450,29 @@ def _auth_failed(cfg: SSHConfig, exc: BaseException) -> AuthenticationFailed:
     )
 
 
-def _describe(exc: BaseException | None) -> str:
+def _refused(exc: BaseException | None) -> bool:
+    """Did every address of the target refuse the TCP connection? (paramiko's NoValidConnectionsError
+    says "[Errno None] Unable to connect to port N on HOST" for it, keeping each address's error.)"""
+    errors = getattr(exc, "errors", None)
+    if isinstance(exc, ConnectionRefusedError):
+        return True
+    return isinstance(errors, dict) and bool(errors) and all(
+        isinstance(e, ConnectionRefusedError) for e in errors.values()
+    )
+
+
+def _describe(exc: BaseException | None, cfg: SSHConfig | None = None) -> str:
+    """Why a connection could not be made, in words rather than the library's text."""
     if exc is None:
         return "unknown error"
+    where = f"{cfg.host}:{cfg.port}" if cfg is not None else "the target"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host name {cfg.host if cfg is not None else ''}: {exc.strerror or exc}"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return f"no answer from {where}" + (f" within {cfg.connect_timeout:g} s" if cfg is not None else "")
+    errors = getattr(exc, "errors", None)
+    if isinstance(errors, dict) and errors:  # NoValidConnectionsError: each address's own error
+        exc = next(iter(errors.values()))
+        return f"{where}: {getattr(exc, 'strerror', None) or exc}"
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0][:200]

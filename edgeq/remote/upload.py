@@ -26,6 +26,10 @@ from edgeq.findings import ProgressFn, no_progress
 from edgeq.remote.exec import CommandRunner
 from edgeq.remote.ssh import ConnectionDropped, remote_path
 
+NO_SPACE_HINT = (
+    "free space on the target (old runs and cached models live under its work_dir), then run again"
+)
+
 log = logging.getLogger(__name__)
 
 # paramiko's default 32 KiB SFTP writes and 2 MiB windows make it several times slower than OpenSSH's
@@ -290,7 +294,8 @@ class Uploader(CommandRunner):
                 elif chan.recv_stderr_ready():
                     err.feed(chan.recv_stderr(1 << 12))
                 elif not self._alive():
-                    raise ConnectionDropped(f"connection to {self.config.destination} dropped")
+                    raise ConnectionDropped(f"connection to {self.config.destination} dropped",
+                                            destination=self.config.destination)
                 elif chan.closed or chan.exit_status_ready():
                     raise RemoteError(
                         f"cannot lock {lock} on {self.config.destination}: {err.tail() or 'no output'}",
@@ -328,7 +333,7 @@ class Uploader(CommandRunner):
         where = f"{self.config.destination}:{cache_dir}"
         raise RemoteError(
             f"no space left on {where} (needs {-(-needed // 1_000_000)} MB, {free // 1_000_000} MB free)",
-            "free space on the target (old runs and cached models live under its work_dir), then run again",
+            NO_SPACE_HINT,
             exit_code=1,
         )
 

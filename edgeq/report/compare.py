@@ -525,6 +525,12 @@ RELATIVE_RULES: dict[str, Rule] = {
             "yolo_fix2 vs its implicit engine timed on one machine: 1.00x",
         ),
         Rule(
+            "not-built",
+            "the candidate engine did not build: there is no engine to deploy",
+            "measured: trt86-h200-edgeq/yolo_edgeq_all.explicit.build.log ('Could not find any "
+            "implementation for node PWN(...)', trtexec FAILED)",
+        ),
+        Rule(
             "no-timing",
             "no run logs or profiles for both engines: the throughput ratio cannot be checked",
             "trtexec --exportProfile / the run's 'Throughput:' line (tests/fixtures/README.md)",
@@ -604,3 +610,22 @@ def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO) -> Relat
             )
         )
     return RelativeGate(diff.candidate, diff.baseline, min_ratio, tuple(fails), diff.ratio)
+
+
+def relative_gates(
+    comparison: Comparison, min_ratio: float = DEFAULT_MIN_RATIO, only: Optional[Sequence[str]] = None
+) -> list[RelativeGate]:
+    """One verdict per candidate (those named in ``only``, else all), in the comparison's order: a built
+    candidate is judged by ``relative_gate``; one that did not build fails with TensorRT's error."""
+    diffs = {d.candidate: d for d in comparison.diffs}
+    gates = []
+    for e in comparison.engines[1:]:
+        if only is not None and e.name not in only:
+            continue
+        if e.name in diffs:
+            gates.append(relative_gate(diffs[e.name], min_ratio))
+        else:
+            failure = ("not-built", e.error or "the build failed")
+            none = Ratio(None, None, "none")
+            gates.append(RelativeGate(e.name, comparison.baseline.name, min_ratio, (failure,), none))
+    return gates

@@ -189,5 +189,9 @@ def render_compare_html(comparison: Comparison, gates: Sequence[Any] = (), top: 
         parts.append(
             _diff_section(comparison.baseline, by_name[d.candidate], d, gate_of.get(d.candidate), top)
         )
+    built = {d.candidate for d in comparison.diffs}
+    for g in gates:  # a candidate that did not build has no section, only its verdict
+        if g.candidate not in built:
+            parts.append(f'<div class="verdict fail">{esc(str(g))}</div>')
     parts.append("</body></html>\n")
     return "\n".join(parts)
