@@ -89,10 +89,12 @@ def tune_trtexec(
     implicit_factor: float = 1.0,
     kill_on_build: Optional[int] = None,
     first_run: Optional[dict[str, float]] = None,
+    recorded: Optional[dict[str, dict[str, str]]] = None,
 ) -> Path:
-    """Write the stand-in ``directory/trtexec`` and return its path (calls in ``<path>.calls.jsonl``)."""
+    """Write the stand-in ``directory/trtexec`` and return its path (calls in ``<path>.calls.jsonl``).
+    ``recorded``: kind (implicit, explicit) -> build/run/layers/profile files of another recording."""
     script = Path(directory) / "trtexec"
-    recorded = {
+    recorded = recorded or {
         kind: {what: str(FIXTURES / f"{recording}.{kind}.{ext}")
                for what, ext in (("build", "build.log"), ("run", "run.log"), ("layers", "layers.json"),
                                  ("profile", "profile.json"))}

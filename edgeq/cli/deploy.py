@@ -47,10 +47,10 @@ from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn
 
 _DEPLOY_HELP = (
-    "Build and prove an engine on a target: clean -> quantize (a float model with --calib) -> lint -> "
-    "upload -> probe -> build -> inspect -> profile -> report -> gate, everything into "
-    "runs/<model>-<target>-<time>/ (stages.json, deploy.log, the engine, report.html). The gate is the "
-    "target file's unless --gate says otherwise.\n\n" + EXIT_CODES_HELP
+    "Build and prove an engine on a target: clean, quantize (float model + --calib), lint, upload, probe, "
+    "build, inspect, profile, report, gate, into runs/<model>-<target>-<time>/; the target's gate unless "
+    "--gate. --placement implicit: mirror the implicit engine, gate relative to it."
+    "\n\n" + EXIT_CODES_HELP
 )
 
 
@@ -120,6 +120,9 @@ def deploy_cmd(
     from edgeq.orchestration.run import load_pipeline
     from edgeq.remote.targets import resolve_target
 
+    if placement == Placement.implicit and calib is None:
+        raise typer.BadParameter("--placement implicit needs a float model and --calib (the implicit engine "
+                                 "and its mirror come from one calibration)", param_hint="--calib")
     tgt = resolve_target(target or "")
     allow: tuple[str, ...] = ()
     require_fusion: Optional[bool] = None
@@ -130,7 +133,8 @@ def deploy_cmd(
     options = DeployOptions(
         quantize=quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
                                   placement=placement, overrides=overrides),
-        accept_new_host_key=accept_new_host_key, gate=_baseline_gate(gate, baseline, calib), gate_allow=allow,
+        accept_new_host_key=accept_new_host_key, gate_allow=allow,
+        gate=_baseline_gate(gate, "implicit" if placement == Placement.implicit else baseline, calib),
         gate_require_fusion=require_fusion, runs_dir=runs_dir,
         profile=profile_settings(fp16, iterations, duration),
     )  # fmt: skip
@@ -140,10 +144,17 @@ def deploy_cmd(
             return  # a failure is printed once, as the error line
         err.print(f"[dim]{escape(line)}[/]", highlight=False)
 
+    mirrored = None
     with progress_display(enabled=not json_out) as progress:
-        result = deploy(model, tgt, options, progress=progress, on_event=event)
-        relative = _relative_to_baseline(result, tgt, accept_new_host_key, progress) if baseline else None
-    code = EXIT_OK if result.gate_passed and relative is not False else EXIT_CHECK_FAILED
+        if placement == Placement.implicit:
+            from edgeq.orchestration.implicit import deploy_implicit
+
+            mirrored = deploy_implicit(model, tgt, options, progress=progress, on_event=event)
+            result, relative = mirrored.explicit, mirrored.relative  # type: Any, Any
+        else:
+            result = deploy(model, tgt, options, progress=progress, on_event=event)
+            relative = _relative_to_baseline(result, tgt, accept_new_host_key, progress) if baseline else None
+    code = EXIT_OK if result.gate_passed and (relative is None or relative) else EXIT_CHECK_FAILED
     gate_result = result.finished.gate if result.finished is not None else None
     if json_out:
         print_json(
@@ -152,7 +163,8 @@ def deploy_cmd(
                 "stages": [vars(s) for s in result.stages],
                 "timings": result.timings,
                 "gate": gate_result.to_dict() if gate_result is not None else None,
-                "relative_gate": relative.to_dict() if relative else None,
+                "relative_gate": relative.to_dict() if relative is not None else None,
+                **({"implicit": mirrored.to_dict()} if mirrored is not None else {}),
                 "exit_code": code,
             }
         )
@@ -160,6 +172,8 @@ def deploy_cmd(
     out.print(_stage_table(result.stages))
     if result.finished is not None:
         out.print(f"report: [bold]{escape(str(result.finished.report_html))}[/]")
+    for note in mirrored.notes() if mirrored is not None else ():
+        out.print(f"[cyan]implicit:[/] {escape(note)}", highlight=False)
     if gate_result is not None:
         print_verdict(gate_result)
     if relative is not None:

@@ -34,6 +34,7 @@ class Calibrator(str, Enum):
 class Placement(str, Enum):
     trt = "trt"
     all = "all"
+    implicit = "implicit"
 
 
 # -- quantization: what quantize, deploy, compare, tune, fleet and release calibrate on, and how -----------
@@ -56,8 +57,8 @@ MinCosine = Annotated[Optional[float], typer.Option(
     "--min-cosine", metavar="C", rich_help_panel=QUANTIZE,
     help="Accuracy bound: FP32 vs Q/DQ cosine on held-out data.")]
 PlacementOpt = Annotated[Placement, typer.Option(
-    "--placement", metavar="trt|all", case_sensitive=False, rich_help_panel=QUANTIZE,
-    help="trt: the 8.6 rules; all: every tensor.")]
+    "--placement", metavar="MODE", case_sensitive=False, rich_help_panel=QUANTIZE,
+    help="trt (8.6 rules), all (every tensor), implicit (its mirror).")]
 Overrides = Annotated[Optional[Path], typer.Option(
     "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
 

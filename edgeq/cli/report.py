@@ -13,7 +13,19 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgeq.cli.app import app
-from edgeq.cli.options import GATE, AcceptNewHostKey, Calib, Gate, Html, Json, Onnx, RunsDir, TargetName
+from edgeq.cli.options import (
+    GATE,
+    AcceptNewHostKey,
+    Calib,
+    Gate,
+    Html,
+    Json,
+    Onnx,
+    Placement,
+    PlacementOpt,
+    RunsDir,
+    TargetName,
+)
 from edgeq.cli.output import (
     EXIT_CODES_HELP,
     code_for,
@@ -169,11 +181,11 @@ def report_cmd(
 
 _COMPARE_HELP = (
     "Why is one engine slower than another? Engines of one model side by side, the first the baseline: "
-    "throughput and latency ratios, precisions, reformats, fused groups one lacks, and the regions that "
-    "differ most in time with the placement rule that explains each.\n\n"
-    "Offline: --engines DIR DIR ... (each with a *.layers.json). On a target: MODEL --target T --calib DIR "
-    "builds implicit INT8 (the baseline) and explicit INT8 (edgeq's placement, --placement all) from one "
-    "calibration. --gate relative fails a wider node, more reformats or a ratio under --min-ratio.\n\n"
+    "ratios, precisions, reformats, fusions, and the regions that differ most with the rule that explains "
+    "each. Offline: --engines DIR DIR ... On a target: MODEL --target T --calib DIR builds implicit INT8 "
+    "(the baseline) and explicit INT8 (edgeq's placement, --placement all) from one calibration; "
+    "--placement implicit: the mirror of implicit is explicit. --gate relative fails a wider node, more "
+    "reformats or a ratio under --min-ratio.\n\n"
     + EXIT_CODES_HELP
 )
 
@@ -253,6 +265,7 @@ def compare_cmd(
     engines: bool = typer.Option(False, "--engines", help="Compare engines from files (offline)."),
     target: TargetName = None,
     calib: Calib = None,
+    placement: PlacementOpt = Placement.trt,
     fp16: bool = typer.Option(False, "--fp16", help="With --target: also build an FP16 engine."),
     qdq_model: Optional[Path] = typer.Option(
         None, "--qdq-model", metavar="MODEL", help="With --target: also build this Q/DQ model of yours."
@@ -277,6 +290,12 @@ def compare_cmd(
     paths = list(paths or [])
     if engines == (target is not None):
         raise typer.BadParameter("give --engines DIR DIR ... (offline) or MODEL --target T (build)")
+    if placement == Placement.all:
+        raise typer.BadParameter("compare --target builds --placement all already (explicit-all); give trt "
+                                 "or implicit", param_hint="--placement")  # fmt: skip
+    if placement == Placement.implicit and target is None:
+        raise typer.BadParameter("--placement implicit builds on a target: give MODEL --target T --calib DIR",
+                                 param_hint="--placement")  # fmt: skip
     if html_out is not None:
         check_writable(html_out, inputs=tuple(paths))
     findings: list[Any] = []
@@ -294,7 +313,7 @@ def compare_cmd(
         found = [engine_from_path(p, onnx_model) for p in paths]
     else:
         built = _on_target(paths, target or "", calib, fp16, qdq_model, accept_new_host_key, runs_dir,
-                           json_out)
+                           json_out, implicit=placement == Placement.implicit)
         found, findings, gated = list(built.engines), list(built.findings), built.gated
     comparison = compare_engines(found, findings)
     gates = relative_gates(comparison, min_ratio, gated) if gate_name == "relative" else []
@@ -311,8 +330,9 @@ def compare_cmd(
 
 
 def _on_target(paths: list[Path], target: str, calib: Optional[Path], fp16: bool, qdq_model: Optional[Path],
-               accept_new_host_key: bool, runs_dir: Path, json_out: bool) -> Any:
-    """compare --target: the variants built on the target (``edgeq.orchestration.variants``)."""
+               accept_new_host_key: bool, runs_dir: Path, json_out: bool, implicit: bool = False) -> Any:
+    """compare --target: the variants built on the target (``edgeq.orchestration.variants``; with
+    ``implicit``, ``edgeq.orchestration.implicit``: the mirror of the implicit engine as explicit)."""
     from edgeq.cli.options import quantize_options
     from edgeq.orchestration.variants import VariantOptions, engines_on_target
     from edgeq.remote.targets import resolve_target
@@ -323,7 +343,12 @@ def _on_target(paths: list[Path], target: str, calib: Optional[Path], fp16: bool
                              accept_new_host_key=accept_new_host_key, runs_dir=runs_dir)  # fmt: skip
     tgt = resolve_target(target)
     with progress_display(enabled=not json_out) as progress:
-        built = engines_on_target(paths[0], tgt, options, progress=progress)
+        if implicit:
+            from edgeq.orchestration.implicit import engines_with_mirror
+
+            built = engines_with_mirror(paths[0], tgt, options, progress=progress)
+        else:
+            built = engines_on_target(paths[0], tgt, options, progress=progress)
     if not json_out:
         out.print(f"run directory: [bold]{escape(str(built.run_dir))}[/]")
     return built

@@ -18,6 +18,8 @@ from edgeq.cli.options import (
     Json,
     MinCosine,
     Percentile,
+    Placement,
+    PlacementOpt,
     TargetName,
     quantize_options,
 )
@@ -27,7 +29,8 @@ _HELP = (
     "Placement decided by the target's own timings: calibrate once, build implicit INT8 on the target, "
     "start from edgeq's placement with implicit's FP16 layers mirrored, then toggle one decision point at "
     "a time (residual skip, Concat Q/DQ, pool tail, FP16 block), each candidate built and profiled there "
-    "and kept only if faster in --rounds alternating timings and within --min-cosine.\n\n"
+    "and kept only if faster in --rounds alternating timings and within --min-cosine (--placement "
+    "implicit: start from implicit's mirror).\n\n"
     "Writes the tuned Q/DQ model, its calibration cache, tune.json and tune.html; run it again with the "
     "same --output to resume. A target file with 'host: local' builds on this machine's GPU.\n\n"
     + EXIT_CODES_HELP
@@ -47,6 +50,7 @@ def tune_cmd(
     calibrator: CalibratorOpt = Calibrator.entropy,
     percentile: Percentile = 99.99,
     min_cosine: MinCosine = 0.99,
+    placement: PlacementOpt = Placement.trt,
     budget: str = typer.Option(
         "20m", "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m)."
     ),
@@ -63,7 +67,11 @@ def tune_cmd(
     from edgeq.orchestration.tune import TuneOptions, parse_budget, tune
     from edgeq.remote.targets import resolve_target
 
-    quantize = quantize_options(calib, calibrator=calibrator, percentile=percentile, min_cosine=min_cosine)
+    if placement == Placement.all:
+        raise typer.BadParameter("tune starts from trt (the rules) or implicit (the mirror of the implicit "
+                                 "engine)", param_hint="--placement")  # fmt: skip
+    quantize = quantize_options(calib, calibrator=calibrator, percentile=percentile, min_cosine=min_cosine,
+                                placement=placement)  # fmt: skip
     options = TuneOptions(quantize=quantize, out_dir=output, budget_s=parse_budget(budget),
                           accept_new_host_key=accept_new_host_key, rounds=rounds)  # fmt: skip
     tgt = resolve_target(target or "")

@@ -50,6 +50,9 @@ class DeployOptions:
     gate: Optional[str] = None  # policy name; None: the target's (else int8)
     gate_allow: tuple[str, ...] = ()  # extra allowlist (e.g. from a pipeline file)
     gate_require_fusion: Optional[bool] = None  # a pipeline file's require_fusion; None: the policy's
+    # False: interior reformats are not the precision gate's (--placement implicit: the relative gate
+    # counts them against the implicit engine's own); None: the policy's
+    gate_reformats: Optional[bool] = None
     runs_dir: Path = Path("runs")
     profile: ProfileSettings = field(default_factory=ProfileSettings)  # FP16 fallback and trtexec timing
     cache_dir: Optional[Path] = None  # where the agent zipapp is built (default: the user cache)
@@ -95,7 +98,11 @@ def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] 
 
 
 def _policy(options: DeployOptions, target: Target) -> Policy:
-    return policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
+    policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
+    if options.gate_reformats is not None:
+        policy = policy.replace(forbid_interior_reformats=options.gate_reformats
+                                and policy.forbid_interior_reformats)  # fmt: skip
+    return policy
 
 
 def check_model_path(model: Path) -> Path:

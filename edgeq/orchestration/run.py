@@ -152,7 +152,13 @@ def load_spec(path: Path) -> PipelineSpec:
 
 def _quantize_options(path: Path, calib: Optional[Path], synthetic: Optional[int], preprocess: Optional[Path],
                       overrides: Optional[Path], section: Mapping[str, Any]) -> QuantizeOptions:
-    """The file's quantization settings; a value out of range names the file and its 'quantize' section."""
+    """The file's quantization settings; a value out of range names the file and its 'quantize' section.
+    ``placement: implicit`` is refused: a pipeline prepares one model on the host for every target, before
+    any target has built the implicit engine it would mirror."""
+    if section.get("placement") == "implicit":
+        raise ConfigError(f"{path}: 'quantize': placement implicit is not supported in pipeline and fleet "
+                          "files (the host prepares one model before any target builds an implicit engine)",
+                          "use 'edgeq deploy/compare/tune --placement implicit' per target, or trt")
     try:
         return QuantizeOptions(calib=calib, synthetic=synthetic, preprocess=preprocess, overrides=overrides,
                                **section)  # fmt: skip

@@ -22,6 +22,12 @@ calibration ranges are kept there too). The target's timing cache (``build.timin
 every build. Outputs: ``<stem>.tuned.onnx``, ``<stem>.tuned.cache`` (implicit-path calibration cache from
 the same statistics), ``tune.json`` and ``tune.html`` (every decision: candidates, measured times,
 accuracy, what chose it).
+
+``--placement implicit`` starts from the mirror of the implicit engine instead (``edgeq.quant.mirror``:
+a Q/DQ on every edge it read INT8, from the same ranges); its decisions are the mirror's sites that a
+tunable rule places too, each tried float (``edgeq.quant.decisions.mirror_decisions``). The gate then
+allowlists the nodes implicit itself ran in FP16/FP32 (``edgeq.orchestration.implicit``). The default start
+stays the rules': from the mirror, a tunable site the engine kept float can no longer be tried INT8.
 """
 
 from __future__ import annotations
@@ -149,6 +155,7 @@ def _fingerprint(model: Path, calib: Path, target: Target, options: TuneOptions)
     settings: list[Any] = [target.name, target.host, target.trtexec, q.calibrator, q.holdout,
                            options.min_cosine]
     settings += [q.percentile] if q.calibrator == "percentile" else []  # what only that calibrator reads
+    settings += ["placement implicit"] if q.placement == "implicit" else []  # another start, other candidates
     h.update(json.dumps(settings).encode())
     return h.hexdigest()[:24]
 
@@ -258,6 +265,9 @@ def tune(
         raise QuantError(f"{model}: {what}", "check the model path")
     if q.calib is None:
         raise QuantError("tune needs calibration data (--calib)", "give calibration data")
+    if q.placement not in ("trt", "implicit"):
+        raise QuantError(f"tune --placement {q.placement}: tune starts from trt (the rules) or implicit "
+                         "(the mirror of the implicit engine)", "use --placement trt or implicit")
     calib = Path(q.calib)
     if not calib.exists():
         raise QuantError(f"--calib {calib}: no such file or directory", "give calibration data")
@@ -308,7 +318,20 @@ def tune(
     else:
         tuner.reused += 1
     fp16 = _fp16_nodes(Path(str(implicit.run_dir)), reference)
-    decisions = decision_points(plan, fp16)
+    allow: list[str] = []
+    if q.placement == "implicit":  # start from the mirror; implicit's own float nodes are its intent
+        from edgeq.graph.io import graph_from_model as _graph
+        from edgeq.quant.decisions import mirror_decisions
+        from edgeq.quant.mirror import load_engine, plan_from_engine
+
+        rules = plan
+        engine = load_engine(Path(str(implicit.run_dir)) / "layers.json")
+        plan, _ = plan_from_engine(_graph(reference), engine)
+        shared = plan.scale_amax(amax)
+        decisions = mirror_decisions(plan, rules)
+        allow = fp16
+    else:
+        decisions = decision_points(plan, fp16)
     progress("tuning", 0, len(decisions))
 
     def measure(st: dict[str, bool]) -> Measured:
@@ -367,7 +390,8 @@ def tune(
     final = tuner.paired(state, implicit, best, options.rounds) if options.rounds and best.usable else None
     result = TuneResult(out, implicit, start, best, log, current, stopped, built=tuner.built,
                         reused=tuner.reused, final=final)  # fmt: skip
-    result.gate = _gates(implicit, best, reference, dropped, target, final)
+    result.gate = _gates(implicit, best, reference, [*dropped, *allow], target, final,
+                         relax_reformats=q.placement == "implicit")  # fmt: skip
     result.files = {"model": str(tuned), "cache": str(tuned_cache), "json": str(out / "tune.json"),
                     "html": str(out / "tune.html"), "state": str(state.path)}  # fmt: skip
     _write_report(result, decisions)
@@ -429,9 +453,12 @@ def _entry(d: Decision, current: dict[str, bool], m: Optional[Measured], best: M
 
 
 def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str], target: Target,
-           final: Optional[dict[str, Any]] = None) -> dict[str, Any]:  # fmt: skip
+           final: Optional[dict[str, Any]] = None, relax_reformats: bool = False
+           ) -> dict[str, Any]:  # fmt: skip
     """The tuned engine against its own intent (no node wider than INT8 except where a decision left it
-    float) and against implicit (``relative_gate``, on the paired medians when ``final`` has them)."""
+    float, or implicit did: ``dropped``) and against implicit (``relative_gate``, on the paired medians when
+    ``final`` has them). ``relax_reformats``: interior reformats are the relative gate's when implicit
+    has some (``edgeq.orchestration.implicit``)."""
     from edgeq.orchestration.deploy import policy_for
     from edgeq.pipeline.stages import report_and_gate
     from edgeq.report.compare import diff_pair, engine_from_path, relative_gate
@@ -440,8 +467,13 @@ def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str
     if best.run_dir is None or implicit.run_dir is None:
         return {}
     bdir = Path(best.run_dir)
-    _, verdict = report_and_gate(bdir / "layers.json", bdir / "profile.json", reference,
-                                 policy_for(target, "int8", dropped))  # fmt: skip
+    policy = policy_for(target, "int8", dropped)
+    if relax_reformats:
+        from edgeq.orchestration.implicit import implicit_float
+
+        base = engine_from_path(str(implicit.run_dir), onnx_model=reference, name="implicit")
+        policy = policy.replace(forbid_interior_reformats=not implicit_float(base).reformats)
+    _, verdict = report_and_gate(bdir / "layers.json", bdir / "profile.json", reference, policy)
     engines = []
     for i, (m, name) in enumerate(((implicit, "implicit"), (best, "tuned"))):
         e = engine_from_path(str(m.run_dir), onnx_model=reference, name=name)

@@ -55,32 +55,67 @@ def _stem(model: Path) -> str:
     return model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
 
 
+@dataclass(frozen=True)
+class Calibrated:
+    """One calibration of a float model: its cleaned FP32 ``reference``, the rules' plan and the amax of
+    every float activation (which covers any placement's Q/DQ tensors and the implicit cache)."""
+
+    reference: Any  # onnx.ModelProto
+    plan: Any  # edgeq.quant.placement.Plan: the 8.6 rules' placement
+    amax: dict[str, float]
+    stem: str
+
+
+def calibrate_once(model_path: Path, options: QuantizeOptions, *, holdout: bool = False
+                   ) -> tuple[Calibrated, Any]:  # fmt: skip
+    """(the calibration, the held-out samples or None): all of the data (``holdout``: less
+    ``--holdout``), ``options``' calibrator, one pass."""
+    from edgeq.graph.io import graph_from_model, load_model
+    from edgeq.quant.placement import plan_placement
+    from edgeq.quant.quantize import calibrate, calibration_data, prepare_model, split_data
+
+    reference, _, _ = prepare_model(load_model(model_path))
+    data = calibration_data(reference, options)
+    held = None
+    if holdout:
+        data, held, _ = split_data(data, options)
+    plan = plan_placement(graph_from_model(reference), "trt")
+    return Calibrated(reference, plan, calibrate(reference, plan, data, options), _stem(model_path)), held
+
+
+def implicit_variant(cal: Calibrated, out_dir: Path, options: QuantizeOptions) -> Variant:
+    """The implicit pair: the cleaned FP32 model and the calibration cache of its tensors."""
+    from edgeq.graph.io import save_model
+    from edgeq.quant.cache import write_calibration_cache
+    from edgeq.quant.quantize import cache_ranges
+
+    fp32 = save_model(cal.reference, out_dir / f"{cal.stem}.implicit.fp32.onnx")
+    cache_path = out_dir / f"{cal.stem}.implicit.cache"
+    write_calibration_cache(cache_path, cache_ranges(cal.plan, cal.amax, options))
+    return Variant("implicit", Path(fp32), cache_path)
+
+
+def placed_variant(cal: Calibrated, plan: Any, name: str, out_dir: Path) -> Variant:
+    """A Q/DQ model of ``cal.reference`` placed by ``plan``, scaled from the one calibration."""
+    from edgeq.graph.io import graph_from_model, model_from_graph, save_model
+    from edgeq.quant.qdq import insert_qdq
+
+    graph = graph_from_model(cal.reference)
+    insert_qdq(graph, plan, plan.scale_amax(cal.amax))
+    qdq = model_from_graph(graph, like=cal.reference)
+    return Variant(name, Path(save_model(qdq, out_dir / f"{cal.stem}.{name}.onnx")))
+
+
 def quantize_variants(model_path: Path, out_dir: Path, options: QuantizeOptions) -> list[Variant]:
     """Calibrate once (all of the data, ``options``' calibrator); write the implicit pair (FP32 model +
     cache) and both explicit placements, each from those ranges (``edgeq.quant.quantize``'s steps)."""
-    from edgeq.graph.io import graph_from_model, load_model, model_from_graph, save_model
-    from edgeq.quant.cache import write_calibration_cache
+    from edgeq.graph.io import graph_from_model
     from edgeq.quant.placement import plan_placement
-    from edgeq.quant.qdq import insert_qdq
-    from edgeq.quant.quantize import cache_ranges, calibrate, calibration_data, prepare_model
 
-    model = load_model(model_path)
-    reference, _, _ = prepare_model(model)
-    data = calibration_data(reference, options)
-    graphs = {p: graph_from_model(reference) for p in ("trt", "all")}
-    plans = {p: plan_placement(g, p) for p, g in graphs.items()}
-    # One pass: every float activation, which covers both placements' Q/DQ tensors and the cache.
-    amax = calibrate(reference, plans["trt"], data, options)
-    stem = _stem(model_path)
-    fp32 = save_model(reference, out_dir / f"{stem}.implicit.fp32.onnx")
-    cache_path = out_dir / f"{stem}.implicit.cache"
-    write_calibration_cache(cache_path, cache_ranges(plans["trt"], amax, options))
-    variants = [Variant("implicit", fp32, cache_path)]
-    for placement, name in (("trt", "explicit"), ("all", "explicit-all")):
-        insert_qdq(graphs[placement], plans[placement], plans[placement].scale_amax(amax))
-        qdq = model_from_graph(graphs[placement], like=reference)
-        variants.append(Variant(name, save_model(qdq, out_dir / f"{stem}.{name}.onnx")))
-    return variants
+    cal, _ = calibrate_once(model_path, options)
+    every = plan_placement(graph_from_model(cal.reference), "all")
+    return [implicit_variant(cal, out_dir, options), placed_variant(cal, cal.plan, "explicit", out_dir),
+            placed_variant(cal, every, "explicit-all", out_dir)]  # fmt: skip
 
 
 def _deploy_one(
@@ -141,31 +176,10 @@ def engines_on_target(
     progress: ProgressFn = no_progress,
 ) -> TargetEngines:
     """Quantize once, build every variant on ``target``, read back each engine (see the module doc)."""
-    from edgeq.graph.io import load_model
     from edgeq.graph.rules import lint_model
-    from edgeq.pipeline.stages import has_qdq
 
-    model = Path(model)
-    if not model.is_file():
-        raise QuantError(
-            f"{model}: {'not a file' if model.exists() else 'no such file'}", "check the model path"
-        )
-    if options.quantize.calib is None:
-        raise QuantError(
-            "compare --target needs --calib: the implicit and explicit engines come from one calibration",
-            "give calibration data (.npy/.npz files or images)",
-        )
-    float_model = load_model(model)
-    if has_qdq(float_model):
-        raise QuantError(
-            f"{model}: already has Q/DQ nodes; compare --target starts from the float model",
-            "give the FP32 model, and your Q/DQ model with --qdq-model",
-        )
-    if not target.is_local:
-        target.ssh_config(options.accept_new_host_key)  # key files checked before any work
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(options.runs_dir) / f"compare-{_stem(model)}-{target.name}-{stamp}"
-    run_dir.mkdir(parents=True, exist_ok=False)
+    float_model = check_float_model(model, target, options, "compare --target")
+    run_dir = compare_dir(model, target, options)
     variants = quantize_variants(model, run_dir, options.quantize)
     if options.fp16:
         variants.append(Variant("fp16", variants[0].model))
@@ -175,6 +189,40 @@ def engines_on_target(
         gated.append(variants[-1].name)
     engines = [_engine(v, _deploy_one(v, target, options, run_dir / "runs", progress)) for v in variants]
     return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated))
+
+
+def check_float_model(model: Path, target: Target, options: VariantOptions, what: str) -> Any:
+    """The float model a composition starts from, read; refused (one line) without calibration data or
+    with Q/DQ nodes already, and the target's key files checked, before any work."""
+    from edgeq.graph.io import load_model
+    from edgeq.pipeline.stages import has_qdq
+
+    model = Path(model)
+    if not model.is_file():
+        raise QuantError(
+            f"{model}: {'not a file' if model.exists() else 'no such file'}", "check the model path"
+        )
+    if options.quantize.calib is None:
+        raise QuantError(
+            f"{what} needs --calib: the implicit and explicit engines come from one calibration",
+            "give calibration data (.npy/.npz files or images)",
+        )
+    float_model = load_model(model)
+    if has_qdq(float_model):
+        raise QuantError(
+            f"{model}: already has Q/DQ nodes; {what} starts from the float model",
+            "give the FP32 model" + (", and your Q/DQ model with --qdq-model" if "compare" in what else ""),
+        )
+    if not target.is_local:
+        target.ssh_config(options.accept_new_host_key)  # key files checked before any work
+    return float_model
+
+
+def compare_dir(model: Path, target: Target, options: VariantOptions) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(options.runs_dir) / f"compare-{_stem(model)}-{target.name}-{stamp}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    return run_dir
 
 
 def implicit_baseline(

@@ -69,3 +69,18 @@ def candidate_key(plan: Plan) -> str:
     """A candidate's identity: the sites it keeps (what a build and a measurement depend on)."""
     text = "\n".join(sorted(s.tensor for s in plan.sites))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def mirror_decisions(mirror: Plan, rules: Plan) -> list[Decision]:
+    """``edgeq tune --placement implicit``'s decisions, on the mirror of the implicit engine: every mirror
+    site that the rules place by a tunable pattern joins that pattern's (rule, group) decision, on at the
+    start (implicit carried it INT8); toggling one off tries it float. Sites the rules would add and the
+    engine kept float are not decisions: the mirror is where implicit's own timing put them."""
+    by_tensor = {s.tensor: (s.rule, s.group) for s in rules.sites if s.rule in TUNABLE_RULES}
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, s in enumerate(mirror.sites):
+        if s.tensor in by_tensor:
+            groups.setdefault(by_tensor[s.tensor], []).append(i)
+    return [Decision(f"{rule}:{group}", rule, tuple(mirror.sites[i].tensor for i in idx),
+                     tuple(dict.fromkeys(c for i in idx for c in mirror.sites[i].consumers)))
+            for (rule, group), idx in groups.items()]  # fmt: skip

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from edgeq.quant.mirror import MirrorReport
 
 log = logging.getLogger(__name__)
+IMPLICIT = "implicit"  # --placement implicit: the implicit engine built on a target, mirrored
+OFFLINE_IMPLICIT = ("--placement implicit builds the implicit engine on a target: use deploy, compare "
+                    "--target or tune with it, or quantize --from-engine LAYERS.json")
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class QuantizeOptions:
     preprocess: Path | None = None  # images: the preprocessing spec (YAML)
     calibrator: str = "entropy"  # entropy | max | percentile | mse
     percentile: float = 99.99
-    placement: str = "trt"  # trt | all
+    placement: str = "trt"  # trt | all | implicit (a target's implicit engine mirrored, or --from-engine's)
     overrides: Path | Overrides | None = None  # the override file (YAML), or overrides already read
     holdout: float = 0.2  # fraction of the data kept out of calibration for the accuracy check
     min_cosine: float | None = None  # accuracy gate
@@ -59,9 +62,12 @@ class QuantizeOptions:
     from_engine: Path | None = None  # mirror this implicit engine's layer JSON instead of the rules
 
     def __post_init__(self) -> None:
-        if self.placement not in PLACEMENTS:
-            raise QuantError(f"unknown placement '{self.placement}'", hint="use trt or all")
-        if self.from_engine is not None and (self.placement != "trt" or self.overrides is not None):
+        if self.placement not in (*PLACEMENTS, IMPLICIT):
+            raise QuantError(f"unknown placement '{self.placement}'", hint="use trt, all or implicit")
+        if self.placement == IMPLICIT and self.overrides is not None:
+            raise QuantError("--placement implicit places every Q/DQ where the implicit engine ran INT8: "
+                             "--overrides does not apply", hint="leave out --overrides, or use placement trt")
+        if self.from_engine is not None and (self.placement == "all" or self.overrides is not None):
             raise QuantError("--from-engine places every Q/DQ where the engine ran INT8",
                              hint="leave out --placement all and --overrides with it")
         if not 0.0 <= self.holdout < 1.0:
@@ -279,6 +285,8 @@ def plan_for(graph: gs.Graph, options: QuantizeOptions) -> tuple[Plan, MirrorRep
     from edgeq.quant.placement import describe, plan_placement
 
     mirror = None
+    if options.placement == IMPLICIT and options.from_engine is None:
+        raise QuantError(OFFLINE_IMPLICIT)
     if options.from_engine is not None:
         from edgeq.quant.mirror import load_engine, plan_from_engine
 
@@ -359,6 +367,8 @@ def quantize_file(
     from edgeq.quant.cache import write_calibration_cache
 
     options.check_inputs()
+    if options.placement == IMPLICIT and options.from_engine is None:
+        raise QuantError(OFFLINE_IMPLICIT)  # before any output path is checked or data read
     src = Path(path)
     out = Path(output) if output is not None else default_output(src, "int8")
     if out.is_dir():  # first: the names below derive from it ('-o ""' is '.')

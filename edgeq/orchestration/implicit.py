@@ -1,0 +1,258 @@
+"""``--placement implicit`` on a target: TensorRT's implicit engine built there, mirrored, and the explicit
+engine judged against it (``deploy``, ``compare --target``; ``tune`` starts its search from the mirror).
+
+Static rules lose to the first architecture they have no rule for (issue 19: SE gates, channel shuffles);
+TensorRT's implicit mode has already chosen, by timing on this target, which tensors to carry in INT8.
+So: calibrate once; build the implicit engine from the cleaned FP32 model and the calibration cache of
+the same ranges; read its layer JSON back onto that model (``edgeq.quant.mirror``: a Q/DQ on each edge the
+engine read INT8, scaled from the same ranges, no second calibration); build that Q/DQ model; time the
+two in alternation (``edgeq.orchestration.retime``) and gate the explicit one relative to implicit.
+
+The precision gate and the mirror: layers the implicit engine itself ran in FP16/FP32 are reproduced on
+purpose, so their ONNX nodes (exactly those, by name) are allowlisted in the int8 gate, and the output says
+which; any other float layer still fails it. A node the explicit engine runs wider than implicit did fails
+the relative gate (``wider-than-baseline``) even where the allowlist excused its layer. Likewise interior
+precision-changing reformats: when implicit has some itself (a float region needs them), the relative
+gate judges their count against implicit's, and the precision gate leaves them to it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from edgeq.errors import EdgeqError, QuantError
+from edgeq.findings import ProgressFn, no_progress
+from edgeq.orchestration.deploy import DeployOptions, DeployResult, _policy, deploy
+from edgeq.orchestration.variants import (
+    Calibrated,
+    TargetEngines,
+    Variant,
+    VariantOptions,
+    _deploy_one,
+    _engine,
+    calibrate_once,
+    check_float_model,
+    compare_dir,
+    implicit_variant,
+    placed_variant,
+)
+from edgeq.pipeline.rundir import _no_event, new_run_dir
+from edgeq.remote.runner import EventFn
+from edgeq.remote.targets import Target
+
+if TYPE_CHECKING:
+    from edgeq.quant.accuracy import AccuracyReport
+    from edgeq.quant.mirror import MirrorReport
+    from edgeq.quant.placement import Plan
+    from edgeq.report.compare import Engine, RelativeGate
+
+ROUNDS = 3  # paired rounds of implicit and explicit before the relative gate (tune's default too)
+NEEDS_CALIB = "give the float model and --calib: the implicit engine and its mirror come from one calibration"
+
+
+@dataclass(frozen=True)
+class ImplicitFloat:
+    """What the implicit engine kept wider than INT8, as the precision gate takes it."""
+
+    nodes: tuple[str, ...]  # ONNX nodes of its FP16/FP32 compute layers: the allowlist
+    reformats: int  # its interior precision/layout-changing reformats
+
+    def notes(self) -> list[str]:
+        more = len(self.nodes) - 4
+        shown = ", ".join(self.nodes[:4]) + (f", ... {more} more" if more > 0 else "")
+        said = [f"precision gate: {len(self.nodes)} ONNX nodes the implicit engine ran in FP16/FP32 "
+                "allowlisted (the mirror keeps them float on purpose)" + (f": {shown}" if self.nodes else "")]
+        if self.reformats:
+            said.append(f"interior reformats: judged by the relative gate against implicit's own "
+                        f"{self.reformats}, not by the precision gate")
+        return said
+
+
+def implicit_float(engine: Engine) -> ImplicitFloat:
+    """``engine`` (the implicit one, its report mapped onto the ONNX model)'s float nodes and reformats."""
+    report = engine.report
+    by = report.onnx.by_precision() if report is not None and report.onnx is not None else {}
+    nodes = tuple(sorted(set(by.get("FP16", [])) | set(by.get("FP32", []))))
+    return ImplicitFloat(nodes, engine.stats.reformats if engine.built else 0)
+
+
+def mirror_plan(cal: Calibrated, layers_json: Path) -> tuple[Plan, MirrorReport]:
+    """The implicit engine's INT8 edges on the calibrated model (``edgeq quantize --from-engine``'s plan)."""
+    from edgeq.graph.io import graph_from_model
+    from edgeq.quant.mirror import load_engine, plan_from_engine
+
+    return plan_from_engine(graph_from_model(cal.reference), load_engine(layers_json))
+
+
+def _run_engine(run_dir: Path, reference: Any, name: str, qps: Optional[float], latency: Optional[float]
+                ) -> Engine:  # fmt: skip
+    from edgeq.report.compare import engine_from_path
+    from edgeq.report.runlog import RunFigures
+
+    e = engine_from_path(run_dir, onnx_model=reference, name=name)
+    return replace(e, run=RunFigures(str(run_dir / "timings.json"), qps, latency, None))
+
+
+# --------------------------------------------------------------------------------------------------
+# deploy --placement implicit
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImplicitDeploy:
+    run_dir: Path  # holds the calibration's files, the mirror and both deploy runs
+    implicit: DeployResult
+    explicit: DeployResult
+    mirror: MirrorReport
+    floats: ImplicitFloat
+    relative: RelativeGate
+    accuracy: Optional[AccuracyReport] = None
+    paired: Optional[dict[str, Any]] = None  # implicit and explicit timed in alternation
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def gate_passed(self) -> bool:
+        return self.explicit.gate_passed and bool(self.relative)
+
+    def notes(self) -> list[str]:
+        qps = self.implicit.timings.get("throughput_qps")
+        said = [f"implicit engine: {self.implicit.run_dir} ({qps} qps)",
+                f"mirror: {self.mirror.summary_line()}", *self.floats.notes()]
+        if self.paired is not None:
+            said.append(f"paired: explicit {self.paired['ratio']}x implicit in {self.paired['rounds']} "
+                        "alternating rounds")
+        if self.accuracy is not None:
+            said.append(f"accuracy: {self.accuracy}")
+        return said
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_dir": str(self.run_dir), "implicit_run": str(self.implicit.run_dir),
+                "explicit_run": str(self.explicit.run_dir), "mirror": self.mirror.to_dict(),
+                "allowlisted": list(self.floats.nodes), "implicit_reformats": self.floats.reformats,
+                "paired": self.paired, "relative_gate": self.relative.to_dict(),
+                "accuracy": self.accuracy.to_dict() if self.accuracy is not None else None,
+                "files": self.files, "notes": self.notes()}  # fmt: skip
+
+
+def deploy_implicit(
+    model: Path,
+    target: Target,
+    options: DeployOptions = DeployOptions(),
+    *,
+    rounds: int = ROUNDS,
+    progress: ProgressFn = no_progress,
+    on_event: EventFn = _no_event,
+) -> ImplicitDeploy:
+    """``edgeq deploy --placement implicit``: see the module doc. Everything under one directory,
+    ``runs/<model>-<target>-<time>/``: the implicit pair, ``<stem>.mirror.onnx``, ``implicit.json`` and the
+    two deploy runs. Bad input is refused before it exists; a target failure raises (exit 1)."""
+    from edgeq.fs import atomic_write_text
+    from edgeq.graph.io import load_model
+    from edgeq.orchestration.retime import retime
+    from edgeq.pipeline.stages import ProfileSettings
+    from edgeq.quant.accuracy import compare_accuracy
+    from edgeq.report.compare import diff_pair, relative_gate
+
+    q = options.quantize
+    if q.calib is None:
+        raise QuantError("--placement implicit needs calibration data (--calib)", NEEDS_CALIB)
+    _policy(options, target)  # a bad --gate before any work
+    q.check_inputs()
+    checks = VariantOptions(quantize=q, accept_new_host_key=options.accept_new_host_key)
+    check_float_model(model, target, checks, "--placement implicit")
+    cal, held = calibrate_once(Path(model), q, holdout=True)  # before any directory: bad data writes nothing
+    run_dir = new_run_dir(Path(options.runs_dir), Path(model), target.name)
+    settings = options.profile if options.profile.fp16 is not None else replace(options.profile, fp16=True)
+    common = replace(options, runs_dir=run_dir, profile=settings)
+
+    # 1. the implicit engine: the FP32 model and the cache of the same ranges, no gate of its own
+    pair = implicit_variant(cal, run_dir, q)
+    try:
+        implicit = deploy(pair.model, target, replace(common, gate="none", calib_cache=pair.calib_cache),
+                          progress=progress, on_event=on_event)  # fmt: skip
+    except EdgeqError as e:
+        raise EdgeqError(f"--placement implicit: the implicit engine: {e.message}", e.hint,
+                         exit_code=e.exit_code) from None  # fmt: skip
+    impl_engine = _run_engine(implicit.run_dir, cal.reference, "implicit",
+                              implicit.timings.get("throughput_qps"), None)  # fmt: skip
+    floats = implicit_float(impl_engine)
+
+    # 2. its mirror, from the same ranges; accuracy on the held-out samples
+    plan, report = mirror_plan(cal, implicit.run_dir / "layers.json")
+    mirrored = placed_variant(cal, plan, "mirror", run_dir)
+    accuracy = None
+    if held is not None and len(held):
+        accuracy = compare_accuracy(cal.reference, load_model(mirrored.model), held, threshold=q.min_cosine,
+                                    providers=q.providers, progress=progress)  # fmt: skip
+        if not accuracy:
+            raise QuantError(f"the mirror's accuracy is below min_cosine {q.min_cosine}: {accuracy}",
+                             "see implicit.json; the implicit engine's INT8 choices cost that much here",
+                             exit_code=1)  # fmt: skip
+
+    # 3. the explicit engine, gated with implicit's own float nodes allowlisted
+    explicit_opts = replace(common, gate_allow=(*options.gate_allow, *floats.nodes),
+                            gate_reformats=False if floats.reformats else None)  # fmt: skip
+    explicit = deploy(mirrored.model, target, explicit_opts, progress=progress, on_event=on_event)
+
+    # 4. both timed in alternation; the relative gate on the paired medians
+    paired: Optional[dict[str, Any]] = None
+    qps: list[Optional[float]] = [run.timings.get("throughput_qps") for run in (implicit, explicit)]
+    if rounds and explicit.finished is not None:
+        engines = [(name, run.run_dir / "engine.plan") for name, run in (("implicit", implicit),
+                                                                          ("explicit", explicit))]
+        timed = retime(target, engines, rounds=rounds, settings=ProfileSettings(fp16=settings.fp16),
+                       accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
+                       progress=progress)  # fmt: skip
+        paired, qps = timed.to_dict(), [timed.median(0), timed.median(1)]
+    base = _run_engine(implicit.run_dir, cal.reference, "implicit", qps[0], None)
+    cand = _run_engine(explicit.run_dir, cal.reference, "explicit", qps[1], None)
+    result = ImplicitDeploy(run_dir, implicit, explicit, report, floats, relative_gate(diff_pair(base, cand)),
+                            accuracy, paired)  # fmt: skip
+    summary = run_dir / "implicit.json"
+    result.files = {"mirror_model": str(mirrored.model), "fp32_model": str(pair.model),
+                    "cache": str(pair.calib_cache), "summary": str(summary)}  # fmt: skip
+    atomic_write_text(summary, json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# compare --target --placement implicit
+# --------------------------------------------------------------------------------------------------
+
+
+def engines_with_mirror(
+    model: Path, target: Target, options: VariantOptions, *, progress: ProgressFn = no_progress
+) -> TargetEngines:
+    """``compare --target --placement implicit``: implicit first, then its mirror as ``explicit`` (the
+    gated one), the rules' placement (``explicit-trt``) and ``explicit-all`` beside it, all from one
+    calibration; ``--fp16`` and ``--qdq-model`` as without it."""
+    from edgeq.graph.io import graph_from_model
+    from edgeq.graph.rules import lint_model
+    from edgeq.quant.placement import plan_placement
+
+    float_model = check_float_model(model, target, options, "compare --target --placement implicit")
+    cal, _ = calibrate_once(Path(model), options.quantize)
+    run_dir = compare_dir(Path(model), target, options)
+    runs = run_dir / "runs"
+    implicit = implicit_variant(cal, run_dir, options.quantize)
+    built = _deploy_one(implicit, target, options, runs, progress)
+    if isinstance(built, EdgeqError):
+        raise EdgeqError(f"compare --placement implicit: the implicit engine did not build on {target.name}: "
+                         f"{built}", "there is no engine to mirror", exit_code=1)  # fmt: skip
+    plan, _ = mirror_plan(cal, Path(built.run_dir) / "layers.json")
+    every = plan_placement(graph_from_model(cal.reference), "all")
+    variants = [placed_variant(cal, p, name, run_dir)
+                for p, name in ((plan, "explicit"), (cal.plan, "explicit-trt"), (every, "explicit-all"))]
+    if options.fp16:
+        variants.append(Variant("fp16", implicit.model))
+    gated = ["explicit"]
+    if options.qdq_model is not None:
+        variants.append(Variant(f"user:{Path(options.qdq_model).name.removesuffix('.onnx')}",
+                                Path(options.qdq_model)))  # fmt: skip
+        gated.append(variants[-1].name)
+    engines = [_engine(implicit, built)]
+    engines += [_engine(v, _deploy_one(v, target, options, runs, progress)) for v in variants]
+    return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated))
