@@ -1,7 +1,7 @@
 """``--placement implicit`` on a target: TensorRT's implicit engine built there, mirrored, and the explicit
 engine judged against it (``deploy``, ``compare --target``; ``tune`` starts its search from the mirror).
 
-Static rules lose to the first architecture they have no rule for (issue 19: SE gates, channel shuffles);
+Static rules lose to the first architecture they have no rule for (SE gates, channel shuffles);
 TensorRT's implicit mode has already chosen, by timing on this target, which tensors to carry in INT8.
 So: calibrate once; build the implicit engine from the cleaned FP32 model and the calibration cache of
 the same ranges; read its layer JSON back onto that model (``edgeq.quant.mirror``: a Q/DQ on each edge the
