@@ -28,6 +28,9 @@ from edgeq.cli import output as output_mod
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "trt86-h200"
 WIDTH = 80
+# the one layer the recorded ResNet-50 runs against the int8 gate: 97 characters, the name gate.allow takes
+REFORMAT = ("Reformatting CopyNode for Input Tensor 0 to copied_squeeze_after_(Unnamed Layer* 877) "
+            "[ElementWise]")
 
 
 def _width(line: str) -> int:
@@ -64,7 +67,8 @@ def test_fit_table_keeps_words_and_numbers_whole_and_drops_the_least_important_c
     console.print(t)
     shown = console.file.getvalue()  # type: ignore[attr-defined]
     assert max(_width(line) for line in shown.splitlines()) <= WIDTH
-    for word in ("resnet50_ortfb.explicit", "resnet50_placed.explicit", "implicit", "explicit", "2110", "1471"):
+    for word in ("resnet50_ortfb.explicit", "resnet50_placed.explicit", "implicit", "explicit", "2110",
+                 "1471"):
         assert word in shown, shown  # on one line, whole
     assert "engine" in shown and "compute" in shown
 
@@ -95,9 +99,8 @@ def test_report_fits_80_columns_piped_and_names_the_failing_layer_whole(cli, at8
     violations = [line for line in out.splitlines() if line.startswith("  [interior-reformat]")]
     assert max(_width(line) for line in out.splitlines() if line not in violations) <= WIDTH, out  # was 97
     # 17: the layer name a user copies into gate.allow, whole (it is 97 characters; it was cut at 87)
-    name = "Reformatting CopyNode for Input Tensor 0 to copied_squeeze_after_(Unnamed Layer* 877) [ElementWise]"
     (line,) = violations
-    assert f"'{name}'" in line
+    assert f"'{REFORMAT}'" in line
 
 
 def _engine_dirs(root: Path) -> list[Path]:
@@ -296,7 +299,8 @@ def test_compare_on_a_local_target_says_its_hint_once(tmp_path, cli) -> None:
     target = tmp_path / "here.yaml"
     target.write_text(yaml.safe_dump({"host": "local", "work_dir": str(tmp_path / "work"), "tensorrt": "8.6",
                                       "backend": "trtexec", "trtexec": str(tmp_path / "no-trtexec")}))
-    code, out, err = cli("compare", model, "--target", target, "--calib", calib, "--runs-dir", tmp_path / "runs")
+    runs = tmp_path / "runs"
+    code, _, err = cli("compare", model, "--target", target, "--calib", calib, "--runs-dir", runs)
     assert code != 0 and "Traceback" not in err
     hint = "set 'trtexec' in"
     assert err.count(hint) == 1, err  # the hint was repeated
@@ -310,7 +314,7 @@ def test_the_pass_line_credits_the_allowance_where_it_came_from(tmp_path, cli) -
     from edgeq.remote.targets import target_from_dict
 
     layers = FIXTURES / "resnet50_ortfb.explicit.layers.json"
-    name = "Reformatting CopyNode for Input Tensor 0 to copied_squeeze_after_(Unnamed Layer* 877) [ElementWise]"
+    name = REFORMAT
     t = target_from_dict({"host": "h", "user": "u", "use_agent": True, "gate": {"allow": [name]}},
                          tmp_path / "board1.yaml")
     _, gate = report_and_gate(layers, None, None, policy_for(t))
