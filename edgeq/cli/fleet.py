@@ -35,10 +35,12 @@ from edgeq.cli.output import (
     EXIT_OK,
     code_for,
     err,
+    fit_table,
     out,
     print_json,
     print_table,
     progress_display,
+    width_of,
 )
 from edgeq.errors import EdgeqError
 
@@ -119,7 +121,7 @@ def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any
 
         def on_row(row: Any) -> None:
             rows[row.target] = row
-            view.update(_live_rows(rows))
+            view.update(fit_table(_live_rows(rows), width_of(err), err, drop=("destination",)))
 
         return validate(model, fleet, options, on_row=on_row)
 

@@ -124,10 +124,27 @@ def print_wrapped(text: str, indent: int = 2, console: Optional[Console] = None)
 
     console = console or out
     width = width_of(console)
-    lines = Text.from_markup(text).wrap(console, max(20, width - indent), overflow="fold")
-    for i, line in enumerate(lines):
+    rich = Text.from_markup(text)
+    for i, line in enumerate(rich.divide(_breaks(rich.plain, max(20, width - indent)))):
         line.rstrip()
         console.print(Text(" " * indent) + line if i else line, soft_wrap=True)
+
+
+def _breaks(plain: str, width: int) -> list[int]:
+    """Where to break ``plain`` into lines of at most ``width`` cells, at spaces only: a word longer than
+    the line (a path, a layer name) stays whole on a line of its own, never folded (else it
+    could not be copied)."""
+    from rich.cells import cell_len
+
+    breaks: list[int] = []
+    start = used = 0
+    for m in re.finditer(r"\S+\s*", plain):
+        word = cell_len(m.group().rstrip())
+        if used and used + word > width:
+            breaks.append(m.start())
+            start, used = m.start(), 0
+        used = m.end() - start if used else cell_len(m.group())
+    return breaks
 
 
 def code_for(ok: Any) -> int:

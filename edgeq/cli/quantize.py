@@ -33,7 +33,6 @@ from edgeq.cli.output import (
     out,
     print_json,
     print_table,
-    print_wrapped,
     progress_display,
     render_findings,
 )
@@ -100,7 +99,7 @@ def _render(result: Any) -> None:
     q = d["quantized"]
     title = f"edgeq quantize ({escape(d['placement'])} placement, {escape(d['calibrator'])} calibrator)"
     t = Table(title=title, expand=False)
-    t.add_column("what", style="bold")
+    t.add_column("what", style="bold", no_wrap=True)
     t.add_column("count", justify="right", no_wrap=True)
     t.add_column("notes", overflow="fold")
     t.add_row("activation Q/DQ pairs", str(q["activations"]), "per-tensor int8, zero-point 0")
@@ -132,7 +131,7 @@ def _render(result: Any) -> None:
     errors = [f for f in result.clean_findings if f.level == Level.ERROR]
     if errors:
         render_findings(errors, title="Cleaned model: still unfit for TensorRT 8.6")
-    print_wrapped(f"wrote [bold]{escape(d['output'])}[/], [bold]{escape(d['cache'])}[/] "
+    out.print(f"wrote [bold]{escape(d['output'])}[/], [bold]{escape(d['cache'])}[/] "
               f"({d['cache_tensors']} tensors in the calibration cache), [bold]{escape(d['fp32_model'])}[/] "
               f"(the FP32 model for the cache: trtexec --int8 --calib --onnx) and "
               f"[bold]{escape(d['summary'])}[/]")

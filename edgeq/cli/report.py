@@ -220,9 +220,12 @@ def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
         out.print(f"\n[bold]{visible(d.candidate)}[/] vs [bold]{visible(d.baseline)}[/]{src}")
         for label, groups in (("fused only in the baseline", d.missing_groups),
                               ("fused only in the candidate", d.extra_groups)):  # fmt: skip
-            if groups:
-                shown = "; ".join(groups[:4]) + (f"; ... {len(groups) - 4} more" if len(groups) > 4 else "")
-                print_wrapped(f"  {len(groups)} {label}: {visible(shown)}", indent=4)
+            if groups:  # a group a line: a fused group is never wrapped in two
+                out.print(f"  {len(groups)} {label}:")
+                for g in groups[:4]:
+                    print_wrapped(f"    {visible(g)}", indent=6)
+                if len(groups) > 4:
+                    out.print(f"    ... {len(groups) - 4} more")
         b_res, c_res = d.base_stats.unfused_residuals, d.cand_stats.unfused_residuals
         if c_res != b_res:
             adds = plural(c_res, "residual Add layer")
