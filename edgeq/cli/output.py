@@ -45,7 +45,7 @@ def width_of(console: Console) -> int:
 
 def fit_table(table: Table, width: int, console: Optional[Console] = None, drop: Sequence[str] = (),
               one_line: bool = False) -> Table:
-    """Make ``table`` fit ``width`` columns without splitting a word or a number.
+    """Make ``table`` (in place, and returned) fit ``width`` columns without splitting a word or a number.
 
     Columns named in ``drop`` (least important first) are removed while the table cannot fit with every
     word whole; if it still cannot, the widest text column is abbreviated (ellipsis). The widths left are
@@ -54,7 +54,9 @@ def fit_table(table: Table, width: int, console: Optional[Console] = None, drop:
     on one line (a matrix of short cells, where a row a target reads best)."""
     console = console or out
     options = console.options.update_width(width)
-    drops = [d for d in drop]
+    drops = list(drop)
+    # rich's own column measures (Table._measure_column, _extra_width, _get_padding_width; rich is pinned
+    # in constraints.txt): the widths rich itself would lay out, so the fit is exact
 
     def measure() -> list[Measurement]:
         ranges = [table._measure_column(console, options, c) for c in table.columns]
