@@ -88,7 +88,7 @@ def test_placed_fails_only_on_the_interior_reformat(stem):
 def test_r50b64_implicit_passes():
     g = apply_gate(report_of("r50b64.implicit"), FUSION)
     assert g and g.violations == ()
-    assert str(g) == "gate int8: passed (55 layers checked, 55 INT8 compute, 1 boundary reformats allowed)"
+    assert str(g) == "gate int8: passed (55 layers checked, 55 INT8 compute, 1 boundary reformat allowed)"
 
 
 def test_gate_none_only_reports():

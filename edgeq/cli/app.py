@@ -7,12 +7,16 @@ Library code raises ``EdgeqError`` for user problems; they are caught once, here
 from __future__ import annotations
 
 import logging
+import re
 import sys
-from collections.abc import Sequence
-from typing import Optional
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
+from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
 
 from edgeq import __version__
 from edgeq.cli.output import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, err, out
@@ -53,8 +57,75 @@ def _root(
         logging.getLogger("paramiko").setLevel(logging.DEBUG)
 
 
+class _HelpTable(Table):
+    """typer's options table with every column but the help text kept whole: the help text wraps, an
+    option's name ("--accept-new-host-key") is never cut to "--accept-new-host-k…"."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(*renderables, **kwargs)
+        for column in self.columns[:-1]:
+            column.no_wrap = True
+
+
+@contextmanager
+def _whole_option_names() -> Iterator[None]:
+    import typer.rich_utils as rich_utils
+
+    saved = rich_utils.Table
+    rich_utils.Table = _HelpTable  # type: ignore[misc]  # only while one command's help is printed
+    try:
+        yield
+    finally:
+        rich_utils.Table = saved  # type: ignore[misc]
+
+
+class _Help:
+    """edgeq's help, as TensorRT/Ansible/OpenSSH users read help: ``MODEL`` in the usage line (not typer's
+    ``{model}``), no ``<bool>`` after a plain flag, option names never truncated."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces: list[str] = super().collect_usage_pieces(ctx)  # type: ignore[misc]
+        return [_usage_piece(p) for p in pieces]
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        for param in self.get_params(ctx):  # type: ignore[attr-defined]
+            if getattr(param, "is_flag", False) and not getattr(param, "count", False):
+                param.metavar = ""  # typer prints the metavar instead of "<bool>"
+        with _whole_option_names():
+            super().format_help(ctx, formatter)  # type: ignore[misc]
+
+
+def _usage_piece(piece: str) -> str:
+    """``{model}`` -> ``MODEL``, ``[path]`` -> ``[PATH]``, ``[PATH...]...`` -> ``[PATH...]``."""
+    if piece.startswith("[[") and piece.endswith("]]"):  # a metavar that brackets itself: "[ID]"
+        piece = piece[1:-1]
+    m = re.fullmatch(r"([{\[])([^}\]]+)[}\]](\.\.\.)?", piece)
+    if m is None or piece == "[OPTIONS]":
+        return piece
+    opening, name, more = m.groups()
+    dots = "..." if more and not name.endswith("...") else ""
+    name = name.upper() + dots
+    return name if opening == "{" else f"[{name}]"
+
+
+def _with_help(cls: Any, base: type) -> type:
+    cls = cls if isinstance(cls, type) else base
+    return cls if issubclass(cls, _Help) else type(f"Edgeq{cls.__name__}", (_Help, cls), {})
+
+
+def _use_edgeq_help(typer_app: typer.Typer) -> None:
+    """Every command and group, those other modules register included, gets edgeq's help (``_Help``)."""
+    typer_app.info.cls = _with_help(typer_app.info.cls, TyperGroup)
+    for command in typer_app.registered_commands:
+        command.cls = _with_help(command.cls, TyperCommand)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _use_edgeq_help(group.typer_instance)
+
+
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI and return its exit code; tests call this directly."""
+    _use_edgeq_help(app)
     try:
         rv = app(args=list(argv) if argv is not None else None, prog_name="edgeq", standalone_mode=False)
     except EdgeqError as e:

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from edgeq.cli.app import app
-from edgeq.cli.output import code_for, out, progress_display
+from edgeq.cli.output import code_for, out, print_wrapped, progress_display
 
 _STATUS = {"done": "[green]done[/]", "stopped": "[yellow]stopped[/]", "skipped": "[dim]skipped[/]",
            "failed": "[bold red]failed[/]"}
@@ -40,8 +40,8 @@ def demo_cmd(
 
     def show(step: Any) -> None:
         out.print(f"\n[bold]{escape(step.name)}[/]  {_STATUS.get(step.status, step.status)}")
-        for line in step.summary:
-            out.print(f"  {escape(line)}")
+        for line in step.summary:  # wrapped at words to the width, piped too: 80 columns read cleanly
+            print_wrapped(f"  {escape(line)}", indent=4)
         for a in step.artifacts:
             out.print(f"  [dim]-> {escape(str(a))}[/]")
 
@@ -50,6 +50,6 @@ def demo_cmd(
     stop = result.stopped_at
     out.print()
     if stop is not None:
-        out.print(f"[yellow]The demo stopped at '{escape(stop.name)}':[/] {escape(stop.summary[0])}")
+        print_wrapped(f"[yellow]The demo stopped at '{escape(stop.name)}':[/] {escape(stop.summary[0])}")
     out.print(f"Everything it wrote is in {escape(str(result.workdir))}/")
     return code_for(result)

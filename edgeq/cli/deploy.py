@@ -40,6 +40,7 @@ from edgeq.cli.output import (
     err,
     out,
     print_json,
+    print_table,
     print_verdict,
     progress_display,
 )
@@ -57,9 +58,9 @@ _DEPLOY_HELP = (
 def _stage_table(stages: Sequence[Any]) -> Table:
     style = {"ok": "green", "failed": "bold red", "skipped": "dim", "not run": "dim", "pending": "dim"}
     t = Table(title="deploy", show_lines=False, expand=False)
-    t.add_column("stage")
-    t.add_column("status")
-    t.add_column("s", justify="right")
+    t.add_column("stage", no_wrap=True)
+    t.add_column("status", no_wrap=True)
+    t.add_column("s", justify="right", no_wrap=True)
     t.add_column("summary", overflow="fold")
     for s in stages:
         t.add_row(s.name, f"[{style.get(s.status, '')}]{s.status}[/]", f"{s.seconds:.2f}", escape(s.summary))
@@ -169,7 +170,7 @@ def deploy_cmd(
             }
         )
         return code
-    out.print(_stage_table(result.stages))
+    print_table(_stage_table(result.stages), drop=("s",))
     if result.finished is not None:
         out.print(f"report: [bold]{escape(str(result.finished.report_html))}[/]")
     for note in mirrored.notes() if mirrored is not None else ():
@@ -215,7 +216,7 @@ def targets_list_cmd() -> int:
             tg.name, escape(where), tg.backend, tg.tensorrt or "-", tg.compute_capability or "-",
             "[green]ok[/]",
         )
-    out.print(t)
+    print_table(t, drop=("backend", "sm", "TensorRT"))
     for p in problems:
         out.print(f"[bold red]invalid:[/] {escape(p)}")
     return EXIT_CHECK_FAILED if problems else EXIT_OK

@@ -35,9 +35,12 @@ from edgeq.cli.output import (
     EXIT_OK,
     code_for,
     err,
+    fit_table,
     out,
     print_json,
+    print_table,
     progress_display,
+    width_of,
 )
 from edgeq.errors import EdgeqError
 
@@ -59,22 +62,45 @@ def _live_rows(rows: dict[str, Any]) -> Table:
 
 
 def _fleet_matrix(result: Any) -> Table:
+    """The matrix, a row a target; a failed row says FAILED, its reason goes on one line below the table
+    (``_print_matrix``), not folded into a 40-line cell."""
     from edgeq.orchestration.fleet import matrix
 
     cells = matrix(result)
     t = Table(title=f"fleet: {escape(result.model.name)}", expand=False)
+    numeric = {"p50 ms", "p99 ms", "qps"}
     for col in (cells[0].keys() if cells else ()):
-        t.add_column(col, overflow="fold")
-    for row in cells:
-        style = "green" if row["result"] == "passed" else "red"
-        t.add_row(*(escape(v) for v in list(row.values())[:-1]), f"[{style}]{escape(row['result'])}[/]")
+        right = col in numeric
+        t.add_column(col, no_wrap=right or col == "result", justify="right" if right else "left")
+    for row, r in zip(cells, result.rows):
+        verdict = "[green]passed[/]" if r.passed else "[red]FAILED[/]"
+        t.add_row(*(escape(v) for v in list(row.values())[:-1]), verdict)
     return t
 
 
+# Least important first: what goes when the matrix does not fit the terminal (the report path is in
+# the fleet directory, p99 next to p50, the TensorRT version in the GPU's row of targets check).
+_MATRIX_DROP = ("report", "p99 ms", "TensorRT", "reachable", "build", "GPU (sm)")
+
+
+def _print_matrix(result: Any, already: Any = frozenset()) -> None:
+    """The matrix fitted to the terminal, then each failed target's reason once, on its own line (not
+    again for targets whose line ``_row_finished`` already printed)."""
+    print_table(_fleet_matrix(result), drop=_MATRIX_DROP, one_line=True)
+    for r in result.rows:
+        if not r.passed and r.target not in already:
+            out.print(f"  [bold red]{escape(r.target)}:[/] {escape(r.error or r.gate_summary or 'failed')}")
+
+
+_printed: set[str] = set()  # targets whose end ``_row_finished`` printed in this command
+
+
 def _row_finished(row: Any) -> None:
+    """Piped (CI logs): one line per target as it ends; its reason is then not repeated under the matrix."""
     if row.status in ("passed", "failed"):
         style = _ROW_STYLE.get(row.status, "")
         err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
+        _printed.add(row.target)
 
 
 def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any:
@@ -85,6 +111,7 @@ def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any
     from edgeq.orchestration.fleet_file import load_fleet
 
     fleet = load_fleet(fleet_path)
+    _printed.clear()  # a new command (tests run many in one process)
     rows: dict[str, Any] = {}
     if not live:
         return validate(model, fleet, options)
@@ -94,7 +121,7 @@ def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any
 
         def on_row(row: Any) -> None:
             rows[row.target] = row
-            view.update(_live_rows(rows))
+            view.update(fit_table(_live_rows(rows), width_of(err), err, drop=("destination",)))
 
         return validate(model, fleet, options, on_row=on_row)
 
@@ -157,7 +184,7 @@ def fleet_validate_cmd(
     if json_out:
         print_json({**result.to_dict(), "exit_code": code})
         return code
-    out.print(_fleet_matrix(result))
+    _print_matrix(result, _printed)
     passed = sum(r.passed for r in result.rows)
     style = "green" if result.passed else "bold red"
     out.print(f"[{style}]{passed}/{len(result.rows)} targets passed[/]; fleet directory: "
@@ -223,7 +250,7 @@ def release_create_cmd(
                                 build_once_per_kind)  # fmt: skip
         result = run_fleet(model, fleet, options, live=not json_out)
         if not json_out:
-            out.print(_fleet_matrix(result))
+            _print_matrix(result, _printed)
         from_dir = result.fleet_dir
     manifest = build_bundle(from_dir, output)
     if json_out:
@@ -248,7 +275,7 @@ def _render_manifest(m: dict[str, Any]) -> None:
                    for k in ("gpu", "compute_capability"))  # fmt: skip
         t.add_row(*(escape(str(v or "-")) for v in (kind, e.get("tensorrt"), gpu, sm, e.get("jetpack"),
                                                     e.get("built_on"), e.get("path"))))  # fmt: skip
-    out.print(t)
+    print_table(t, drop=("JetPack", "file", "sm", "built on"))
     files = m.get("files") or []
     out.print(f"{len(files)} files, {sum(int(f.get('size', 0)) for f in files)} bytes; targets: "
               + ", ".join(escape(str(x.get("name"))) for x in m.get("targets") or []))
@@ -327,6 +354,7 @@ def run_cmd(
         if not json_out:
             _row_finished(row)
 
+    _printed.clear()
     with progress_display(enabled=not json_out) as progress:
         result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force)
     code = EXIT_OK if result.passed else result.fleet.exit_code if result.fleet else EXIT_CHECK_FAILED
@@ -335,6 +363,6 @@ def run_cmd(
                     "passed": result.passed, "exit_code": code})  # fmt: skip
         return code
     if result.fleet is not None:
-        out.print(_fleet_matrix(result.fleet))
+        _print_matrix(result.fleet, _printed)
     out.print(f"work directory: [bold]{escape(str(result.work_dir))}[/]")
     return code

@@ -20,10 +20,12 @@ from edgeq.cli.output import (
     code_for,
     out,
     print_json,
+    print_table,
     progress_display,
     render_findings,
 )
 from edgeq.findings import Level
+from edgeq.text import plural
 
 
 def _clean_help() -> str:
@@ -46,7 +48,7 @@ def _render_changes(changes: Sequence[Any]) -> None:
         out.print("[green]nothing to change[/]: the model already fits")
         return
     t = Table(title="Changes", expand=False)
-    t.add_column("pass", style="bold")
+    t.add_column("pass", style="bold", no_wrap=True)
     t.add_column("changes", overflow="fold")
     t.add_column("nodes", overflow="fold", max_width=48, style="dim")
     for name in PASS_NAMES:
@@ -55,7 +57,7 @@ def _render_changes(changes: Sequence[Any]) -> None:
             nodes = ", ".join(c.nodes[:3]) + (f" (+{len(c.nodes) - 3})" if len(c.nodes) > 3 else "")
             last = i == len(mine) - 1
             t.add_row(name if i == 0 else "", escape(c.message), escape(nodes), end_section=last)
-    out.print(t)
+    print_table(t, drop=("nodes",))
 
 
 @app.command("clean", help=_clean_help(), short_help="Make an ONNX model parse and fuse under TensorRT 8.6.")
@@ -154,7 +156,7 @@ def lint_cmd(
                     "summary": summary})
         return code
     render_findings(findings, title=f"TensorRT {version} lint: {escape(model.name)}")
-    counts = ", ".join(f"{n} {lv}" for lv, n in summary["by_level"].items() if n)
+    counts = ", ".join(plural(n, lv) for lv, n in summary["by_level"].items() if n)
     verdict = "[bold red]fail[/]" if failing else "[green]pass[/]"
     out.print(f"{counts or 'no findings'}; {verdict} (--fail-on {fail_on.value})")
     return code

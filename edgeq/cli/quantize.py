@@ -32,6 +32,7 @@ from edgeq.cli.output import (
     err,
     out,
     print_json,
+    print_table,
     progress_display,
     render_findings,
 )
@@ -98,8 +99,8 @@ def _render(result: Any) -> None:
     q = d["quantized"]
     title = f"edgeq quantize ({escape(d['placement'])} placement, {escape(d['calibrator'])} calibrator)"
     t = Table(title=title, expand=False)
-    t.add_column("what", style="bold")
-    t.add_column("count", justify="right")
+    t.add_column("what", style="bold", no_wrap=True)
+    t.add_column("count", justify="right", no_wrap=True)
     t.add_column("notes", overflow="fold")
     t.add_row("activation Q/DQ pairs", str(q["activations"]), "per-tensor int8, zero-point 0")
     t.add_row("weights (int8 + DQ)", str(q["weights"]), "per-channel on the output-channel axis")
@@ -109,19 +110,19 @@ def _render(result: Any) -> None:
     for rule_id, n in d["float"]["by_rule"].items():
         first = d["rules"].get(rule_id, {}).get("description", "").split(". ")[0]
         t.add_row(f"  {rule_id}", str(n), escape(first))
-    out.print(t)
+    print_table(t, drop=("notes",))
     if "mirror" in d:
         _render_mirror(d["mirror"])
     acc = result.accuracy
     if acc is not None:
         a = Table(title=f"Accuracy: FP32 vs Q/DQ in onnxruntime ({acc.samples} held-out samples)")
         for col in ("output", "cosine (mean)", "cosine (worst)", "max abs error", "top-1 agreement"):
-            a.add_column(col, justify="left" if col == "output" else "right")
+            a.add_column(col, justify="left" if col == "output" else "right", no_wrap=col != "output")
         for o in acc.outputs:
             top1 = f"{o.top1:.1%}" if o.top1 is not None else "-"
             figures = (f"{o.cosine:.6f}", f"{o.min_cosine:.6f}", f"{o.max_abs_error:.4g}", top1)
             a.add_row(escape(o.name), *figures)
-        out.print(a)
+        print_table(a, drop=("cosine (mean)", "top-1 agreement", "max abs error"))
         if acc.threshold is not None:
             style = "green" if acc else "bold red"
             out.print(f"accuracy gate: [{style}]{escape(str(acc))}[/]")

@@ -32,10 +32,13 @@ from edgeq.cli.output import (
     out,
     precision_cell,
     print_json,
+    print_table,
     print_verdict,
+    print_wrapped,
     progress_display,
     visible,
 )
+from edgeq.text import plural, qps
 
 _REPORT_HELP = (
     "Show what a TensorRT engine runs, from its layer information (trtexec --exportLayerInfo "
@@ -53,7 +56,7 @@ def _render_report(report: Any, gate: Any, all_layers: bool) -> None:
 
     kinds = ", ".join(f"{n} {k}" for k, n in report.kind_counts().items())
     precisions = ", ".join(f"{n} {p}" for p, n in sorted(report.compute_precisions().items()))
-    out.print(
+    print_wrapped(
         f"[bold]{visible(report.source)}[/]: {report.mode} quantization, {len(report.layers)} layers "
         f"({kinds}); compute: {precisions or 'n/a'}"
     )
@@ -67,13 +70,13 @@ def _render_report(report: Any, gate: Any, all_layers: bool) -> None:
         "" if all_layers else f" ({len(report.layers) - len(rows)} weight/no-op hidden: --all-layers)"
     )
     t = Table(show_lines=False, expand=False, title=title, box=box.SIMPLE_HEAD, pad_edge=False)
-    t.add_column("#", justify="right")
+    t.add_column("#", justify="right", no_wrap=True)
     t.add_column("type", no_wrap=True, max_width=16)
     t.add_column("ONNX nodes / layer", overflow="fold", min_width=30)
     t.add_column("prec", no_wrap=True)
     t.add_column("out format", no_wrap=True)
     if report.timed:
-        t.add_column("µs", justify="right")
+        t.add_column("µs", justify="right", no_wrap=True)
     t.add_column("gate", overflow="fold", max_width=18)
     for rl in rows:
         # Fused compute layers are best named by their ONNX nodes; copies only have a layer name.
@@ -100,14 +103,15 @@ def _render_report(report: Any, gate: Any, all_layers: bool) -> None:
             cells.append("-" if rl.time_ms is None else f"{rl.time_ms * 1000:.1f}")
         cells.append(" ".join(tags))
         t.add_row(*cells, style="on grey15" if rl.index in flagged else None)
-    out.print(t)
+    print_table(t, drop=("out format", "type"))
     if report.timed:
         it = f" over {report.profile_iterations} iterations" if report.profile_iterations else ""
         out.print(f"sum of per-layer averages: [bold]{report.profile_total_ms:.4f} ms[/]{it}")
     if report.unfused_residuals:
         fails = gate is not None and gate.policy.require_fusion
-        out.print(
-            f"[yellow]{len(report.unfused_residuals)} residual Add layers did not fuse into a convolution[/]"
+        n = len(report.unfused_residuals)
+        print_wrapped(
+            f"[yellow]{plural(n, 'residual Add layer')} did not fuse into a convolution[/]"
             + ("" if fails else " (--require-fusion fails on them)")
         )
     if report.onnx is not None:
@@ -120,7 +124,7 @@ def _render_report(report: Any, gate: Any, all_layers: bool) -> None:
             "(fused Q/DQ or eliminated; --json lists them)"
         )
     for note in report.notes:
-        out.print(f"[yellow]note:[/] {visible(note)}")
+        print_wrapped(f"[yellow]note:[/] {visible(note)}")
 
 
 @app.command("report", help=_REPORT_HELP, short_help="An engine's fusion report and precision gate, offline.")
@@ -200,8 +204,9 @@ def _ratio_cell(value: Optional[float], good_above: bool) -> str:
 def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
     t = Table(title="engines (the first is the baseline)", expand=False)
     cols = ("engine", "mode", "layers", "compute", "reformats", "copies", "ms (sum)", "qps", "thr.", "lat.")
+    numeric = {"layers", "reformats", "copies", "ms (sum)", "qps", "thr.", "lat."}
     for col in cols:
-        t.add_column(col, overflow="fold")
+        t.add_column(col, no_wrap=col in numeric, justify="right" if col in numeric else "left")
     diffs = {d.candidate: d for d in comparison.diffs}
     failed: list[Any] = []
     for e in comparison.engines:
@@ -215,11 +220,11 @@ def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
         t.add_row(
             visible(e.name), e.report.mode, str(s.layers), comp, str(s.reformats), str(s.copies),
             f"{s.total_ms:.3f}" if s.total_ms is not None else "-",
-            f"{e.run.throughput_qps:.0f}" if e.run and e.run.throughput_qps else "-",
+            qps(e.run.throughput_qps) if e.run and e.run.throughput_qps else "-",
             _ratio_cell(d.ratio.throughput, True) if d else "1.00x",
             _ratio_cell(d.ratio.latency, False) if d else "1.00x",
         )  # fmt: skip
-    out.print(t)
+    print_table(t, drop=("copies", "layers", "ms (sum)", "mode", "reformats"))
     for e in failed:
         out.print(f"[bold red]{visible(e.name)}: build failed:[/] {visible(e.error or '')}")
     for d in comparison.diffs:
@@ -227,12 +232,16 @@ def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
         out.print(f"\n[bold]{visible(d.candidate)}[/] vs [bold]{visible(d.baseline)}[/]{src}")
         for label, groups in (("fused only in the baseline", d.missing_groups),
                               ("fused only in the candidate", d.extra_groups)):  # fmt: skip
-            if groups:
-                shown = "; ".join(groups[:4]) + (f"; ... {len(groups) - 4} more" if len(groups) > 4 else "")
-                out.print(f"  {len(groups)} {label}: {visible(shown)}")
+            if groups:  # a group a line: a fused group is never wrapped in two
+                out.print(f"  {len(groups)} {label}:")
+                for g in groups[:4]:
+                    print_wrapped(f"    {visible(g)}", indent=6)
+                if len(groups) > 4:
+                    out.print(f"    ... {len(groups) - 4} more")
         b_res, c_res = d.base_stats.unfused_residuals, d.cand_stats.unfused_residuals
         if c_res != b_res:
-            out.print(f"  {c_res} residual Add layers not fused into a convolution (baseline {b_res})")
+            adds = plural(c_res, "residual Add layer")
+            out.print(f"  {adds} not fused into a convolution (baseline {b_res})")
         if d.wider:
             out.print(f"  [red]{len(d.wider)} ONNX nodes in a wider precision than in the baseline[/]")
         regions = d.top(top)
@@ -241,16 +250,18 @@ def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
             continue
         rt = Table(box=None, expand=False, pad_edge=False)
         for col in ("region (ONNX nodes)", "baseline", "candidate", "Δ µs", "rule"):
-            rt.add_column(col, overflow="fold")
+            region = col == "region (ONNX nodes)"
+            rt.add_column(col, overflow="fold" if region else "ellipsis", max_width=34 if region else None,
+                          no_wrap=col == "Δ µs", justify="right" if col == "Δ µs" else "left")
         for r in regions:
             def side(s: Any) -> str:
                 us = f" {s.time_ms * 1000:.1f}µs" if s.time_ms is not None else ""
-                extra = f" +{s.reformats} reformat" if s.reformats else ""
-                return f"{precision_cell(s.precision or None)} {len(s.groups)} layer{us}{extra}"
+                extra = f" +{plural(s.reformats, 'reformat')}" if s.reformats else ""
+                return f"{precision_cell(s.precision or None)} {plural(len(s.groups), 'layer')}{us}{extra}"
 
             delta = f"{r.delta_ms * 1000:+.1f}" if r.delta_ms is not None else "-"
             rt.add_row(visible(r.label(1)), side(r.base), side(r.cand), delta, visible(", ".join(r.rules)))
-        out.print(rt)
+        print_table(rt, drop=("rule",))
     for note in comparison.notes:
         out.print(f"[yellow]note:[/] {visible(note)}")
     for g in gates:

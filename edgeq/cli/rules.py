@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgeq.cli.app import app
-from edgeq.cli.output import EXIT_OK, out
+from edgeq.cli.output import EXIT_OK, out, print_table
 from edgeq.errors import EdgeqError
 
 
@@ -29,13 +29,13 @@ def rules_cmd(
     if rule_id is None:
         used = _used_by()
         t = Table(title=RULES_DOC, expand=False)
-        t.add_column("id", style="bold")
+        t.add_column("id", style="bold", no_wrap=True)
         t.add_column("used by", style="dim")
         t.add_column("title", overflow="fold")
         for sid, text in found.items():
             title = text.splitlines()[0][3:].split(" — ", 1)
             t.add_row(escape(sid), ", ".join(used.get(sid, [])), escape(title[1] if len(title) > 1 else ""))
-        out.print(t)
+        print_table(t, drop=("used by",))
         return EXIT_OK
     shown = section(rule_id)
     if shown is None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgeq.findings import Level, ProgressFn, no_progress
+from edgeq.text import plural
 
 if TYPE_CHECKING:
     import onnx
@@ -65,6 +66,10 @@ def _lint_counts(model: onnx.ModelProto) -> tuple[int, int, list[str]]:
     return errors, warnings, sorted({f.rule for f in findings})
 
 
+def _counts(errors: int, warnings: int) -> str:
+    return f"{plural(errors, 'error')}, {plural(warnings, 'warning')}"
+
+
 def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress: ProgressFn = no_progress,
              on_step: Callable[[DemoStep], None] | None = None) -> DemoResult:
     """Build test models, then clean -> lint -> quantize -> (agent probe) -> report, stopping honestly."""
@@ -101,7 +106,7 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
     lines = []
     for key in ("torch", "ort"):
         e, w, rules = _lint_counts(load_model(paths[key]))
-        lines.append(f"{paths[key].name}: {e} errors, {w} warnings ({', '.join(rules)})")
+        lines.append(f"{paths[key].name}: {_counts(e, w)} ({', '.join(rules)})")
     record(DemoStep("lint (exports as written)", DONE, lines))
 
     # 3. Clean the PyTorch-eager export and verify it numerically against the input.
@@ -115,7 +120,7 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
     record(DemoStep("clean", DONE if cleaned.verification is None or cleaned.verification else FAILED, [
         "changes: " + ", ".join(f"{k} x{v}" for k, v in by_pass.items()),
         f"onnxruntime verification: {cleaned.verification}",
-        f"lint after clean: {e} errors, {w} warnings" + (f" ({', '.join(rules)})" if rules else ""),
+        f"lint after clean: {_counts(e, w)}" + (f" ({', '.join(rules)})" if rules else ""),
         "clean makes the export parse; where its Q/DQ sit (fusion) is what `edgeq quantize` decides",
     ], [clean_path]))
 
@@ -134,7 +139,7 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
         e, w, rules = _lint_counts(res.model)
         fusion = [r for r in rules if r in fusion_rule_ids]
         qlines.append(
-            f"--placement {placement}: {res.summary_line()}; lint: {e} errors, {w} warnings"
+            f"--placement {placement}: {res.summary_line()}; lint: {_counts(e, w)}"
             + (f" ({', '.join(fusion)})" if fusion else "")
         )
         if placement == "trt":
@@ -174,6 +179,6 @@ def run_demo(workdir: str | Path = "edgeq-demo", *, samples: int = 16, progress:
     for stem in RECORDED_ENGINES:
         rep, gate = stages.report_and_gate(recorded(stem, "layers"), recorded(stem, "profile"), None,
                                              POLICIES["int8"])  # fmt: skip
-        rlines.append(f"{stem}: {rep.summary_line()}; int8 gate: {gate.summary_line()}")
+        rlines.append(f"{stem}: {rep.summary_line()}; {gate.summary_line()}")
     record(DemoStep("report (recorded engines)", DONE, rlines))
     return DemoResult(wd, steps)

@@ -87,14 +87,14 @@ def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] 
             spec["policy"] = target.gate.policy
         if target.gate.require_fusion is not None:
             spec["require_fusion"] = target.gate.require_fusion
-    policy = policy_from_dict(spec or None, where=f"{target.path}: gate")
+    policy = policy_from_dict(spec or None, where=f"{target.path}: gate", source=target.path.name)
     if gate is not None:
         if gate not in POLICIES:
             raise EdgeqError(f"--gate {gate}: unknown policy", f"one of {', '.join(POLICIES)}")
-        policy = POLICIES[gate].with_allow(list(policy.allow))
+        policy = POLICIES[gate].replace(allow=policy.allow, allow_from=policy.allow_from)
     if require_fusion is not None:
         policy = policy.replace(require_fusion=require_fusion)
-    return policy.with_allow(list(allow))
+    return policy.with_allow(list(allow), source="the pipeline's gate.allow")
 
 
 def _policy(options: DeployOptions, target: Target) -> Policy:

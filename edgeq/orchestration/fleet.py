@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from edgeq import __version__
+from edgeq import __version__, text
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import sha256_file
@@ -290,9 +290,6 @@ def gpu_cell(r: Row) -> str:
 def matrix(result: FleetResult) -> list[dict[str, str]]:
     """The matrix as text cells, in column order, for any renderer."""
 
-    def num(v: Optional[float], unit: str = "") -> str:
-        return "-" if v is None else f"{v:.3g}{unit}"
-
     return [
         {
             "target": r.target,
@@ -301,9 +298,9 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "GPU (sm)": gpu_cell(r),
             "build": r.build or "-",
             "gate": {True: "passed", False: "FAILED", None: "-"}[r.gate],
-            "p50 ms": num(r.latency_p50_ms),
-            "p99 ms": num(r.latency_p99_ms),
-            "qps": num(r.throughput_qps),
+            "p50 ms": text.ms(r.latency_p50_ms),
+            "p99 ms": text.ms(r.latency_p99_ms),
+            "qps": text.qps(r.throughput_qps),  # "2110", never "2.11e+03"
             "report": r.report or "-",
             "result": "passed" if r.passed else f"FAILED: {r.error or ''}",
         }

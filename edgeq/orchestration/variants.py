@@ -146,7 +146,7 @@ def _deploy_one(
         if failed and failed[-1] in BUILD_STAGES:
             return e  # this variant's own failure: a row
         raise RemoteError(
-            f"build stage: cannot build '{variant.name}' on {target.name}: {e}",
+            f"build stage: cannot build '{variant.name}' on {target.name}: {e.message}",  # its hint once
             e.hint or "see the run directory's stages.json",
             exit_code=e.exit_code,
         ) from None

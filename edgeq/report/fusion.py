@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from edgeq.errors import ReportError
 from edgeq.graph import patterns, registry
 from edgeq.report.parse import PRECISION_RANK, EngineLayer, EngineLayers, Profile, Tensor
+from edgeq.text import plural
 
 if TYPE_CHECKING:
     import onnx
@@ -350,10 +351,10 @@ class FusionReport:
             return f"{len(self.layers)} layers, names only (built without ProfilingVerbosity.DETAILED)"
         precisions = ", ".join(f"{n} {p}" for p, n in sorted(self.compute_precisions().items()))
         text = (
-            f"{self.mode}, {len(self.layers)} layers, compute {precisions or 'none'}, "
+            f"{self.mode}, {plural(len(self.layers), 'layer')}, compute {precisions or 'none'}, "
             f"{len(self.boundary_reformats())} boundary + "
             f"{len(self.interior_reformats())} interior reformats, "
-            f"{len(self.unfused_residuals)} unfused residual Adds"
+            f"{plural(len(self.unfused_residuals), 'unfused residual Add')}"
         )
         if self.profile_total_ms is not None:
             text += f", {self.profile_total_ms:.3f} ms"

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from edgeq.errors import ReportError
 from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
 from edgeq.report.policy import Policy
+from edgeq.text import plural
 
 MAX_LISTED = 12  # violations spelled out in str(); the rest are counted
 
@@ -77,19 +78,24 @@ class GateResult:
         """One line: the verdict and the figures behind it."""
         if not self.policy.checks_anything:
             return f"gate {self.policy.name}: not applied (report only)"
-        extra = f", {len(self.allowed)} excused by --allow" if self.allowed else ""
+        by_source: dict[str, int] = {}
+        for v in self.allowed:  # credit each allowance where it came from: --allow or a file's gate.allow
+            src = self.policy.allow_source(v.allowed_by)
+            by_source[src] = by_source.get(src, 0) + 1
+        extra = "".join(f", {n} excused by {src}" for src, n in by_source.items())
         if self.copies:
             t = f", {self.copies_ms:.3f} ms" if self.copies_ms is not None else ""
-            extra += f", {len(self.copies)} same-format copies{t} reported"
+            extra += f", {plural(len(self.copies), 'same-format copy', 'same-format copies')}{t} reported"
         if self.passed:
+            checked = plural(self.checked, "layer")
             return (
-                f"gate {self.policy.name}: passed ({self.checked} layers checked, {self.int8_compute} "
-                f"INT8 compute, {self.boundary_reformats} boundary reformats allowed{extra})"
+                f"gate {self.policy.name}: passed ({checked} checked, {self.int8_compute} "
+                f"INT8 compute, {plural(self.boundary_reformats, 'boundary reformat')} allowed{extra})"
             )
         counts = ", ".join(f"{len(v)} {rule}" for rule, v in self.by_rule().items())
         n = len(self.offending_layers)
         return (
-            f"gate {self.policy.name}: FAILED on {n} layer{'s' if n != 1 else ''} ({counts}) of "
+            f"gate {self.policy.name}: FAILED on {plural(n, 'layer')} ({counts}) of "
             f"{self.checked} checked{extra}"
         )
 
@@ -119,8 +125,9 @@ class GateResult:
 
 
 def _quote(name: str) -> str:
-    """Names can hold control characters: show them escaped, never raw, in one-line messages."""
-    return repr(name) if len(name) <= 90 else repr(name[:87] + "...")
+    """Names can hold control characters: show them escaped, never raw, in one-line messages; and whole,
+    however long: it is the name a user copies into ``gate.allow``."""
+    return repr(name)
 
 
 def _allowed_by(rl: ReportLayer, allow: tuple[str, ...]) -> Optional[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from edgeq.errors import ConfigError
@@ -101,6 +101,8 @@ class Policy:
     forbid_interior_copies: bool = False  # same-precision, same-layout copies (Concat/Slice)
     require_fusion: bool = False
     allow: tuple[str, ...] = ()
+    # where each allowed name came from ("--allow", "gate.allow in targets/x.yaml"): the verdict credits it
+    allow_from: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -123,8 +125,17 @@ class Policy:
     def replace(self, **changes: Any) -> Policy:
         return dataclasses.replace(self, **changes)
 
-    def with_allow(self, names: tuple[str, ...] | list[str]) -> Policy:
-        return self.replace(allow=tuple(dict.fromkeys((*self.allow, *names))))
+    def with_allow(self, names: tuple[str, ...] | list[str], source: str = "--allow") -> Policy:
+        """More allowed names, each remembered with where it came from (the first source of a name wins)."""
+        sources = dict(self.allow_from)
+        for n in names:
+            sources.setdefault(n, source)
+        allow = tuple(dict.fromkeys((*self.allow, *names)))
+        return self.replace(allow=allow, allow_from=tuple(sources.items()))
+
+    def allow_source(self, name: Optional[str]) -> str:
+        """Where an allowed name came from; ``--allow`` when not recorded."""
+        return dict(self.allow_from).get(name or "", "--allow")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,8 +180,10 @@ POLICIES: dict[str, Policy] = {
 _KEYS = ("policy", "gate", "require_fusion", "forbid_copies", "allow")
 
 
-def policy_from_dict(d: Optional[Mapping[str, Any]], where: str = "gate") -> Policy:
-    """A policy from config (a target's or pipeline's ``gate:`` mapping); see the module docstring."""
+def policy_from_dict(d: Optional[Mapping[str, Any]], where: str = "gate", source: Optional[str] = None
+                     ) -> Policy:
+    """A policy from config (a target's or pipeline's ``gate:`` mapping); see the module docstring.
+    ``source`` names the file its ``allow`` came from, for the verdict ("gate.allow in FILE")."""
     if d is None:
         return POLICIES["int8"]
     if not isinstance(d, Mapping):
@@ -201,4 +214,4 @@ def policy_from_dict(d: Optional[Mapping[str, Any]], where: str = "gate") -> Pol
         allow = [allow]
     if not isinstance(allow, (list, tuple)) or not all(isinstance(a, str) and a for a in allow):
         raise ConfigError(f"{where}.allow: expected a list of ONNX node names")
-    return policy.with_allow(list(allow))
+    return policy.with_allow(list(allow), source=f"gate.allow in {source}" if source else "gate.allow")

@@ -1,0 +1,42 @@
+"""Words and numbers as people read them: plurals and throughput figures, shared by every layer."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+def plural(n: int, word: str, many: Optional[str] = None) -> str:
+    """``"1 error"``, ``"8 warnings"``, ``"2 boundary reformats"``: the count and its word, agreeing.
+
+    ``many`` for irregular plurals (``plural(n, "copy", "copies")``)."""
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {many if many is not None else word + 's'}"
+
+
+def qps(value: Optional[float]) -> str:
+    """Throughput in inferences per second, never in e-notation: ``"845"``, ``"2110"``, ``"12.3k"``,
+    ``"1.2M"``; fractions below 10 keep one decimal (``"3.5"``). ``"-"`` when unknown."""
+    if value is None:
+        return "-"
+    if value < 10:
+        return f"{value:.1f}"
+    if value < 10_000:
+        return f"{value:.0f}"
+    if value < 1_000_000:
+        return f"{value / 1000:.1f}k"
+    return f"{value / 1_000_000:.1f}M"
+
+
+def ms(value: Optional[float]) -> str:
+    """A latency in milliseconds with three significant figures, never in e-notation (``"0.553"``,
+    ``"12.4"``, ``"1250"``); ``"-"`` when unknown."""
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"

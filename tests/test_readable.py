@@ -1,0 +1,326 @@
+"""Issue 20, items 15-17: what people read. Output fits 80 columns when piped (tables drop or abbreviate
+columns, never split a word or a number), libraries stay quiet, progress is one line per stage, and the
+wording agrees with itself (plurals, one phrase per verdict, help that shows names whole).
+
+Every command runs for real (``cli``: in-process, stdout/stderr captured, so "piped"); the models are the
+zoo's, the engines are the recorded TensorRT 8.6 ones in tests/fixtures/trt86-h200.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import shutil
+import socket
+from pathlib import Path
+
+import onnx
+import pytest
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from edgeq import text, zoo
+from edgeq.cli import app
+from edgeq.cli import output as output_mod
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "trt86-h200"
+WIDTH = 80
+# the one layer the recorded ResNet-50 runs against the int8 gate: 97 characters, the name gate.allow takes
+REFORMAT = ("Reformatting CopyNode for Input Tensor 0 to copied_squeeze_after_(Unnamed Layer* 877) "
+            "[ElementWise]")
+
+
+def _width(line: str) -> int:
+    return len(line.rstrip())
+
+
+@pytest.fixture
+def at80(monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    monkeypatch.delenv("TERMINAL_WIDTH", raising=False)
+
+
+@pytest.fixture(scope="module")
+def ort_qdq(tmp_path_factory) -> Path:
+    """onnxruntime's own QDQ export of the zoo ResNet: 1 lint error, 8 warnings (the demo's)."""
+    path = tmp_path_factory.mktemp("models") / "resnet_like_ort_qdq.onnx"
+    onnx.save(zoo.qdq_ort(zoo.resnet_like()), str(path))
+    return path
+
+
+# -- 15. tables at 80 columns, piped ------------------------------------------------------------------
+
+
+def test_fit_table_keeps_words_and_numbers_whole_and_drops_the_least_important_column() -> None:
+    """rich alone folds 'engine' into 'engin/e' and 2110.4 into '211/0.4' at 80 columns."""
+    t = Table()
+    for col in ("engine", "mode", "compute", "notes", "qps"):
+        t.add_column(col, no_wrap=col == "qps")
+    t.add_row("resnet50_ortfb.explicit", "implicit", "54 FP16, 1 INT8",
+              "a long note that is the least important thing in this table", "2110")  # fmt: skip
+    t.add_row("resnet50_placed.explicit", "explicit", "55 INT8", "another note, as long as the first", "1471")
+    console = Console(file=io.StringIO(), width=WIDTH)
+    output_mod.fit_table(t, WIDTH, console, drop=("notes",))
+    console.print(t)
+    shown = console.file.getvalue()  # type: ignore[attr-defined]
+    assert max(_width(line) for line in shown.splitlines()) <= WIDTH
+    for word in ("resnet50_ortfb.explicit", "resnet50_placed.explicit", "implicit", "explicit", "2110",
+                 "1471"):
+        assert word in shown, shown  # on one line, whole
+    assert "engine" in shown and "compute" in shown
+
+
+def test_fit_table_abbreviates_when_dropping_is_not_enough() -> None:
+    t = Table()
+    t.add_column("name")
+    t.add_column("n", no_wrap=True)
+    t.add_row("x" * 120, "12345")
+    console = Console(file=io.StringIO(), width=WIDTH)
+    output_mod.fit_table(t, WIDTH, console)
+    console.print(t)
+    lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert max(_width(line) for line in lines) <= WIDTH and "12345" in lines[3] and "…" in lines[3]
+
+
+def test_lint_fits_80_columns_piped(ort_qdq, cli, at80) -> None:
+    code, out, err = cli("lint", ort_qdq)
+    assert code == 1, err
+    assert max(_width(line) for line in out.splitlines()) <= WIDTH, out  # was 93 columns
+    assert "1 error, 8 warnings; fail" in out  # was "1 error, 8 warning" (17)
+
+
+def test_report_fits_80_columns_piped_and_names_the_failing_layer_whole(cli, at80) -> None:
+    stem = FIXTURES / "resnet50_ortfb.explicit"
+    code, out, err = cli("report", f"{stem}.layers.json", "--profile", f"{stem}.profile.json")
+    assert code == 1, err
+    violations = [line for line in out.splitlines() if line.startswith("  [interior-reformat]")]
+    assert max(_width(line) for line in out.splitlines() if line not in violations) <= WIDTH, out  # was 97
+    # 17: the layer name a user copies into gate.allow, whole (it is 97 characters; it was cut at 87)
+    (line,) = violations
+    assert f"'{REFORMAT}'" in line
+
+
+def _engine_dirs(root: Path) -> list[Path]:
+    dirs = []
+    for stem in ("resnet50.implicit", "resnet50_ortfb.explicit", "resnet50_placed.explicit"):
+        d = root / stem
+        d.mkdir()
+        for f in FIXTURES.glob(f"{stem}.*"):
+            shutil.copy(f, d / f.name)
+        dirs.append(d)
+    return dirs
+
+
+def test_compare_fits_80_columns_without_splitting_names_or_numbers(tmp_path, cli, at80) -> None:
+    code, out, err = cli("compare", "--engines", *_engine_dirs(tmp_path))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert max(_width(line) for line in lines) <= WIDTH, out
+    table = lines[: next(i for i, line in enumerate(lines) if line.startswith("└"))]
+    for name in ("resnet50.implicit", "resnet50_ortfb.explicit", "resnet50_placed.explicit"):
+        (row,) = [line for line in table if name in line]  # whole, on one line (was "engin/e", "impli/cit")
+        assert re.search(r"│\s+\d+ │\s+\d\.\d\dx │\s+\d\.\d\dx │$", row), row  # qps and both ratios whole
+    assert "e+0" not in out
+
+
+def test_qps_and_latency_are_never_in_e_notation() -> None:
+    assert text.qps(2110.4) == "2110" and text.qps(845.2) == "845" and text.qps(12345.0) == "12.3k"
+    assert text.qps(3.46) == "3.5" and text.qps(None) == "-" and text.qps(2_500_000.0) == "2.5M"
+    assert text.ms(0.5532) == "0.553" and text.ms(4.0) == "4.00" and text.ms(1250.0) == "1250"
+    from edgeq.orchestration.fleet import FleetResult, Row, matrix
+
+    row = Row("board1", "u@h:22", status="passed", latency_p50_ms=0.5532, throughput_qps=2110.4)
+    (cells,) = matrix(FleetResult(Path("."), Path("m.onnx"), [row], ""))
+    assert cells["qps"] == "2110" and cells["p50 ms"] == "0.553"  # was "2.11e+03"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_targets_take_one_line_each_said_once(tmp_path, cli, at80, monkeypatch) -> None:
+    """Three targets where no sshd listens: a matrix row each (was a 40-line box each, 120 lines), and each
+    reason printed once (it was printed as the target ended, then again inside the matrix)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "targets").mkdir()
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = tmp_path / "id_test"
+    key.write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
+    (tmp_path / "known_hosts").write_text("")
+    ports = {}
+    for i in (1, 2, 3):
+        ports[f"board{i}"] = port = _closed_port()
+        (tmp_path / "targets" / f"board{i}.yaml").write_text(yaml.safe_dump({
+            "host": "127.0.0.1", "port": port, "user": "nobody", "identity_file": str(key),
+            "known_hosts": str(tmp_path / "known_hosts"), "work_dir": str(tmp_path / "remote"),
+            "tensorrt": "8.6", "backend": "trtexec", "timeouts": {"connect": 5, "command": 30},
+        }))  # fmt: skip
+    (tmp_path / "fleet.yaml").write_text("workers: 3\ntargets:\n  - targets/board*.yaml\n")
+    model = tmp_path / "m.onnx"
+    onnx.save(zoo.qdq_ort(zoo.resnet_like(size=32, width=8), quantize_bias=False), str(model))
+    code, out, err = cli("fleet", "validate", model, "--fleet", "fleet.yaml")
+    assert code == 1 and "Traceback" not in out + err, out + err
+    assert max(_width(line) for line in out.splitlines()) <= WIDTH, out
+    rows = [line for line in out.splitlines() if line.startswith("│ board")]
+    assert len(rows) == 3 and all(line.rstrip().endswith("FAILED │") for line in rows), out
+    assert len(out.splitlines()) <= 12, out
+    for name, port in ports.items():
+        said = (out + err).count(f"connection refused by 127.0.0.1:{port}")
+        assert said == 1, f"{name}'s reason said {said} times:\n{err}\n{out}"
+
+
+# -- 16. noise -------------------------------------------------------------------------------------------
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_onnxruntime_pre_processing_advice_does_not_leak_and_the_filter_is_scoped() -> None:
+    records = _Records()
+    root = logging.getLogger()
+    root.addHandler(records)
+    try:
+        zoo.qdq_ort(zoo.resnet_like(size=32, width=8))
+        assert not [m for m in records.messages if "pre-processing before quantization" in m]
+        filters = list(root.filters)
+        logging.warning("Please consider to run pre-processing before quantization (said by someone else)")
+    finally:
+        root.removeHandler(records)
+    assert filters == [] and records.messages[-1].endswith("(said by someone else)")  # only while edgeq calls
+
+
+def test_demo_piped_one_line_per_stage_no_library_text_and_clean_wording(tmp_path, cli, at80) -> None:
+    code, out, err = cli("demo", "--workdir", tmp_path / "demo", "--samples", "4")
+    assert code == 0, err
+    both = out + err
+    assert "Please consider" not in both and "WARNING" not in both  # 16: onnxruntime's advice
+    stage_lines = [line for line in err.splitlines() if line.startswith("clean")]
+    assert len(stage_lines) == 1 and re.fullmatch(r"clean: done \(\d+\.\d s\)", stage_lines[0]), err
+    assert "clean..." not in err
+    prose = [line for line in out.splitlines() if str(tmp_path) not in line]  # paths stay whole, unwrapped
+    assert max(_width(line) for line in prose) <= WIDTH, out
+    # 17: plurals and one phrase per verdict
+    flat = re.sub(r"\n +", " ", out)  # the lines as written, unwrapped
+    assert "1 error, 8 warnings" in flat and not re.search(r"\b1 errors", flat)
+    assert "1 boundary reformat allowed" in flat and "1 boundary reformats" not in flat
+    assert "gate int8: FAILED on 1 layer (" in flat and "int8 gate: gate" not in flat
+
+
+def test_terminal_progress_shows_only_the_running_stage(monkeypatch) -> None:
+    """A finished stage's bar goes away; it used to stay stacked under the next ones."""
+    tty = Console(file=io.StringIO(), force_terminal=True, width=WIDTH)
+    monkeypatch.setattr(output_mod, "err", tty)
+    with output_mod.progress_display() as update:
+        update("clean", 0, 2)
+        update("clean", 2, 2)
+        update("calibrating", 1, 4)
+        (live,) = tty._live_stack
+        now = Console(file=io.StringIO(), width=WIDTH)
+        now.print(live.get_renderable())
+        shown = now.file.getvalue()  # type: ignore[attr-defined]
+    assert "calibrating" in shown and "clean" not in shown, shown
+
+
+# -- 17. wording -----------------------------------------------------------------------------------------
+
+
+def test_lint_says_no_findings_once(tmp_path, cli) -> None:
+    model = tmp_path / "float.onnx"
+    onnx.save(zoo.resnet_like(size=32, width=8), str(model))
+    code, out, err = cli("lint", model, "--fail-on", "error")
+    assert code == 0, err
+    assert out.count("no findings") == 1, out
+
+
+def test_plural() -> None:
+    assert text.plural(1, "error") == "1 error" and text.plural(8, "warning") == "8 warnings"
+    assert text.plural(0, "layer") == "0 layers" and text.plural(2, "copy", "copies") == "2 copies"
+    assert text.plural(1, "boundary reformat") == "1 boundary reformat"
+
+
+def _help_commands() -> list[list[str]]:
+    found: list[list[str]] = []
+
+    def walk(path: list[str], cmd) -> None:
+        found.append(path)
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk([*path, name], sub)
+
+    walk([], typer.main.get_command(app))
+    return found
+
+
+@pytest.mark.parametrize("path", _help_commands(), ids=lambda p: " ".join(p) or "edgeq")
+def test_help_has_no_bool_no_braces_and_whole_option_names(path, cli, monkeypatch) -> None:
+    monkeypatch.delenv("TERMINAL_WIDTH", raising=False)
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = cli(*path, "--help")
+    assert code == 0, err
+    assert "<bool>" not in out, out
+    (usage,) = [line for line in out.splitlines() if "Usage:" in line]
+    assert "{" not in usage and "]..." not in usage.replace("[ARGS]...", ""), usage
+    # a narrow terminal wraps the help text; it does not cut an option's name ("--accept-new-host-k…")
+    monkeypatch.setenv("COLUMNS", "64")
+    code, out, err = cli(*path, "--help")
+    names = re.findall(r"--[a-z][a-z0-9-]*", out)
+    assert not [n for n in names if out.count(n + "…")], out
+    cmd = typer.main.get_command(app)
+    for word in path:
+        cmd = cmd.commands[word]  # type: ignore[attr-defined]
+    for param in cmd.params:
+        for name in (*param.opts, *param.secondary_opts):
+            if name.startswith("--"):
+                assert re.search(re.escape(name) + r"(?![\w-])", out), f"{name} cut in:\n{out}"
+
+
+def test_compare_on_a_local_target_says_its_hint_once(tmp_path, cli) -> None:
+    import numpy as np
+
+    model = tmp_path / "m.onnx"
+    onnx.save(zoo.resnet_like(size=32, width=8), str(model))
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for i in range(4):
+        np.save(calib / f"{i}.npy", np.random.default_rng(i).random((1, 3, 32, 32), dtype=np.float32))
+    target = tmp_path / "here.yaml"
+    target.write_text(yaml.safe_dump({"host": "local", "work_dir": str(tmp_path / "work"), "tensorrt": "8.6",
+                                      "backend": "trtexec", "trtexec": str(tmp_path / "no-trtexec")}))
+    runs = tmp_path / "runs"
+    code, _, err = cli("compare", model, "--target", target, "--calib", calib, "--runs-dir", runs)
+    assert code != 0 and "Traceback" not in err
+    hint = "set 'trtexec' in"
+    assert err.count(hint) == 1, err  # the hint was repeated
+
+
+def test_the_pass_line_credits_the_allowance_where_it_came_from(tmp_path, cli) -> None:
+    """The target file's gate.allow is credited to the target file, --allow to --allow (both were
+    '--allow')."""
+    from edgeq.orchestration.deploy import policy_for
+    from edgeq.pipeline.stages import report_and_gate
+    from edgeq.remote.targets import target_from_dict
+
+    layers = FIXTURES / "resnet50_ortfb.explicit.layers.json"
+    name = REFORMAT
+    t = target_from_dict({"host": "h", "user": "u", "use_agent": True, "gate": {"allow": [name]}},
+                         tmp_path / "board1.yaml")
+    _, gate = report_and_gate(layers, None, None, policy_for(t))
+    assert gate.passed and "1 excused by gate.allow in board1.yaml" in gate.summary(), gate.summary()
+    assert "--allow" not in gate.summary()
+    _, gate = report_and_gate(layers, None, None, policy_for(t, gate="int8"))  # --gate keeps the source
+    assert "1 excused by gate.allow in board1.yaml" in gate.summary(), gate.summary()
+    code, out, err = cli("report", layers, "--allow", name)
+    assert code == 0 and "1 excused by --allow" in out, out + err
