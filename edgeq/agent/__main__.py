@@ -1,4 +1,5 @@
-"""Agent command line: ``python edgeq-agent.pyz {probe,build,inspect,profile,install,switch,rollback,status}``.
+"""Agent command line: ``python edgeq-agent.pyz COMMAND ...``: probe, build, inspect, profile; install,
+switch, rollback, status for installed releases (``releases``).
 
 Protocol: every invocation writes exactly ONE JSON object to stdout, nothing else::
 
@@ -40,7 +41,7 @@ from .common import (
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
-COMMANDS = ("probe", "build", "inspect", "profile") + tuple(releases.COMMANDS)
+COMMANDS = ("probe", "build", "inspect", "profile", *releases.COMMANDS)
 
 
 def agent_version():

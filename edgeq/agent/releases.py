@@ -34,7 +34,7 @@ _RESERVED = (CURRENT, HISTORY)
 
 def add_arguments(sub, common):
     """The four subcommands, on the agent's parser."""
-    install = sub.add_parser("install", help="put an uploaded engine into releases/<version>/ (sha256 checked)")
+    install = sub.add_parser("install", help="an uploaded engine into releases/<version>/ (sha256 checked)")
     common(install)
     install.add_argument("--releasesDir", required=True)
     install.add_argument("--version", required=True)
@@ -206,7 +206,7 @@ def switch(args):
         if cur == args.version:
             return {"changed": False, "current": cur, "previous": cur}
         history = _history(root)
-        _write_json(root, HISTORY, history + [args.version])
+        _write_json(root, HISTORY, [*history, args.version])
         _point(root, args.version)
     return {"changed": True, "current": args.version, "previous": cur}
 

@@ -258,24 +258,44 @@ def _render_manifest(m: dict[str, Any]) -> None:
     "verify",
     help="Check a bundle: the manifest's own hash, then every file's sha256 and size, and files the "
     "manifest does not list. Each problem is printed with its kind: \\[manifest] edited manifest, "
-    "\\[modified] a file changed, \\[missing] a listed file absent, \\[extra] an unlisted file.\n\n"
-    "Exit codes: 0 the bundle is intact; 1 a problem was found (or the archive is corrupt); 2 no such file.",
+    "\\[modified] a file changed, \\[missing] a listed file absent, \\[extra] an unlisted file. With "
+    "--allowed-signers, also who signed it: BUNDLE.sig checked with 'ssh-keygen -Y verify' (namespace "
+    "edgeq-release) against that file (git's allowed-signers format); \\[signature] when it is unsigned, "
+    "untrusted or does not match.\n\n"
+    "Exit codes: 0 the bundle is intact (and signed by a listed key); 1 a problem was found (or the archive "
+    "is corrupt); 2 no such file.",
 )
 def release_verify_cmd(
     bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    allowed_signers: Optional[Path] = typer.Option(
+        None, "--allowed-signers", metavar="FILE",
+        help="ssh-keygen allowed-signers file: the bundle must be signed by one of its keys."),
     json_out: Json = False,
 ) -> int:
     from edgeq.release.bundle import verify
+    from edgeq.release.sign import SignatureError, verify_signature
 
     v = verify(bundle)
-    code = code_for(v)
+    signer, unsigned = None, None
+    if allowed_signers is not None:
+        try:
+            signer = verify_signature(bundle, allowed_signers)
+        except SignatureError as e:
+            unsigned = e
+    code = code_for(bool(v) and unsigned is None)
     if json_out:
-        print_json({"ok": bool(v), "checked": v.checked, "exit_code": code,
-                    "problems": [vars(p) for p in v.problems]})  # fmt: skip
+        print_json({"ok": code == EXIT_OK, "checked": v.checked, "exit_code": code,
+                    "problems": [vars(p) for p in v.problems],
+                    "signer": vars(signer) if signer else None,
+                    "signature_error": str(unsigned) if unsigned else None})  # fmt: skip
         return code
     for p in v.problems:
         out.print(f"[bold red]{escape(str(p))}[/]")
     out.print(("[green]" if v else "[bold red]") + escape(v.summary()) + "[/]")
+    if unsigned is not None:
+        out.print(f"[bold red]\\[signature] {escape(str(unsigned))}[/]")
+    elif signer is not None:
+        out.print(f"[green]signed by {escape(signer.principal)}[/] ({escape(signer.detail)})")
     return code
 
 

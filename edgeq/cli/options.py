@@ -70,6 +70,9 @@ RunsDir = Annotated[Path, typer.Option(
     "--runs-dir", metavar="DIR", rich_help_panel=TARGET, help="Where run directories are created.")]
 Fleet = Annotated[Optional[Path], typer.Option(
     "--fleet", "-f", metavar="FILE", rich_help_panel=TARGET, help="A fleet YAML or an Ansible inventory.")]
+Limit = Annotated[Optional[str], typer.Option(
+    "--limit", "-l", metavar="PATTERN", rich_help_panel=TARGET,
+    help="Only these targets: Ansible host patterns (names, groups, globs, a:b, a:!b, a:&b).")]
 
 # -- the gate ----------------------------------------------------------------------------------------------
 Gate = Annotated[Optional[str], typer.Option(

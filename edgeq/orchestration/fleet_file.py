@@ -8,19 +8,22 @@ edgeq's form (``targets/fleet.yaml``)::
       - targets/xavier-*.yaml     # a glob (relative to the current directory)
       - target: orin-nano         # per-target overrides, merged into the target file's keys
         overrides: {build: {fp16: false}, gate: {allow: [/head/*]}}
+    allowed_signers: keys/allowed_signers   # release install: only bundles these keys signed
 
 An Ansible inventory (YAML or INI, as ``ansible-inventory`` reads them) works as it is, so a fleet is
 the inventory users already keep: every host of every group becomes a target named after the host;
 ``ansible_host``, ``ansible_port``, ``ansible_user`` and ``ansible_ssh_private_key_file`` give the SSH
 access; any other target-file key is an ``edgeq_<key>`` variable (host, group or ``all`` vars, the host's
-winning), e.g. ``edgeq_known_hosts``, ``edgeq_python``, ``edgeq_backend``, ``edgeq_build`` (a mapping).
+winning), e.g. ``edgeq_known_hosts``, ``edgeq_python``, ``edgeq_backend``, ``edgeq_build`` (a mapping);
+``edgeq_allowed_signers`` is the fleet's ``allowed_signers`` (one value for every host). The inventory's
+groups are kept (``Fleet.groups``) for ``--limit``.
 """
 
 from __future__ import annotations
 
 import glob
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -49,6 +52,9 @@ class Fleet:
     targets: tuple[Target, ...]
     workers: int
     kind: str  # "edgeq" or "ansible"
+    # ssh-keygen allowed-signers file: ``release install`` then installs only bundles signed by its keys
+    allowed_signers: Optional[Path] = None
+    groups: Mapping[str, frozenset[str]] = field(default_factory=dict)  # target -> its inventory groups
 
 
 def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,13 +105,18 @@ def _entries(v: Any) -> list[Any]:
 
 
 def _ansible_hosts(path: Path, group: Mapping[str, Any], inherited: dict[str, Any],
-                   out: dict[str, dict[str, Any]]) -> None:
-    """Walk a YAML inventory group: vars flow down to children and hosts, the nearest winning."""
+                   out: dict[str, dict[str, Any]], name: str = "all",
+                   groups: Optional[dict[str, set[str]]] = None) -> None:
+    """Walk a YAML inventory group: vars flow down to children and hosts, the nearest winning; each
+    host's groups (this one and its parents) into ``groups``."""
     own = _merge(inherited, group.get("vars") or {})
-    for name, hvars in (group.get("hosts") or {}).items():
-        out[str(name)] = _merge(out.get(str(name), own), hvars or {})
-    for child in (group.get("children") or {}).values():
-        _ansible_hosts(path, child or {}, own, out)
+    chain = {*(inherited.get("_edgeq_groups") or ()), name}
+    for host, hvars in (group.get("hosts") or {}).items():
+        out[str(host)] = _merge(out.get(str(host), own), hvars or {})
+        if groups is not None:
+            groups.setdefault(str(host), set()).update(chain)
+    for child_name, child in (group.get("children") or {}).items():
+        _ansible_hosts(path, child or {}, {**own, "_edgeq_groups": chain}, out, str(child_name), groups)
 
 
 # Ansible's boolean words (ansible.module_utils.parsing.convert_bool), for an unquoted INI value.
@@ -129,7 +140,8 @@ def _scalar(text: str) -> Any:
     return value
 
 
-def _ini_inventory(path: Path, text: str) -> dict[str, dict[str, Any]]:
+def _ini_inventory(path: Path, text: str, host_groups: Optional[dict[str, set[str]]] = None
+                   ) -> dict[str, dict[str, Any]]:
     """The INI inventory form: ``[group]`` host lines with ``key=value`` vars, ``[group:vars]``,
     ``[group:children]``."""
     import shlex
@@ -158,22 +170,26 @@ def _ini_inventory(path: Path, text: str) -> dict[str, dict[str, Any]]:
             groups.setdefault(section, []).append((words[0], pairs))
     out: dict[str, dict[str, Any]] = {}
 
-    def walk(group: str, inherited: dict[str, Any]) -> None:
+    def walk(group: str, inherited: dict[str, Any], chain: frozenset[str]) -> None:
         own = _merge(inherited, gvars.get(group, {}))
         for host, hv in groups.get(group, []):
             out[host] = _merge(out.get(host, own), hv)
+            if host_groups is not None:
+                host_groups.setdefault(host, set()).update(chain | {group})
         for child in children.get(group, []):
-            walk(child, own)
+            walk(child, own, chain | {group})
 
-    walk("all", {})
+    walk("all", {}, frozenset())
     for g in groups:
-        walk(g, gvars.get("all", {}))
+        walk(g, gvars.get("all", {}), frozenset())
     return out
 
 
 def _target_from_host(path: Path, name: str, hvars: Mapping[str, Any]) -> Target:
     data: dict[str, Any] = {"host": name}
     for key, value in hvars.items():
+        if key in ("_edgeq_groups", "edgeq_allowed_signers"):  # the walk's own; the fleet's, not a target's
+            continue
         if key in _ANSIBLE:
             field = _ANSIBLE[key]
             data[field] = int(value) if field == "port" and str(value).isdigit() else value
@@ -195,6 +211,8 @@ def load_fleet(path: Path, workers: Optional[int] = None) -> Fleet:
         raise ConfigError(f"{path}: no such fleet file", "give a fleet YAML or an Ansible inventory")
     targets: list[Target] = []
     kind = "edgeq"
+    signers: Optional[str] = None
+    host_groups: dict[str, set[str]] = {}
     text = path.read_text(encoding="utf-8", errors="replace")
     ini = path.suffix in (".ini", ".cfg") or text.lstrip().startswith("[")
     data = None if ini else config.read_yaml(path)
@@ -202,20 +220,27 @@ def load_fleet(path: Path, workers: Optional[int] = None) -> Fleet:
         kind = "ansible"
         hosts: dict[str, dict[str, Any]] = {}
         if data is None:
-            hosts = _ini_inventory(path, text)
+            hosts = _ini_inventory(path, text, host_groups)
         else:
-            for group in data.values():
-                _ansible_hosts(path, group or {}, {}, hosts)
+            for gname, group in data.items():
+                _ansible_hosts(path, group or {}, {}, hosts, str(gname), host_groups)
         targets = [_target_from_host(path, n, hv) for n, hv in hosts.items()]
+        named = {str(hv["edgeq_allowed_signers"]) for hv in hosts.values() if hv.get("edgeq_allowed_signers")}
+        if len(named) > 1:
+            raise ConfigError(f"{path}: hosts name different edgeq_allowed_signers "
+                              f"({', '.join(sorted(named))})", "set it once, in the 'all' group's vars")
+        signers = next(iter(named), None)
         size = None
     else:
         v = config.check_mapping(path, config.require_mapping(path, data, "targets: [...]"),
                                  {"targets": _entries, "workers": config.positive_int,
-                                  "description": config.string})  # fmt: skip
+                                  "description": config.string,
+                                  "allowed_signers": config.string})  # fmt: skip
         entries = v.get("targets") or []
         for i, entry in enumerate(entries):
             targets += _entry_targets(path, entry, i)
         size = v.get("workers")
+        signers = v.get("allowed_signers")
     if not targets:
         raise ConfigError(f"{path}: no targets", "list targets under 'targets:' (or hosts in the inventory)")
     from edgeq.pipeline.rundir import slug
@@ -224,4 +249,14 @@ def load_fleet(path: Path, workers: Optional[int] = None) -> Fleet:
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
         raise ConfigError(f"{path}: target '{dup}' is listed twice", "give one of them a 'name'")
-    return Fleet(path, tuple(targets), workers or size or min(MAX_WORKERS, len(targets)), kind)
+    allowed = None
+    if signers:  # relative to the fleet file, as its target globs are not: a key list travels with it
+        allowed = Path(signers).expanduser()
+        allowed = allowed if allowed.is_absolute() else path.parent / allowed
+        if not allowed.is_file():
+            raise ConfigError(f"{path}: allowed_signers {allowed} does not exist",
+                              "an ssh-keygen allowed-signers file, lines 'PRINCIPAL "
+                              "namespaces=\"edgeq-release\" KEY'")
+    groups = {t.name: frozenset(host_groups.get(t.name, ())) for t in targets}
+    size = workers or size or min(MAX_WORKERS, len(targets))
+    return Fleet(path, tuple(targets), size, kind, allowed, groups)

@@ -59,7 +59,7 @@ def _run(argv: list[str], stdin: bytes) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(argv, input=stdin, capture_output=True, timeout=TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
         raise EdgeqError(f"ssh-keygen did not finish in {TIMEOUT:g} s",
-                         "a key with a passphrase? load it into ssh-agent (ssh-add) and give its .pub") from None
+                         "a key with a passphrase? load it into ssh-agent (ssh-add), give its .pub") from None
 
 
 def _said(res: subprocess.CompletedProcess[bytes]) -> str:

@@ -1,0 +1,182 @@
+"""``edgeq release sign``, ``release install``, ``release rollback`` and ``edgeq fleet status``
+(``edgeq.release.sign``, ``edgeq.orchestration.install``): a bundle signed, installed on the boards,
+rolled back, and what each board runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from edgeq.cli.fleet import fleet_app, release_app
+from edgeq.cli.options import AcceptNewHostKey, Duration, Fleet, Gate, Iterations, Json, Limit
+from edgeq.cli.output import EXIT_OK, err, out, print_json
+
+_STYLE = {"pending": "dim", "running": "cyan", "installed": "green", "ok": "green", "failed": "bold red",
+          "not run": "yellow"}  # fmt: skip
+
+
+@release_app.command(
+    "sign",
+    help="Sign a bundle with your SSH key (OpenSSH 'ssh-keygen -Y sign', namespace edgeq-release): writes "
+    "BUNDLE.sig beside it. Check it with 'edgeq release verify BUNDLE --allowed-signers FILE'; a fleet "
+    "file's 'allowed_signers:' makes 'release install' refuse bundles its keys did not sign.\n\n"
+    "Exit codes: 0 signed; 2 no such bundle or key, ssh-keygen missing or refusing the key.",
+)
+def release_sign_cmd(
+    bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    key: Path = typer.Option(
+        ..., "--key", metavar="KEY", help="Your SSH private key (~/.ssh/id_ed25519), or a .pub in ssh-agent."
+    ),
+    json_out: Json = False,
+) -> int:
+    from edgeq.release.sign import sign
+
+    sig = sign(bundle, key)
+    if json_out:
+        print_json({"bundle": str(bundle), "signature": str(sig)})
+    else:
+        out.print(f"wrote [bold]{escape(str(sig))}[/]")
+    return EXIT_OK
+
+
+def _render(result: Any, title: str) -> None:
+    t = Table(title=title, expand=False)
+    cols = ["target", "status", "kind", "version", "previous"]
+    if result.action == "install":
+        cols += ["qps", "recorded", "ratio", "gate"]
+    for col in (*cols, "detail"):
+        t.add_column(col, overflow="fold")
+
+    def num(v: Optional[float]) -> str:
+        return "-" if v is None else f"{v:.4g}"
+
+    for r in result.rows:
+        cells = [r.target, f"[{_STYLE.get(r.status, '')}]{escape(r.status)}[/]", escape(r.kind or "-"),
+                 escape(r.version or "-"), escape(r.previous or "-")]  # fmt: skip
+        if result.action == "install":
+            gate = {True: "passed", False: "FAILED", None: "-"}[r.gate]
+            cells += [num(r.throughput_qps), num(r.recorded_qps), num(r.ratio), gate]
+        detail = r.error or ""
+        if r.restored:
+            detail += " (switched back to the previous version)"
+        elif r.restored is False:
+            detail += " (NOT switched back: check the board)"
+        if result.action == "status" and r.release and r.release.get("signer"):
+            detail = f"signed by {r.release['signer']}"
+        t.add_row(escape(cells[0]), *cells[1:], escape(detail))
+    out.print(t)
+
+
+def _on_row(json_out: bool) -> Any:
+    def show(row: Any) -> None:
+        if not json_out and row.status in ("installed", "ok", "failed"):
+            style = _STYLE.get(row.status, "")
+            err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
+
+    return show
+
+
+def _finish(result: Any, json_out: bool, title: str) -> int:
+    code = result.exit_code
+    if json_out:
+        print_json({**result.to_dict(), "exit_code": code})
+        return code
+    _render(result, title)
+    return code
+
+
+@release_app.command(
+    "install",
+    help="Install a bundle on the boards of a fleet: per board, the engine built for its kind (GPU and "
+    "TensorRT version as the manifest records; a board no engine fits is refused), uploaded resumably, "
+    "its sha256 checked on the board, unpacked into <work_dir>/releases/<version>/ and made current "
+    "(releases/current, switched atomically); then loaded and timed there: a board whose gate fails or "
+    "whose throughput is below --min-ratio x the bundle's recorded figure fails and is switched back to "
+    "its previous version. --canary N installs on the first N boards first and stops if any fails. The "
+    "bundle is verified first; with 'allowed_signers:' in the fleet file an unsigned or untrusted bundle "
+    "is refused.\n\nExit codes: 0 installed on every board; 1 a board failed (or a canary: the rest "
+    "untouched); 2 bad input, an unsigned or untrusted bundle, host key, login.",
+    short_help="Install a bundle on a fleet (canary, checked on each board).",
+)
+def release_install_cmd(
+    bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    fleet: Fleet = ...,  # type: ignore[assignment]
+    limit: Limit = None,
+    canary: int = typer.Option(0, "--canary", metavar="N", min=0,
+                               help="Install on the first N boards first; stop if any fails."),
+    min_ratio: float = typer.Option(0.9, "--min-ratio", metavar="R", min=0,
+                                    help="A board's qps must be at least R x the bundle's recorded qps."),
+    gate: Gate = None,
+    iterations: Iterations = 10,
+    duration: Duration = 3.0,
+    workers: Optional[int] = typer.Option(None, "--workers", metavar="N", min=1,
+                                          help="Boards at once \\[default: the fleet file's]."),
+    accept_new_host_key: AcceptNewHostKey = False,
+    json_out: Json = False,
+) -> int:
+    from edgeq.orchestration.fleet_file import load_fleet
+    from edgeq.orchestration.install import InstallOptions, install
+    from edgeq.pipeline.stages import ProfileSettings
+
+    assert fleet is not None  # required
+    options = InstallOptions(limit=limit, canary=canary, min_ratio=min_ratio, gate=gate, workers=workers,
+                             accept_new_host_key=accept_new_host_key,
+                             profile=ProfileSettings(iterations=iterations, duration=duration))  # fmt: skip
+    result = install(bundle, load_fleet(fleet), options, on_row=_on_row(json_out))
+    code = _finish(result, json_out, f"install {result.version}")
+    if json_out:
+        return code
+    done = sum(r.ok for r in result.rows)
+    if result.stopped:
+        failed = ", ".join(r.target for r in result.rows if r.status == "failed")
+        out.print(f"[bold red]canary failed on {escape(failed)}: stopped; "
+                  f"{len(result.rows) - len(result.canary)} other board(s) not touched[/]")  # fmt: skip
+    else:
+        style = "green" if result.passed else "bold red"
+        out.print(f"[{style}]{result.version}: installed on {done}/{len(result.rows)} boards[/]"
+                  + (f", signed by {escape(result.signer)}" if result.signer else ""))
+    return code
+
+
+@release_app.command(
+    "rollback",
+    help="Switch each board's releases/current back to the version it ran before (its history on the "
+    "board; repeat to go further back).\n\nExit codes: 0 every board rolled back; 1 a board failed (or has "
+    "no earlier version); 2 bad input, host key, login.",
+)
+def release_rollback_cmd(
+    fleet: Fleet = ...,  # type: ignore[assignment]
+    limit: Limit = None,
+    accept_new_host_key: AcceptNewHostKey = False,
+    json_out: Json = False,
+) -> int:
+    from edgeq.orchestration.fleet_file import load_fleet
+    from edgeq.orchestration.install import InstallOptions, rollback
+
+    assert fleet is not None  # required
+    options = InstallOptions(limit=limit, accept_new_host_key=accept_new_host_key)
+    return _finish(rollback(load_fleet(fleet), options, on_row=_on_row(json_out)), json_out, "rollback")
+
+
+@fleet_app.command(
+    "status",
+    help="What each board runs: its releases/current version, the version a rollback goes to, and the "
+    "installed release's kind and signer, read from the boards (the agent), never from local state.\n\n"
+    "Exit codes: 0 every board answered; 1 a board did not; 2 bad input, host key, login.",
+)
+def fleet_status_cmd(
+    fleet: Fleet = ...,  # type: ignore[assignment]
+    limit: Limit = None,
+    accept_new_host_key: AcceptNewHostKey = False,
+    json_out: Json = False,
+) -> int:
+    from edgeq.orchestration.fleet_file import load_fleet
+    from edgeq.orchestration.install import InstallOptions, status
+
+    assert fleet is not None  # required
+    options = InstallOptions(limit=limit, accept_new_host_key=accept_new_host_key)
+    return _finish(status(load_fleet(fleet), options), json_out, "fleet status")
