@@ -9,7 +9,6 @@ from typing import Any, Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from edgeq.cli.fleet import fleet_app, release_app
 from edgeq.cli.options import AcceptNewHostKey, Duration, Fleet, Gate, Iterations, Json, Limit
@@ -43,32 +42,38 @@ def release_sign_cmd(
     return EXIT_OK
 
 
-def _render(result: Any, title: str) -> None:
-    t = Table(title=title, expand=False)
-    cols = ["target", "status", "kind", "version", "previous"]
-    if result.action == "install":
-        cols += ["qps", "recorded", "ratio", "gate"]
-    for col in (*cols, "detail"):
-        t.add_column(col, overflow="fold")
+def _line(action: str, r: Any) -> str:
+    """One board in words: what it runs (or was given), what it ran before, and why it failed."""
+    said = [f"[{_STYLE.get(r.status, '')}]{escape(r.status)}[/]"]
+    if action == "install":
+        said.append(escape(r.version or "-") + (f" (was {escape(r.previous)})" if r.previous else ""))
+        if r.throughput_qps is not None:
+            ratio = f" = {r.ratio:.2f}x the recorded {r.recorded_qps:.4g}" if r.ratio is not None else ""
+            said.append(f"{r.throughput_qps:.4g} qps{ratio}")
+        if r.gate is not None:
+            said.append("gate " + ("passed" if r.gate else "FAILED"))
+    elif action == "rollback":
+        said.append(f"{escape(r.previous or '-')} -> {escape(r.version or '-')}" if r.ok else "")
+    else:
+        said.append(f"current {escape(r.version or '(none)')}")
+        if r.previous:
+            said.append(f"previous {escape(r.previous)}")
+        if r.kind:
+            said.append(escape(r.kind))
+        if r.release and r.release.get("signer"):
+            said.append(f"signed by {escape(str(r.release['signer']))}")
+    if r.error:
+        said.append(escape(r.error))
+    if r.restored:
+        said.append("switched back to its previous version")
+    elif r.restored is False:
+        said.append("[bold red]NOT switched back: check the board[/]")
+    return f"{escape(r.target)}: " + ", ".join(x for x in said if x)
 
-    def num(v: Optional[float]) -> str:
-        return "-" if v is None else f"{v:.4g}"
 
+def _render(result: Any) -> None:
     for r in result.rows:
-        cells = [r.target, f"[{_STYLE.get(r.status, '')}]{escape(r.status)}[/]", escape(r.kind or "-"),
-                 escape(r.version or "-"), escape(r.previous or "-")]  # fmt: skip
-        if result.action == "install":
-            gate = {True: "passed", False: "FAILED", None: "-"}[r.gate]
-            cells += [num(r.throughput_qps), num(r.recorded_qps), num(r.ratio), gate]
-        detail = r.error or ""
-        if r.restored:
-            detail += " (switched back to the previous version)"
-        elif r.restored is False:
-            detail += " (NOT switched back: check the board)"
-        if result.action == "status" and r.release and r.release.get("signer"):
-            detail = f"signed by {r.release['signer']}"
-        t.add_row(escape(cells[0]), *cells[1:], escape(detail))
-    out.print(t)
+        out.print(_line(result.action, r))
 
 
 def _on_row(json_out: bool) -> Any:
@@ -80,12 +85,12 @@ def _on_row(json_out: bool) -> Any:
     return show
 
 
-def _finish(result: Any, json_out: bool, title: str) -> int:
+def _finish(result: Any, json_out: bool) -> int:
     code = result.exit_code
     if json_out:
         print_json({**result.to_dict(), "exit_code": code})
         return code
-    _render(result, title)
+    _render(result)
     return code
 
 
@@ -127,7 +132,7 @@ def release_install_cmd(
                              accept_new_host_key=accept_new_host_key,
                              profile=ProfileSettings(iterations=iterations, duration=duration))  # fmt: skip
     result = install(bundle, load_fleet(fleet), options, on_row=_on_row(json_out))
-    code = _finish(result, json_out, f"install {result.version}")
+    code = _finish(result, json_out)
     if json_out:
         return code
     done = sum(r.ok for r in result.rows)
@@ -159,7 +164,7 @@ def release_rollback_cmd(
 
     assert fleet is not None  # required
     options = InstallOptions(limit=limit, accept_new_host_key=accept_new_host_key)
-    return _finish(rollback(load_fleet(fleet), options, on_row=_on_row(json_out)), json_out, "rollback")
+    return _finish(rollback(load_fleet(fleet), options, on_row=_on_row(json_out)), json_out)
 
 
 @fleet_app.command(
@@ -179,4 +184,4 @@ def fleet_status_cmd(
 
     assert fleet is not None  # required
     options = InstallOptions(limit=limit, accept_new_host_key=accept_new_host_key)
-    return _finish(status(load_fleet(fleet), options), json_out, "fleet status")
+    return _finish(status(load_fleet(fleet), options), json_out)

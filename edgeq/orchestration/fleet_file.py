@@ -170,18 +170,32 @@ def _ini_inventory(path: Path, text: str, host_groups: Optional[dict[str, set[st
             groups.setdefault(section, []).append((words[0], pairs))
     out: dict[str, dict[str, Any]] = {}
 
-    def walk(group: str, inherited: dict[str, Any], chain: frozenset[str]) -> None:
+    def walk(group: str, inherited: dict[str, Any]) -> None:
         own = _merge(inherited, gvars.get(group, {}))
         for host, hv in groups.get(group, []):
             out[host] = _merge(out.get(host, own), hv)
-            if host_groups is not None:
-                host_groups.setdefault(host, set()).update(chain | {group})
         for child in children.get(group, []):
-            walk(child, own, chain | {group})
+            walk(child, own)
 
-    walk("all", {}, frozenset())
+    walk("all", {})
     for g in groups:
-        walk(g, gvars.get("all", {}), frozenset())
+        walk(g, gvars.get("all", {}))
+    if host_groups is not None:  # a host is in its groups, their parents ([g:children]) and all
+        parents: dict[str, set[str]] = {}
+        for parent, kids in children.items():
+            for kid in kids:
+                parents.setdefault(kid, set()).add(parent)
+
+        def up(group: str, seen: set[str]) -> set[str]:
+            for p in parents.get(group, ()):
+                if p not in seen:
+                    seen.add(p)
+                    up(p, seen)
+            return seen
+
+        for g, members in groups.items():
+            for host, _ in members:
+                host_groups.setdefault(host, {"all"}).update(up(g, {g}))
     return out
 
 
