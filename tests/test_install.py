@@ -307,6 +307,14 @@ def test_a_fleet_with_allowed_signers_installs_only_trusted_bundles(fleet, cli):
     (root / "bad.tar.gz.sig").write_bytes((root / "v1.tar.gz.sig").read_bytes())
     code, _, err = cli("release", "install", bad, "--fleet", fleet_file, "--duration", "0")
     assert code == 2 and "does not match" in err
+    flipped = bytearray(bundle.read_bytes())  # damaged in transit: refused before any board, exit 1
+    flipped[len(flipped) // 2] ^= 1
+    (root / "flip.tar.gz").write_bytes(bytes(flipped))
+    (root / "flip.tar.gz.sig").write_bytes((root / "v1.tar.gz.sig").read_bytes())
+    no_signers = root / "plain.yaml"
+    no_signers.write_text("targets: ['targets/board*.yaml']\n")
+    code, _, err = cli("release", "install", root / "flip.tar.gz", "--fleet", no_signers)
+    assert code == 1 and ("does not verify" in err or "corrupt bundle" in err), err
     assert [current(m) for m in members] == [None] * 3  # nothing reached a board
 
     code, out, err = cli("release", "install", bundle, "--fleet", fleet_file, "--limit", "board1",

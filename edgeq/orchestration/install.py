@@ -280,15 +280,15 @@ def _check_installed(board: _Board, loaded: Loaded, kind: str, recorded: Optiona
     ratio = round(qps / recorded, 3) if isinstance(qps, (int, float)) and recorded else None
     update(throughput_qps=qps, recorded_qps=recorded, ratio=ratio)
     if not gate:
-        raise RemoteError(f"{target.name}: the gate failed on the installed engine: {gate.summary()}",
+        raise RemoteError(f"the gate failed on the installed engine: {gate.summary()}",
                           "the release does not run here as it did when validated", exit_code=1)  # fmt: skip
     if ratio is not None and ratio < options.min_ratio:
-        raise RemoteError(f"{target.name}: {qps:g} qps, {ratio:.2f}x the bundle's {recorded:g} qps (below "
+        raise RemoteError(f"{qps:g} qps, {ratio:.2f}x the bundle's {recorded:g} qps (below "
                           f"--min-ratio {options.min_ratio:g})",
                           "is the board throttled (nvpmodel, jetson_clocks) or busy?",
                           exit_code=1)  # fmt: skip
     if ratio is None and recorded:
-        raise RemoteError(f"{target.name}: the installed engine was timed, but no throughput came back",
+        raise RemoteError("the installed engine was timed, but no throughput came back",
                           exit_code=1)  # fmt: skip
 
 
