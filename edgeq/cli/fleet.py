@@ -119,13 +119,9 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
 
 @fleet_app.command(
     "validate",
-    help="Deploy one model to every target of a fleet at once and print a matrix: target x (reachable, "
-    "TensorRT, GPU, build, gate, latency, throughput, report). The model is prepared once; a failing target "
-    "fails its row only. --fleet: edgeq's fleet YAML or an Ansible inventory (ansible_host, ansible_user, "
-    "..., other target keys as edgeq_<key> vars). A re-run resumes the last run of the fleet and model: "
-    "targets that passed with unchanged inputs are reused, the others run (--fresh: all).\n\n"
-    "Exit codes: 0 every target passed; 1 a target failed (or was skipped by --max-fail); 2 bad input, "
-    "host key, login.",
+    help="One model on every target of a fleet (a fleet YAML or an Ansible inventory) at once: a matrix "
+    "of reachability, TensorRT, GPU, build, gate, latency. A failed target fails its row only; a re-run "
+    "reuses the targets that passed unchanged. Exit: 0 all passed; 1 a target failed; 2 bad input.",
     short_help="One model on every target of a fleet at once.",
 )
 def fleet_validate_cmd(
