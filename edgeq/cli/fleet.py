@@ -20,9 +20,12 @@ from edgeq.cli.options import (
     CalibratorOpt,
     Duration,
     Fleet,
+    Fresh,
     Gate,
     Iterations,
     Json,
+    Limit,
+    MaxFail,
     Overrides,
     Preprocess,
     RunsDir,
@@ -45,7 +48,8 @@ fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a 
                         "inventory).")
 app.add_typer(fleet_app, name="fleet")
 
-_ROW_STYLE = {"pending": "dim", "running": "cyan", "passed": "green", "failed": "bold red"}
+_ROW_STYLE = {"pending": "dim", "running": "cyan", "passed": "green", "failed": "bold red",
+              "skipped": "yellow"}
 
 
 def _live_rows(rows: dict[str, Any]) -> Table:
@@ -72,19 +76,20 @@ def _fleet_matrix(result: Any) -> Table:
 
 
 def _row_finished(row: Any) -> None:
-    if row.status in ("passed", "failed"):
+    if row.status in ("passed", "failed", "skipped"):
         style = _ROW_STYLE.get(row.status, "")
-        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
+        note = f"reused from {row.reused_from}" if row.reused_from else row.error or ""
+        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(note)}")
 
 
-def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any:
-    """Load the fleet and validate, with one live row per target on stderr when ``live``."""
+def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool, limit: Optional[str] = None) -> Any:
+    """Load the fleet (cut to ``limit``) and validate, a live row per target on stderr when ``live``."""
     from rich.live import Live
 
     from edgeq.orchestration.fleet import validate
     from edgeq.orchestration.fleet_file import load_fleet
 
-    fleet = load_fleet(fleet_path)
+    fleet = load_fleet(fleet_path).limited(limit)
     rows: dict[str, Any] = {}
     if not live:
         return validate(model, fleet, options)
@@ -102,28 +107,29 @@ def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any
 def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Optional[Path],
                   overrides: Optional[Path], gate: Optional[str], runs_dir: Path, accept_new_host_key: bool,
                   build_once_per_kind: bool, workers: Optional[int] = None, iterations: int = 10,
-                  duration: float = 3.0) -> Any:
+                  duration: float = 3.0, fresh: bool = False, max_fail: Optional[int] = None) -> Any:
     from edgeq.orchestration.fleet import FleetOptions
 
     quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides)
     return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir,
                         accept_new_host_key=accept_new_host_key, build_once_per_kind=build_once_per_kind,
-                        workers=workers,
+                        workers=workers, fresh=fresh, max_fail=max_fail,
                         profile=profile_settings(None, iterations, duration))  # fmt: skip
 
 
 @fleet_app.command(
     "validate",
-    help="Deploy one model to every target of a fleet at once and print a matrix: target x (reachable, "
-    "TensorRT, GPU, build, gate, latency, throughput, report). The model is prepared once; a failing target "
-    "fails its row only. --fleet: edgeq's fleet YAML or an Ansible inventory (ansible_host, ansible_user, "
-    "..., other target keys as edgeq_<key> vars).\n\nExit codes: 0 every target passed; 1 a target "
-    "failed; 2 bad input, host key, login.",
+    help="One model on every target of a fleet (a fleet YAML or an Ansible inventory) at once: a matrix "
+    "of reachability, TensorRT, GPU, build, gate, latency. A failed target fails its row only; a re-run "
+    "reuses the targets that passed unchanged. Exit: 0 all passed; 1 a target failed; 2 bad input.",
     short_help="One model on every target of a fleet at once.",
 )
 def fleet_validate_cmd(
     model: Path = typer.Argument(..., help="The ONNX model: Q/DQ (explicit INT8) or float."),
     fleet: Fleet = ...,  # type: ignore[assignment]
+    limit: Limit = None,
+    max_fail: MaxFail = None,
+    fresh: Fresh = False,
     accept_new_host_key: AcceptNewHostKey = False,
     runs_dir: RunsDir = Path("runs"),
     workers: Optional[int] = typer.Option(
@@ -149,8 +155,8 @@ def fleet_validate_cmd(
     if junit is not None:
         check_writable(junit, inputs=(model, fleet))
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
-                            build_once_per_kind, workers, iterations, duration)  # fmt: skip
-    result = run_fleet(model, fleet, options, live=not json_out)
+                            build_once_per_kind, workers, iterations, duration, fresh, max_fail)  # fmt: skip
+    result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
     code = result.exit_code
     if junit is not None:
         atomic_write_text(junit, junit_xml(result))
@@ -334,6 +340,9 @@ _OUTCOME_STYLE = {"ran": "green", "skipped": "dim", "failed": "bold red", "not r
 def run_cmd(
     pipeline: Path = typer.Argument(..., help="The pipeline YAML."),
     force: bool = typer.Option(False, "--force", help="Run every stage, changed or not."),
+    limit: Limit = None,
+    max_fail: MaxFail = None,
+    fresh: Fresh = False,
     json_out: Json = False,
 ) -> int:
     from edgeq.orchestration.run import run_pipeline
@@ -348,7 +357,8 @@ def run_cmd(
             _row_finished(row)
 
     with progress_display(enabled=not json_out) as progress:
-        result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force)
+        result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force,
+                              fresh=fresh, limit=limit, max_fail=max_fail)
     code = EXIT_OK if result.passed else result.fleet.exit_code if result.fleet else EXIT_CHECK_FAILED
     if json_out:
         print_json({"work_dir": str(result.work_dir), "stages": [vars(s) for s in result.stages],

@@ -72,7 +72,13 @@ Fleet = Annotated[Optional[Path], typer.Option(
     "--fleet", "-f", metavar="FILE", rich_help_panel=TARGET, help="A fleet YAML or an Ansible inventory.")]
 Limit = Annotated[Optional[str], typer.Option(
     "--limit", "-l", metavar="PATTERN", rich_help_panel=TARGET,
-    help="Only these targets: Ansible host patterns (names, groups, globs, a:b, a:!b, a:&b).")]
+    help="Ansible pattern: name, group, g*, a:!b, a:&b.")]
+MaxFail = Annotated[Optional[int], typer.Option(
+    "--max-fail", metavar="N", min=1, rich_help_panel=TARGET,
+    help="Start no target after N failures.")]
+Fresh = Annotated[bool, typer.Option(
+    "--fresh", rich_help_panel=TARGET,
+    help="Run all targets, reusing none that passed.")]
 
 # -- the gate ----------------------------------------------------------------------------------------------
 Gate = Annotated[Optional[str], typer.Option(

@@ -28,7 +28,6 @@ from typing import Any, Callable, Optional
 
 from edgeq.errors import EdgeqError, RemoteError
 from edgeq.orchestration.fleet_file import MAX_WORKERS, Fleet
-from edgeq.orchestration.limit import select
 from edgeq.pipeline.stages import ProfileSettings, direct_agent, inspect, probe, profile, report_and_gate
 from edgeq.release.bundle import ReleaseError, read_bundle, verify
 from edgeq.release.sign import Signer, check_signed
@@ -115,15 +114,6 @@ def _no_row(row: BoardRow) -> None:
 
 def _no_progress(target: str, task: str, done: int, total: Optional[int]) -> None:
     """Default sink for upload progress."""
-
-
-def limited(fleet: Fleet, pattern: Optional[str]) -> tuple[Target, ...]:
-    """The fleet's targets a ``--limit`` pattern selects (all without one), in the fleet's order."""
-    if not pattern:
-        return fleet.targets
-    hosts = {t.name: set(fleet.groups.get(t.name, ())) for t in fleet.targets}
-    chosen = set(select(hosts, pattern))
-    return tuple(t for t in fleet.targets if t.name in chosen)
 
 
 def release_version(manifest: dict[str, Any]) -> str:
@@ -362,7 +352,7 @@ def install(bundle: Path, fleet: Fleet, options: InstallOptions = InstallOptions
         raise EdgeqError(f"--min-ratio {options.min_ratio:g}: must be 0 or more")
     if options.canary < 0:
         raise EdgeqError(f"--canary {options.canary}: must be 0 or more")
-    targets = limited(fleet, options.limit)
+    targets = fleet.limited(options.limit).targets
     with tempfile.TemporaryDirectory(prefix="edgeq-install-") as tmp:
         work = Path(tmp)
         loaded = load_bundle(Path(bundle), fleet, work)
@@ -397,7 +387,7 @@ def install(bundle: Path, fleet: Fleet, options: InstallOptions = InstallOptions
 def rollback(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row: RowFn = _no_row
              ) -> FleetAction:
     """Switch ``current`` back to the version before it on each board."""
-    targets = limited(fleet, options.limit)
+    targets = fleet.limited(options.limit).targets
     rows = _rows(targets, on_row)
 
     def fn(board: _Board) -> None:
@@ -414,7 +404,7 @@ def rollback(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row
 def status(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row: RowFn = _no_row
            ) -> FleetAction:
     """What each board runs, read from the board (its ``releases/current``), never from local state."""
-    targets = limited(fleet, options.limit)
+    targets = fleet.limited(options.limit).targets
     rows = _rows(targets, on_row)
 
     def fn(board: _Board) -> None:
