@@ -298,6 +298,7 @@ def test_a_fleet_with_allowed_signers_installs_only_trusted_bundles(fleet, cli):
     bundle, name = make_bundle(root, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
     code, out, err = cli("release", "install", bundle, "--fleet", fleet_file, "--duration", "0")
     assert code == 2 and "refused:" in err and "not signed" in err and "Traceback" not in out + err
+    assert f"{bundle}: not signed" in err and f"edgeq release sign {bundle} " in err  # the user's file
     assert len([ln for ln in err.splitlines() if ln.startswith("error:")]) == 1
     assert cli("release", "sign", bundle, "--key", keys["mallory"])[0] == 0
     code, _, err = cli("release", "install", bundle, "--fleet", fleet_file, "--duration", "0")

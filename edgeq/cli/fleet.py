@@ -29,6 +29,7 @@ from edgeq.cli.options import (
     Overrides,
     Preprocess,
     RunsDir,
+    Workers,
     profile_settings,
     quantize_options,
 )
@@ -132,9 +133,7 @@ def fleet_validate_cmd(
     fresh: Fresh = False,
     accept_new_host_key: AcceptNewHostKey = False,
     runs_dir: RunsDir = Path("runs"),
-    workers: Optional[int] = typer.Option(
-        None, "--workers", metavar="N", min=1, help="Targets at once \\[default: the fleet file's]."
-    ),
+    workers: Workers = None,
     calib: Calib = None,
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.entropy,

@@ -5,13 +5,13 @@ rolled back, and what each board runs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.markup import escape
 
 from edgeq.cli.fleet import fleet_app, release_app
-from edgeq.cli.options import AcceptNewHostKey, Duration, Fleet, Gate, Iterations, Json, Limit
+from edgeq.cli.options import AcceptNewHostKey, Duration, Fleet, Gate, Iterations, Json, Limit, Workers
 from edgeq.cli.output import EXIT_OK, err, out, print_json
 
 _STYLE = {"pending": "dim", "running": "cyan", "installed": "green", "ok": "green", "failed": "bold red",
@@ -118,8 +118,7 @@ def release_install_cmd(
     gate: Gate = None,
     iterations: Iterations = 10,
     duration: Duration = 3.0,
-    workers: Optional[int] = typer.Option(None, "--workers", metavar="N", min=1,
-                                          help="Boards at once \\[default: the fleet file's]."),
+    workers: Workers = None,
     accept_new_host_key: AcceptNewHostKey = False,
     json_out: Json = False,
 ) -> int:

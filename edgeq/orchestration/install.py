@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 import tempfile
 import threading
@@ -30,7 +31,7 @@ from edgeq.errors import EdgeqError, RemoteError
 from edgeq.orchestration.fleet_file import MAX_WORKERS, Fleet
 from edgeq.pipeline.stages import ProfileSettings, direct_agent, inspect, probe, profile, report_and_gate
 from edgeq.release.bundle import ReleaseError, read_bundle, verify
-from edgeq.release.sign import Signer, check_signed
+from edgeq.release.sign import Signer, check_signed, signature_path
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.runner import Runner, target_runner
 from edgeq.remote.targets import Target
@@ -146,14 +147,26 @@ class Loaded:
 
 def load_bundle(bundle: Path, fleet: Fleet, work: Path) -> Loaded:
     """Verify ``bundle`` (every file against the manifest; the signature when the fleet names
-    ``allowed_signers``) and extract its engines into ``work``."""
-    signer = check_signed(bundle, fleet.allowed_signers)  # before anything else is read
-    checked = verify(bundle)
+    ``allowed_signers``) and extract its engines into ``work``. Everything is read from one private
+    copy, so the bytes checked are the bytes installed even if the original is replaced meanwhile."""
+    bundle = Path(bundle)
+    if not bundle.is_file():
+        read_bundle(bundle)  # its one-line error: no such bundle, or a directory
+    copy = work / "bundle.tar.gz"
+    shutil.copyfile(bundle, copy)
+    if signature_path(bundle).is_file():
+        shutil.copyfile(signature_path(bundle), signature_path(copy))
+    try:
+        signer = check_signed(copy, fleet.allowed_signers)  # before anything else is read
+        checked = verify(copy)
+        files = read_bundle(copy)
+    except EdgeqError as e:  # said of the user's file, not of the private copy
+        named = [None if t is None else t.replace(str(copy), str(bundle)) for t in (e.message, e.hint)]
+        raise type(e)(named[0] or "", named[1], exit_code=e.exit_code) from None
     if not checked or checked.manifest is None:
         first = checked.problems[0] if checked.problems else "no manifest"
         raise ReleaseError(f"{bundle}: not installed: it does not verify ({first})",
                            f"see 'edgeq release verify {bundle}'", exit_code=1)  # fmt: skip
-    files = read_bundle(bundle)
     manifest = checked.manifest
     engines: dict[str, Path] = {}
     for kind, entry in sorted((manifest.get("engines") or {}).items()):
