@@ -116,6 +116,12 @@ def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli):
     assert json.loads((installed / "release.json").read_text())["kind"] == KIND
     rows = status(cli, fleet_file)
     assert {n: (r["version"], r["previous"]) for n, r in rows.items()} == {b: (name1, None) for b in rows}
+    # again: nothing sent (the board's upload cache has it), nothing switched, checked again
+    code, out, _ = cli("release", "install", v1, "--fleet", fleet_file, "--limit", "board1", "--json",
+                       "--duration", "0")  # fmt: skip
+    (again,) = json.loads(out)["rows"]
+    assert code == 0 and again["uploaded_bytes"] == 0 and again["previous"] == name1 and again["gate"]
+    assert status(cli, fleet_file, "--limit", "board1")["board1"]["history"] == [name1]
 
     # v2 with --canary 1: board1 measures 0.25x its recorded 5000 qps -> fails, is switched back to v1,
     # and boards 2 and 3 are not touched
@@ -161,15 +167,21 @@ def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli):
     code, out, _ = cli("fleet", "status", "--fleet", fleet_file)
     assert code == 0 and name3 in out and name1 in out
 
-    # rollback on board1 and board3 (--limit): back to v1; board2 has nothing earlier than v1 -> fails
-    code, out, err = cli("release", "rollback", "--fleet", fleet_file, "--limit", "board1:board3", "--json")
+    # board2 back: installing v3 there resumes the upload where it stopped
+    code, out, err = cli("release", "install", v3, "--fleet", fleet_file, "--limit", "board2", "--json",
+                         "--duration", "0")  # fmt: skip
+    (resumed,) = json.loads(out)["rows"]
+    assert code == 0 and resumed["status"] == "installed", (out, err)
+    assert 0 < resumed["uploaded_bytes"] < 6 << 20 and current(members[1]) == name3
+
+    # rollback on every board: back to v1; again: nothing earlier than v1 -> each board fails its row
+    code, out, err = cli("release", "rollback", "--fleet", fleet_file, "--json")
     assert code == 0, (out, err)
     back = {r["target"]: r for r in json.loads(out)["rows"]}
-    assert set(back) == {"board1", "board3"}
     assert all((r["previous"], r["version"]) == (name3, name1) for r in back.values())
     assert [current(m) for m in members] == [name1] * 3
-    code, out, err = cli("release", "rollback", "--fleet", fleet_file, "--limit", "board2")
-    assert code == 1 and "no earlier version installed" in out + err
+    code, out, err = cli("release", "rollback", "--fleet", fleet_file, "--limit", "board2:board3")
+    assert code == 1 and "no earlier version installed" in out + err and "board1" not in out + err
     assert current(members[1]) == name1
     assert {r["version"] for r in status(cli, fleet_file).values()} == {name1}
     code, _, err = cli("fleet", "status", "--fleet", fleet_file, "--limit", "board9")
@@ -316,6 +328,8 @@ def test_a_fleet_with_allowed_signers_installs_only_trusted_bundles(fleet, cli):
     no_signers.write_text("targets: ['targets/board*.yaml']\n")
     code, _, err = cli("release", "install", root / "flip.tar.gz", "--fleet", no_signers)
     assert code == 1 and ("does not verify" in err or "corrupt bundle" in err), err
+    code, _, err = cli("release", "install", root / "nope.tar.gz", "--fleet", fleet_file)
+    assert code == 2 and "nope.tar.gz: no such bundle" in err
     assert [current(m) for m in members] == [None] * 3  # nothing reached a board
 
     code, out, err = cli("release", "install", bundle, "--fleet", fleet_file, "--limit", "board1",
