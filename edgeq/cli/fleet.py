@@ -189,8 +189,10 @@ release_app = typer.Typer(
     help="Release bundles: 'edgeq release MODEL --fleet F -o bundle.tar.gz' (or --from a fleet directory) "
     "packs the shipped ONNX, the calibration cache, one engine per target kind, the reports and a manifest "
     "(sha256 and size of every file, versions, source hash, git commit); same inputs give the same bytes. "
-    "'edgeq release verify' checks a bundle, 'edgeq release inspect' prints its manifest.",
-    short_help="A reproducible bundle of a passed fleet; verify and inspect one.",
+    "'edgeq release verify' checks a bundle, 'edgeq release inspect' prints its manifest, 'edgeq release "
+    "sign' signs it with an SSH key; 'edgeq release install' puts it on a fleet's boards, 'edgeq release "
+    "rollback' takes them back a version.",
+    short_help="A reproducible bundle of a passed fleet; verify, sign, install and roll back.",
 )
 app.add_typer(release_app, name="release")
 
@@ -269,6 +271,7 @@ def _render_manifest(m: dict[str, Any]) -> None:
     "untrusted or does not match.\n\n"
     "Exit codes: 0 the bundle is intact (and signed by a listed key); 1 a problem was found (or the archive "
     "is corrupt); 2 no such file.",
+    short_help="Check a bundle against its manifest (and who signed it, with --allowed-signers).",
 )
 def release_verify_cmd(
     bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),

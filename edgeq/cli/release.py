@@ -24,6 +24,7 @@ _STYLE = {"pending": "dim", "running": "cyan", "installed": "green", "ok": "gree
     "BUNDLE.sig beside it. Check it with 'edgeq release verify BUNDLE --allowed-signers FILE'; a fleet "
     "file's 'allowed_signers:' makes 'release install' refuse bundles its keys did not sign.\n\n"
     "Exit codes: 0 signed; 2 no such bundle or key, ssh-keygen missing or refusing the key.",
+    short_help="Sign a bundle with your SSH key (BUNDLE.sig, ssh-keygen -Y sign).",
 )
 def release_sign_cmd(
     bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
@@ -151,6 +152,7 @@ def release_install_cmd(
     help="Switch each board's releases/current back to the version it ran before (its history on the "
     "board; repeat to go further back).\n\nExit codes: 0 every board rolled back; 1 a board failed (or has "
     "no earlier version); 2 bad input, host key, login.",
+    short_help="Switch each board back to the version it ran before.",
 )
 def release_rollback_cmd(
     fleet: Fleet = ...,  # type: ignore[assignment]
@@ -171,6 +173,7 @@ def release_rollback_cmd(
     help="What each board runs: its releases/current version, the version a rollback goes to, and the "
     "installed release's kind and signer, read from the boards (the agent), never from local state.\n\n"
     "Exit codes: 0 every board answered; 1 a board did not; 2 bad input, host key, login.",
+    short_help="What version each board runs, read from the boards.",
 )
 def fleet_status_cmd(
     fleet: Fleet = ...,  # type: ignore[assignment]
