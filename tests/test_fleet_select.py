@@ -16,6 +16,7 @@ from trtexec_replay import calls
 
 from edgeq.errors import ConfigError, EdgeqError
 from edgeq.orchestration.fleet_file import load_fleet
+from edgeq.remote.ssh import connections_opened
 
 
 @pytest.fixture(scope="module")
@@ -124,11 +125,16 @@ def test_limit_runs_only_the_selected_boards(boards, servers, cli):
     members = make_members(root, servers)
     fleet = write_fleet(root, members, reformat_layer())
     model = qdq_model(root / "m.onnx")
+    opened = connections_opened()
     code, out, err = cli("fleet", "validate", model, "--fleet", fleet, "--limit", "board*:!board2", "--json",
                          "--duration", "0")  # fmt: skip
     assert code == 0, (out, err)
     assert list(_rows(out)) == ["board1", "board3"]
     assert [_runs(m) > 0 for m in members] == [True, False, True]
+    # one SSH connection per board for the whole run (upload, probe, build, inspect, profile)
+    now = connections_opened()
+    dest = [f"{s.user}@{s.host}:{s.port}" for s in servers]
+    assert [now.get(d, 0) - opened.get(d, 0) for d in dest] == [1, 0, 1]
     # a pattern naming nothing: one line, exit 2, nothing contacted, no run directory
     before = sorted(p.name for p in (root / "runs").iterdir())
     code, out, err = cli("fleet", "validate", model, "--fleet", fleet, "--limit", "board1:boards2")
