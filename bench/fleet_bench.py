@@ -7,7 +7,10 @@ recorded TensorRT 8.6.0 ResNet-50 build and run (tests/fleet_helpers.py), prepar
 once, then times ``validate_prepared`` (upload, probe, build, inspect, profile, report, gate on every
 target, bounded workers) on 1 target and on N. Builds are excluded: the stand-in replays a build log
 instead of building, and the build stage's seconds are subtracted (per run, the slowest target's).
-Prints seconds per round and the N/1 ratio of the medians (goal <= 1.5), and edgeq's own CPU time.
+Prints seconds per round and the N/1 ratio of the medians (goal <= 1.5); edgeq's own CPU seconds per
+board (``time.process_time`` of this process, all its threads: the host's share, which grows with the
+fleet on real hardware where the boards build in parallel); and the SSH connections opened per board per
+run (counted in the transport, ``edgeq.remote.ssh.connections_opened``; goal: one).
 Each round uses fresh remote work dirs, so every upload is a real one. On loopback the N "targets"
 share this machine's cores: each agent call starts two Python processes there (agent, trtexec
 stand-in), work a real fleet does on N separate boards; read the ratio with the core count beside it.
@@ -33,10 +36,12 @@ from edgeq.orchestration.fleet import FleetOptions, validate_prepared  # noqa: E
 from edgeq.orchestration.fleet_file import Fleet  # noqa: E402
 from edgeq.pipeline.stages import ProfileSettings, prepare_host  # noqa: E402
 from edgeq.quant.quantize import QuantizeOptions  # noqa: E402
+from edgeq.remote.ssh import connections_opened  # noqa: E402
 from edgeq.remote.targets import target_from_dict  # noqa: E402
 
 HOST_CPU: dict[int, float] = {}  # edgeq's own CPU seconds (all its threads) per fleet size, all rounds
 TARGET_CPU: dict[int, float] = {}  # the loopback targets' CPU seconds (sshd sessions, agents), likewise
+CONNECTIONS: dict[int, list[int]] = {}  # SSH connections opened per board per run, per fleet size
 
 
 def _target_cpu(servers: list) -> float:
@@ -61,12 +66,17 @@ def _round(
     fleet_dir = root / tag / "fleet"
     fleet_dir.mkdir(parents=True)
     options = FleetOptions(profile=ProfileSettings(duration=0), cache_dir=root / "agent", workers=n)
+    opened = connections_opened()
     started, cpu, remote = time.perf_counter(), time.process_time(), _target_cpu(servers)
     result = validate_prepared(
         model, prepared, Fleet(root / "fleet.yaml", targets, n, "edgeq"), fleet_dir, options
     )
     wall = time.perf_counter() - started
     HOST_CPU[n] = HOST_CPU.get(n, 0.0) + time.process_time() - cpu
+    now = connections_opened()
+    CONNECTIONS.setdefault(n, []).extend(
+        now.get(d, 0) - opened.get(d, 0) for d in (f"{t.user}@{t.host}:{t.port}" for t in targets)
+    )
     time.sleep(0.2)  # the last sessions exit and are reaped
     TARGET_CPU[n] = TARGET_CPU.get(n, 0.0) + _target_cpu(servers) - remote
     if not result.passed:
@@ -109,7 +119,12 @@ def main() -> None:
             m1, mn = statistics.median(one), statistics.median(many)
             r, n, cores = args.rounds, args.targets, os.cpu_count() or 1
             host1, hostn, tgt1, tgtn = HOST_CPU[1] / r, HOST_CPU[n] / r, TARGET_CPU[1] / r, TARGET_CPU[n] / r
-            print(f"CPU per round, edgeq: 1 target {host1:.2f} s, {n} targets {hostn:.2f} s")
+            print(f"CPU per round, edgeq: 1 target {host1:.2f} s, {n} targets {hostn:.2f} s; per board: "
+                  f"{host1:.2f} s at 1, {hostn / n:.2f} s at {n}")
+            for size in (1, n):
+                per = CONNECTIONS[size]
+                print(f"SSH connections per board per run at {size}: min {min(per)}, max {max(per)}, "
+                      f"mean {statistics.mean(per):.2f} (goal 1)")
             print(
                 f"CPU per round, loopback targets (sshd, agents, trtexec stand-in): 1 target {tgt1:.2f} s,"
                 f" {n} targets {tgtn:.2f} s; all on this machine's {cores} cores, so {n} targets cannot take "

@@ -202,8 +202,9 @@ def test_one_engine_per_kind_across_kinds(tmp_path, cli, monkeypatch):
     assert m["created"] == "2023-11-14T22:13:20Z"  # SOURCE_DATE_EPOCH, not the fleet's time
     assert sorted(m["engines"]) == ["sm7.2-trt8.6.2", "sm8.7-trt8.6.2", "target-mystery"]
     orin = m["engines"]["sm8.7-trt8.6.2"]
-    assert (orin["built_on"], orin["jetpack"], orin["gpu"]) == ("orin-a", "6", "Orin")
-    assert m["engines"]["sm7.2-trt8.6.2"]["jetpack"] == "5"
+    assert (orin["built_on"], orin["gpu"]) == ("orin-a", "Orin")
+    assert (orin["l4t"], orin["jetpack"]) == ("36.3.0", "6.0")
+    assert m["engines"]["sm7.2-trt8.6.2"]["jetpack"] == "5.1.2"  # L4T 35.4.1
     assert {t["name"]: t["engine"] for t in m["targets"]}["orin-b"] == "engines/sm8.7-trt8.6.2/engine.plan"
     members = _members(tmp_path / "b.tar.gz")
     assert members["engines/sm8.7-trt8.6.2/engine.plan"][1] == b"engine built on orin-a"
@@ -267,7 +268,7 @@ def test_manifest_names_the_board_that_built_the_engine(tmp_path, cli):
     assert code == 0, err
     engine = json.loads(out)["engines"]["sm8.7-trt8.6.2"]
     assert engine["built_on"] == "jetson3"
-    assert engine["jetpack"] == "6"  # the versions are the builder's probe's
+    assert engine["jetpack"] == "6.0"  # the versions are the builder's probe's
     plan = _members(tmp_path / "b.tar.gz")["engines/sm8.7-trt8.6.2/engine.plan"][1]
     assert plan == b"engine built on jetson3"
 

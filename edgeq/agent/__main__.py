@@ -1,4 +1,5 @@
-"""Agent command line: ``python edgeq-agent.pyz {probe,build,inspect,profile} ...``.
+"""Agent command line: ``python edgeq-agent.pyz COMMAND ...``: probe, build, inspect, profile; install,
+switch, rollback, status for installed releases (``releases``).
 
 Protocol: every invocation writes exactly ONE JSON object to stdout, nothing else::
 
@@ -27,7 +28,7 @@ import sys
 import threading
 import traceback
 
-from . import PROTOCOL
+from . import PROTOCOL, releases
 from .common import (
     AgentError,
     LogBuffer,
@@ -40,6 +41,7 @@ from .common import (
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
+COMMANDS = ("probe", "build", "inspect", "profile", *releases.COMMANDS)
 
 
 def agent_version():
@@ -108,6 +110,7 @@ def make_parser():
         action="store_true",
         help="time the engine without host<->device copies (the Python backend never copies)",
     )
+    releases.add_arguments(sub, common)  # installed releases: install, switch, rollback, status
     return p
 
 
@@ -161,6 +164,8 @@ def run_command(args, log):
             e.details = dict(facts, **e.details)  # keep what we learned about the machine
             raise
         return facts
+    if args.command in releases.COMMANDS:
+        return releases.COMMANDS[args.command](args)
 
     _check_inputs(args)
     outputs = [getattr(args, a, None) for a in ("saveEngine", "exportLayerInfo", "exportProfile")]
@@ -257,13 +262,14 @@ def main(argv=None):
         args = make_parser().parse_args(argv)
         command = args.command
         if command is None:
-            raise UsageError("a command is required: probe, build, inspect or profile")
+            raise UsageError("a command is required: probe, build, inspect or profile; for installed "
+                             "releases install, switch, rollback or status")
         if args.backend == "python":
             watchdog = Watchdog(args.timeout, emergency, command).start()
         obj = envelope(command, result=run_command(args, log))
     except UsageError as e:
         args_list = list(sys.argv[1:] if argv is None else argv)
-        command = next((a for a in args_list if a in ("probe", "build", "inspect", "profile")), None)
+        command = next((a for a in args_list if a in COMMANDS), None)
         obj, code = envelope(command, error={"stage": "usage", "message": str(e), "log": []}), EXIT_USAGE
     except AgentError as e:
         if not e.log:

@@ -1,4 +1,5 @@
-"""What the target is: Python, GPU, Jetson model, memory, DLA cores, TensorRT (stdlib only).
+"""What the target is: Python, GPU, Jetson model, L4T, CUDA, driver, memory, DLA cores, TensorRT (stdlib
+only).
 
 GPU facts come from ``nvidia-smi`` on desktops and from the device tree on Jetson, where nvidia-smi is
 absent or reports little (JetPack <= 5) and memory is shared with the CPU (so MemAvailable is the
@@ -55,7 +56,7 @@ def platform_info():
 
 
 def jetson_info():
-    """Jetson model, SoC and L4T release from the device tree and /etc/nv_tegra_release."""
+    """Jetson model and SoC from the device tree (its L4T release: ``l4t_info``)."""
     model = _read("/proc/device-tree/model", binary=True)
     compat = _read("/proc/device-tree/compatible", binary=True)
     if model is None and compat is None:
@@ -74,10 +75,78 @@ def jetson_info():
     # (the python backend reports it), this count is what the trtexec backend can see without it.
     nodes = [n for n in _listdir("/dev") if re.fullmatch(r"nvhost-nvdla\d+", n)]
     info["dla_device_nodes"] = len(nodes)
-    release = _read("/etc/nv_tegra_release")
-    if release:
-        info["l4t"] = release.splitlines()[0].strip() if release.splitlines() else ""
     return info or None
+
+
+# The files the facts below are read from; EDGEQ_PROBE_ROOT puts them under another root (a container
+# with the board's /etc mounted elsewhere, tests with a fake board).
+def _board_file(path):
+    return os.path.join(os.environ.get("EDGEQ_PROBE_ROOT") or "/", path.lstrip("/"))
+
+
+_L4T_LINE = re.compile(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*(\d+)\.(\d+)")
+
+
+def parse_nv_tegra_release(text):
+    """``# R36 (release), REVISION: 2.0, GCID: ..., BOARD: generic, ...`` -> L4T ``36.2.0``, the line and
+    its board; None when the text is not that line."""
+    line = text.splitlines()[0].strip() if text and text.strip() else ""
+    m = _L4T_LINE.search(line)
+    if not m:
+        return None
+    info = {"release": "%s.%s.%s" % m.groups(), "line": line}
+    board = re.search(r"BOARD:\s*([^,]+)", line)
+    if board:
+        info["board"] = board.group(1).strip()
+    return info
+
+
+def l4t_info():
+    """The L4T (Jetson Linux) release of the board, from /etc/nv_tegra_release; None off Jetson."""
+    text = _read(_board_file("/etc/nv_tegra_release"))
+    return parse_nv_tegra_release(text) if text else None
+
+
+def _cuda_version(value):
+    """CUDA's integer version (1000 * major + 10 * minor, as cudaRuntimeGetVersion returns it) -> "12.2"."""
+    return "%d.%d" % (value // 1000, value % 1000 // 10) if value > 0 else None
+
+
+def cuda_info():
+    """The CUDA runtime (libcudart), the newest CUDA the driver supports, and the toolkit installed
+    (/usr/local/cuda/version.json, or version.txt before CUDA 11). Queries only: no context is created."""
+    info = {}
+    try:
+        import ctypes
+
+        lib = load_libcudart()
+        for key, fn in (("runtime", "cudaRuntimeGetVersion"), ("driver_supports", "cudaDriverGetVersion")):
+            v = ctypes.c_int(0)
+            if getattr(lib, fn)(ctypes.byref(v)) == 0 and _cuda_version(v.value):
+                info[key] = _cuda_version(v.value)
+    except (ImportError, AttributeError, OSError):
+        pass
+    home = _board_file("/usr/local/cuda")
+    text = _read(os.path.join(home, "version.json"))
+    if text:
+        import contextlib
+        import json
+
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            info["toolkit"] = json.loads(text)["cuda"]["version"]
+    else:
+        m = re.search(r"CUDA Version\s+([\d.]+)", _read(os.path.join(home, "version.txt")) or "")
+        if m:
+            info["toolkit"] = m.group(1)
+    return info or None
+
+
+def driver_version():
+    """The NVIDIA kernel driver's version from /proc/driver/nvidia/version (Jetson and desktop alike;
+    nvidia-smi's driver_version says the same where it exists)."""
+    text = _read(_board_file("/proc/driver/nvidia/version")) or ""
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+([\d.]+)", text)
+    return m.group(1) if m else None
 
 
 def meminfo_available_mib():
@@ -186,6 +255,9 @@ def system_facts():
         "gpus": gpu_info(),
         "host_memory_available_mib": meminfo_available_mib(),
         "cuda_python": cuda_bindings(),
+        "l4t": l4t_info(),
+        "cuda": cuda_info(),
+        "driver": driver_version(),
     }
 
 

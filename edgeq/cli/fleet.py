@@ -20,12 +20,16 @@ from edgeq.cli.options import (
     CalibratorOpt,
     Duration,
     Fleet,
+    Fresh,
     Gate,
     Iterations,
     Json,
+    Limit,
+    MaxFail,
     Overrides,
     Preprocess,
     RunsDir,
+    Workers,
     profile_settings,
     quantize_options,
 )
@@ -48,7 +52,8 @@ fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a 
                         "inventory).")
 app.add_typer(fleet_app, name="fleet")
 
-_ROW_STYLE = {"pending": "dim", "running": "cyan", "passed": "green", "failed": "bold red"}
+_ROW_STYLE = {"pending": "dim", "running": "cyan", "passed": "green", "failed": "bold red",
+              "skipped": "yellow"}
 
 
 def _live_rows(rows: dict[str, Any]) -> Table:
@@ -97,20 +102,21 @@ _printed: set[str] = set()  # targets whose end ``_row_finished`` printed in thi
 
 def _row_finished(row: Any) -> None:
     """Piped (CI logs): one line per target as it ends; its reason is then not repeated under the matrix."""
-    if row.status in ("passed", "failed"):
+    if row.status in ("passed", "failed", "skipped"):
         style = _ROW_STYLE.get(row.status, "")
-        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
+        note = f"reused from {row.reused_from}" if row.reused_from else row.error or ""
+        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(note)}")
         _printed.add(row.target)
 
 
-def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any:
-    """Load the fleet and validate, with one live row per target on stderr when ``live``."""
+def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool, limit: Optional[str] = None) -> Any:
+    """Load the fleet (cut to ``limit``) and validate, a live row per target on stderr when ``live``."""
     from rich.live import Live
 
     from edgeq.orchestration.fleet import validate
     from edgeq.orchestration.fleet_file import load_fleet
 
-    fleet = load_fleet(fleet_path)
+    fleet = load_fleet(fleet_path).limited(limit)
     _printed.clear()  # a new command (tests run many in one process)
     rows: dict[str, Any] = {}
     if not live:
@@ -129,33 +135,32 @@ def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool) -> Any
 def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Optional[Path],
                   overrides: Optional[Path], gate: Optional[str], runs_dir: Path, accept_new_host_key: bool,
                   build_once_per_kind: bool, workers: Optional[int] = None, iterations: int = 10,
-                  duration: float = 3.0) -> Any:
+                  duration: float = 3.0, fresh: bool = False, max_fail: Optional[int] = None) -> Any:
     from edgeq.orchestration.fleet import FleetOptions
 
     quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides)
     return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir,
                         accept_new_host_key=accept_new_host_key, build_once_per_kind=build_once_per_kind,
-                        workers=workers,
+                        workers=workers, fresh=fresh, max_fail=max_fail,
                         profile=profile_settings(None, iterations, duration))  # fmt: skip
 
 
 @fleet_app.command(
     "validate",
-    help="Deploy one model to every target of a fleet at once and print a matrix: target x (reachable, "
-    "TensorRT, GPU, build, gate, latency, throughput, report). The model is prepared once; a failing target "
-    "fails its row only. --fleet: edgeq's fleet YAML or an Ansible inventory (ansible_host, ansible_user, "
-    "..., other target keys as edgeq_<key> vars).\n\nExit codes: 0 every target passed; 1 a target "
-    "failed; 2 bad input, host key, login.",
+    help="One model on every target of a fleet (a fleet YAML or an Ansible inventory) at once: a matrix "
+    "of reachability, TensorRT, GPU, build, gate, latency. A failed target fails its row only; a re-run "
+    "reuses the targets that passed unchanged. Exit: 0 all passed; 1 a target failed; 2 bad input.",
     short_help="One model on every target of a fleet at once.",
 )
 def fleet_validate_cmd(
     model: Path = typer.Argument(..., help="The ONNX model: Q/DQ (explicit INT8) or float."),
     fleet: Fleet = ...,  # type: ignore[assignment]
+    limit: Limit = None,
+    max_fail: MaxFail = None,
+    fresh: Fresh = False,
     accept_new_host_key: AcceptNewHostKey = False,
     runs_dir: RunsDir = Path("runs"),
-    workers: Optional[int] = typer.Option(
-        None, "--workers", metavar="N", min=1, help="Targets at once \\[default: the fleet file's]."
-    ),
+    workers: Workers = None,
     calib: Calib = None,
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.entropy,
@@ -176,8 +181,8 @@ def fleet_validate_cmd(
     if junit is not None:
         check_writable(junit, inputs=(model, fleet))
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
-                            build_once_per_kind, workers, iterations, duration)  # fmt: skip
-    result = run_fleet(model, fleet, options, live=not json_out)
+                            build_once_per_kind, workers, iterations, duration, fresh, max_fail)  # fmt: skip
+    result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
     code = result.exit_code
     if junit is not None:
         atomic_write_text(junit, junit_xml(result))
@@ -211,8 +216,10 @@ release_app = typer.Typer(
     help="Release bundles: 'edgeq release MODEL --fleet F -o bundle.tar.gz' (or --from a fleet directory) "
     "packs the shipped ONNX, the calibration cache, one engine per target kind, the reports and a manifest "
     "(sha256 and size of every file, versions, source hash, git commit); same inputs give the same bytes. "
-    "'edgeq release verify' checks a bundle, 'edgeq release inspect' prints its manifest.",
-    short_help="A reproducible bundle of a passed fleet; verify and inspect one.",
+    "'edgeq release verify' checks a bundle, 'edgeq release inspect' prints its manifest, 'edgeq release "
+    "sign' signs it with an SSH key; 'edgeq release install' puts it on a fleet's boards, 'edgeq release "
+    "rollback' takes them back a version.",
+    short_help="A reproducible bundle of a passed fleet; verify, sign, install and roll back.",
 )
 app.add_typer(release_app, name="release")
 
@@ -285,24 +292,45 @@ def _render_manifest(m: dict[str, Any]) -> None:
     "verify",
     help="Check a bundle: the manifest's own hash, then every file's sha256 and size, and files the "
     "manifest does not list. Each problem is printed with its kind: \\[manifest] edited manifest, "
-    "\\[modified] a file changed, \\[missing] a listed file absent, \\[extra] an unlisted file.\n\n"
-    "Exit codes: 0 the bundle is intact; 1 a problem was found (or the archive is corrupt); 2 no such file.",
+    "\\[modified] a file changed, \\[missing] a listed file absent, \\[extra] an unlisted file. With "
+    "--allowed-signers, also who signed it: BUNDLE.sig checked with 'ssh-keygen -Y verify' (namespace "
+    "edgeq-release) against that file (git's allowed-signers format); \\[signature] when it is unsigned, "
+    "untrusted or does not match.\n\n"
+    "Exit codes: 0 the bundle is intact (and signed by a listed key); 1 a problem was found (or the archive "
+    "is corrupt); 2 no such file.",
+    short_help="Check a bundle against its manifest (and who signed it, with --allowed-signers).",
 )
 def release_verify_cmd(
     bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    allowed_signers: Optional[Path] = typer.Option(
+        None, "--allowed-signers", metavar="FILE",
+        help="ssh-keygen allowed-signers file: the bundle must be signed by one of its keys."),
     json_out: Json = False,
 ) -> int:
     from edgeq.release.bundle import verify
+    from edgeq.release.sign import SignatureError, verify_signature
 
     v = verify(bundle)
-    code = code_for(v)
+    signer, unsigned = None, None
+    if allowed_signers is not None:
+        try:
+            signer = verify_signature(bundle, allowed_signers)
+        except SignatureError as e:
+            unsigned = e
+    code = code_for(bool(v) and unsigned is None)
     if json_out:
-        print_json({"ok": bool(v), "checked": v.checked, "exit_code": code,
-                    "problems": [vars(p) for p in v.problems]})  # fmt: skip
+        print_json({"ok": code == EXIT_OK, "checked": v.checked, "exit_code": code,
+                    "problems": [vars(p) for p in v.problems],
+                    "signer": vars(signer) if signer else None,
+                    "signature_error": str(unsigned) if unsigned else None})  # fmt: skip
         return code
     for p in v.problems:
         out.print(f"[bold red]{escape(str(p))}[/]")
     out.print(("[green]" if v else "[bold red]") + escape(v.summary()) + "[/]")
+    if unsigned is not None:
+        out.print(f"[bold red]\\[signature] {escape(str(unsigned))}[/]")
+    elif signer is not None:
+        out.print(f"[green]signed by {escape(signer.principal)}[/] ({escape(signer.detail)})")
     return code
 
 
@@ -341,6 +369,9 @@ _OUTCOME_STYLE = {"ran": "green", "skipped": "dim", "failed": "bold red", "not r
 def run_cmd(
     pipeline: Path = typer.Argument(..., help="The pipeline YAML."),
     force: bool = typer.Option(False, "--force", help="Run every stage, changed or not."),
+    limit: Limit = None,
+    max_fail: MaxFail = None,
+    fresh: Fresh = False,
     json_out: Json = False,
 ) -> int:
     from edgeq.orchestration.run import run_pipeline
@@ -356,7 +387,8 @@ def run_cmd(
 
     _printed.clear()
     with progress_display(enabled=not json_out) as progress:
-        result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force)
+        result = run_pipeline(pipeline, on_stage=show, on_row=on_row, progress=progress, force=force,
+                              fresh=fresh, limit=limit, max_fail=max_fail)
     code = EXIT_OK if result.passed else result.fleet.exit_code if result.fleet else EXIT_CHECK_FAILED
     if json_out:
         print_json({"work_dir": str(result.work_dir), "stages": [vars(s) for s in result.stages],

@@ -71,6 +71,17 @@ RunsDir = Annotated[Path, typer.Option(
     "--runs-dir", metavar="DIR", rich_help_panel=TARGET, help="Where run directories are created.")]
 Fleet = Annotated[Optional[Path], typer.Option(
     "--fleet", "-f", metavar="FILE", rich_help_panel=TARGET, help="A fleet YAML or an Ansible inventory.")]
+Workers = Annotated[Optional[int], typer.Option(
+    "--workers", metavar="N", min=1, help="Targets at once \\[default: the fleet file's].")]
+Limit = Annotated[Optional[str], typer.Option(
+    "--limit", "-l", metavar="PATTERN", rich_help_panel=TARGET,
+    help="Ansible pattern: name, group, g*, a:!b, a:&b.")]
+MaxFail = Annotated[Optional[int], typer.Option(
+    "--max-fail", metavar="N", min=1, rich_help_panel=TARGET,
+    help="Start no target after N failures.")]
+Fresh = Annotated[bool, typer.Option(
+    "--fresh", rich_help_panel=TARGET,
+    help="Run all targets, reusing none that passed.")]
 
 # -- the gate ----------------------------------------------------------------------------------------------
 Gate = Annotated[Optional[str], typer.Option(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from edgeq import __version__, text
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import sha256_file
+from edgeq.orchestration import resume
 from edgeq.orchestration.deploy import policy_for
 from edgeq.orchestration.fleet_file import Fleet
 from edgeq.pipeline.rundir import Recorder, model_stem, new_run_dir, slug, write_json
@@ -50,11 +52,20 @@ class FleetOptions:
     workers: Optional[int] = None  # None: the fleet file's
     profile: ProfileSettings = field(default_factory=ProfileSettings)
     cache_dir: Optional[Path] = None
+    fresh: bool = False  # run every target again, not resuming the last run (edgeq.orchestration.resume)
+    max_fail: Optional[int] = None  # start no more targets after this many failures
+
+    def settings(self) -> dict[str, Any]:
+        """The options a target's result depends on (its resume key): not where or how fast it ran."""
+        return {"gate": self.gate, "gate_allow": list(self.gate_allow),
+                "require_fusion": self.gate_require_fusion, "build_once_per_kind": self.build_once_per_kind,
+                "profile": asdict(self.profile)}
 
 
 @dataclass
 class Row:
-    """One target's line of the matrix; ``status`` is pending | running | passed | failed."""
+    """One target's line of the matrix; ``status`` is pending | running | passed | failed | skipped
+    (not started: ``--max-fail`` was reached; a failure for the exit code)."""
 
     target: str
     destination: str
@@ -78,6 +89,7 @@ class Row:
     cause: Optional[str] = None  # why the target could not be used (edgeq.remote.causes), when known
     sources: dict[str, str] = field(default_factory=dict)  # "probe" or "target file", per probed fact
     seconds: float = 0.0
+    reused_from: Optional[str] = None  # the run this passed row was taken over from (not run again)
 
     @property
     def passed(self) -> bool:
@@ -91,6 +103,7 @@ class FleetResult:
     rows: list[Row]
     created: str
     host_stages: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0  # the run's wall time (the rows ran at once: their sum is more)
 
     @property
     def passed(self) -> bool:
@@ -109,6 +122,7 @@ class FleetResult:
             "created": self.created,
             "edgeq": __version__,
             "passed": self.passed,
+            "seconds": self.seconds,
             "host_stages": self.host_stages,
             "targets": [asdict(r) for r in self.rows],
         }
@@ -141,8 +155,43 @@ def _fill(row: Row, rec: Recorder, target: Target) -> None:
     row.report = str(report) if report.exists() else None
 
 
-def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: FleetOptions, agent: Any,
-                  shared: Optional[KindEngines], row: Row, on_row: RowFn, lock: threading.Lock) -> None:
+@dataclass
+class _Run:
+    """What the boards of one run share: the lock on rows, the failures so far, the resume keys."""
+
+    fleet_dir: Path
+    options: FleetOptions
+    agent: Any
+    shared: Optional[KindEngines]
+    keys: dict[str, str]
+    priors: dict[str, resume.Prior]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    failures: int = 0
+
+
+def _reuse(target: Target, run: _Run, row: Row) -> bool:
+    """Take over the target's passed row of an earlier run when its inputs are unchanged."""
+    prior = run.priors.get(target.name)
+    if run.options.fresh or prior is None or not prior.reusable(run.keys[target.name]):
+        return False
+    dest = resume.board_dir(run.fleet_dir, target.name)
+    started = time.monotonic()
+    resume.take_over(prior, dest)
+    known = {f for f in Row.__dataclass_fields__}
+    for k, v in prior.row.items():
+        if k in known and k not in ("target", "destination"):
+            setattr(row, k, v)
+    row.run_dir = str(dest)
+    row.report = resume.moved(row.report, prior.board_dir, dest)
+    row.reused_from = prior.run
+    row.seconds = round(time.monotonic() - started, 3)
+    resume.record(dest, asdict(row), run.keys[target.name])
+    return True
+
+
+def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_row: RowFn) -> None:
+    fleet_dir, options, agent, shared, lock = run.fleet_dir, run.options, run.agent, run.shared, run.lock
+
     def update(**cells: Any) -> None:
         with lock:
             for k, v in cells.items():
@@ -153,9 +202,18 @@ def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: 
         if line.endswith(": started"):
             update(stage=line.split(":", 1)[0])
 
+    with lock:
+        stop = options.max_fail is not None and run.failures >= options.max_fail
+    if stop:
+        update(status="skipped", error=f"skipped (max-fail: {run.failures} failed)", exit_code=1)
+        return
+    if _reuse(target, run, row):
+        update()
+        return
     started = time.monotonic()
     update(status="running", stage="connect")
-    run_dir = fleet_dir / "targets" / slug(target.name)
+    run_dir = resume.board_dir(fleet_dir, target.name)
+    shutil.rmtree(run_dir, ignore_errors=True)  # an earlier, unfinished or failed try (edgeq run's work dir)
     run_dir.mkdir(parents=True)
     rec = Recorder(run_dir, event)
     row.run_dir = str(rec.run_dir)
@@ -181,6 +239,8 @@ def _validate_one(target: Target, prepared: Prepared, fleet_dir: Path, options: 
         if row.error is None and not row.gate:
             row.error, row.exit_code = row.gate_summary or "gate failed", 1
         row.stage = ""
+        run.failures += not row.passed
+        resume.record(run_dir, asdict(row), run.keys[target.name])
         on_row(row)
 
 
@@ -200,14 +260,18 @@ def validate(
     """
     from edgeq.orchestration.deploy import check_model_path
 
+    started = time.monotonic()
     model = check_model_path(model)
     check_gates(fleet, options)
     options.quantize.check_inputs()
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip
+    resume.mark_run(fleet_dir, fleet.path, model)
     prepared = prepare_host(model, fleet_dir / "host", options.quantize, progress)
-    return validate_prepared(model, prepared, fleet, fleet_dir, options, on_row=on_row, created=stamp)
+    earlier = [] if options.fresh else resume.earlier_runs(fleet_dir, fleet.path, model)
+    return validate_prepared(model, prepared, fleet, fleet_dir, options, on_row=on_row, created=stamp,
+                             resume_from=earlier, started=started)
 
 
 def check_gates(fleet: Fleet, options: FleetOptions) -> None:
@@ -226,28 +290,34 @@ def validate_prepared(
     on_row: RowFn = _no_row,
     created: Optional[_dt.datetime] = None,
     source_sha256: Optional[str] = None,
+    resume_from: Sequence[Path] = (),
+    started: Optional[float] = None,
 ) -> FleetResult:
     """The targets' half of ``validate`` for a model already prepared (``pipeline.prepare``);
-    ``source_sha256``: the model's hash when the caller has it (``edgeq run``), not read again."""
+    ``source_sha256``: the model's hash when the caller has it (``edgeq run``), not read again;
+    ``resume_from``: earlier runs (newest first) whose passed, unchanged targets are reused;
+    ``started``: when the run began (``time.monotonic()``), for its wall time."""
     from edgeq.remote.zipapp import build_agent
 
+    started = time.monotonic() if started is None else started
     stamp = created or _dt.datetime.now(_dt.timezone.utc)
     agent = build_agent(options.cache_dir or agent_cache_dir())
     rows = [Row(t.name, f"{t.user}@{t.host}:{t.port}") for t in fleet.targets]
     for r in rows:
         on_row(r)
-    shared = KindEngines() if options.build_once_per_kind else None
-    lock = threading.Lock()
+    model_digest = ":".join(sha256_file(p) for p in (prepared.model_file, prepared.cache_file) if p)
+    keys = {t.name: resume.board_key(t, model_digest, options.settings()) for t in fleet.targets}
+    run = _Run(fleet_dir, options, agent, KindEngines() if options.build_once_per_kind else None, keys,
+               {} if options.fresh else resume.priors(resume_from, [t.name for t in fleet.targets]))
     workers = max(1, min(options.workers or fleet.workers, len(rows)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgeq-fleet") as pool:
-        futures = [
-            pool.submit(_validate_one, t, prepared, fleet_dir, options, agent, shared, r, on_row, lock)
-            for t, r in zip(fleet.targets, rows)
-        ]
+        futures = [pool.submit(_validate_one, t, prepared, run, r, on_row)
+                   for t, r in zip(fleet.targets, rows)]
         for f in futures:
             f.result()  # anything but an EdgeqError is a bug: its traceback surfaces here
     result = FleetResult(
-        fleet_dir, model, rows, stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), [asdict(s) for s in prepared.stages]
+        fleet_dir, model, rows, stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), [asdict(s) for s in prepared.stages],
+        round(time.monotonic() - started, 3),
     )
     write_json(fleet_dir / "fleet.json", {
         **result.to_dict(),
@@ -266,12 +336,13 @@ def junit_xml(result: FleetResult, suite: str = "edgeq fleet validate") -> str:
     root = ET.Element("testsuites", tests=str(len(result.rows)), failures=str(failures), errors="0")
     ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(result.rows)), failures=str(failures),
                        errors="0", skipped="0", timestamp=result.created,
-                       time=f"{sum(r.seconds for r in result.rows):.3f}")  # fmt: skip
+                       time=f"{result.seconds:.3f}")  # fmt: skip
     for r in result.rows:
         tc = ET.SubElement(ts, "testcase", classname=f"edgeq.fleet.{slug(result.model.name)}", name=r.target,
                            time=f"{r.seconds:.3f}")  # fmt: skip
         if not r.passed:
             kind = "gate" if r.gate is False and r.reachable else "target"
+            kind = "skipped" if r.status == "skipped" else kind
             fail = ET.SubElement(tc, "failure", message=(r.error or "failed")[:500], type=kind)
             fail.text = "\n".join(f"{k}: {v}" for k, v in asdict(r).items() if v not in (None, ""))
         out = ET.SubElement(tc, "system-out")
@@ -302,7 +373,8 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "p99 ms": text.ms(r.latency_p99_ms),
             "qps": text.qps(r.throughput_qps),  # "2110", never "2.11e+03"
             "report": r.report or "-",
-            "result": "passed" if r.passed else f"FAILED: {r.error or ''}",
+            "result": (f"passed (reused from {r.reused_from})" if r.reused_from else "passed") if r.passed
+            else f"FAILED: {r.error or ''}",
         }
         for r in result.rows
     ]

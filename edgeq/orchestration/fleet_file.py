@@ -8,19 +8,24 @@ edgeq's form (``targets/fleet.yaml``)::
       - targets/xavier-*.yaml     # a glob (relative to the current directory)
       - target: orin-nano         # per-target overrides, merged into the target file's keys
         overrides: {build: {fp16: false}, gate: {allow: [/head/*]}}
+    groups:                       # named subsets for --limit (Ansible's host patterns): group -> targets
+      orins: [orin-agx, orin-nano]
+    allowed_signers: keys/allowed_signers   # release install: only bundles these keys signed
 
 An Ansible inventory (YAML or INI, as ``ansible-inventory`` reads them) works as it is, so a fleet is
-the inventory users already keep: every host of every group becomes a target named after the host;
+the inventory users already keep: every host of every group becomes a target named after the host
+(its groups, for ``--limit``, the inventory's);
 ``ansible_host``, ``ansible_port``, ``ansible_user`` and ``ansible_ssh_private_key_file`` give the SSH
 access; any other target-file key is an ``edgeq_<key>`` variable (host, group or ``all`` vars, the host's
-winning), e.g. ``edgeq_known_hosts``, ``edgeq_python``, ``edgeq_backend``, ``edgeq_build`` (a mapping).
+winning), e.g. ``edgeq_known_hosts``, ``edgeq_python``, ``edgeq_backend``, ``edgeq_build`` (a mapping);
+``edgeq_allowed_signers`` is the fleet's ``allowed_signers`` (one value for every host).
 """
 
 from __future__ import annotations
 
 import glob
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -49,6 +54,18 @@ class Fleet:
     targets: tuple[Target, ...]
     workers: int
     kind: str  # "edgeq" or "ansible"
+    groups: Mapping[str, frozenset[str]] = field(default_factory=dict)  # target name -> its groups
+    # ssh-keygen allowed-signers file: ``release install`` then installs only bundles signed by its keys
+    allowed_signers: Optional[Path] = None
+
+    def limited(self, pattern: Optional[str]) -> Fleet:
+        """The fleet cut to the targets ``pattern`` selects (``--limit``, Ansible's host patterns)."""
+        if not pattern:
+            return self
+        from edgeq.orchestration.limit import select
+
+        names = set(select({t.name: set(self.groups.get(t.name, ())) for t in self.targets}, pattern))
+        return replace(self, targets=tuple(t for t in self.targets if t.name in names))
 
 
 def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -92,6 +109,30 @@ def _mapping(v: Any) -> Mapping[str, Any]:
     return v
 
 
+def _groups(v: Any) -> Mapping[str, list[str]]:
+    if not isinstance(v, Mapping) or not all(
+        isinstance(m, list) and all(isinstance(x, str) for x in m) for m in v.values()
+    ):
+        raise config.Bad("a mapping of group name -> list of target names (or globs)")
+    return v
+
+
+def _members(path: Path, groups: Mapping[str, list[str]], names: list[str]) -> dict[str, set[str]]:
+    """A fleet file's ``groups:`` as target -> groups; a member naming no target is an error."""
+    import fnmatch
+
+    out: dict[str, set[str]] = {}
+    for group, members in groups.items():
+        for m in members:
+            hits = [n for n in names if fnmatch.fnmatchcase(n, m)]
+            if not hits:
+                raise ConfigError(f"{path}: 'groups': '{group}' lists '{m}', no target of this fleet",
+                                  f"targets: {', '.join(names[:8])}")
+            for n in hits:
+                out.setdefault(n, set()).add(str(group))
+    return out
+
+
 def _entries(v: Any) -> list[Any]:
     if not isinstance(v, list):
         raise config.Bad("a list of target names, globs or mappings")
@@ -99,13 +140,16 @@ def _entries(v: Any) -> list[Any]:
 
 
 def _ansible_hosts(path: Path, group: Mapping[str, Any], inherited: dict[str, Any],
-                   out: dict[str, dict[str, Any]]) -> None:
-    """Walk a YAML inventory group: vars flow down to children and hosts, the nearest winning."""
+                   out: dict[str, dict[str, Any]], member: dict[str, set[str]],
+                   names: tuple[str, ...]) -> None:
+    """Walk a YAML inventory group: vars flow down to children and hosts, the nearest winning; a host
+    is a member of its group and of the groups above it (``names``), as in Ansible."""
     own = _merge(inherited, group.get("vars") or {})
     for name, hvars in (group.get("hosts") or {}).items():
         out[str(name)] = _merge(out.get(str(name), own), hvars or {})
-    for child in (group.get("children") or {}).values():
-        _ansible_hosts(path, child or {}, own, out)
+        member.setdefault(str(name), set()).update(names)
+    for cname, child in (group.get("children") or {}).items():
+        _ansible_hosts(path, child or {}, own, out, member, (*names, str(cname)))
 
 
 # Ansible's boolean words (ansible.module_utils.parsing.convert_bool), for an unquoted INI value.
@@ -129,7 +173,7 @@ def _scalar(text: str) -> Any:
     return value
 
 
-def _ini_inventory(path: Path, text: str) -> dict[str, dict[str, Any]]:
+def _ini_inventory(path: Path, text: str, member: dict[str, set[str]]) -> dict[str, dict[str, Any]]:
     """The INI inventory form: ``[group]`` host lines with ``key=value`` vars, ``[group:vars]``,
     ``[group:children]``."""
     import shlex
@@ -158,22 +202,25 @@ def _ini_inventory(path: Path, text: str) -> dict[str, dict[str, Any]]:
             groups.setdefault(section, []).append((words[0], pairs))
     out: dict[str, dict[str, Any]] = {}
 
-    def walk(group: str, inherited: dict[str, Any]) -> None:
+    def walk(group: str, inherited: dict[str, Any], names: tuple[str, ...]) -> None:
         own = _merge(inherited, gvars.get(group, {}))
         for host, hv in groups.get(group, []):
             out[host] = _merge(out.get(host, own), hv)
+            member.setdefault(host, set()).update(names)
         for child in children.get(group, []):
-            walk(child, own)
+            walk(child, own, (*names, child))
 
-    walk("all", {})
-    for g in groups:
-        walk(g, gvars.get("all", {}))
+    walk("all", {}, ("all",))
+    for g in {**groups, **children}:  # a group with only [g:children] is a group of their hosts too
+        walk(g, gvars.get("all", {}), (g,))
     return out
 
 
 def _target_from_host(path: Path, name: str, hvars: Mapping[str, Any]) -> Target:
     data: dict[str, Any] = {"host": name}
     for key, value in hvars.items():
+        if key == "edgeq_allowed_signers":  # the fleet's, not a target's
+            continue
         if key in _ANSIBLE:
             field = _ANSIBLE[key]
             data[field] = int(value) if field == "port" and str(value).isdigit() else value
@@ -194,7 +241,9 @@ def load_fleet(path: Path, workers: Optional[int] = None) -> Fleet:
     if not path.is_file():
         raise ConfigError(f"{path}: no such fleet file", "give a fleet YAML or an Ansible inventory")
     targets: list[Target] = []
+    member: dict[str, set[str]] = {}  # target name -> its groups
     kind = "edgeq"
+    signers: Optional[str] = None
     text = path.read_text(encoding="utf-8", errors="replace")
     ini = path.suffix in (".ini", ".cfg") or text.lstrip().startswith("[")
     data = None if ini else config.read_yaml(path)
@@ -202,20 +251,28 @@ def load_fleet(path: Path, workers: Optional[int] = None) -> Fleet:
         kind = "ansible"
         hosts: dict[str, dict[str, Any]] = {}
         if data is None:
-            hosts = _ini_inventory(path, text)
+            hosts = _ini_inventory(path, text, member)
         else:
-            for group in data.values():
-                _ansible_hosts(path, group or {}, {}, hosts)
+            for gname, group in data.items():
+                _ansible_hosts(path, group or {}, {}, hosts, member, (str(gname),))
         targets = [_target_from_host(path, n, hv) for n, hv in hosts.items()]
         size = None
+        named = {str(hv["edgeq_allowed_signers"]) for hv in hosts.values() if hv.get("edgeq_allowed_signers")}
+        if len(named) > 1:
+            raise ConfigError(f"{path}: hosts name different edgeq_allowed_signers "
+                              f"({', '.join(sorted(named))})", "set it once, in the 'all' group's vars")
+        signers = next(iter(named), None)
     else:
         v = config.check_mapping(path, config.require_mapping(path, data, "targets: [...]"),
                                  {"targets": _entries, "workers": config.positive_int,
-                                  "description": config.string})  # fmt: skip
+                                  "description": config.string, "groups": _groups,
+                                  "allowed_signers": config.string})  # fmt: skip
         entries = v.get("targets") or []
         for i, entry in enumerate(entries):
             targets += _entry_targets(path, entry, i)
         size = v.get("workers")
+        signers = v.get("allowed_signers")
+        member = _members(path, v.get("groups") or {}, [t.name for t in targets])
     if not targets:
         raise ConfigError(f"{path}: no targets", "list targets under 'targets:' (or hosts in the inventory)")
     from edgeq.pipeline.rundir import slug
@@ -224,4 +281,18 @@ def load_fleet(path: Path, workers: Optional[int] = None) -> Fleet:
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
         raise ConfigError(f"{path}: target '{dup}' is listed twice", "give one of them a 'name'")
-    return Fleet(path, tuple(targets), workers or size or min(MAX_WORKERS, len(targets)), kind)
+    return Fleet(path, tuple(targets), workers or size or min(MAX_WORKERS, len(targets)), kind,
+                 {n: frozenset(g) for n, g in member.items()}, _allowed_signers(path, signers))
+
+
+def _allowed_signers(path: Path, value: Optional[str]) -> Optional[Path]:
+    """The fleet's allowed-signers file, relative to the fleet file (a key list travels with it)."""
+    if not value:
+        return None
+    allowed = Path(value).expanduser()
+    allowed = allowed if allowed.is_absolute() else path.parent / allowed
+    if not allowed.is_file():
+        raise ConfigError(f"{path}: allowed_signers {allowed} does not exist",
+                          "an ssh-keygen allowed-signers file, lines 'PRINCIPAL "
+                          "namespaces=\"edgeq-release\" KEY'")
+    return allowed

@@ -312,8 +312,12 @@ def _fleet(spec: PipelineSpec, work: Path) -> Any:
 
 def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambda s: None,
                  on_row: Optional[Callable[[Any], None]] = None, progress: ProgressFn = no_progress,
-                 force: bool = False) -> RunResult:
-    """Run the pipeline file at ``path``; unchanged stages are skipped (``force``: run them all)."""
+                 force: bool = False, fresh: bool = False, limit: Optional[str] = None,
+                 max_fail: Optional[int] = None) -> RunResult:
+    """Run the pipeline file at ``path``; unchanged stages are skipped (``force``: run them all). The
+    targets stage resumes: targets that passed with unchanged inputs are reused (``fresh``: all run
+    again); ``limit``: an Ansible host pattern over the targets; ``max_fail``: start no more after N
+    failures."""
     from edgeq.fs import ensure_dir
     from edgeq.orchestration.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.pipeline.rundir import slug
@@ -323,11 +327,14 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     gate = spec.gate or GateConfig()  # no policy: each target's own
     options = FleetOptions(quantize=spec.quantize, gate=gate.policy, gate_allow=gate.allow,
                            gate_require_fusion=gate.require_fusion,
-                           build_once_per_kind=spec.build_once_per_kind, profile=spec.profile)  # fmt: skip
+                           build_once_per_kind=spec.build_once_per_kind, profile=spec.profile,
+                           fresh=fresh or force, max_fail=max_fail)  # fmt: skip
     work = ensure_dir(spec.runs_dir / f"pipeline-{slug(spec.name)}")
     if spec.fleet is not None:  # usage errors (targets, gate) before any work
-        fleet = _fleet(spec, work)
+        fleet = _fleet(spec, work).limited(limit)
         check_gates(fleet, options)
+    elif limit:
+        raise ConfigError(f"{spec.path}: --limit needs targets ('target', 'fleet' or 'targets')")
     state = _State(work)
     result = RunResult(work)
 
@@ -374,14 +381,15 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
             fleet_file=fleet.path, names=[t.name for t in fleet.targets],
             gate=vars(spec.gate) if spec.gate else None, profile=vars(spec.profile),
             once=spec.build_once_per_kind)  # fmt: skip
-    if not force and state.fresh("targets", k) and state.data["targets"].get("passed"):
+    if not options.fresh and state.fresh("targets", k) and state.data["targets"].get("passed"):
         outcome("targets", "skipped", f"unchanged: {work / 'fleet.json'}")
     else:
         state.forget("targets", "release")
-        shutil.rmtree(work / "targets", ignore_errors=True)
+        if options.fresh:
+            shutil.rmtree(work / "targets", ignore_errors=True)
         prepared = _load_prepared(work, state.data["prepare"])
-        fr = validate_prepared(model_path, prepared, fleet, work, options,
-                               on_row=on_row or (lambda r: None), source_sha256=source.digest)  # fmt: skip
+        fr = validate_prepared(model_path, prepared, fleet, work, options, on_row=on_row or (lambda r: None),
+                               source_sha256=source.digest, resume_from=[work])  # fmt: skip
         result.fleet = fr
         passed = sum(r.passed for r in fr.rows)
         state.done("targets", k, [work / "fleet.json"], passed=fr.passed)

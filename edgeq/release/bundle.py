@@ -34,8 +34,6 @@ from edgeq.pipeline.rundir import slug
 
 FORMAT = "edgeq-release/1"
 MANIFEST = "manifest.json"
-# L4T major release -> JetPack major (NVIDIA JetPack archive: L4T R36 = JetPack 6, R35 = 5, R32 = 4).
-JETPACK_FROM_L4T = {"36": "6", "35": "5", "34": "5", "32": "4"}
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
 REPORT_FILES = ("report.json", "report.html", "stages.json", "timings.json", "probe.json")
 
@@ -68,34 +66,24 @@ def _git_commit(path: Path) -> Optional[str]:
     return out if res.returncode == 0 and len(out) == 40 else None
 
 
-def _find(obj: Any, key: str) -> Any:
-    """The first value under ``key`` anywhere in nested probe facts."""
-    if isinstance(obj, dict):
-        if obj.get(key):
-            return obj[key]
-        for v in obj.values():
-            hit = _find(v, key)
-            if hit:
-                return hit
-    if isinstance(obj, list):
-        for v in obj:
-            hit = _find(v, key)
-            if hit:
-                return hit
-    return None
-
-
 def versions_from_probe(facts: dict[str, Any]) -> dict[str, Any]:
+    """The board facts an engine was built with (edgeq.agent.probe): TensorRT, GPU, driver, CUDA,
+    L4T/JetPack (edgeq.release.jetpack), free disk."""
+    from edgeq.release.jetpack import jetpack_for, l4t_of
+
     gpus = facts.get("gpus") or [{}]
-    l4t = _find(facts, "l4t")
-    major = l4t.split("R", 1)[1].split()[0].strip(" (,") if isinstance(l4t, str) and "R" in l4t else None
+    cuda = facts.get("cuda") or {}
+    disk = facts.get("disk") or {}
+    l4t = l4t_of(facts)
     return {
         "tensorrt": (facts.get("tensorrt") or {}).get("version"),
         "gpu": gpus[0].get("name"),
         "compute_capability": gpus[0].get("compute_capability"),
-        "cuda_driver": gpus[0].get("driver"),
+        "cuda_driver": gpus[0].get("driver") or facts.get("driver"),
+        "cuda": cuda.get("toolkit") or cuda.get("runtime"),  # the board's installed CUDA
         "l4t": l4t,
-        "jetpack": JETPACK_FROM_L4T.get(major or ""),
+        "jetpack": jetpack_for(l4t),
+        "disk_free_mib": disk["free_bytes"] >> 20 if isinstance(disk.get("free_bytes"), int) else None,
     }
 
 

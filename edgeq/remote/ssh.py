@@ -14,11 +14,13 @@ DEBUG for ``-vv``): its transport thread otherwise prints tracebacks for every d
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
 import posixpath
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -142,6 +144,15 @@ def remote_path(path: str) -> str:
 
 
 _L = TypeVar("_L", bound="SSHLink")
+# SSH connections opened so far, per destination (user@host:port): a fleet run's goal is one per board.
+_OPENED: collections.Counter[str] = collections.Counter()
+_OPENED_LOCK = threading.Lock()
+
+
+def connections_opened() -> dict[str, int]:
+    """SSH connections this process has opened, per destination (bench/fleet_bench.py reads it)."""
+    with _OPENED_LOCK:
+        return dict(_OPENED)
 
 
 class SSHLink:
@@ -277,6 +288,8 @@ class SSHLink:
             raise
         t = client.get_transport()
         t.set_keepalive(KEEPALIVE_S)
+        with _OPENED_LOCK:
+            _OPENED[cfg.destination] += 1
         log.debug("connected to %s (%s)", cfg.destination, t.remote_cipher)
         return client
 

@@ -1,0 +1,189 @@
+"""``edgeq release sign``, ``release install``, ``release rollback`` and ``edgeq fleet status``
+(``edgeq.release.sign``, ``edgeq.orchestration.install``): a bundle signed, installed on the boards,
+rolled back, and what each board runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from edgeq.cli.fleet import fleet_app, release_app
+from edgeq.cli.options import AcceptNewHostKey, Duration, Fleet, Gate, Iterations, Json, Limit, Workers
+from edgeq.cli.output import EXIT_OK, err, out, print_json
+
+_STYLE = {"pending": "dim", "running": "cyan", "installed": "green", "ok": "green", "failed": "bold red",
+          "not run": "yellow"}  # fmt: skip
+
+
+@release_app.command(
+    "sign",
+    help="Sign a bundle with your SSH key (OpenSSH 'ssh-keygen -Y sign', namespace edgeq-release): writes "
+    "BUNDLE.sig beside it. Check it with 'edgeq release verify BUNDLE --allowed-signers FILE'; a fleet "
+    "file's 'allowed_signers:' makes 'release install' refuse bundles its keys did not sign.\n\n"
+    "Exit codes: 0 signed; 2 no such bundle or key, ssh-keygen missing or refusing the key.",
+    short_help="Sign a bundle with your SSH key (BUNDLE.sig, ssh-keygen -Y sign).",
+)
+def release_sign_cmd(
+    bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    key: Path = typer.Option(
+        ..., "--key", metavar="KEY", help="Your SSH private key (~/.ssh/id_ed25519), or a .pub in ssh-agent."
+    ),
+    json_out: Json = False,
+) -> int:
+    from edgeq.release.sign import sign
+
+    sig = sign(bundle, key)
+    if json_out:
+        print_json({"bundle": str(bundle), "signature": str(sig)})
+    else:
+        out.print(f"wrote [bold]{escape(str(sig))}[/]")
+    return EXIT_OK
+
+
+def _line(action: str, r: Any) -> str:
+    """One board in words: what it runs (or was given), what it ran before, and why it failed."""
+    said = [f"[{_STYLE.get(r.status, '')}]{escape(r.status)}[/]"]
+    if action == "install":
+        said.append(escape(r.version or "-") + (f" (was {escape(r.previous)})" if r.previous else ""))
+        if r.throughput_qps is not None:
+            ratio = f" = {r.ratio:.2f}x the recorded {r.recorded_qps:.4g}" if r.ratio is not None else ""
+            said.append(f"{r.throughput_qps:.4g} qps{ratio}")
+        if r.gate is not None:
+            said.append("gate " + ("passed" if r.gate else "FAILED"))
+    elif action == "rollback":
+        said.append(f"{escape(r.previous or '-')} -> {escape(r.version or '-')}" if r.ok else "")
+    else:
+        said.append(f"current {escape(r.version or '(none)')}")
+        if r.previous:
+            said.append(f"previous {escape(r.previous)}")
+        if r.kind:
+            said.append(escape(r.kind))
+        if r.release and r.release.get("signer"):
+            said.append(f"signed by {escape(str(r.release['signer']))}")
+    if r.error:
+        said.append(escape(r.error))
+    if r.restored:
+        said.append("switched back to its previous version")
+    elif r.restored is False:
+        said.append("[bold red]NOT switched back: check the board[/]")
+    return f"{escape(r.target)}: " + ", ".join(x for x in said if x)
+
+
+def _render(result: Any) -> None:
+    for r in result.rows:
+        out.print(_line(result.action, r))
+
+
+def _on_row(json_out: bool) -> Any:
+    def show(row: Any) -> None:
+        if not json_out and row.status in ("installed", "ok", "failed"):
+            style = _STYLE.get(row.status, "")
+            err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
+
+    return show
+
+
+def _finish(result: Any, json_out: bool) -> int:
+    code = result.exit_code
+    if json_out:
+        print_json({**result.to_dict(), "exit_code": code})
+        return code
+    _render(result)
+    return code
+
+
+@release_app.command(
+    "install",
+    help="Install a bundle on the boards of a fleet: per board, the engine built for its kind (GPU and "
+    "TensorRT version as the manifest records; a board no engine fits is refused), uploaded resumably, "
+    "its sha256 checked on the board, unpacked into <work_dir>/releases/<version>/ and made current "
+    "(releases/current, switched atomically); then loaded and timed there: a board whose gate fails or "
+    "whose throughput is below --min-ratio x the bundle's recorded figure fails and is switched back to "
+    "its previous version. --canary N installs on the first N boards first and stops if any fails. The "
+    "bundle is verified first; with 'allowed_signers:' in the fleet file an unsigned or untrusted bundle "
+    "is refused.\n\nExit codes: 0 installed on every board; 1 a board failed (or a canary: the rest "
+    "untouched); 2 bad input, an unsigned or untrusted bundle, host key, login.",
+    short_help="Install a bundle on a fleet (canary, checked on each board).",
+)
+def release_install_cmd(
+    bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
+    fleet: Fleet = ...,  # type: ignore[assignment]
+    limit: Limit = None,
+    canary: int = typer.Option(0, "--canary", metavar="N", min=0,
+                               help="Install on the first N boards first; stop if any fails."),
+    min_ratio: float = typer.Option(0.9, "--min-ratio", metavar="R", min=0,
+                                    help="A board's qps must be at least R x the bundle's recorded qps."),
+    gate: Gate = None,
+    iterations: Iterations = 10,
+    duration: Duration = 3.0,
+    workers: Workers = None,
+    accept_new_host_key: AcceptNewHostKey = False,
+    json_out: Json = False,
+) -> int:
+    from edgeq.orchestration.fleet_file import load_fleet
+    from edgeq.orchestration.install import InstallOptions, install
+    from edgeq.pipeline.stages import ProfileSettings
+
+    assert fleet is not None  # required
+    options = InstallOptions(limit=limit, canary=canary, min_ratio=min_ratio, gate=gate, workers=workers,
+                             accept_new_host_key=accept_new_host_key,
+                             profile=ProfileSettings(iterations=iterations, duration=duration))  # fmt: skip
+    result = install(bundle, load_fleet(fleet), options, on_row=_on_row(json_out))
+    code = _finish(result, json_out)
+    if json_out:
+        return code
+    done = sum(r.ok for r in result.rows)
+    if result.stopped:
+        failed = ", ".join(r.target for r in result.rows if r.status == "failed")
+        out.print(f"[bold red]canary failed on {escape(failed)}: stopped; "
+                  f"{len(result.rows) - len(result.canary)} other board(s) not touched[/]")  # fmt: skip
+    else:
+        style = "green" if result.passed else "bold red"
+        out.print(f"[{style}]{result.version}: installed on {done}/{len(result.rows)} boards[/]"
+                  + (f", signed by {escape(result.signer)}" if result.signer else ""))
+    return code
+
+
+@release_app.command(
+    "rollback",
+    help="Switch each board's releases/current back to the version it ran before (its history on the "
+    "board; repeat to go further back).\n\nExit codes: 0 every board rolled back; 1 a board failed (or has "
+    "no earlier version); 2 bad input, host key, login.",
+    short_help="Switch each board back to the version it ran before.",
+)
+def release_rollback_cmd(
+    fleet: Fleet = ...,  # type: ignore[assignment]
+    limit: Limit = None,
+    accept_new_host_key: AcceptNewHostKey = False,
+    json_out: Json = False,
+) -> int:
+    from edgeq.orchestration.fleet_file import load_fleet
+    from edgeq.orchestration.install import InstallOptions, rollback
+
+    assert fleet is not None  # required
+    options = InstallOptions(limit=limit, accept_new_host_key=accept_new_host_key)
+    return _finish(rollback(load_fleet(fleet), options, on_row=_on_row(json_out)), json_out)
+
+
+@fleet_app.command(
+    "status",
+    help="What each board runs: its releases/current version, the version a rollback goes to, and the "
+    "installed release's kind and signer, read from the boards (the agent), never from local state.\n\n"
+    "Exit codes: 0 every board answered; 1 a board did not; 2 bad input, host key, login.",
+    short_help="What version each board runs, read from the boards.",
+)
+def fleet_status_cmd(
+    fleet: Fleet = ...,  # type: ignore[assignment]
+    limit: Limit = None,
+    accept_new_host_key: AcceptNewHostKey = False,
+    json_out: Json = False,
+) -> int:
+    from edgeq.orchestration.fleet_file import load_fleet
+    from edgeq.orchestration.install import InstallOptions, status
+
+    assert fleet is not None  # required
+    options = InstallOptions(limit=limit, accept_new_host_key=accept_new_host_key)
+    return _finish(status(load_fleet(fleet), options), json_out)

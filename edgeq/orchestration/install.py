@@ -1,0 +1,436 @@
+"""``edgeq release install``, ``release rollback`` and ``fleet status``: a verified bundle onto the boards.
+
+For each board (bounded workers, a failure staying in its row): probe it, pick the bundle's engine
+built for its kind (compute capability + TensorRT version, as the manifest records them; a board no
+engine fits is refused, naming what it has and what the bundle offers), upload that engine through the
+resumable, target-verified upload cache, have the agent check its sha256 against the manifest and
+unpack it into ``<work_dir>/releases/<version>/``, switch ``releases/current`` to it atomically, then
+load and time it there (agent ``inspect`` and ``profile``, on the installed file): the board fails if
+its gate fails or its throughput is below ``min_ratio`` x the bundle's recorded figure, and a failed
+board is switched back to the ``current`` it had. ``canary`` boards go first; if one fails, no other
+board is touched. The board-side steps are the agent's (``edgeq.agent.releases``), so ``fleet status``
+reads what each board runs from the board itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from edgeq.errors import EdgeqError, RemoteError
+from edgeq.orchestration.fleet_file import MAX_WORKERS, Fleet
+from edgeq.pipeline.stages import ProfileSettings, direct_agent, inspect, probe, profile, report_and_gate
+from edgeq.release.bundle import ReleaseError, read_bundle, verify
+from edgeq.release.sign import Signer, check_signed, signature_path
+from edgeq.remote.protocol import agent_cache_dir
+from edgeq.remote.runner import Runner, target_runner
+from edgeq.remote.targets import Target
+
+RELEASES = "releases"  # under each target's work_dir
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    limit: Optional[str] = None  # Ansible host pattern (edgeq.orchestration.limit)
+    canary: int = 0  # boards installed (and checked) first; any failure stops the rest
+    min_ratio: float = 0.9  # a board's measured qps / the bundle's recorded qps, at least
+    accept_new_host_key: bool = False
+    workers: Optional[int] = None  # None: the fleet file's
+    gate: Optional[str] = None  # --gate over each target's own policy
+    profile: ProfileSettings = field(default_factory=ProfileSettings)
+    cache_dir: Optional[Path] = None
+
+
+@dataclass
+class BoardRow:
+    """One board's line; ``status``: pending | running | installed | failed | not run (install),
+    ok | failed (rollback, status)."""
+
+    target: str
+    destination: str
+    status: str = "pending"
+    stage: str = ""
+    kind: Optional[str] = None
+    version: Optional[str] = None  # what was installed (install), or current (status, rollback)
+    previous: Optional[str] = None  # current before this command
+    restored: Optional[bool] = None  # install failed after switching: switched back (True) or not
+    throughput_qps: Optional[float] = None
+    recorded_qps: Optional[float] = None
+    ratio: Optional[float] = None
+    gate: Optional[bool] = None
+    gate_summary: str = ""
+    uploaded_bytes: Optional[int] = None
+    history: list[str] = field(default_factory=list)
+    release: Optional[dict[str, Any]] = None  # status: the current release's release.json
+    error: Optional[str] = None
+    exit_code: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("installed", "ok")
+
+
+@dataclass
+class FleetAction:
+    """The rows of one install / rollback / status over a fleet."""
+
+    action: str
+    rows: list[BoardRow]
+    version: Optional[str] = None
+    signer: Optional[str] = None
+    canary: list[str] = field(default_factory=list)
+    stopped: bool = False  # a canary failed: the other boards were not touched
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.ok for r in self.rows)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else max([1, *(r.exit_code for r in self.rows)])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "version": self.version, "signer": self.signer, "canary": self.canary,
+                "stopped": self.stopped, "passed": self.passed, "rows": [asdict(r) for r in self.rows]}
+
+
+RowFn = Callable[[BoardRow], None]
+BoardProgress = Callable[[str, str, int, Optional[int]], None]  # (target, task, done, total)
+
+
+def _no_row(row: BoardRow) -> None:
+    """Default sink for row updates."""
+
+
+def _no_progress(target: str, task: str, done: int, total: Optional[int]) -> None:
+    """Default sink for upload progress."""
+
+
+def release_version(manifest: dict[str, Any]) -> str:
+    """The directory name a bundle installs as: source model, creation time, seal prefix
+    (``net-20260101T000000Z-1a2b3c4d``): sorts by time, and two bundles never share one."""
+    stem = str((manifest.get("source_model") or {}).get("name") or "model").rsplit(".onnx", 1)[0]
+    stem = re.sub(r"[^A-Za-z0-9._+-]+", "_", stem).strip("._+-") or "model"
+    created = re.sub(r"[^0-9TZ]", "", str(manifest.get("created") or ""))
+    return f"{stem[:60]}-{created}-{str(manifest.get('manifest_sha256', ''))[:8]}"
+
+
+def releases_dir(target: Target) -> str:
+    return target.remote_path(RELEASES)
+
+
+# --------------------------------------------------------------------------------------------------
+# The bundle, read and checked once
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loaded:
+    bundle: Path
+    manifest: dict[str, Any]
+    version: str
+    engines: dict[str, Path]  # kind -> the engine, extracted into a temporary directory
+    model: Any  # the shipped ONNX (for the gate's explanations), None when it does not load
+    signer: Optional[Signer]
+
+
+def load_bundle(bundle: Path, fleet: Fleet, work: Path) -> Loaded:
+    """Verify ``bundle`` (every file against the manifest; the signature when the fleet names
+    ``allowed_signers``) and extract its engines into ``work``. Everything is read from one private
+    copy, so the bytes checked are the bytes installed even if the original is replaced meanwhile."""
+    bundle = Path(bundle)
+    if not bundle.is_file():
+        read_bundle(bundle)  # its one-line error: no such bundle, or a directory
+    copy = work / "bundle.tar.gz"
+    shutil.copyfile(bundle, copy)
+    if signature_path(bundle).is_file():
+        shutil.copyfile(signature_path(bundle), signature_path(copy))
+    try:
+        signer = check_signed(copy, fleet.allowed_signers)  # before anything else is read
+        checked = verify(copy)
+        files = read_bundle(copy)
+    except EdgeqError as e:  # said of the user's file, not of the private copy
+        named = [None if t is None else t.replace(str(copy), str(bundle)) for t in (e.message, e.hint)]
+        raise type(e)(named[0] or "", named[1], exit_code=e.exit_code) from None
+    if not checked or checked.manifest is None:
+        first = checked.problems[0] if checked.problems else "no manifest"
+        raise ReleaseError(f"{bundle}: not installed: it does not verify ({first})",
+                           f"see 'edgeq release verify {bundle}'", exit_code=1)  # fmt: skip
+    manifest = checked.manifest
+    engines: dict[str, Path] = {}
+    for kind, entry in sorted((manifest.get("engines") or {}).items()):
+        local = work / re.sub(r"[^A-Za-z0-9._+-]+", "_", kind) / "engine.plan"
+        local.parent.mkdir(parents=True)
+        local.write_bytes(files[entry["path"]])
+        engines[kind] = local
+    model = None
+    onnx = sorted(p for p in files if p.startswith("model/") and p.endswith(".onnx")
+                  and not p.endswith(".fp32.onnx"))  # fmt: skip
+    if onnx:
+        from edgeq.graph.io import load_model
+
+        path = work / Path(onnx[0]).name
+        path.write_bytes(files[onnx[0]])
+        try:
+            model = load_model(path)
+        except EdgeqError:
+            model = None  # the report then names layers without their ONNX nodes
+    return Loaded(Path(bundle), manifest, release_version(manifest), engines, model, signer)
+
+
+def pick_engine(loaded: Loaded, target: Target, cc: Optional[str], trt: Optional[str], gpu: Optional[str]
+                ) -> str:
+    """The kind whose engine loads on this board (same compute capability and TensorRT version)."""
+    engines = loaded.manifest.get("engines") or {}
+    for kind, e in sorted(engines.items()):
+        if cc and trt and e.get("compute_capability") == cc and e.get("tensorrt") == trt:
+            return kind
+    offers = "; ".join(f"{k} ({e.get('gpu') or '?'}, sm {e.get('compute_capability') or '?'}, TensorRT "
+                       f"{e.get('tensorrt') or '?'})" for k, e in sorted(engines.items()))  # fmt: skip
+    raise RemoteError(
+        f"no engine in the bundle fits {target.name}: it has {gpu or 'an unknown GPU'} sm {cc or '?'}, "
+        f"TensorRT {trt or '?'}; the bundle offers {offers or 'no engine'}",
+        "validate and release for this kind of board too (edgeq fleet validate with it in the fleet)",
+        exit_code=1,
+    )
+
+
+def recorded_qps(manifest: dict[str, Any], kind: str, board: str) -> Optional[float]:
+    """The bundle's figure for a board: its own row when the fleet run had it, else the median of
+    the rows of its kind."""
+    rows = [t for t in manifest.get("targets") or [] if t.get("kind") == kind]
+    own = [t for t in rows if t.get("name") == board]
+    qps = [float(t["throughput_qps"]) for t in (own or rows)
+           if isinstance(t.get("throughput_qps"), (int, float))]  # fmt: skip
+    return statistics.median(qps) if qps else None
+
+
+# --------------------------------------------------------------------------------------------------
+# One board
+# --------------------------------------------------------------------------------------------------
+
+
+class _Board:
+    """A board's connection, agent and row, for one command."""
+
+    def __init__(self, runner: Runner, target: Target, agent_pyz: Any, row: BoardRow,
+                 update: Callable[..., None]) -> None:  # fmt: skip
+        self.runner, self.target, self.row, self.update = runner, target, row, update
+        up = runner.put(agent_pyz.path, target.remote_path("cache"))
+        self.call = direct_agent(runner, target, up.remote_path)
+        self.root = releases_dir(target)
+
+    def agent(self, command: str, *args: str) -> dict[str, Any]:
+        return self.call(command, f"--releasesDir={self.root}", *args, timeout=self.target.timeouts.command)
+
+
+def _install_one(board: _Board, loaded: Loaded, options: InstallOptions, progress: BoardProgress,
+                 work: Path) -> None:  # fmt: skip
+    target, update = board.target, board.update
+    update(stage="probe")
+    found = probe(board.call, target)
+    kind = pick_engine(loaded, target, found.compute_capability, found.tensorrt, found.gpu)
+    engine = loaded.engines[kind]
+    entry = loaded.manifest["engines"][kind]
+    sha = next(f["sha256"] for f in loaded.manifest["files"] if f["path"] == entry["path"])
+    update(kind=kind, previous=board.agent("status").get("current"), stage="upload")
+    up = board.runner.put(engine, target.remote_path("cache"),
+                          progress=lambda task, done, total: progress(target.name, task, done, total))
+    update(uploaded_bytes=up.bytes_sent, stage="install")
+    recorded = recorded_qps(loaded.manifest, kind, target.name)
+    meta = {"bundle": loaded.bundle.name, "manifest_sha256": loaded.manifest.get("manifest_sha256"),
+            "kind": kind, "created": loaded.manifest.get("created"), "recorded_qps": recorded,
+            "signer": loaded.signer.principal if loaded.signer else None}  # fmt: skip
+    board.agent("install", f"--version={loaded.version}", f"--engine={up.remote_path}", f"--sha256={sha}",
+                "--meta=" + json.dumps(meta, sort_keys=True))  # fmt: skip
+    update(stage="switch")
+    switched = board.agent("switch", f"--version={loaded.version}")
+    try:
+        _check_installed(board, loaded, kind, recorded, options, work)
+    except EdgeqError:
+        if switched.get("changed"):
+            _switch_back(board, loaded.version)
+        raise
+
+
+def _check_installed(board: _Board, loaded: Loaded, kind: str, recorded: Optional[float],
+                     options: InstallOptions, work: Path) -> None:  # fmt: skip
+    """Load and time the engine where it is installed (``current``); gate and throughput or an error."""
+    from edgeq.orchestration.deploy import policy_for
+
+    target, update = board.target, board.update
+    engine = f"{board.root}/current/engine.plan"
+    layers_remote = target.remote_path("runs", f"install-{loaded.version}", "layers.json")
+    update(stage="inspect")
+    inspect(board.call, target, engine, layers_remote)
+    layers = work / f"layers-{re.sub(r'[^A-Za-z0-9._-]+', '_', target.name)}.json"
+    board.runner.get(layers_remote, layers)
+    _, gate = report_and_gate(layers, None, loaded.model, policy_for(target, options.gate))
+    update(gate=bool(gate), gate_summary=gate.summary(), stage="profile")
+    prof = profile(board.call, target, engine, None, options.profile)
+    qps = prof.get("throughput_qps")
+    ratio = round(qps / recorded, 3) if isinstance(qps, (int, float)) and recorded else None
+    update(throughput_qps=qps, recorded_qps=recorded, ratio=ratio)
+    if not gate:
+        raise RemoteError(f"the gate failed on the installed engine: {gate.summary()}",
+                          "the release does not run here as it did when validated", exit_code=1)  # fmt: skip
+    if ratio is not None and ratio < options.min_ratio:
+        raise RemoteError(f"{qps:g} qps, {ratio:.2f}x the bundle's {recorded:g} qps (below "
+                          f"--min-ratio {options.min_ratio:g})",
+                          "is the board throttled (nvpmodel, jetson_clocks) or busy?",
+                          exit_code=1)  # fmt: skip
+    if ratio is None and recorded:
+        raise RemoteError("the installed engine was timed, but no throughput came back",
+                          exit_code=1)  # fmt: skip
+
+
+def _switch_back(board: _Board, version: str) -> None:
+    """Undo a switch: back to the version before (or to no ``current`` on a first install)."""
+    try:
+        board.agent("rollback", f"--expect={version}", "--allowNone")
+        board.update(restored=True)
+    except EdgeqError as e:
+        board.update(restored=False)
+        board.row.gate_summary += f" (could not switch back: {e.message})"
+
+
+# --------------------------------------------------------------------------------------------------
+# Fleet-wide
+# --------------------------------------------------------------------------------------------------
+
+BoardFn = Callable[[_Board], None]
+
+
+def _run_boards(targets: Sequence[Target], rows: list[BoardRow], fn: BoardFn, *, workers: int,
+                accept_new_host_key: bool, cache_dir: Optional[Path], on_row: RowFn, ok: str) -> None:
+    """``fn`` on each board at once (``workers`` at a time); a board's EdgeqError fails its row only."""
+    from edgeq.remote.zipapp import build_agent
+
+    agent_pyz = build_agent(cache_dir or agent_cache_dir())
+    lock = threading.Lock()
+
+    def one(target: Target, row: BoardRow) -> None:
+        def update(**cells: Any) -> None:
+            with lock:
+                for k, v in cells.items():
+                    setattr(row, k, v)
+                on_row(row)
+
+        started = time.monotonic()
+        update(status="running", stage="connect")
+        try:
+            with target_runner(target, accept_new_host_key) as runner:
+                fn(_Board(runner, target, agent_pyz, row, update))
+        except EdgeqError as e:
+            row.error, row.exit_code = str(e), e.exit_code
+        with lock:
+            row.status = ok if row.error is None else "failed"
+            row.seconds = round(time.monotonic() - started, 3)
+            if row.error is None:
+                row.stage = ""
+            on_row(row)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(targets) or 1)),
+                            thread_name_prefix="edgeq-install") as pool:  # fmt: skip
+        for f in [pool.submit(one, t, r) for t, r in zip(targets, rows)]:
+            f.result()  # anything but an EdgeqError is a bug: its traceback surfaces here
+
+
+def _rows(targets: Sequence[Target], on_row: RowFn) -> list[BoardRow]:
+    rows = [BoardRow(t.name, f"{t.user}@{t.host}:{t.port}") for t in targets]
+    for r in rows:
+        on_row(r)
+    return rows
+
+
+def _workers(fleet: Fleet, options_workers: Optional[int], n: int) -> int:
+    return max(1, min(options_workers or fleet.workers or MAX_WORKERS, max(n, 1)))
+
+
+def install(bundle: Path, fleet: Fleet, options: InstallOptions = InstallOptions(), *,
+            on_row: RowFn = _no_row, progress: BoardProgress = _no_progress) -> FleetAction:  # fmt: skip
+    """Install ``bundle`` on the fleet (``options.limit`` of it), canary boards first."""
+    if options.min_ratio < 0:
+        raise EdgeqError(f"--min-ratio {options.min_ratio:g}: must be 0 or more")
+    if options.canary < 0:
+        raise EdgeqError(f"--canary {options.canary}: must be 0 or more")
+    targets = fleet.limited(options.limit).targets
+    with tempfile.TemporaryDirectory(prefix="edgeq-install-") as tmp:
+        work = Path(tmp)
+        loaded = load_bundle(Path(bundle), fleet, work)
+        rows = _rows(targets, on_row)
+        for r in rows:
+            r.version = loaded.version
+        n = min(options.canary, len(targets))
+        result = FleetAction("install", rows, loaded.version,
+                             loaded.signer.principal if loaded.signer else None,
+                             [t.name for t in targets[:n]])  # fmt: skip
+
+        def fn(board: _Board) -> None:
+            _install_one(board, loaded, options, progress, work)
+
+        def run(ts: Sequence[Target], rs: list[BoardRow]) -> None:
+            _run_boards(ts, rs, fn, workers=_workers(fleet, options.workers, len(ts)), ok="installed",
+                        accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
+                        on_row=on_row)  # fmt: skip
+
+        if n:
+            run(targets[:n], rows[:n])
+            if not all(r.ok for r in rows[:n]):
+                result.stopped = True
+                for r in rows[n:]:
+                    r.status, r.error, r.exit_code = "not run", "not installed: a canary board failed", 1
+                    on_row(r)
+                return result
+        run(targets[n:], rows[n:])
+    return result
+
+
+def rollback(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row: RowFn = _no_row
+             ) -> FleetAction:
+    """Switch ``current`` back to the version before it on each board."""
+    targets = fleet.limited(options.limit).targets
+    rows = _rows(targets, on_row)
+
+    def fn(board: _Board) -> None:
+        board.update(stage="rollback")
+        back = board.agent("rollback")
+        board.update(previous=back.get("previous"), version=back.get("current"))
+
+    _run_boards(targets, rows, fn, workers=_workers(fleet, options.workers, len(targets)), ok="ok",
+                accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
+                on_row=on_row)  # fmt: skip
+    return FleetAction("rollback", rows)
+
+
+def status(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row: RowFn = _no_row
+           ) -> FleetAction:
+    """What each board runs, read from the board (its ``releases/current``), never from local state."""
+    targets = fleet.limited(options.limit).targets
+    rows = _rows(targets, on_row)
+
+    def fn(board: _Board) -> None:
+        board.update(stage="status")
+        got = board.agent("status")
+        release = got.get("release") or {}
+        board.update(version=got.get("current"), previous=got.get("previous"), kind=release.get("kind"),
+                     history=list(got.get("history") or []), release=got.get("release"))  # fmt: skip
+
+    _run_boards(targets, rows, fn, workers=_workers(fleet, options.workers, len(targets)), ok="ok",
+                accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
+                on_row=on_row)  # fmt: skip
+    return FleetAction("status", rows)
+
+
+__all__: Sequence[str] = ("BoardRow", "FleetAction", "InstallOptions", "install", "rollback", "status")

@@ -1,0 +1,424 @@
+"""``edgeq release install`` / ``release rollback`` / ``fleet status`` on three real OpenSSH sshd boards on
+127.0.0.1 (tests/fleet_helpers.py), and the agent's board-side ``install``/``switch``/``rollback``/``status``.
+
+The bundles are made by ``edgeq release --from`` a fleet directory written here (engine bytes of our own:
+the boards' trtexec replays the recorded TensorRT 8.6.0 run whatever it loads, tests/trtexec_replay.py).
+Each board's work dir is a local directory, so what ``fleet status`` reads over SSH is checked against
+the symlink on disk too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+
+import pytest
+import yaml
+from fleet_helpers import make_members, qdq_model, reformat_layer, start_servers, write_fleet
+
+KIND = "sm9.0-trt8.6.0"  # what the loopback boards probe as (the replayed trtexec 8.6.0, gpu 9.0 in the file)
+REPLAYED_QPS = 1233.99  # the recorded run log's throughput, what every loopback board measures
+
+
+def make_bundle(root, name, *, created, qps=None, engine_mib=6, cc="9.0", trt="8.6.0", gpu="NVIDIA H200"):
+    """``edgeq release --from`` (``build_bundle``) a fleet directory written here: one kind, three boards,
+    each row's recorded qps from ``qps`` (default 1200), the engine ``engine_mib`` MiB of seeded random
+    bytes."""
+    fleet = root / f"fleet-{name}"
+    (fleet / "host").mkdir(parents=True)
+    model = qdq_model(fleet / "host" / "net.int8.onnx")
+    src = root / "net.onnx"
+    if not src.exists():
+        src.write_bytes(model.read_bytes())
+    kind = f"sm{cc}-trt{trt}"
+    rows = []
+    for i, board in enumerate(("board1", "board2", "board3")):
+        d = fleet / "targets" / board
+        d.mkdir(parents=True)
+        engine = random.Random(f"{name}-{board}").randbytes(engine_mib << 20)
+        (d / "engine.plan").write_bytes(engine)
+        (d / "probe.json").write_text(json.dumps({"tensorrt": {"version": trt},
+                                                  "gpus": [{"name": gpu, "compute_capability": cc}]}))
+        rows.append({"target": board, "status": "passed", "kind": kind, "build": "ok" if i == 0 else "reused",
+                     "gate": True, "gpu": gpu, "compute_capability": cc, "latency_p50_ms": 1.0,
+                     "latency_p99_ms": 2.0, "throughput_qps": (qps or {}).get(board, 1200.0)})  # fmt: skip
+    (fleet / "fleet.json").write_text(json.dumps({
+        "passed": True, "created": created, "edgeq": "0.1.0", "model": str(src), "source_sha256": "ab" * 32,
+        "model_file": "host/net.int8.onnx", "cache_file": None, "targets": rows,
+    }))  # fmt: skip
+    out = root / f"{name}.tar.gz"
+    from edgeq.orchestration.install import release_version
+    from edgeq.release.bundle import build_bundle
+
+    return out, release_version(build_bundle(fleet, out))
+
+
+@pytest.fixture(scope="module")
+def servers():
+    from sshd import sshd_available
+
+    reason = sshd_available()
+    if reason:
+        pytest.skip(reason)
+    started = start_servers(3)
+    yield started
+    for s in started:
+        s.close()
+
+
+@pytest.fixture
+def fleet(servers, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    for s in servers:
+        s.ensure_running()
+    members = make_members(tmp_path, servers)
+    return tmp_path, members, write_fleet(tmp_path, members, reformat_layer())
+
+
+def current(member):
+    link = member.work_dir / "releases" / "current"
+    return os.readlink(link) if os.path.islink(link) else None
+
+
+def status(cli, fleet_file, *extra):
+    code, out, err = cli("fleet", "status", "--fleet", fleet_file, "--json", *extra)
+    assert code == 0, (out, err)
+    return {r["target"]: r for r in json.loads(out)["rows"]}
+
+
+@pytest.mark.sshd
+def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli):
+    root, members, fleet_file = fleet
+    v1, name1 = make_bundle(root, "v1", created="2026-01-01T00:00:00Z")
+    v2, name2 = make_bundle(root, "v2", created="2026-02-01T00:00:00Z", qps={"board1": 5000.0})
+    v3, name3 = make_bundle(root, "v3", created="2026-03-01T00:00:00Z")
+    assert len({name1, name2, name3}) == 3 and name1.startswith("net-20260101T000000Z-")
+
+    # v1 on all three boards: each checked (gate, qps against its own recorded row) on its board
+    code, out, err = cli("release", "install", v1, "--fleet", fleet_file, "--json", "--duration", "0")
+    assert code == 0, (out, err)
+    res = json.loads(out)
+    assert res["version"] == name1 and res["passed"] and not res["stopped"]
+    for r in res["rows"]:
+        assert r["status"] == "installed" and r["kind"] == KIND and r["gate"] is True
+        assert r["throughput_qps"] == REPLAYED_QPS and r["recorded_qps"] == 1200.0 and r["ratio"] == 1.028
+        assert r["previous"] is None and r["uploaded_bytes"] == 6 << 20
+    assert [current(m) for m in members] == [name1] * 3
+    installed = members[0].work_dir / "releases" / name1
+    engine = (root / "fleet-v1" / "targets" / "board1" / "engine.plan").read_bytes()
+    assert (installed / "engine.plan").read_bytes() == engine
+    assert json.loads((installed / "release.json").read_text())["kind"] == KIND
+    rows = status(cli, fleet_file)
+    assert {n: (r["version"], r["previous"]) for n, r in rows.items()} == {b: (name1, None) for b in rows}
+    # again: nothing sent (the board's upload cache has it), nothing switched, checked again
+    code, out, _ = cli("release", "install", v1, "--fleet", fleet_file, "--limit", "board1", "--json",
+                       "--duration", "0")  # fmt: skip
+    (again,) = json.loads(out)["rows"]
+    assert code == 0 and again["uploaded_bytes"] == 0 and again["previous"] == name1 and again["gate"]
+    assert status(cli, fleet_file, "--limit", "board1")["board1"]["history"] == [name1]
+
+    # v2 with --canary 1: board1 measures 0.25x its recorded 5000 qps -> fails, is switched back to v1,
+    # and boards 2 and 3 are not touched
+    code, out, err = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--duration", "0")
+    assert code == 1 and "Traceback" not in out + err, (out, err)
+    assert "canary failed on board1: stopped; 2 other board(s) not touched" in out
+    assert "below --min-ratio 0.9" in err
+    code, out, _ = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--json",
+                       "--duration", "0")  # fmt: skip
+    res = json.loads(out)
+    rows2 = {r["target"]: r for r in res["rows"]}
+    assert code == 1 and res["stopped"] and res["canary"] == ["board1"]
+    assert rows2["board1"]["status"] == "failed" and rows2["board1"]["restored"] is True
+    assert rows2["board1"]["ratio"] == 0.247
+    assert rows2["board2"]["status"] == rows2["board3"]["status"] == "not run"
+    assert [current(m) for m in members] == [name1] * 3
+    assert not (members[1].work_dir / "releases" / name2).exists()
+
+    # v3, board2's sshd stopped once its engine upload has started: boards 1 and 3 finish, board2 keeps v1
+    from edgeq.orchestration.fleet_file import load_fleet
+    from edgeq.orchestration.install import InstallOptions, install
+    from edgeq.pipeline.stages import ProfileSettings
+
+    killed = threading.Event()
+
+    def progress(target, task, done, total):
+        if target == "board2" and task.startswith("upload") and done > 0 and not killed.is_set():
+            killed.set()
+            servers[1].stop()
+
+    result = install(v3, load_fleet(fleet_file), InstallOptions(profile=ProfileSettings(duration=0)),
+                     progress=progress)  # fmt: skip
+    assert killed.is_set()
+    rows3 = {r.target: r for r in result.rows}
+    assert rows3["board1"].status == rows3["board3"].status == "installed"
+    assert rows3["board2"].status == "failed" and rows3["board2"].stage == "upload", rows3["board2"]
+    assert result.exit_code == 1 and rows3["board2"].restored is None  # never switched
+    servers[1].ensure_running()
+    assert [current(m) for m in members] == [name3, name1, name3]
+    rows = status(cli, fleet_file)
+    assert {n: r["version"] for n, r in rows.items()} == {"board1": name3, "board2": name1, "board3": name3}
+    assert rows["board1"]["previous"] == name1 and rows["board1"]["history"] == [name1, name3]
+    code, out, _ = cli("fleet", "status", "--fleet", fleet_file)
+    assert code == 0 and name3 in out and name1 in out
+
+    # board2 back: installing v3 there resumes the upload where it stopped
+    code, out, err = cli("release", "install", v3, "--fleet", fleet_file, "--limit", "board2", "--json",
+                         "--duration", "0")  # fmt: skip
+    (resumed,) = json.loads(out)["rows"]
+    assert code == 0 and resumed["status"] == "installed", (out, err)
+    assert 0 < resumed["uploaded_bytes"] < 6 << 20 and current(members[1]) == name3
+
+    # rollback on every board: back to v1; again: nothing earlier than v1 -> each board fails its row
+    code, out, err = cli("release", "rollback", "--fleet", fleet_file, "--json")
+    assert code == 0, (out, err)
+    back = {r["target"]: r for r in json.loads(out)["rows"]}
+    assert all((r["previous"], r["version"]) == (name3, name1) for r in back.values())
+    assert [current(m) for m in members] == [name1] * 3
+    code, out, err = cli("release", "rollback", "--fleet", fleet_file, "--limit", "board2:board3")
+    assert code == 1 and "no earlier version installed" in out + err and "board1" not in out + err
+    assert current(members[1]) == name1
+    assert {r["version"] for r in status(cli, fleet_file).values()} == {name1}
+    code, _, err = cli("fleet", "status", "--fleet", fleet_file, "--limit", "board9")
+    assert code == 2 and "'board9' matches no target" in err
+
+
+@pytest.mark.sshd
+def test_a_gate_failure_or_a_board_no_engine_fits_fails_that_board(fleet, cli):
+    root, members, fleet_file = fleet
+    v1, name1 = make_bundle(root, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
+    v2, name2 = make_bundle(root, "v2", created="2026-02-01T00:00:00Z", engine_mib=1)
+    assert cli("release", "install", v1, "--fleet", fleet_file, "--duration", "0")[0] == 0
+    # board3 without the gate's allowlist: the installed engine's interior reformat fails its gate
+    nogate = root / "nogate.yaml"
+    nogate.write_text(yaml.safe_dump({"targets": [
+        "targets/board1.yaml",
+        {"target": "targets/board3.yaml", "name": "board3", "overrides": {"gate": {"allow": []}}},
+    ]}))  # fmt: skip
+    code, out, err = cli("release", "install", v2, "--fleet", nogate, "--json", "--duration", "0")
+    rows = {r["target"]: r for r in json.loads(out)["rows"]}
+    assert code == 1, (out, err)
+    assert rows["board1"]["status"] == "installed"
+    assert rows["board3"]["status"] == "failed" and rows["board3"]["gate"] is False
+    assert "gate failed" in rows["board3"]["error"] and rows["board3"]["restored"] is True
+    assert [current(m) for m in members] == [name2, name1, name1]
+
+    # a bundle built for Orin (sm 8.7, TensorRT 8.6.2) only: refused on the H200 boards, naming both
+    orin, _ = make_bundle(root, "orin", created="2026-04-01T00:00:00Z", engine_mib=1, cc="8.7", trt="8.6.2",
+                          gpu="Orin")  # fmt: skip
+    code, out, err = cli("release", "install", orin, "--fleet", fleet_file, "--limit", "board2", "--json")
+    (row,) = json.loads(out)["rows"]
+    assert code == 1 and row["status"] == "failed", (out, err)
+    assert "no engine in the bundle fits board2: it has NVIDIA H200 sm 9.0, TensorRT 8.6.0" in row["error"]
+    assert "the bundle offers sm8.7-trt8.6.2 (Orin, sm 8.7, TensorRT 8.6.2)" in row["error"]
+    assert current(members[1]) == name1
+
+
+def _keys(root):
+    keys = {}
+    for who in ("alice", "mallory"):
+        key = root / f"id_{who}"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", who, "-f", str(key)], check=True)
+        keys[who] = key
+    allowed = root / "allowed_signers"
+    pub = (root / "id_alice.pub").read_text().split()
+    allowed.write_text(f'alice@example.com namespaces="edgeq-release" {pub[0]} {pub[1]}\n')
+    return keys, allowed
+
+
+def _tamper(bundle, dst):
+    """The attack of issue 21: an engine edited, its sha256 and the manifest's own hash recomputed."""
+    import gzip
+    import hashlib
+    import io
+    import tarfile
+
+    from edgeq.release.bundle import MANIFEST, read_bundle, seal
+
+    files = read_bundle(bundle)
+    m = json.loads(files[MANIFEST])
+    path = next(iter(m["engines"].values()))["path"]
+    files[path] = files[path][:-16] + b"\x90" * 16
+    for f in m["files"]:
+        if f["path"] == path:
+            f["sha256"], f["size"] = hashlib.sha256(files[path]).hexdigest(), len(files[path])
+    files[MANIFEST] = json.dumps(seal(m), indent=2, sort_keys=True).encode()
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for name in sorted(files):
+            info = tarfile.TarInfo(name)
+            info.size = len(files[name])
+            tar.addfile(info, io.BytesIO(files[name]))
+    dst.write_bytes(raw.getvalue())
+    return dst
+
+
+def test_sign_verify_and_the_tamper_and_rehash_attack(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    keys, allowed = _keys(tmp_path)
+    bundle, _ = make_bundle(tmp_path, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
+    code, out, err = cli("release", "verify", bundle, "--allowed-signers", allowed)
+    assert code == 1 and "[signature]" in out and "not signed" in out, (out, err)
+
+    code, out, err = cli("release", "sign", bundle, "--key", keys["alice"])
+    sig = tmp_path / "v1.tar.gz.sig"
+    assert code == 0 and sig.read_text().startswith("-----BEGIN SSH SIGNATURE-----"), err
+    code, out, _ = cli("release", "verify", bundle, "--allowed-signers", allowed)
+    assert code == 0 and "signed by alice@example.com" in out and 'Good "edgeq-release" signature' in out
+    code, out, _ = cli("release", "verify", bundle, "--allowed-signers", allowed, "--json")
+    assert code == 0 and json.loads(out)["signer"]["principal"] == "alice@example.com"
+
+    # the attack: plain verify still passes (the manifest agrees with itself), the signature does not
+    bad = _tamper(bundle, tmp_path / "bad.tar.gz")
+    (tmp_path / "bad.tar.gz.sig").write_bytes(sig.read_bytes())
+    code, out, _ = cli("release", "verify", bad)
+    assert code == 0 and "OK" in out
+    code, out, err = cli("release", "verify", bad, "--allowed-signers", allowed)
+    assert code == 1 and "Traceback" not in out + err
+    assert "the signature does not match the bundle (signed by alice@example.com" in out
+
+    # signed with a key the file does not list; an ssh-keygen signature of another namespace
+    code, _, _ = cli("release", "sign", bundle, "--key", keys["mallory"])
+    code, out, _ = cli("release", "verify", bundle, "--allowed-signers", allowed)
+    assert code == 1 and "untrusted" in out
+    other = subprocess.run(["ssh-keygen", "-Y", "sign", "-f", str(keys["alice"]), "-n", "file"],
+                           input=bundle.read_bytes(), capture_output=True, check=True).stdout  # fmt: skip
+    sig.write_bytes(other)
+    code, out, _ = cli("release", "verify", bundle, "--allowed-signers", allowed)
+    assert code == 1 and "does not match" in out
+
+    # bad input: one line, exit 2, nothing written
+    code, _, err = cli("release", "sign", tmp_path / "nope.tar.gz", "--key", keys["alice"])
+    assert code == 2 and "no such bundle" in err and not (tmp_path / "nope.tar.gz.sig").exists()
+    code, _, err = cli("release", "sign", bundle, "--key", tmp_path / "nokey")
+    assert code == 2 and "no such key" in err
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    code, _, err = cli("release", "verify", bundle, "--allowed-signers", allowed)
+    assert code == 2 and "ssh-keygen not found" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.sshd
+def test_a_fleet_with_allowed_signers_installs_only_trusted_bundles(fleet, cli):
+    root, members, fleet_file = fleet
+    keys, _ = _keys(root)
+    fleet_file.write_text(fleet_file.read_text() + "allowed_signers: allowed_signers\n")
+    bundle, name = make_bundle(root, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
+    code, out, err = cli("release", "install", bundle, "--fleet", fleet_file, "--duration", "0")
+    assert code == 2 and "refused:" in err and "not signed" in err and "Traceback" not in out + err
+    assert f"{bundle}: not signed" in err and f"edgeq release sign {bundle} " in err  # the user's file
+    assert len([ln for ln in err.splitlines() if ln.startswith("error:")]) == 1
+    assert cli("release", "sign", bundle, "--key", keys["mallory"])[0] == 0
+    code, _, err = cli("release", "install", bundle, "--fleet", fleet_file, "--duration", "0")
+    assert code == 2 and "untrusted" in err
+    bad = _tamper(bundle, root / "bad.tar.gz")
+    assert cli("release", "sign", bundle, "--key", keys["alice"])[0] == 0
+    (root / "bad.tar.gz.sig").write_bytes((root / "v1.tar.gz.sig").read_bytes())
+    code, _, err = cli("release", "install", bad, "--fleet", fleet_file, "--duration", "0")
+    assert code == 2 and "does not match" in err
+    flipped = bytearray(bundle.read_bytes())  # damaged in transit: refused before any board, exit 1
+    flipped[len(flipped) // 2] ^= 1
+    (root / "flip.tar.gz").write_bytes(bytes(flipped))
+    (root / "flip.tar.gz.sig").write_bytes((root / "v1.tar.gz.sig").read_bytes())
+    no_signers = root / "plain.yaml"
+    no_signers.write_text("targets: ['targets/board*.yaml']\n")
+    code, _, err = cli("release", "install", root / "flip.tar.gz", "--fleet", no_signers)
+    assert code == 1 and ("does not verify" in err or "corrupt bundle" in err), err
+    code, _, err = cli("release", "install", root / "nope.tar.gz", "--fleet", fleet_file)
+    assert code == 2 and "nope.tar.gz: no such bundle" in err
+    assert [current(m) for m in members] == [None] * 3  # nothing reached a board
+
+    code, out, err = cli("release", "install", bundle, "--fleet", fleet_file, "--limit", "board1",
+                         "--duration", "0")  # fmt: skip
+    assert code == 0 and "signed by alice@example.com" in out, (out, err)
+    rows = status(cli, fleet_file, "--limit", "board1")
+    assert rows["board1"]["version"] == name and rows["board1"]["release"]["signer"] == "alice@example.com"
+    # a missing file is the fleet file's error
+    (root / "fleet2.yaml").write_text("targets: [targets/board1.yaml]\nallowed_signers: nope\n")
+    code, _, err = cli("fleet", "status", "--fleet", root / "fleet2.yaml")
+    assert code == 2 and "allowed_signers" in err and "does not exist" in err
+
+
+# -- the agent's side, without SSH ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def agent_pyz(tmp_path_factory):
+    from edgeq.remote.zipapp import build_agent
+
+    return build_agent(tmp_path_factory.mktemp("agent"))
+
+
+def _agent(pyz, *args):
+    proc = subprocess.run([sys.executable, str(pyz.path), *args, "--backend=trtexec"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_agent_install_switch_rollback_status(agent_pyz, tmp_path):
+    import hashlib
+
+    root = tmp_path / "releases"
+    engines = {}
+    for v in ("a", "b", "c"):
+        engines[v] = tmp_path / f"{v}.plan"
+        engines[v].write_bytes(v.encode() * 1000)
+    sha = {v: hashlib.sha256(p.read_bytes()).hexdigest() for v, p in engines.items()}
+    d = f"--releasesDir={root}"
+
+    code, reply = _agent(agent_pyz, "install", d, "--version=r1", f"--engine={engines['a']}",
+                         f"--sha256={sha['b']}")  # fmt: skip
+    assert code == 1 and reply["error"]["stage"] == "verify"
+    assert "the manifest says" in reply["error"]["message"]
+    assert not (root / "r1").exists()
+    code, reply = _agent(agent_pyz, "install", d, "--version=../x", f"--engine={engines['a']}",
+                         f"--sha256={sha['a']}")  # fmt: skip
+    assert code == 2 and "not a release version name" in reply["error"]["message"]
+    for v, name in (("a", "r1"), ("b", "r2"), ("c", "r3")):
+        code, reply = _agent(agent_pyz, "install", d, f"--version={name}", f"--engine={engines[v]}",
+                             f"--sha256={sha[v]}", '--meta={"kind": "k"}')  # fmt: skip
+        assert code == 0 and reply["result"]["existing"] is False
+        assert _agent(agent_pyz, "switch", d, f"--version={name}")[1]["result"]["changed"] is True
+    code, reply = _agent(agent_pyz, "install", d, "--version=r1", f"--engine={engines['c']}",
+                         f"--sha256={sha['c']}")  # fmt: skip
+    assert code == 1 and "already installed with another engine" in reply["error"]["message"]
+    st = _agent(agent_pyz, "status", d)[1]["result"]
+    assert (st["current"], st["previous"], st["history"]) == ("r3", "r2", ["r1", "r2", "r3"])
+    assert st["release"]["kind"] == "k" and st["installed"] == ["r1", "r2", "r3"]
+    assert os.readlink(root / "current") == "r3"  # relative: the releases directory can move
+    # a failed install's undo only when current is still that version
+    code, reply = _agent(agent_pyz, "rollback", d, "--expect=r2")
+    assert code == 1 and "current is r3, not r2" in reply["error"]["message"]
+    assert [_agent(agent_pyz, "rollback", d)[1]["result"]["current"] for _ in range(2)] == ["r2", "r1"]
+    code, reply = _agent(agent_pyz, "rollback", d)
+    assert code == 1 and "no earlier version" in reply["error"]["message"]
+    assert _agent(agent_pyz, "rollback", d, "--expect=r1", "--allowNone")[1]["result"]["current"] is None
+    assert not os.path.lexists(root / "current")
+    assert not [p for p in os.listdir(root) if ".tmp-" in p]  # no temporary left behind
+
+
+def test_an_inventory_names_allowed_signers_and_its_groups_serve_limit(tmp_path):
+    from edgeq.orchestration.fleet_file import load_fleet
+
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "allowed").write_text("")
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {
+        "vars": {"edgeq_use_agent": True, "ansible_user": "ops", "edgeq_allowed_signers": "keys/allowed"},
+        "children": {"orins": {"hosts": {"orin1": {}, "orin2": {}}},
+                     "xaviers": {"hosts": {"xav1": {}}, "children": {"lab": {"hosts": {"xav2": {}}}}}},
+    }}))  # fmt: skip
+    fleet = load_fleet(inv)
+    assert fleet.allowed_signers == tmp_path / "keys" / "allowed"
+    assert fleet.groups["xav2"] == {"all", "xaviers", "lab"} and fleet.groups["orin1"] == {"all", "orins"}
+    names = lambda pattern: [t.name for t in fleet.limited(pattern).targets]  # noqa: E731
+    assert names("xaviers") == ["xav1", "xav2"] and names("all:!lab") == ["orin1", "orin2", "xav1"]
+    assert names("orin*:&orins") == ["orin1", "orin2"] and names(None) == ["orin1", "orin2", "xav1", "xav2"]
+    ini = tmp_path / "hosts.ini"
+    ini.write_text("[orins]\norin1 ansible_host=10.0.0.5\n[jetsons:children]\norins\n"
+                   "[all:vars]\nedgeq_use_agent=true\nansible_user=ops\n")
+    assert {"orins", "jetsons"} <= load_fleet(ini).groups["orin1"]  # [jetsons:children] holds orins

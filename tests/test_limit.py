@@ -1,0 +1,74 @@
+"""``--limit``: Ansible's host patterns (edgeq/orchestration/limit.py), case by case from Ansible's
+"Patterns: targeting hosts and groups" page."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgeq.errors import EdgeqError
+from edgeq.orchestration.limit import select, split_pattern
+
+# the page's [webservers] cobweb webbing weber, plus a few more groups
+HOSTS = {
+    "cobweb": {"webservers", "atlanta"},
+    "webbing": {"webservers", "staging"},
+    "weber": {"webservers", "staging", "phoenix"},
+    "db1": {"dbservers", "staging"},
+    "jetson-nano": {"jetsons"},
+    "jetson-orin": {"jetsons", "atlanta"},
+    "spare": set(),
+}
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    ("all", list(HOSTS)),
+    ("*", list(HOSTS)),
+    ("weber", ["weber"]),
+    ("cobweb:db1", ["cobweb", "db1"]),
+    ("db1,cobweb", ["cobweb", "db1"]),  # hosts' order, not the pattern's
+    ("webservers", ["cobweb", "webbing", "weber"]),
+    ("webservers:dbservers", ["cobweb", "webbing", "weber", "db1"]),
+    ("webservers:!atlanta", ["webbing", "weber"]),
+    ("webservers:&staging", ["webbing", "weber"]),
+    ("webservers:dbservers:&staging:!phoenix", ["webbing", "db1"]),
+    # the processing order: unions, then &, then !, whatever the written order
+    ("!phoenix:&staging:dbservers:webservers", ["webbing", "db1"]),
+    ("jetson*", ["jetson-nano", "jetson-orin"]),
+    ("jetson-o???", ["jetson-orin"]),
+    ("jetson*:!atlanta", ["jetson-nano"]),
+    ("*web*", ["cobweb", "webbing", "weber"]),  # glob over group names and host names
+    ("~(web|db).*", ["cobweb", "webbing", "weber", "db1"]),
+    ("ungrouped", ["spare"]),
+    ("!webservers", ["db1", "jetson-nano", "jetson-orin", "spare"]),  # only exclusions: from all
+    ("&jetsons", ["jetson-nano", "jetson-orin"]),
+    ("webservers[0]", ["cobweb"]),
+    ("webservers[-1]", ["weber"]),
+    ("webservers[1:]", ["webbing", "weber"]),
+    ("webservers[0:1]", ["cobweb", "webbing"]),  # inclusive end, as Ansible's
+    ("webservers[0:1],db1", ["cobweb", "webbing", "db1"]),
+    (" weber , db1 ", ["weber", "db1"]),
+])
+def test_select_follows_ansible_patterns(pattern, expected):
+    assert select(HOSTS, pattern) == expected
+
+
+def test_split_keeps_ranges_whole():
+    assert split_pattern("a:b[0:2],!c:&d") == ["a", "b[0:2]", "!c", "&d"]
+
+
+@pytest.mark.parametrize("pattern, named", [
+    ("webservrs", "'webservrs' matches no target or group"),
+    ("webservers:!phenix", "'!phenix' matches no target or group"),
+    ("all:&nosuch", "'&nosuch' matches no target or group"),
+    ("tx2*", "'tx2*' matches no target or group"),
+    ("webservers:&jetsons", "leaves no target"),
+    ("webservers[:]", "not a host range"),
+    ("~(", "not a regular expression"),
+    ("", "empty"),
+    ("!", "names no host or group"),
+])
+def test_a_pattern_selecting_nothing_is_an_input_error_naming_it(pattern, named):
+    with pytest.raises(EdgeqError) as e:
+        select(HOSTS, pattern)
+    assert e.value.exit_code == 2
+    assert named in str(e.value)
