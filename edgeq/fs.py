@@ -99,6 +99,31 @@ def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def publish_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
+    """Write a content-addressed file once: an existing file with these bytes is left alone (its mtime
+    too), so a second process building the same file cannot change it under a reader that is uploading
+    it; a missing file appears whole (``link`` fails rather than replace a racing writer's)."""
+    path = Path(dest)
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == data:
+            return
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())
+            with contextlib.suppress(FileExistsError):  # another process published it first
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+        if path.read_bytes() == data:
+            return
+    atomic_write_bytes(path, data)  # a damaged copy: replaced whole
+
+
 def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -21,6 +21,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import FIXTURES, ROOT
@@ -948,3 +949,38 @@ def test_agent_runs_on_python_38(agent, tmp_path):
     assert proc.returncode == 1 and obj["error"]["message"].startswith(
         "Error[10]: Could not find any implementation"
     )
+
+
+
+
+def _deploy_builds_agent(dest: str, start: Any, seen: Any) -> None:
+    from edgeq.remote.zipapp import build_agent
+
+    start.wait()
+    st = build_agent(Path(dest)).path.stat()  # from here on, this deploy uploads the file
+    seen.put((st.st_ino, st.st_mtime_ns))
+
+
+def test_building_the_agent_again_leaves_the_file_alone_while_another_deploy_uploads_it(tmp_path) -> None:
+    """Deploys at once (processes) all build the agent: none may rewrite the file another is already
+    uploading (the upload checks size and mtime, and failed with 'changed during the upload')."""
+    import multiprocessing
+
+    from edgeq.remote.zipapp import build_agent
+
+    ctx = multiprocessing.get_context("fork")
+    for attempt in range(4):
+        dest = tmp_path / str(attempt)
+        dest.mkdir()
+        start, seen = ctx.Barrier(6), ctx.Queue()
+        procs = [ctx.Process(target=_deploy_builds_agent, args=(str(dest), start, seen)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        final = next(dest.iterdir()).stat()
+        assert {seen.get(timeout=10) for _ in procs} == {(final.st_ino, final.st_mtime_ns)}
+        assert len(list(dest.iterdir())) == 1  # no temporary files left
+    path = build_agent(tmp_path / "0").path
+    path.write_bytes(b"damaged")  # a damaged copy is replaced whole
+    assert build_agent(tmp_path / "0").path.read_bytes() != b"damaged"

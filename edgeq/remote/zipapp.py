@@ -15,7 +15,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeq.fs import atomic_write_bytes
+from edgeq.fs import publish_bytes
 
 AGENT_DIR = Path(__file__).resolve().parent.parent / "agent"
 PACKAGE = "edgeq_agent"
@@ -76,9 +76,8 @@ def agent_zip_bytes(agent_dir: Path = AGENT_DIR) -> tuple[bytes, str]:
 
 
 def build_agent(dest_dir: Path) -> AgentBundle:
-    """Write ``edgeq-agent-<version>.pyz`` into ``dest_dir`` (rewritten only when it differs)."""
+    """Write ``edgeq-agent-<version>.pyz`` into ``dest_dir`` (once: left alone when it holds these bytes)."""
     data, version = agent_zip_bytes()
     path = Path(dest_dir) / f"edgeq-agent-{version}.pyz"
-    if not path.exists() or path.read_bytes() != data:
-        atomic_write_bytes(path, data)
+    publish_bytes(path, data)  # never rewritten while another deploy may be uploading it
     return AgentBundle(path=path, sha256=hashlib.sha256(data).hexdigest(), version=version)
