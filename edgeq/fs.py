@@ -104,10 +104,11 @@ def publish_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
     too), so a second process building the same file cannot change it under a reader that is uploading
     it; a missing file appears whole (``link`` fails rather than replace a racing writer's)."""
     path = Path(dest)
-    with contextlib.suppress(OSError):
+    try:
         if path.read_bytes() == data:
             return
-    if not path.exists():
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
