@@ -32,6 +32,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 ZOO = FIXTURES / "trt86-h100-zoo"
 SKELETONS = ZOO / "skeletons"
 EDGEQ = FIXTURES / "trt86-h200-edgeq"
+ZOO2 = FIXTURES / "trt86-h100-zoo2"  # a second lease (2026-11-25): implicit chose other precisions
 
 # engine -> (graph, layer JSON). ResNet-50 and the YOLO-like net are the zoo builders the engines were
 # exported from (node names do not depend on size or width); the four others the torchvision skeletons.
@@ -43,12 +44,15 @@ ENGINES: dict[str, tuple[str, Path]] = {
     "shufflenet": ("shufflenet_v2_x1_0", ZOO / "shufflenet.implicit.layers.json.gz"),
     "yolo_edgeq": ("yolo_like", EDGEQ / "yolo_edgeq.implicit.layers.json"),
     "r50b64_edgeq": ("resnet50", EDGEQ / "r50b64_edgeq.implicit.layers.json"),
+    "shufflenet_zoo2": ("shufflenet_v2_x1_0", ZOO2 / "shufflenet.implicit.layers.json.gz"),
+    "yolo_zoo2": ("yolo_like", ZOO2 / "yolo.implicit.layers.json.gz"),
 }
 # What the mirror finds per engine (INT8 edges = Q/DQ consumers; weights = per-channel DQs). Measured
 # once and kept, so a change in how the JSON is read shows up as a number that moved.
 EXPECTED = {
     "resnet50": (71, 54), "mnv2": (64, 53), "effb0": (140, 82), "regnet": (151, 86),
     "shufflenet": (42, 41), "yolo_edgeq": (75, 36), "r50b64_edgeq": (71, 54),
+    "shufflenet_zoo2": (12, 11), "yolo_zoo2": (75, 36),
 }
 
 
