@@ -49,3 +49,30 @@ def sshd(_sshd_server):
     server = _sshd_server.ensure_running()
     server.known_hosts_line()  # undo any test that rewrote known_hosts
     return server
+
+
+# -- three loopback "boards" (one sshd each) for fleet, release and install tests --------------------------
+@pytest.fixture(scope="module")
+def servers():
+    """Three real sshd on 127.0.0.1, shared by one test module (started once: each takes a second)."""
+    from fleet_helpers import start_servers
+    from sshd import sshd_available
+
+    reason = sshd_available()
+    if reason:
+        pytest.skip(reason)
+    started = start_servers(3)
+    yield started
+    for s in started:
+        s.close()
+
+
+@pytest.fixture
+def boards(servers, tmp_path, monkeypatch):
+    """The boards up, with their known_hosts lines, and the test in its own directory and cache."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for s in servers:
+        s.ensure_running()
+        s.known_hosts_line()
+    return tmp_path

@@ -100,3 +100,10 @@ def write_fleet(root: Path, members: list[Member], allow: str) -> Path:
     fleet = root / "fleet.yaml"
     fleet.write_text("workers: 8\ntargets:\n  - targets/board*.yaml\n")
     return fleet
+
+
+def builds(member: Member) -> int:
+    """How many engine builds the board's trtexec stand-in was asked for."""
+    from trtexec_replay import calls
+
+    return sum(any(a.startswith("--onnx=") for a in argv) for argv in calls(member.trtexec))

@@ -91,26 +91,9 @@ def _python_on(root, name, board_root):
     return str(wrapper)
 
 
-@pytest.fixture(scope="module")
-def servers():
-    from sshd import SshdServer, sshd_available
-
-    reason = sshd_available()
-    if reason:
-        pytest.skip(reason)
-    started = [SshdServer().start() for _ in range(2)]
-    yield started
-    for s in started:
-        s.close()
-
-
 @pytest.mark.sshd
-def test_the_manifest_records_each_engines_board_facts(servers, tmp_path, monkeypatch, cli):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    for s in servers:
-        s.ensure_running()
-    members = make_members(tmp_path, servers)
+def test_the_manifest_records_each_engines_board_facts(servers, boards, tmp_path, cli):
+    members = make_members(tmp_path, servers[:2])
     fleet = write_fleet(tmp_path, members, reformat_layer())
     # two boards of one kind (the recording's GPU and TensorRT) on different L4T releases
     roots = {"board1": fake_board(tmp_path / "fs1"), "board2": fake_board(tmp_path / "fs2", R32, "10.2.300")}

@@ -13,38 +13,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import yaml
-from fleet_helpers import make_members, qdq_model, reformat_layer
+from fleet_helpers import builds, make_members, qdq_model, reformat_layer
 from trtexec_replay import calls
 
 from edgeq.errors import ConfigError
 from edgeq.orchestration.fleet_file import load_fleet
-
-
-@pytest.fixture(scope="module")
-def servers():
-    from sshd import SshdServer, sshd_available
-
-    reason = sshd_available()
-    if reason:
-        pytest.skip(reason)
-    started = [SshdServer().start() for _ in range(3)]
-    yield started
-    for s in started:
-        s.close()
-
-
-@pytest.fixture
-def boards(servers, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    for s in servers:
-        s.ensure_running()
-        s.known_hosts_line()
-    return tmp_path
-
-
-def _builds(member) -> int:
-    return sum(any(a.startswith("--onnx=") for a in argv) for argv in calls(member.trtexec))
 
 
 @pytest.mark.sshd
@@ -81,7 +54,7 @@ def test_ansible_inventory_fleet_all_pass_one_build_per_kind_json_and_junit(boar
         assert r["tensorrt"] == "8.6.0" and 0 < r["latency_p50_ms"] <= r["latency_p99_ms"]
         assert r["report"].endswith("report.html")
     # one kind (same compute capability + TensorRT): one build in the whole fleet, the others reuse it
-    assert sum(_builds(m) for m in members) == 1
+    assert sum(builds(m) for m in members) == 1
     assert sorted(r["build"] for r in rows.values()) == ["ok", "reused", "reused"]
     # each board ran the engine (inspect + profile) from its own copy, byte-identical to the built one
     for m in members:

@@ -11,39 +11,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import yaml
-from fleet_helpers import make_members, qdq_model, reformat_layer, write_fleet
+from fleet_helpers import builds, make_members, qdq_model, reformat_layer, write_fleet
 from trtexec_replay import calls
 
 from edgeq.errors import ConfigError, EdgeqError
 from edgeq.orchestration.fleet_file import load_fleet
 from edgeq.remote.ssh import connections_opened
-
-
-@pytest.fixture(scope="module")
-def servers():
-    from sshd import SshdServer, sshd_available
-
-    reason = sshd_available()
-    if reason:
-        pytest.skip(reason)
-    started = [SshdServer().start() for _ in range(3)]
-    yield started
-    for s in started:
-        s.close()
-
-
-@pytest.fixture
-def boards(servers, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    for s in servers:
-        s.ensure_running()
-        s.known_hosts_line()
-    return tmp_path
-
-
-def _builds(member) -> int:
-    return sum(any(a.startswith("--onnx=") for a in argv) for argv in calls(member.trtexec))
 
 
 def _runs(member) -> int:
@@ -169,7 +142,7 @@ def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, 
     assert code == 0, (out, err)
     rows = _rows(out)
     assert _runs(members[0]) == calls_before[0] and _runs(members[2]) == calls_before[2]
-    assert _builds(members[1]) == 1
+    assert builds(members[1]) == 1
     assert rows["board1"]["reused_from"] == rows["board3"]["reused_from"] == run1
     assert rows["board2"]["reused_from"] is None and rows["board2"]["status"] == "passed"
     run2 = json.loads(out)["fleet_dir"]
@@ -189,16 +162,16 @@ def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, 
     assert code == 0, (out, err)
     assert [_runs(m) > n for m, n in zip(members, before)] == [False, False, True]
 
-    before = [_builds(m) for m in members]
+    before = [builds(m) for m in members]
     code, out, err = cli(*args, "--fresh")
     assert code == 0, (out, err)
-    assert [_builds(m) - n for m, n in zip(members, before)] == [1, 1, 1]
+    assert [builds(m) - n for m, n in zip(members, before)] == [1, 1, 1]
     assert all(r["reused_from"] is None for r in _rows(out).values())
 
-    before = [_builds(m) for m in members]
+    before = [builds(m) for m in members]
     code, out, err = cli(*args, "--iterations", "11")  # an input of every board changed
     assert code == 0, (out, err)
-    assert [_builds(m) - n for m, n in zip(members, before)] == [1, 1, 1]
+    assert [builds(m) - n for m, n in zip(members, before)] == [1, 1, 1]
 
 
 @pytest.mark.sshd
@@ -225,7 +198,7 @@ def test_max_fail_stops_starting_boards_and_they_count_as_failed(boards, servers
     servers[0].ensure_running()
     code, out, err = cli("fleet", "validate", model, "--fleet", fleet, "--json", "--duration", "0")
     assert code == 0, (out, err)
-    assert all(_builds(m) == 1 for m in members)
+    assert all(builds(m) == 1 for m in members)
 
 
 @pytest.mark.sshd
@@ -265,9 +238,9 @@ def test_edgeq_run_resumes_its_targets_and_takes_limit_and_fresh(boards, servers
     assert [_runs(m) > n for m, n in zip(members, before)] == [False, False, True]
     fleet = json.loads((root / "runs" / "pipeline-fl" / "fleet.json").read_text())
     assert [t["reused_from"] for t in fleet["targets"]][:2] == ["pipeline-fl", "pipeline-fl"]
-    before = [_builds(m) for m in members]
+    before = [builds(m) for m in members]
     code, out, err = cli("run", pipeline, "--json", "--fresh", "--limit", "board2")
     assert code == 0, (out, err)
-    assert [_builds(m) - n for m, n in zip(members, before)] == [0, 1, 0]
+    assert [builds(m) - n for m, n in zip(members, before)] == [0, 1, 0]
     code, out, err = cli("run", pipeline, "--limit", "nosuch")
     assert code == 2 and "'nosuch' matches no target or group" in err

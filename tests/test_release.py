@@ -9,22 +9,9 @@ import json
 import tarfile
 
 import pytest
-from fleet_helpers import make_members, qdq_model, reformat_layer, start_servers, write_fleet
+from fleet_helpers import make_members, qdq_model, reformat_layer, write_fleet
 
 from edgeq.release.bundle import MANIFEST
-
-
-@pytest.fixture(scope="module")
-def servers():
-    from sshd import sshd_available
-
-    reason = sshd_available()
-    if reason:
-        pytest.skip(reason)
-    started = start_servers(3)
-    yield started
-    for s in started:
-        s.close()
 
 
 @pytest.fixture(scope="module")
