@@ -11,51 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 import threading
 
 import pytest
 import yaml
-from fleet_helpers import make_members, qdq_model, reformat_layer, start_servers, write_fleet
+from fleet_helpers import make_bundle, make_members, reformat_layer, start_servers, write_fleet
 from trtexec_replay import calls
 
 KIND = "sm9.0-trt8.6.0"  # what the loopback boards probe as (the replayed trtexec 8.6.0, gpu 9.0 in the file)
 REPLAYED_QPS = 1233.99  # the recorded run log's throughput, what every loopback board measures
-
-
-def make_bundle(root, name, *, created, qps=None, engine_mib=6, cc="9.0", trt="8.6.0", gpu="NVIDIA H200"):
-    """``edgeq release --from`` (``build_bundle``) a fleet directory written here: one kind, three boards,
-    each row's recorded qps from ``qps`` (default 1200), the engine ``engine_mib`` MiB of seeded random
-    bytes."""
-    fleet = root / f"fleet-{name}"
-    (fleet / "host").mkdir(parents=True)
-    model = qdq_model(fleet / "host" / "net.int8.onnx")
-    src = root / "net.onnx"
-    if not src.exists():
-        src.write_bytes(model.read_bytes())
-    kind = f"sm{cc}-trt{trt}"
-    rows = []
-    for i, board in enumerate(("board1", "board2", "board3")):
-        d = fleet / "targets" / board
-        d.mkdir(parents=True)
-        engine = random.Random(f"{name}-{board}").randbytes(engine_mib << 20)
-        (d / "engine.plan").write_bytes(engine)
-        (d / "probe.json").write_text(json.dumps({"tensorrt": {"version": trt},
-                                                  "gpus": [{"name": gpu, "compute_capability": cc}]}))
-        rows.append({"target": board, "status": "passed", "kind": kind, "build": "ok" if i == 0 else "reused",
-                     "gate": True, "gpu": gpu, "compute_capability": cc, "latency_p50_ms": 1.0,
-                     "latency_p99_ms": 2.0, "throughput_qps": (qps or {}).get(board, 1200.0)})  # fmt: skip
-    (fleet / "fleet.json").write_text(json.dumps({
-        "passed": True, "created": created, "edgeq": "0.1.0", "model": str(src), "source_sha256": "ab" * 32,
-        "model_file": "host/net.int8.onnx", "cache_file": None, "targets": rows,
-    }))  # fmt: skip
-    out = root / f"{name}.tar.gz"
-    from edgeq.orchestration.install import release_version
-    from edgeq.release.bundle import build_bundle
-
-    return out, release_version(build_bundle(fleet, out))
 
 
 @pytest.fixture(scope="module")
