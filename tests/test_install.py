@@ -109,6 +109,7 @@ def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli):
     code, out, err = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--duration", "0")
     assert code == 1 and "Traceback" not in out + err, (out, err)
     assert "canary failed on board1: stopped; 2 other board(s) not touched" in out
+    assert f"board1: failed, {name2} (was {name1})" in out and f"current left at {name1}" in out
     assert "below --min-ratio 0.9" in err
     code, out, _ = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--json",
                        "--duration", "0")  # fmt: skip
