@@ -17,35 +17,19 @@ import threading
 
 import pytest
 import yaml
-from fleet_helpers import make_bundle, make_members, reformat_layer, start_servers, write_fleet
+from fleet_helpers import make_bundle, make_members, reformat_layer, write_fleet
 from trtexec_replay import calls
 
 KIND = "sm9.0-trt8.6.0"  # what the loopback boards probe as (the replayed trtexec 8.6.0, gpu 9.0 in the file)
 REPLAYED_QPS = 1233.99  # the recorded run log's throughput, what every loopback board measures
 
 
-@pytest.fixture(scope="module")
-def servers():
-    from sshd import sshd_available
-
-    reason = sshd_available()
-    if reason:
-        pytest.skip(reason)
-    started = start_servers(3)
-    yield started
-    for s in started:
-        s.close()
-
-
 @pytest.fixture
-def fleet(servers, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+def fleet(boards, servers, monkeypatch):
+    """The three loopback boards (conftest) as a fleet file, in the test's own directory."""
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
-    for s in servers:
-        s.ensure_running()
-    members = make_members(tmp_path, servers)
-    return tmp_path, members, write_fleet(tmp_path, members, reformat_layer())
+    members = make_members(boards, servers)
+    return boards, members, write_fleet(boards, members, reformat_layer())
 
 
 def current(member):
