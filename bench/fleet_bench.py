@@ -1,6 +1,7 @@
-"""Fleet concurrency: ``edgeq fleet validate``'s targets half on 8 loopback targets vs on 1.
+"""Fleet concurrency: ``edgeq fleet validate``'s targets half, and ``release install`` / ``rollback``, on 8
+loopback targets vs on 1.
 
-    python bench/fleet_bench.py [--targets 8] [--rounds 3]
+    python bench/fleet_bench.py [--targets 8] [--rounds 3] [--part all|validate|install] [--engine-mib 8]
 
 Starts N throw-away sshd instances on 127.0.0.1 (tests/sshd.py), each a target whose trtexec replays the
 recorded TensorRT 8.6.0 ResNet-50 build and run (tests/fleet_helpers.py), prepares a small Q/DQ model
@@ -14,6 +15,12 @@ run (counted in the transport, ``edgeq.remote.ssh.connections_opened``; goal: on
 Each round uses fresh remote work dirs, so every upload is a real one. On loopback the N "targets"
 share this machine's cores: each agent call starts two Python processes there (agent, trtexec
 stand-in), work a real fleet does on N separate boards; read the ratio with the core count beside it.
+
+``--part install``: a bundle made as the tests make it (tests/fleet_helpers.make_bundle: ``build_bundle``
+of a fleet directory, an ``--engine-mib`` engine of random bytes), v1 installed on fresh boards (untimed),
+then timed: ``install`` of v2 (upload, sha256 on the board, unpack, inspect + profile + gate from
+``releases/<version>/``, switch) and ``rollback`` (back to v1), on 1 board and on N; wall seconds,
+edgeq's CPU seconds per board and SSH connections per board for each.
 """
 
 from __future__ import annotations
@@ -29,11 +36,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fleet_helpers import make_members, qdq_model, reformat_layer, start_servers  # noqa: E402
+from fleet_helpers import make_bundle, make_members, qdq_model, reformat_layer, start_servers  # noqa: E402
 from sshd import sshd_available  # noqa: E402
 
 from edgeq.orchestration.fleet import FleetOptions, validate_prepared  # noqa: E402
 from edgeq.orchestration.fleet_file import Fleet  # noqa: E402
+from edgeq.orchestration.install import FleetAction, InstallOptions, install, rollback  # noqa: E402
 from edgeq.pipeline.stages import ProfileSettings, prepare_host  # noqa: E402
 from edgeq.quant.quantize import QuantizeOptions  # noqa: E402
 from edgeq.remote.ssh import connections_opened  # noqa: E402
@@ -91,10 +99,81 @@ def _round(
     return wall, max(builds)
 
 
+def _fleet(root: Path, servers: list, n: int, allow: str, tag: str) -> Fleet:
+    """The first ``n`` servers as a fleet, each with a fresh remote work dir."""
+    members = make_members(root / tag, servers[:n])
+    targets = tuple(
+        target_from_dict(m.target_dict(gate={"allow": [allow]}), root / f"{m.name}.yaml", m.name)
+        for m in members
+    )
+    return Fleet(root / "fleet.yaml", targets, n, "edgeq")
+
+
+def _timed(fleet: Fleet, options: InstallOptions, bundle: Path | None, servers: list
+           ) -> tuple[float, tuple[float, float], list[int], FleetAction]:  # fmt: skip
+    """(wall seconds, (edgeq's, the loopback boards') CPU seconds, SSH connections per board, result) of
+    ``install`` of ``bundle``, or of ``rollback`` (``bundle`` None)."""
+    opened = connections_opened()
+    started, cpu, remote = time.perf_counter(), time.process_time(), _target_cpu(servers)
+    result = rollback(fleet, options) if bundle is None else install(bundle, fleet, options)
+    wall, used = time.perf_counter() - started, time.process_time() - cpu
+    time.sleep(0.2)  # the last sessions exit and are reaped
+    boards = _target_cpu(servers) - remote
+    now = connections_opened()
+    conns = [now.get(d, 0) - opened.get(d, 0) for d in (f"{t.user}@{t.host}:{t.port}" for t in fleet.targets)]
+    if not result.passed:
+        raise SystemExit(f"{result.action}: not every board passed: {[r.error for r in result.rows]}")
+    return wall, (used, boards), conns, result
+
+
+def install_bench(root: Path, servers: list, n: int, rounds: int, engine_mib: int) -> None:
+    """``release install`` (v1 -> v2) and ``rollback`` (v2 -> v1) on 1 board and on ``n``."""
+    allow = reformat_layer()
+    v1, name1 = make_bundle(root, "v1", created="2026-01-01T00:00:00Z", engine_mib=engine_mib)
+    v2, name2 = make_bundle(root, "v2", created="2026-02-01T00:00:00Z", engine_mib=engine_mib)
+    wall: dict[tuple[str, int], list[float]] = {}
+    cpu: dict[tuple[str, int], float] = {}
+    board_cpu: dict[tuple[str, int], float] = {}
+    conns: dict[tuple[str, int], list[int]] = {}
+    for i in range(rounds):  # interleaved, so machine load hits both alike
+        said = []
+        for size in (1, n):
+            fleet = _fleet(root, servers, size, allow, f"i{i}-{size}")
+            options = InstallOptions(profile=ProfileSettings(duration=0), cache_dir=root / "agent",
+                                     workers=size)  # fmt: skip
+            _timed(fleet, options, v1, servers)  # what the boards run before: untimed
+            for action, bundle in (("install", v2), ("rollback", None)):
+                w, (c, b), per, result = _timed(fleet, options, bundle, servers)
+                want = name2 if action == "install" else name1
+                if any(r.version != want for r in result.rows):
+                    raise SystemExit(f"{action}: boards not on {want}: {[r.version for r in result.rows]}")
+                wall.setdefault((action, size), []).append(w)
+                cpu[(action, size)] = cpu.get((action, size), 0.0) + c
+                board_cpu[(action, size)] = board_cpu.get((action, size), 0.0) + b
+                conns.setdefault((action, size), []).extend(per)
+                said.append(f"{action} on {size}: {w:.2f} s")
+        print(f"round {i + 1}: " + ", ".join(said))
+    for action in ("install", "rollback"):
+        m1, mn = statistics.median(wall[(action, 1)]), statistics.median(wall[(action, n)])
+        what = f"v1 -> v2, {engine_mib} MiB engine uploaded, checked and timed on the board" \
+            if action == "install" else "v2 -> v1"
+        print(f"{action} ({what}), wall median: 1 board {m1:.2f} s, {n} boards {mn:.2f} s; "
+              f"ratio {mn / m1:.2f}")
+        print(f"  edgeq CPU per board: {cpu[(action, 1)] / rounds:.3f} s at 1, "
+              f"{cpu[(action, n)] / rounds / n:.3f} s at {n}; the loopback boards' (sshd, agent, trtexec "
+              f"stand-in, on this machine's {os.cpu_count()} cores): {board_cpu[(action, n)] / rounds:.2f} s "
+              f"for {n}")
+        for size in (1, n):
+            per = conns[(action, size)]
+            print(f"  SSH connections per board at {size}: min {min(per)}, max {max(per)} (goal 1)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--part", choices=("all", "validate", "install"), default="all")
+    ap.add_argument("--engine-mib", type=int, default=8, help="the bundle's engine size (install)")
     args = ap.parse_args()
     reason = sshd_available()
     if reason:
@@ -103,6 +182,10 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="edgeq-fleet-bench-") as tmp:
             root = Path(tmp)
+            if args.part in ("all", "install"):
+                install_bench(root, servers, args.targets, args.rounds, args.engine_mib)
+            if args.part == "install":
+                return
             model = qdq_model(root / "net.onnx")
             prepared = prepare_host(model, root / "host", QuantizeOptions())
             allow = reformat_layer()

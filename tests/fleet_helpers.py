@@ -8,6 +8,8 @@ orchestration (SSH, concurrency, files, matrix), not TensorRT.
 
 from __future__ import annotations
 
+import json
+import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,3 +109,39 @@ def builds(member: Member) -> int:
     from trtexec_replay import calls
 
     return sum(any(a.startswith("--onnx=") for a in argv) for argv in calls(member.trtexec))
+
+
+def make_bundle(root: Path, name: str, *, created: str, qps: dict[str, float] | None = None,
+                engine_mib: int = 6, cc: str = "9.0", trt: str = "8.6.0", gpu: str = "NVIDIA H200"
+                ) -> tuple[Path, str]:
+    """``edgeq release --from`` (``build_bundle``) a fleet directory written here: one kind, three boards,
+    each row's recorded qps from ``qps`` (default 1200), the engine ``engine_mib`` MiB of seeded random
+    bytes (the loopback boards' trtexec replays the recorded run whatever it loads). Returns the bundle's
+    path and the version it installs as."""
+    fleet = root / f"fleet-{name}"
+    (fleet / "host").mkdir(parents=True)
+    model = qdq_model(fleet / "host" / "net.int8.onnx")
+    src = root / "net.onnx"
+    if not src.exists():
+        src.write_bytes(model.read_bytes())
+    kind = f"sm{cc}-trt{trt}"
+    rows = []
+    for i, board in enumerate(("board1", "board2", "board3")):
+        d = fleet / "targets" / board
+        d.mkdir(parents=True)
+        engine = random.Random(f"{name}-{board}").randbytes(engine_mib << 20)
+        (d / "engine.plan").write_bytes(engine)
+        (d / "probe.json").write_text(json.dumps({"tensorrt": {"version": trt},
+                                                  "gpus": [{"name": gpu, "compute_capability": cc}]}))
+        rows.append({"target": board, "status": "passed", "kind": kind, "build": "ok" if i == 0 else "reused",
+                     "gate": True, "gpu": gpu, "compute_capability": cc, "latency_p50_ms": 1.0,
+                     "latency_p99_ms": 2.0, "throughput_qps": (qps or {}).get(board, 1200.0)})  # fmt: skip
+    (fleet / "fleet.json").write_text(json.dumps({
+        "passed": True, "created": created, "edgeq": "0.1.0", "model": str(src), "source_sha256": "ab" * 32,
+        "model_file": "host/net.int8.onnx", "cache_file": None, "targets": rows,
+    }))  # fmt: skip
+    out = root / f"{name}.tar.gz"
+    from edgeq.orchestration.install import release_version
+    from edgeq.release.bundle import build_bundle
+
+    return out, release_version(build_bundle(fleet, out))

@@ -7,6 +7,7 @@ command lines its trtexec was given."""
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -20,8 +21,13 @@ from edgeq.remote.ssh import connections_opened
 
 
 def _runs(member) -> int:
-    """Every trtexec call on the board (build, inspect, profile): 0 more means nothing ran there."""
-    return len(calls(member.trtexec))
+    """Every trtexec call that works on the board (build, inspect, profile): 0 more means nothing ran
+    there. The probe's ``--help`` (its TensorRT banner) is not counted: a reused board is probed."""
+    return sum("--help" not in argv for argv in calls(member.trtexec))
+
+
+def _probes(member) -> int:
+    return sum("--help" in argv for argv in calls(member.trtexec))
 
 
 def _rows(out: str) -> dict[str, dict]:
@@ -136,12 +142,18 @@ def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, 
                                                                "board3": "passed"}  # fmt: skip
     run1 = first["fleet_dir"].rsplit("/", 1)[-1]
     servers[1].ensure_running()
-    calls_before = [_runs(m) for m in members]
+    calls_before, probes_before, opened = [_runs(m) for m in members], [_probes(m) for m in members], \
+        connections_opened()
 
     code, out, err = cli(*args)
     assert code == 0, (out, err)
     rows = _rows(out)
     assert _runs(members[0]) == calls_before[0] and _runs(members[2]) == calls_before[2]
+    # each reused board was probed (unchanged since run 1), on the run's one connection to it
+    assert [_probes(m) - n for m, n in zip(members, probes_before)] == [1, 1, 1]
+    now = connections_opened()
+    assert [now.get(d, 0) - opened.get(d, 0) for d in (f"{s.user}@{s.host}:{s.port}" for s in servers)] \
+        == [1, 1, 1]
     assert builds(members[1]) == 1
     assert rows["board1"]["reused_from"] == rows["board3"]["reused_from"] == run1
     assert rows["board2"]["reused_from"] is None and rows["board2"]["status"] == "passed"
@@ -244,3 +256,74 @@ def test_edgeq_run_resumes_its_targets_and_takes_limit_and_fresh(boards, servers
     assert [builds(m) - n for m, n in zip(members, before)] == [0, 1, 0]
     code, out, err = cli("run", pipeline, "--limit", "nosuch")
     assert code == 2 and "'nosuch' matches no target or group" in err
+
+
+def _reflash(member, *, trt: str) -> None:
+    """The board's TensorRT as its trtexec banner says it (``8.6.2`` -> ``[TensorRT v8602]``)."""
+    script = member.trtexec.read_text()
+    banner = re.search(r"\[TensorRT v\d+\]", script)
+    assert banner is not None
+    major, minor, patch = (int(x) for x in trt.split("."))
+    code = major * 1000 + minor * 100 + patch  # NV_TENSORRT_VERSION's layout, as trtexec 8.6 prints it
+    member.trtexec.write_text(script.replace(banner.group(0), f"[TensorRT v{code}]"))
+
+
+@pytest.mark.sshd
+def test_a_reused_board_is_probed_and_rebuilt_when_reflashed(boards, servers, cli):
+    """Run 1 on board1 (L4T 36.2.0, files under EDGEQ_PROBE_ROOT), board2 (TensorRT 8.6.2) and board3.
+    Then board1 is reflashed to L4T 35.4.1 and board2 to TensorRT 8.6.0, their target files unchanged:
+    run 2 rebuilds them, saying why, and reuses board3, one SSH connection per board. A reused board
+    that does not answer fails, its record kept: once back, it is reused again."""
+    from test_board_facts import _python_on, fake_board
+
+    root = boards
+    members = make_members(root, servers)
+    fleet = write_fleet(root, members, reformat_layer())
+    board_root = fake_board(root / "fs1")
+    t = yaml.safe_load((root / "targets" / "board1.yaml").read_text())
+    t["python"] = _python_on(root, "board1", board_root)
+    (root / "targets" / "board1.yaml").write_text(yaml.safe_dump(t))
+    _reflash(members[1], trt="8.6.2")
+    model = qdq_model(root / "m.onnx")
+    args = ("fleet", "validate", model, "--fleet", fleet, "--json", "--duration", "0")
+    code, out, err = cli(*args)
+    assert code == 0, [r["error"] for r in _rows(out).values()]
+    run1 = json.loads(out)["fleet_dir"]
+    facts = json.loads((root / run1 / "targets" / "board1" / "row.json").read_text())["facts"]
+    assert facts == {"tensorrt": "8.6.0", "gpu": "NVIDIA H200", "compute_capability": "9.0", "l4t": "36.2.0"}
+    assert _rows(out)["board2"]["tensorrt"] == "8.6.2"
+
+    (board_root / "etc" / "nv_tegra_release").write_text("# R35 (release), REVISION: 4.1, GCID: 33958178\n")
+    _reflash(members[1], trt="8.6.0")
+    before, opened = [builds(m) for m in members], connections_opened()
+    code, out, err = cli(*args)
+    assert code == 0, (out, err)
+    rows = _rows(out)
+    assert [builds(m) - n for m, n in zip(members, before)] == [1, 1, 0]
+    assert rows["board1"]["rebuilt"] == "L4T 36.2.0 -> 35.4.1" and rows["board1"]["reused_from"] is None
+    assert rows["board2"]["rebuilt"] == "TensorRT 8.6.2 -> 8.6.0" and rows["board2"]["tensorrt"] == "8.6.0"
+    assert rows["board3"]["reused_from"] == run1.rsplit("/", 1)[-1] and rows["board3"]["rebuilt"] is None
+    now = connections_opened()
+    assert [now.get(d, 0) - opened.get(d, 0) for d in (f"{s.user}@{s.host}:{s.port}" for s in servers)] \
+        == [1, 1, 1]
+    run2 = json.loads(out)["fleet_dir"]
+    log = (root / run2 / "targets" / "board2" / "deploy.log").read_text()
+    assert "TensorRT 8.6.2 -> 8.6.0: rebuilt" in log
+
+    # as people read it, piped: back to TensorRT 8.6.2 on board2
+    _reflash(members[1], trt="8.6.2")
+    code, _, text = cli("fleet", "validate", model, "--fleet", fleet, "--duration", "0")
+    assert code == 0 and "board2: passed TensorRT 8.6.0 -> 8.6.2: rebuilt" in text, text
+    assert "board1: passed reused from" in text and "board3: passed reused from" in text
+
+    # board3 down: it cannot be probed, so it fails (unreachable); its passed record stays for the next run
+    servers[2].stop()
+    code, out, err = cli(*args)
+    assert code == 1 and _rows(out)["board3"]["status"] == "failed", (out, err)
+    assert _rows(out)["board3"]["reachable"] is False and _rows(out)["board3"]["cause"]
+    servers[2].ensure_running()
+    before = [builds(m) for m in members]
+    code, out, err = cli(*args)
+    assert code == 0, (out, err)
+    assert _rows(out)["board3"]["reused_from"] == run1.rsplit("/", 1)[-1]
+    assert [builds(m) - n for m, n in zip(members, before)] == [0, 0, 0]

@@ -11,79 +11,41 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 import threading
 
 import pytest
 import yaml
-from fleet_helpers import make_members, qdq_model, reformat_layer, start_servers, write_fleet
+from fleet_helpers import make_bundle, make_members, reformat_layer, write_fleet
+from trtexec_replay import calls
 
 KIND = "sm9.0-trt8.6.0"  # what the loopback boards probe as (the replayed trtexec 8.6.0, gpu 9.0 in the file)
 REPLAYED_QPS = 1233.99  # the recorded run log's throughput, what every loopback board measures
 
 
-def make_bundle(root, name, *, created, qps=None, engine_mib=6, cc="9.0", trt="8.6.0", gpu="NVIDIA H200"):
-    """``edgeq release --from`` (``build_bundle``) a fleet directory written here: one kind, three boards,
-    each row's recorded qps from ``qps`` (default 1200), the engine ``engine_mib`` MiB of seeded random
-    bytes."""
-    fleet = root / f"fleet-{name}"
-    (fleet / "host").mkdir(parents=True)
-    model = qdq_model(fleet / "host" / "net.int8.onnx")
-    src = root / "net.onnx"
-    if not src.exists():
-        src.write_bytes(model.read_bytes())
-    kind = f"sm{cc}-trt{trt}"
-    rows = []
-    for i, board in enumerate(("board1", "board2", "board3")):
-        d = fleet / "targets" / board
-        d.mkdir(parents=True)
-        engine = random.Random(f"{name}-{board}").randbytes(engine_mib << 20)
-        (d / "engine.plan").write_bytes(engine)
-        (d / "probe.json").write_text(json.dumps({"tensorrt": {"version": trt},
-                                                  "gpus": [{"name": gpu, "compute_capability": cc}]}))
-        rows.append({"target": board, "status": "passed", "kind": kind, "build": "ok" if i == 0 else "reused",
-                     "gate": True, "gpu": gpu, "compute_capability": cc, "latency_p50_ms": 1.0,
-                     "latency_p99_ms": 2.0, "throughput_qps": (qps or {}).get(board, 1200.0)})  # fmt: skip
-    (fleet / "fleet.json").write_text(json.dumps({
-        "passed": True, "created": created, "edgeq": "0.1.0", "model": str(src), "source_sha256": "ab" * 32,
-        "model_file": "host/net.int8.onnx", "cache_file": None, "targets": rows,
-    }))  # fmt: skip
-    out = root / f"{name}.tar.gz"
-    from edgeq.orchestration.install import release_version
-    from edgeq.release.bundle import build_bundle
-
-    return out, release_version(build_bundle(fleet, out))
-
-
-@pytest.fixture(scope="module")
-def servers():
-    from sshd import sshd_available
-
-    reason = sshd_available()
-    if reason:
-        pytest.skip(reason)
-    started = start_servers(3)
-    yield started
-    for s in started:
-        s.close()
-
-
 @pytest.fixture
-def fleet(servers, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+def fleet(boards, servers, monkeypatch):
+    """The three loopback boards (conftest) as a fleet file, in the test's own directory."""
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
-    for s in servers:
-        s.ensure_running()
-    members = make_members(tmp_path, servers)
-    return tmp_path, members, write_fleet(tmp_path, members, reformat_layer())
+    members = make_members(boards, servers)
+    return boards, members, write_fleet(boards, members, reformat_layer())
 
 
 def current(member):
     link = member.work_dir / "releases" / "current"
     return os.readlink(link) if os.path.islink(link) else None
+
+
+def history(member):
+    path = member.work_dir / "releases" / "history"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def loaded_engines(member):
+    """The engines the board's trtexec loaded (inspect, profile), in order."""
+    flag = "--loadEngine="
+    return [a[len(flag):] for argv in calls(member.trtexec) for a in argv if a.startswith(flag)]
 
 
 def status(cli, fleet_file, *extra):
@@ -108,8 +70,11 @@ def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli):
     for r in res["rows"]:
         assert r["status"] == "installed" and r["kind"] == KIND and r["gate"] is True
         assert r["throughput_qps"] == REPLAYED_QPS and r["recorded_qps"] == 1200.0 and r["ratio"] == 1.028
-        assert r["previous"] is None and r["uploaded_bytes"] == 6 << 20
-    assert [current(m) for m in members] == [name1] * 3
+        assert r["previous"] is None and r["uploaded_bytes"] == 6 << 20 and r["switched"] is True
+    assert [current(m) for m in members] == [name1] * 3 and [history(m) for m in members] == [[name1]] * 3
+    # checked where it was installed, before current pointed at it: never through releases/current
+    for m in members:
+        assert loaded_engines(m) == [str(m.work_dir / "releases" / name1 / "engine.plan")] * 2
     installed = members[0].work_dir / "releases" / name1
     engine = (root / "fleet-v1" / "targets" / "board1" / "engine.plan").read_bytes()
     assert (installed / "engine.plan").read_bytes() == engine
@@ -123,24 +88,30 @@ def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli):
     assert code == 0 and again["uploaded_bytes"] == 0 and again["previous"] == name1 and again["gate"]
     assert status(cli, fleet_file, "--limit", "board1")["board1"]["history"] == [name1]
 
-    # v2 with --canary 1: board1 measures 0.25x its recorded 5000 qps -> fails, is switched back to v1,
-    # and boards 2 and 3 are not touched
+    # v2 with --canary 1: board1 measures 0.25x its recorded 5000 qps -> fails, is never switched (its
+    # current and history stay v1's), and boards 2 and 3 are not touched
     code, out, err = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--duration", "0")
     assert code == 1 and "Traceback" not in out + err, (out, err)
     assert "canary failed on board1: stopped; 2 other board(s) not touched" in out
+    assert f"board1: failed, {name2} (was {name1})" in out and f"current left at {name1}" in out
     assert "below --min-ratio 0.9" in err
     code, out, _ = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--json",
                        "--duration", "0")  # fmt: skip
     res = json.loads(out)
     rows2 = {r["target"]: r for r in res["rows"]}
     assert code == 1 and res["stopped"] and res["canary"] == ["board1"]
-    assert rows2["board1"]["status"] == "failed" and rows2["board1"]["restored"] is True
+    assert rows2["board1"]["status"] == "failed" and rows2["board1"]["switched"] is None
     assert rows2["board1"]["ratio"] == 0.247
     assert rows2["board2"]["status"] == rows2["board3"]["status"] == "not run"
-    assert [current(m) for m in members] == [name1] * 3
+    assert [current(m) for m in members] == [name1] * 3 and history(members[0]) == [name1]
+    assert (members[0].work_dir / "releases" / name2 / "engine.plan").is_file()  # installed, checked there
+    assert loaded_engines(members[0])[-1] == str(members[0].work_dir / "releases" / name2 / "engine.plan")
+    board1 = status(cli, fleet_file, "--limit", "board1")["board1"]  # read from the board
+    assert (board1["version"], board1["history"]) == (name1, [name1])
     assert not (members[1].work_dir / "releases" / name2).exists()
 
-    # v3, board2's sshd stopped once its engine upload has started: boards 1 and 3 finish, board2 keeps v1
+    # v3, board2's sshd stopped once its engine upload has started, board3's once the installed engine is
+    # being timed: board1 finishes, boards 2 and 3 keep v1
     from edgeq.orchestration.fleet_file import load_fleet
     from edgeq.orchestration.install import InstallOptions, install
     from edgeq.pipeline.stages import ProfileSettings
@@ -152,27 +123,40 @@ def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli):
             killed.set()
             servers[1].stop()
 
+    timing = threading.Event()
+
+    def on_row(row):
+        if row.target == "board3" and row.stage == "profile" and not timing.is_set():
+            timing.set()
+            servers[2].stop()
+
     result = install(v3, load_fleet(fleet_file), InstallOptions(profile=ProfileSettings(duration=0)),
-                     progress=progress)  # fmt: skip
-    assert killed.is_set()
+                     progress=progress, on_row=on_row)  # fmt: skip
+    assert killed.is_set() and timing.is_set()
     rows3 = {r.target: r for r in result.rows}
-    assert rows3["board1"].status == rows3["board3"].status == "installed"
+    assert rows3["board1"].status == "installed" and rows3["board1"].switched is True
     assert rows3["board2"].status == "failed" and rows3["board2"].stage == "upload", rows3["board2"]
-    assert result.exit_code == 1 and rows3["board2"].restored is None  # never switched
+    assert rows3["board3"].status == "failed" and rows3["board3"].stage == "profile", rows3["board3"]
+    assert result.exit_code == 1 and rows3["board2"].switched is rows3["board3"].switched is None
+    assert (members[2].work_dir / "releases" / name3 / "engine.plan").is_file()  # installed, never current
     servers[1].ensure_running()
-    assert [current(m) for m in members] == [name3, name1, name3]
+    servers[2].ensure_running()
+    assert [current(m) for m in members] == [name3, name1, name1]
+    assert [history(m) for m in members] == [[name1, name3], [name1], [name1]]
     rows = status(cli, fleet_file)
-    assert {n: r["version"] for n, r in rows.items()} == {"board1": name3, "board2": name1, "board3": name3}
+    assert {n: r["version"] for n, r in rows.items()} == {"board1": name3, "board2": name1, "board3": name1}
     assert rows["board1"]["previous"] == name1 and rows["board1"]["history"] == [name1, name3]
+    assert rows["board3"]["history"] == [name1]
     code, out, _ = cli("fleet", "status", "--fleet", fleet_file)
     assert code == 0 and name3 in out and name1 in out
 
-    # board2 back: installing v3 there resumes the upload where it stopped
-    code, out, err = cli("release", "install", v3, "--fleet", fleet_file, "--limit", "board2", "--json",
-                         "--duration", "0")  # fmt: skip
-    (resumed,) = json.loads(out)["rows"]
-    assert code == 0 and resumed["status"] == "installed", (out, err)
-    assert 0 < resumed["uploaded_bytes"] < 6 << 20 and current(members[1]) == name3
+    # boards 2 and 3 back: installing v3 there resumes board2's upload where it stopped; board3 has it all
+    code, out, err = cli("release", "install", v3, "--fleet", fleet_file, "--limit", "board2:board3",
+                         "--json", "--duration", "0")  # fmt: skip
+    resumed = {r["target"]: r for r in json.loads(out)["rows"]}
+    assert code == 0 and {r["status"] for r in resumed.values()} == {"installed"}, (out, err)
+    assert 0 < resumed["board2"]["uploaded_bytes"] < 6 << 20 and resumed["board3"]["uploaded_bytes"] == 0
+    assert current(members[1]) == current(members[2]) == name3
 
     # rollback on every board: back to v1; again: nothing earlier than v1 -> each board fails its row
     code, out, err = cli("release", "rollback", "--fleet", fleet_file, "--json")
@@ -205,8 +189,11 @@ def test_a_gate_failure_or_a_board_no_engine_fits_fails_that_board(fleet, cli):
     assert code == 1, (out, err)
     assert rows["board1"]["status"] == "installed"
     assert rows["board3"]["status"] == "failed" and rows["board3"]["gate"] is False
-    assert "gate failed" in rows["board3"]["error"] and rows["board3"]["restored"] is True
+    assert "gate failed" in rows["board3"]["error"] and rows["board3"]["switched"] is None
     assert [current(m) for m in members] == [name2, name1, name1]
+    assert history(members[2]) == [name1]  # never switched, not even for a moment
+    assert status(cli, fleet_file, "--limit", "board3")["board3"]["version"] == name1  # read from the board
+    assert loaded_engines(members[2])[-1] == str(members[2].work_dir / "releases" / name2 / "engine.plan")
 
     # a bundle built for Orin (sm 8.7, TensorRT 8.6.2) only: refused on the H200 boards, naming both
     orin, _ = make_bundle(root, "orin", created="2026-04-01T00:00:00Z", engine_mib=1, cc="8.7", trt="8.6.2",

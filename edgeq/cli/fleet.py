@@ -103,8 +103,10 @@ _printed: set[str] = set()  # targets whose end ``_row_finished`` printed in thi
 def _row_finished(row: Any) -> None:
     """Piped (CI logs): one line per target as it ends; its reason is then not repeated under the matrix."""
     if row.status in ("passed", "failed", "skipped"):
+        from edgeq.orchestration.fleet import rerun_note
+
         style = _ROW_STYLE.get(row.status, "")
-        note = f"reused from {row.reused_from}" if row.reused_from else row.error or ""
+        note = ", ".join(x for x in (rerun_note(row), row.error) if x)
         err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(note)}")
         _printed.add(row.target)
 

@@ -65,10 +65,8 @@ def _line(action: str, r: Any) -> str:
             said.append(f"signed by {escape(str(r.release['signer']))}")
     if r.error:
         said.append(escape(r.error))
-    if r.restored:
-        said.append("switched back to its previous version")
-    elif r.restored is False:
-        said.append("[bold red]NOT switched back: check the board[/]")
+    if action == "install" and r.status == "failed" and r.switched is None:
+        said.append(f"current left at {escape(r.previous or '(none)')}")
     return f"{escape(r.target)}: " + ", ".join(x for x in said if x)
 
 
@@ -99,10 +97,11 @@ def _finish(result: Any, json_out: bool) -> int:
     "install",
     help="Install a bundle on the boards of a fleet: per board, the engine built for its kind (GPU and "
     "TensorRT version as the manifest records; a board no engine fits is refused), uploaded resumably, "
-    "its sha256 checked on the board, unpacked into <work_dir>/releases/<version>/ and made current "
-    "(releases/current, switched atomically); then loaded and timed there: a board whose gate fails or "
-    "whose throughput is below --min-ratio x the bundle's recorded figure fails and is switched back to "
-    "its previous version. --canary N installs on the first N boards first and stops if any fails. The "
+    "its sha256 checked on the board, unpacked into <work_dir>/releases/<version>/, "
+    "loaded and timed there; only a board that passed is switched to it (releases/current, atomically): "
+    "a board whose gate fails or whose throughput is below --min-ratio x the bundle's recorded figure "
+    "fails and keeps its current version. --canary N installs on the first N boards first and stops if "
+    "any fails. The "
     "bundle is verified first; with 'allowed_signers:' in the fleet file an unsigned or untrusted bundle "
     "is refused.\n\nExit codes: 0 installed on every board; 1 a board failed (or a canary: the rest "
     "untouched); 2 bad input, an unsigned or untrusted bundle, host key, login.",

@@ -32,11 +32,20 @@ from edgeq.orchestration import resume
 from edgeq.orchestration.deploy import policy_for
 from edgeq.orchestration.fleet_file import Fleet
 from edgeq.pipeline.rundir import Recorder, model_stem, new_run_dir, slug, write_json
-from edgeq.pipeline.stages import KindEngines, Prepared, ProfileSettings, conclude, on_target, prepare_host
+from edgeq.pipeline.stages import (
+    KindEngines,
+    Prepared,
+    ProfileSettings,
+    conclude,
+    direct_agent,
+    on_target,
+    prepare_host,
+    probe,
+)
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.causes import cause_of
 from edgeq.remote.protocol import agent_cache_dir
-from edgeq.remote.runner import target_runner
+from edgeq.remote.runner import Runner, target_runner
 from edgeq.remote.targets import Target
 
 
@@ -90,6 +99,7 @@ class Row:
     sources: dict[str, str] = field(default_factory=dict)  # "probe" or "target file", per probed fact
     seconds: float = 0.0
     reused_from: Optional[str] = None  # the run this passed row was taken over from (not run again)
+    rebuilt: Optional[str] = None  # why a board that passed with these inputs ran again: its facts changed
 
     @property
     def passed(self) -> bool:
@@ -169,28 +179,41 @@ class _Run:
     failures: int = 0
 
 
-def _reuse(target: Target, run: _Run, row: Row) -> bool:
-    """Take over the target's passed row of an earlier run when its inputs are unchanged."""
+def _reusable(target: Target, run: _Run) -> Optional[resume.Prior]:
+    """The target's passed row of an earlier run, when its inputs (the resume key) are unchanged."""
     prior = run.priors.get(target.name)
     if run.options.fresh or prior is None or not prior.reusable(run.keys[target.name]):
-        return False
+        return None
+    return prior
+
+
+def _changed(runner: Runner, target: Target, run: _Run, prior: resume.Prior
+             ) -> tuple[Optional[str], dict[str, Optional[str]]]:
+    """Probe the board on the run's connection (the agent is in its upload cache already): what changed
+    since ``prior`` (None: nothing), and its facts now."""
+    up = runner.put(run.agent.path, target.remote_path("cache"))
+    facts = resume.board_facts(probe(direct_agent(runner, target, up.remote_path), target))
+    return resume.changed_facts(prior.recorded_facts(target), facts), facts
+
+
+def _reuse(target: Target, run: _Run, row: Row, prior: resume.Prior, facts: dict[str, Optional[str]],
+           started: float) -> None:  # fmt: skip
+    """Take over the target's passed row of an earlier run (its board probed unchanged)."""
     dest = resume.board_dir(run.fleet_dir, target.name)
-    started = time.monotonic()
     resume.take_over(prior, dest)
     known = {f for f in Row.__dataclass_fields__}
     for k, v in prior.row.items():
-        if k in known and k not in ("target", "destination"):
+        if k in known and k not in ("target", "destination", "rebuilt"):
             setattr(row, k, v)
     row.run_dir = str(dest)
     row.report = resume.moved(row.report, prior.board_dir, dest)
     row.reused_from = prior.run
     row.seconds = round(time.monotonic() - started, 3)
-    resume.record(dest, asdict(row), run.keys[target.name])
-    return True
+    resume.record(dest, asdict(row), run.keys[target.name], facts)
 
 
 def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_row: RowFn) -> None:
-    fleet_dir, options, agent, shared, lock = run.fleet_dir, run.options, run.agent, run.shared, run.lock
+    options, lock = run.options, run.lock
 
     def update(**cells: Any) -> None:
         with lock:
@@ -198,33 +221,66 @@ def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_ro
                 setattr(row, k, v)
             on_row(row)
 
-    def event(line: str) -> None:
-        if line.endswith(": started"):
-            update(stage=line.split(":", 1)[0])
-
     with lock:
         stop = options.max_fail is not None and run.failures >= options.max_fail
     if stop:
         update(status="skipped", error=f"skipped (max-fail: {run.failures} failed)", exit_code=1)
         return
-    if _reuse(target, run, row):
-        update()
-        return
+    prior = _reusable(target, run)
     started = time.monotonic()
-    update(status="running", stage="connect")
+    update(status="running", stage="connect" if prior is None else "probe")
+    with target_runner(target, options.accept_new_host_key) as runner:  # one connection, opened lazily
+        if prior is not None:
+            try:
+                why, facts = _changed(runner, target, run, prior)
+            except EdgeqError as e:  # unreachable, or no longer what its target file says
+                _failed_before_run(row, e, started, run, on_row)
+                return
+            if why is None:
+                _reuse(target, run, row, prior, facts, started)
+                update()
+                return
+            update(rebuilt=why)
+        _run_on_board(runner, target, prepared, run, row, update, started)
+
+
+def _failed_before_run(row: Row, e: EdgeqError, started: float, run: _Run, on_row: RowFn) -> None:
+    """A board that passed before could not be probed: failed now, its earlier record kept (not
+    overwritten), so a later run reuses it once the board answers as it did."""
+    cause = cause_of(e)
+    with run.lock:
+        row.error, row.exit_code, row.status, row.stage = str(e), e.exit_code, "failed", ""
+        row.reachable = cause.answered if cause is not None else True
+        row.cause = cause.name if cause is not None else None
+        row.seconds = round(time.monotonic() - started, 3)
+        run.failures += 1
+        on_row(row)
+
+
+def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run, row: Row,
+                  update: Callable[..., None], started: float) -> None:  # fmt: skip
+    """The target's half of the pipeline into a fresh board directory, recorded for the next run."""
+    fleet_dir, options, lock = run.fleet_dir, run.options, run.lock
+
+    def event(line: str) -> None:
+        if line.endswith(": started"):
+            update(stage=line.split(":", 1)[0])
+
     run_dir = resume.board_dir(fleet_dir, target.name)
     shutil.rmtree(run_dir, ignore_errors=True)  # an earlier, unfinished or failed try (edgeq run's work dir)
     run_dir.mkdir(parents=True)
     rec = Recorder(run_dir, event)
     row.run_dir = str(rec.run_dir)
     rec.copy(prepared.stages)
-    cause = None
+    if row.rebuilt:
+        rec.log.line(f"{row.rebuilt}: rebuilt (it passed with these inputs on the board as it was then)")
+    cause, facts = None, None
     try:
         policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
         with rec.finishing():
-            with target_runner(target, options.accept_new_host_key) as runner:
-                found = on_target(runner, target, prepared, rec, agent, options.profile, shared,
-                                  remote_name=f"{fleet_dir.name}-{run_dir.name}")
+            found = on_target(runner, target, prepared, rec, run.agent, options.profile, run.shared,
+                              remote_name=f"{fleet_dir.name}-{run_dir.name}")
+            facts = resume.board_facts(found)
             update(gpu=found.gpu, kind=found.kind)
             conclude(rec, prepared.model, policy)
     except EdgeqError as e:
@@ -240,8 +296,8 @@ def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_ro
             row.error, row.exit_code = row.gate_summary or "gate failed", 1
         row.stage = ""
         run.failures += not row.passed
-        resume.record(run_dir, asdict(row), run.keys[target.name])
-        on_row(row)
+        resume.record(run_dir, asdict(row), run.keys[target.name], facts)
+    update()
 
 
 def validate(
@@ -351,6 +407,13 @@ def junit_xml(result: FleetResult, suite: str = "edgeq fleet validate") -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+def rerun_note(r: Row) -> str:
+    """Whether a resumed run took the row over or built it again, and why."""
+    if r.reused_from:
+        return f"reused from {r.reused_from}"
+    return f"{r.rebuilt}: rebuilt" if r.rebuilt else ""
+
+
 def gpu_cell(r: Row) -> str:
     """GPU and compute capability, marked when the target file gave them (the probe found no GPU)."""
     text = f"{r.gpu or '-'} ({r.compute_capability or '-'})"
@@ -373,11 +436,12 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "p99 ms": text.ms(r.latency_p99_ms),
             "qps": text.qps(r.throughput_qps),  # "2110", never "2.11e+03"
             "report": r.report or "-",
-            "result": (f"passed (reused from {r.reused_from})" if r.reused_from else "passed") if r.passed
-            else f"FAILED: {r.error or ''}",
+            "result": (f"passed ({note})" if (note := rerun_note(r)) else "passed") if r.passed
+            else f"FAILED: {r.error or ''}" + (f" ({note})" if (note := rerun_note(r)) else ""),
         }
         for r in result.rows
     ]
 
 
-__all__: Sequence[str] = ("FleetOptions", "FleetResult", "Row", "junit_xml", "matrix", "validate")
+__all__: Sequence[str] = ("FleetOptions", "FleetResult", "Row", "junit_xml", "matrix", "rerun_note",
+                          "validate")

@@ -4,12 +4,13 @@ For each board (bounded workers, a failure staying in its row): probe it, pick t
 built for its kind (compute capability + TensorRT version, as the manifest records them; a board no
 engine fits is refused, naming what it has and what the bundle offers), upload that engine through the
 resumable, target-verified upload cache, have the agent check its sha256 against the manifest and
-unpack it into ``<work_dir>/releases/<version>/``, switch ``releases/current`` to it atomically, then
-load and time it there (agent ``inspect`` and ``profile``, on the installed file): the board fails if
-its gate fails or its throughput is below ``min_ratio`` x the bundle's recorded figure, and a failed
-board is switched back to the ``current`` it had. ``canary`` boards go first; if one fails, no other
-board is touched. The board-side steps are the agent's (``edgeq.agent.releases``), so ``fleet status``
-reads what each board runs from the board itself.
+unpack it into ``<work_dir>/releases/<version>/``, load and time it there (agent ``inspect`` and
+``profile`` on that versioned file): the board fails if its gate fails or its throughput is below
+``min_ratio`` x the bundle's recorded figure. Only a board that passed has ``releases/current``
+switched to the new version (atomically, by the agent), so a failing board, or one lost at any point
+before the switch, keeps running what it ran. ``canary`` boards go first; if one fails, no other board
+is touched. The board-side steps are the agent's (``edgeq.agent.releases``), so ``fleet status`` reads
+what each board runs from the board itself.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class BoardRow:
     kind: Optional[str] = None
     version: Optional[str] = None  # what was installed (install), or current (status, rollback)
     previous: Optional[str] = None  # current before this command
-    restored: Optional[bool] = None  # install failed after switching: switched back (True) or not
+    switched: Optional[bool] = None  # install: current now points at the new version (only once it passed)
     throughput_qps: Optional[float] = None
     recorded_qps: Optional[float] = None
     ratio: Optional[float] = None
@@ -254,23 +255,19 @@ def _install_one(board: _Board, loaded: Loaded, options: InstallOptions, progres
             "signer": loaded.signer.principal if loaded.signer else None}  # fmt: skip
     board.agent("install", f"--version={loaded.version}", f"--engine={up.remote_path}", f"--sha256={sha}",
                 "--meta=" + json.dumps(meta, sort_keys=True))  # fmt: skip
+    _check_installed(board, loaded, kind, recorded, options, work)  # a failure leaves current alone
     update(stage="switch")
-    switched = board.agent("switch", f"--version={loaded.version}")
-    try:
-        _check_installed(board, loaded, kind, recorded, options, work)
-    except EdgeqError:
-        if switched.get("changed"):
-            _switch_back(board, loaded.version)
-        raise
+    update(switched=bool(board.agent("switch", f"--version={loaded.version}").get("changed")))
 
 
 def _check_installed(board: _Board, loaded: Loaded, kind: str, recorded: Optional[float],
                      options: InstallOptions, work: Path) -> None:  # fmt: skip
-    """Load and time the engine where it is installed (``current``); gate and throughput or an error."""
+    """Load and time the engine in its versioned directory, before ``current`` points at it: gate and
+    throughput, or an error (and the board keeps its ``current``)."""
     from edgeq.orchestration.deploy import policy_for
 
     target, update = board.target, board.update
-    engine = f"{board.root}/current/engine.plan"
+    engine = f"{board.root}/{loaded.version}/engine.plan"
     layers_remote = target.remote_path("runs", f"install-{loaded.version}", "layers.json")
     update(stage="inspect")
     inspect(board.call, target, engine, layers_remote)
@@ -293,16 +290,6 @@ def _check_installed(board: _Board, loaded: Loaded, kind: str, recorded: Optiona
     if ratio is None and recorded:
         raise RemoteError("the installed engine was timed, but no throughput came back",
                           exit_code=1)  # fmt: skip
-
-
-def _switch_back(board: _Board, version: str) -> None:
-    """Undo a switch: back to the version before (or to no ``current`` on a first install)."""
-    try:
-        board.agent("rollback", f"--expect={version}", "--allowNone")
-        board.update(restored=True)
-    except EdgeqError as e:
-        board.update(restored=False)
-        board.row.gate_summary += f" (could not switch back: {e.message})"
 
 
 # --------------------------------------------------------------------------------------------------

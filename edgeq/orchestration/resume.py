@@ -7,6 +7,11 @@ latest record, newest run first: a passed row with the same key is reused (its r
 the row marked ``reused from <run>``); a failed row, a changed key, or a board directory without
 ``row.json`` (the run stopped before it finished) runs again. ``--fresh`` skips the lookup.
 
+The key cannot see the board itself: one reflashed to another TensorRT or L4T keeps its target file.
+So ``row.json`` also holds the board's probed facts (TensorRT, GPU, sm, L4T), and a board is reused only
+when its probe, run again on the run's one connection to it, says the same; otherwise it is rebuilt and
+its row says why (``TensorRT 8.6.2 -> 8.6.0: rebuilt``).
+
 ``edgeq fleet validate`` looks in the earlier fleet directories of the same fleet file and model (each
 says which in ``resume.json``); ``edgeq run`` in its own work directory.
 """
@@ -24,10 +29,14 @@ from typing import Any, Optional
 
 from edgeq import __version__
 from edgeq.pipeline.rundir import slug, write_json
+from edgeq.pipeline.stages import Probe, probe_from_facts
+from edgeq.release.jetpack import l4t_of
 from edgeq.remote.targets import Target
 
 ROW_FILE = "row.json"
 RUN_FILE = "resume.json"
+PROBE_FILE = "probe.json"  # the probe's facts, in every board directory that got that far
+FACTS = (("tensorrt", "TensorRT"), ("gpu", "GPU"), ("compute_capability", "sm"), ("l4t", "L4T"))
 
 
 @dataclass(frozen=True)
@@ -38,9 +47,36 @@ class Prior:
     board_dir: Path
     key: str
     row: Mapping[str, Any]
+    facts: Optional[Mapping[str, Optional[str]]] = None  # the board's, when it ran (``board_facts``)
 
     def reusable(self, key: str) -> bool:
         return self.row.get("status") == "passed" and self.key == key
+
+    def recorded_facts(self, target: Target) -> Optional[dict[str, Optional[str]]]:
+        """The facts the row was made with: from ``row.json``, else from its run's ``probe.json``."""
+        if self.facts is not None:
+            return dict(self.facts)
+        try:
+            facts = json.loads((self.board_dir / PROBE_FILE).read_text(encoding="utf-8"))
+            return board_facts(probe_from_facts(facts, target))
+        except (OSError, ValueError, AttributeError, TypeError):
+            return None
+
+
+def board_facts(found: Probe) -> dict[str, Optional[str]]:
+    """What a board is, as far as its engine cares: TensorRT, GPU, compute capability, L4T release."""
+    return {"tensorrt": found.tensorrt, "gpu": found.gpu, "compute_capability": found.compute_capability,
+            "l4t": l4t_of(found.facts)}  # fmt: skip
+
+
+def changed_facts(before: Optional[Mapping[str, Optional[str]]], now: Mapping[str, Optional[str]]
+                  ) -> Optional[str]:  # fmt: skip
+    """None when the board is as it was; else what changed, in words (``TensorRT 8.6.2 -> 8.6.0``)."""
+    if before is None:
+        return "the board's facts were not recorded"
+    said = [f"{label} {before.get(k) or 'unknown'} -> {now.get(k) or 'unknown'}"
+            for k, label in FACTS if before.get(k) != now.get(k)]  # fmt: skip
+    return ", ".join(said) or None
 
 
 def board_key(target: Target, model_digest: str, settings: Mapping[str, Any]) -> str:
@@ -53,9 +89,10 @@ def board_dir(fleet_dir: Path, name: str) -> Path:
     return fleet_dir / "targets" / slug(name)
 
 
-def record(board: Path, row: Mapping[str, Any], key: str) -> None:
-    """The board finished: its row and key, for the next run to resume from."""
-    write_json(board / ROW_FILE, {"key": key, "row": dict(row)})
+def record(board: Path, row: Mapping[str, Any], key: str,
+           facts: Optional[Mapping[str, Optional[str]]] = None) -> None:  # fmt: skip
+    """The board finished: its row, key and facts, for the next run to resume from."""
+    write_json(board / ROW_FILE, {"key": key, "row": dict(row), "facts": dict(facts) if facts else None})
 
 
 def mark_run(fleet_dir: Path, fleet_file: Path, model: Path) -> None:
@@ -95,7 +132,8 @@ def priors(runs: Sequence[Path], names: Sequence[str]) -> dict[str, Prior]:
                 data = json.loads((d / ROW_FILE).read_text(encoding="utf-8"))
                 row = data["row"]
                 origin = row.get("reused_from") or run.name
-                out[name] = Prior(origin, d, str(data["key"]), row)
+                facts = data.get("facts")
+                out[name] = Prior(origin, d, str(data["key"]), row, dict(facts) if facts else None)
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 pass
             break
