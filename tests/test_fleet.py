@@ -119,10 +119,14 @@ def test_a_target_stopped_mid_run_fails_only_its_row(boards, servers, cli):
     assert failed.get("name") == "board2"
 
     # the CLI's exit code for the same fleet with board2 unreachable from the start: 1, one failed row
-    code, out, err = cli("fleet", "validate", root / "m.onnx", "--fleet", fleet, "--json", "--duration", "0")
+    code, out, err = cli("fleet", "validate", root / "m.onnx", "--fleet", fleet, "--json", "--duration", "0",
+                         "--junit", root / "u.xml")  # fmt: skip
     assert code == 1 and "Traceback" not in out + err
     rows2 = {r["target"]: r for r in json.loads(out)["targets"]}
     assert rows2["board2"]["reachable"] is False and rows2["board2"]["status"] == "failed"
+    cases = {tc.get("name"): tc for tc in ET.parse(root / "u.xml").getroot().iter("testcase")}
+    assert "None" not in ET.tostring(cases["board2"], encoding="unicode")  # no run directory, none named
+    assert "run directory: " in cases["board1"].find("system-out").text
     assert rows2["board1"]["status"] == rows2["board3"]["status"] == "passed"
     # the same as people read it: a line per target as it ends (stderr is not a terminal here), the matrix
     code, out, err = cli("fleet", "validate", root / "m.onnx", "--fleet", fleet, "--duration", "0")

@@ -401,8 +401,9 @@ def junit_xml(result: FleetResult, suite: str = "edgeq fleet validate") -> str:
             kind = "skipped" if r.status == "skipped" else kind
             fail = ET.SubElement(tc, "failure", message=(r.error or "failed")[:500], type=kind)
             fail.text = "\n".join(f"{k}: {v}" for k, v in asdict(r).items() if v not in (None, ""))
-        out = ET.SubElement(tc, "system-out")
-        out.text = f"run directory: {r.run_dir}\nreport: {r.report}"
+        lines = [f"{label}: {v}" for label, v in (("run directory", r.run_dir), ("report", r.report)) if v]
+        if lines:  # a board that never got a run directory (unreachable) has nothing to point at
+            ET.SubElement(tc, "system-out").text = "\n".join(lines)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
