@@ -221,6 +221,10 @@ def test_max_fail_stops_starting_boards_and_they_count_as_failed(boards, servers
     assert suite.get("failures") == "3"
     kinds = sorted(f.get("type") for f in suite.findall("testcase/failure"))
     assert kinds == ["skipped", "skipped", "target"]
+    from edgeq.orchestration.fleet import FleetResult, Row, matrix
+
+    cells = matrix(FleetResult(root, model, [Row(**r) for r in rows.values()], "now"))
+    assert [c["result"] for c in cells][1:] == ["skipped (max-fail)", "skipped (max-fail)"]
     # a skipped board has no record: the next run (board1 back) runs all three
     servers[0].ensure_running()
     code, out, err = cli("fleet", "validate", model, "--fleet", fleet, "--json", "--duration", "0")

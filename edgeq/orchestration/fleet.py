@@ -358,6 +358,12 @@ def gpu_cell(r: Row) -> str:
     return f"target file: {text}" if filed else text
 
 
+def _result(r: Row) -> str:
+    if r.passed:
+        return f"passed (reused from {r.reused_from})" if r.reused_from else "passed"
+    return "skipped (max-fail)" if r.status == "skipped" else f"FAILED: {r.error or ''}"
+
+
 def matrix(result: FleetResult) -> list[dict[str, str]]:
     """The matrix as text cells, in column order, for any renderer."""
 
@@ -376,8 +382,7 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "p99 ms": num(r.latency_p99_ms),
             "qps": num(r.throughput_qps),
             "report": r.report or "-",
-            "result": (f"passed (reused from {r.reused_from})" if r.reused_from else "passed") if r.passed
-            else f"FAILED: {r.error or ''}",
+            "result": _result(r),
         }
         for r in result.rows
     ]
