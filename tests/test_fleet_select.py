@@ -147,8 +147,8 @@ def test_limit_runs_only_the_selected_boards(boards, servers, cli):
 def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, cli):
     """Run 1: board2 is down and fails. Run 2 (board2 back): board1 and board3 are reused (nothing runs on
     them, their rows say from which run), board2 is built. board3's record is then removed, as if the run
-    had stopped before it finished: run 3 runs board3 only. ``--fresh`` runs them all; a changed
-    option (--iterations) too."""
+    had stopped before it finished: run 3 runs board3 only. A changed target file runs its board again;
+    ``--fresh`` runs them all; a changed option (--iterations) too."""
     root = boards
     members = make_members(root, servers)
     fleet = write_fleet(root, members, reformat_layer())
@@ -188,6 +188,15 @@ def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, 
     code, out, err = cli(*args)
     assert code == 0, (out, err)
     assert [_runs(m) > n for m, n in zip(members, before)] == [False, False, True]
+
+    # board2's target file changed: only board2 runs again
+    t2 = root / "targets" / "board2.yaml"
+    changed = {**yaml.safe_load(t2.read_text()), "timeouts": {"connect": 10, "command": 61}}
+    t2.write_text(yaml.safe_dump(changed))
+    before = [_runs(m) for m in members]
+    code, out, err = cli(*args)
+    assert code == 0, (out, err)
+    assert [_runs(m) > n for m, n in zip(members, before)] == [False, True, False]
 
     before = [_builds(m) for m in members]
     code, out, err = cli(*args, "--fresh")
