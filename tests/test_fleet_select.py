@@ -126,8 +126,8 @@ def test_limit_runs_only_the_selected_boards(boards, servers, cli):
 def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, cli):
     """Run 1: board2 is down and fails. Run 2 (board2 back): board1 and board3 are reused (nothing runs on
     them, their rows say from which run), board2 is built. board3's record is then removed, as if the run
-    had stopped before it finished: run 3 runs board3 only. ``--fresh`` runs them all; a changed
-    option (--iterations) too."""
+    had stopped before it finished: run 3 runs board3 only. A changed target file runs its board again;
+    ``--fresh`` runs them all; a changed option (--iterations) too."""
     root = boards
     members = make_members(root, servers)
     fleet = write_fleet(root, members, reformat_layer())
@@ -174,6 +174,15 @@ def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, 
     assert code == 0, (out, err)
     assert [_runs(m) > n for m, n in zip(members, before)] == [False, False, True]
 
+    # board2's target file changed: only board2 runs again
+    t2 = root / "targets" / "board2.yaml"
+    changed = {**yaml.safe_load(t2.read_text()), "timeouts": {"connect": 10, "command": 61}}
+    t2.write_text(yaml.safe_dump(changed))
+    before = [_runs(m) for m in members]
+    code, out, err = cli(*args)
+    assert code == 0, (out, err)
+    assert [_runs(m) > n for m, n in zip(members, before)] == [False, True, False]
+
     before = [builds(m) for m in members]
     code, out, err = cli(*args, "--fresh")
     assert code == 0, (out, err)
@@ -206,6 +215,10 @@ def test_max_fail_stops_starting_boards_and_they_count_as_failed(boards, servers
     assert suite.get("failures") == "3"
     kinds = sorted(f.get("type") for f in suite.findall("testcase/failure"))
     assert kinds == ["skipped", "skipped", "target"]
+    from edgeq.orchestration.fleet import FleetResult, Row, matrix
+
+    cells = matrix(FleetResult(root, model, [Row(**r) for r in rows.values()], "now"))
+    assert [c["result"] for c in cells][1:] == ["skipped (max-fail)", "skipped (max-fail)"]
     # a skipped board has no record: the next run (board1 back) runs all three
     servers[0].ensure_running()
     code, out, err = cli("fleet", "validate", model, "--fleet", fleet, "--json", "--duration", "0")

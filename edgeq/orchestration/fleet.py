@@ -422,6 +422,16 @@ def gpu_cell(r: Row) -> str:
     return f"target file: {text}" if filed else text
 
 
+def _result(r: Row) -> str:
+    """The matrix's last cell: the verdict, with how a resumed run got it or why the board did not run."""
+    note = rerun_note(r)
+    if r.passed:
+        return f"passed ({note})" if note else "passed"
+    if r.status == "skipped":
+        return "skipped (max-fail)"
+    return f"FAILED: {r.error or ''}" + (f" ({note})" if note else "")
+
+
 def matrix(result: FleetResult) -> list[dict[str, str]]:
     """The matrix as text cells, in column order, for any renderer."""
 
@@ -437,8 +447,7 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "p99 ms": text.ms(r.latency_p99_ms),
             "qps": text.qps(r.throughput_qps),  # "2110", never "2.11e+03"
             "report": r.report or "-",
-            "result": (f"passed ({note})" if (note := rerun_note(r)) else "passed") if r.passed
-            else f"FAILED: {r.error or ''}" + (f" ({note})" if (note := rerun_note(r)) else ""),
+            "result": _result(r),
         }
         for r in result.rows
     ]
