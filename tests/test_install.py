@@ -206,6 +206,72 @@ def test_a_gate_failure_or_a_board_no_engine_fits_fails_that_board(fleet, cli):
     assert current(members[1]) == name1
 
 
+@pytest.mark.sshd
+def test_a_switch_or_rollback_whose_current_changed_meanwhile_is_refused(fleet, agent_pyz, cli):
+    """Two operators on one board: another install switches board1 while this one is checking its engine
+    there; this install's switch is refused (its row fails, naming what current became) and current is
+    the other install's. board2, untouched by the other operator, is switched as usual."""
+    import hashlib
+
+    from edgeq.cli.release import _line
+    from edgeq.orchestration.fleet_file import load_fleet
+    from edgeq.orchestration.install import InstallOptions, install, rollback
+    from edgeq.pipeline.stages import ProfileSettings
+
+    root, members, fleet_file = fleet
+    v1, name1 = make_bundle(root, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
+    v2, name2 = make_bundle(root, "v2", created="2026-02-01T00:00:00Z", engine_mib=1)
+    assert cli("release", "install", v1, "--fleet", fleet_file, "--limit", "board1:board2", "--duration",
+               "0")[0] == 0  # fmt: skip
+    releases = members[0].work_dir / "releases"
+    other = root / "other.plan"
+    other.write_bytes(b"the other operator's engine")
+    sha = hashlib.sha256(other.read_bytes()).hexdigest()
+
+    def other_operator(*args):  # the real agent on board1's releases directory
+        code, reply = _agent(agent_pyz, *args, f"--releasesDir={releases}")
+        assert code == 0, reply
+
+    raced = []
+
+    def on_row(row):
+        if row.target == "board1" and row.stage == "inspect" and not raced:
+            raced.append(row.stage)
+            other_operator("install", "--version=net-other", f"--engine={other}", f"--sha256={sha}")
+            other_operator("switch", "--version=net-other")
+
+    fleet_obj = load_fleet(fleet_file)
+    options = InstallOptions(limit="board1:board2", profile=ProfileSettings(duration=0))
+    result = install(v2, fleet_obj, options, on_row=on_row)
+    rows = {r.target: r for r in result.rows}
+    assert raced and result.exit_code == 1
+    b1 = rows["board1"]
+    assert (b1.status, b1.stage, b1.previous, b1.switched, b1.gate) == ("failed", "switch", name1, None, True)
+    assert "current changed to net-other during this install (another install?): not switched" in b1.error
+    assert "current left at" not in _line("install", b1)  # it was not left: someone else moved it
+    assert current(members[0]) == "net-other" and history(members[0]) == [name1, "net-other"]
+    assert (releases / name2 / "engine.plan").is_file()  # installed and checked, never current
+    assert rows["board2"].status == "installed" and rows["board2"].switched is True
+    assert current(members[1]) == name2
+
+    # rollback reads current first and expects it still: moved meanwhile (back to v1 by the other
+    # operator) -> refused, left as the other operator set it; then, unraced, it goes back one version
+    def on_rollback(row):
+        if row.target == "board1" and row.stage == "rollback" and len(raced) == 1:
+            raced.append(row.stage)
+            other_operator("switch", f"--version={name1}")
+
+    back = rollback(fleet_obj, InstallOptions(limit="board1"), on_row=on_rollback)
+    (row,) = back.rows
+    assert len(raced) == 2 and back.exit_code == 1 and row.status == "failed" and row.previous == "net-other"
+    assert f"current changed to {name1} during this rollback (another install?): not rolled back" in row.error
+    assert current(members[0]) == name1 and history(members[0]) == [name1, "net-other", name1]
+    code, out, err = cli("release", "rollback", "--fleet", fleet_file, "--limit", "board1", "--json")
+    (row,) = json.loads(out)["rows"]
+    assert code == 0 and (row["previous"], row["version"]) == (name1, "net-other"), (out, err)
+    assert current(members[0]) == "net-other"
+
+
 def _keys(root):
     keys = {}
     for who in ("alice", "mallory"):
@@ -379,13 +445,87 @@ def test_agent_install_switch_rollback_status(agent_pyz, tmp_path):
     assert os.readlink(root / "current") == "r3"  # relative: the releases directory can move
     # a failed install's undo only when current is still that version
     code, reply = _agent(agent_pyz, "rollback", d, "--expect=r2")
-    assert code == 1 and "current is r3, not r2" in reply["error"]["message"]
+    assert code == 1 and reply["error"]["stage"] == "rollback"
+    assert reply["error"]["message"] == ("current changed to r3 during this rollback (another install?): "
+                                         "not rolled back")
+    assert os.readlink(root / "current") == "r3"
     assert [_agent(agent_pyz, "rollback", d)[1]["result"]["current"] for _ in range(2)] == ["r2", "r1"]
     code, reply = _agent(agent_pyz, "rollback", d)
     assert code == 1 and "no earlier version" in reply["error"]["message"]
     assert _agent(agent_pyz, "rollback", d, "--expect=r1", "--allowNone")[1]["result"]["current"] is None
     assert not os.path.lexists(root / "current")
     assert not [p for p in os.listdir(root) if ".tmp-" in p]  # no temporary left behind
+
+
+def _installed(agent_pyz, tmp_path):
+    """releases/ with r1, r2 and r3 installed, nothing current yet."""
+    import hashlib
+
+    root = tmp_path / "releases"
+    for name in ("r1", "r2", "r3"):
+        engine = tmp_path / f"{name}.plan"
+        engine.write_bytes(name.encode() * 1000)
+        code, _ = _agent(agent_pyz, "install", f"--releasesDir={root}", f"--version={name}",
+                         f"--engine={engine}", f"--sha256={hashlib.sha256(engine.read_bytes()).hexdigest()}")
+        assert code == 0
+    return root
+
+
+def test_agent_switch_is_compare_and_swap_under_the_releases_lock(agent_pyz, tmp_path):
+    import fcntl
+    import time
+
+    root = _installed(agent_pyz, tmp_path)
+    d = f"--releasesDir={root}"
+    # --expect= (empty): no current expected; then r1 is current and the same expectation no longer holds
+    assert _agent(agent_pyz, "switch", d, "--version=r1", "--expect=")[1]["result"]["changed"] is True
+    code, reply = _agent(agent_pyz, "switch", d, "--version=r2", "--expect=")
+    assert code == 1 and reply["error"]["stage"] == "switch"
+    assert reply["error"]["message"] == ("current changed to r1 during this install (another install?): "
+                                         "not switched")
+    assert os.readlink(root / "current") == "r1" and json.loads((root / "history").read_text()) == ["r1"]
+    # the same version already current (two installs of one release): nothing to do, not a conflict
+    assert _agent(agent_pyz, "switch", d, "--version=r1", "--expect=r2")[1]["result"]["changed"] is False
+
+    # the compare happens under the flock: a switch started while another operation holds releases/.lock
+    # waits for it, and then sees what that operation made current (r3, by hand here) and refuses
+    with open(root / ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = subprocess.Popen([sys.executable, str(agent_pyz.path), "switch", d, "--version=r2",
+                                 "--expect=r1", "--backend=trtexec"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        assert proc.poll() is None  # blocked on the lock
+        os.symlink("r3", root / ".current.by-hand")
+        os.replace(root / ".current.by-hand", root / "current")
+        fcntl.flock(held, fcntl.LOCK_UN)
+    reply = json.loads(proc.communicate(timeout=60)[0])
+    assert proc.returncode == 1 and "current changed to r3 during this install" in reply["error"]["message"]
+    assert os.readlink(root / "current") == "r3" and json.loads((root / "history").read_text()) == ["r1"]
+    assert not [p for p in os.listdir(root) if ".tmp-" in p]
+
+
+def test_agent_refused_switch_releases_the_lock(tmp_path):
+    """In-process (the agent's module, not its subprocess, whose exit would drop the lock anyway)."""
+    import argparse
+    import fcntl
+
+    from edgeq.agent.common import AgentError
+    from edgeq.agent.releases import rollback, switch
+
+    root = tmp_path / "releases"
+    for name in ("r1", "r2"):
+        (root / name).mkdir(parents=True)
+        (root / name / "engine.plan").write_bytes(b"x")
+    os.symlink("r1", root / "current")
+    with pytest.raises(AgentError, match="current changed to r1 during this install"):
+        switch(argparse.Namespace(releasesDir=str(root), version="r2", expect="r2"))
+    with pytest.raises(AgentError, match="current changed to r1 during this rollback"):
+        rollback(argparse.Namespace(releasesDir=str(root), expect="r2", allowNone=False))
+    with open(root / ".lock", "a") as f:  # another open file: blocked if the refused calls still held it
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(f, fcntl.LOCK_UN)
+    assert os.readlink(root / "current") == "r1" and not (root / "history").exists()
+    assert switch(argparse.Namespace(releasesDir=str(root), version="r2", expect="r1"))["changed"] is True
 
 
 def test_an_inventory_names_allowed_signers_and_its_groups_serve_limit(tmp_path):

@@ -11,6 +11,11 @@ A version directory is written under a temporary name and renamed into place, an
 new symlink renamed over the old one (rename(2) is atomic), so a board that loses power or its
 connection mid-install is left on its previous ``current``, never on half a release. ``rollback``
 goes back one entry of ``history`` (Capistrano's and Ansible's deploy_helper's model).
+
+``switch`` and ``rollback`` are compare-and-swap: with ``--expect OLD`` (the ``current`` the host read
+when it started; empty for none) they take ``releases/.lock`` (flock), check ``current`` still is OLD,
+and only then rename the new link over it, so two operators installing on one board at once cannot
+silently overwrite each other's switch: the later one is refused, naming what ``current`` became.
 """
 
 import contextlib
@@ -46,11 +51,13 @@ def add_arguments(sub, common):
     common(switch)
     switch.add_argument("--releasesDir", required=True)
     switch.add_argument("--version", required=True)
+    switch.add_argument("--expect", help="only when current is still this version (empty: no current), "
+                        "as the host read it when its install started")
 
     rollback = sub.add_parser("rollback", help="point releases/current back at the version before it")
     common(rollback)
     rollback.add_argument("--releasesDir", required=True)
-    rollback.add_argument("--expect", help="only when current is this version (undoing a failed install)")
+    rollback.add_argument("--expect", help="only when current is still this version (empty: no current)")
     rollback.add_argument(
         "--allowNone", action="store_true", help="with no earlier version, remove current (a first install)"
     )
@@ -133,6 +140,16 @@ def _point(root, version):
     os.replace(tmp, link)
 
 
+def _check_expected(root, expect, stage, during, refused):
+    """Compare-and-swap's compare, under the lock: ``current`` must still be what the host read
+    (``expect``; "" for no current), else nothing is switched and the reason names what it became."""
+    cur = _current(root)
+    if expect is not None and cur != (expect or None):
+        raise AgentError(stage, "current changed to %s during this %s (another install?): not %s"
+                         % (cur or "(none)", during, refused))
+    return cur
+
+
 def _installed(root):
     try:
         names = os.listdir(root)
@@ -203,8 +220,9 @@ def switch(args):
         if not os.path.isfile(os.path.join(root, args.version, ENGINE)):
             raise AgentError("input", "version %s is not installed in %s" % (args.version, root))
         cur = _current(root)
-        if cur == args.version:
+        if cur == args.version:  # already what was asked (the same release installed twice at once)
             return {"changed": False, "current": cur, "previous": cur}
+        _check_expected(root, args.expect, "switch", "install", "switched")
         history = _history(root)
         _write_json(root, HISTORY, [*history, args.version])
         _point(root, args.version)
@@ -214,9 +232,7 @@ def switch(args):
 def rollback(args):
     root = args.releasesDir
     with _locked(root):
-        cur = _current(root)
-        if args.expect is not None and cur != args.expect:
-            raise AgentError("rollback", "current is %s, not %s: left as it is" % (cur, args.expect))
+        cur = _check_expected(root, args.expect, "rollback", "rollback", "rolled back")
         history = _history(root)
         back = _previous(root, history, cur)
         if back is None and not args.allowNone:

@@ -65,7 +65,7 @@ def _line(action: str, r: Any) -> str:
             said.append(f"signed by {escape(str(r.release['signer']))}")
     if r.error:
         said.append(escape(r.error))
-    if action == "install" and r.status == "failed" and r.switched is None:
+    if action == "install" and r.status == "failed" and r.switched is None and r.stage != "switch":
         said.append(f"current left at {escape(r.previous or '(none)')}")
     return f"{escape(r.target)}: " + ", ".join(x for x in said if x)
 
@@ -98,7 +98,9 @@ def _finish(result: Any, json_out: bool) -> int:
     help="Install a bundle on the boards of a fleet: per board, the engine built for its kind (GPU and "
     "TensorRT version as the manifest records; a board no engine fits is refused), uploaded resumably, "
     "its sha256 checked on the board, unpacked into <work_dir>/releases/<version>/, "
-    "loaded and timed there; only a board that passed is switched to it (releases/current, atomically): "
+    "loaded and timed there; only a board that passed is switched to it (releases/current, atomically, and "
+    "only while current is still what this install read at its start: another install meanwhile fails "
+    "the row): "
     "a board whose gate fails or whose throughput is below --min-ratio x the bundle's recorded figure "
     "fails and keeps its current version. --canary N installs on the first N boards first and stops if "
     "any fails. The "
@@ -149,7 +151,8 @@ def release_install_cmd(
 @release_app.command(
     "rollback",
     help="Switch each board's releases/current back to the version it ran before (its history on the "
-    "board; repeat to go further back).\n\nExit codes: 0 every board rolled back; 1 a board failed (or has "
+    "board; repeat to go further back); a board whose current changes meanwhile is left as it is."
+    "\n\nExit codes: 0 every board rolled back; 1 a board failed (or has "
     "no earlier version); 2 bad input, host key, login.",
     short_help="Switch each board back to the version it ran before.",
 )

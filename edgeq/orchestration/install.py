@@ -8,9 +8,12 @@ unpack it into ``<work_dir>/releases/<version>/``, load and time it there (agent
 ``profile`` on that versioned file): the board fails if its gate fails or its throughput is below
 ``min_ratio`` x the bundle's recorded figure. Only a board that passed has ``releases/current``
 switched to the new version (atomically, by the agent), so a failing board, or one lost at any point
-before the switch, keeps running what it ran. ``canary`` boards go first; if one fails, no other board
-is touched. The board-side steps are the agent's (``edgeq.agent.releases``), so ``fleet status`` reads
-what each board runs from the board itself.
+before the switch, keeps running what it ran. The switch is compare-and-swap: the agent switches only
+while ``current`` is still what this install read when it started (``--expect``, under the releases
+dir's flock), so of two operators installing on one board at once the later switch is refused and
+that board's row fails, naming what ``current`` became; ``rollback`` does the same. ``canary`` boards
+go first; if one fails, no other board is touched. The board-side steps are the agent's
+(``edgeq.agent.releases``), so ``fleet status`` reads what each board runs from the board itself.
 """
 
 from __future__ import annotations
@@ -245,7 +248,8 @@ def _install_one(board: _Board, loaded: Loaded, options: InstallOptions, progres
     engine = loaded.engines[kind]
     entry = loaded.manifest["engines"][kind]
     sha = next(f["sha256"] for f in loaded.manifest["files"] if f["path"] == entry["path"])
-    update(kind=kind, previous=board.agent("status").get("current"), stage="upload")
+    seen = board.agent("status").get("current")  # what the switch expects current still to be
+    update(kind=kind, previous=seen, stage="upload")
     up = board.runner.put(engine, target.remote_path("cache"),
                           progress=lambda task, done, total: progress(target.name, task, done, total))
     update(uploaded_bytes=up.bytes_sent, stage="install")
@@ -257,7 +261,8 @@ def _install_one(board: _Board, loaded: Loaded, options: InstallOptions, progres
                 "--meta=" + json.dumps(meta, sort_keys=True))  # fmt: skip
     _check_installed(board, loaded, kind, recorded, options, work)  # a failure leaves current alone
     update(stage="switch")
-    update(switched=bool(board.agent("switch", f"--version={loaded.version}").get("changed")))
+    switched = board.agent("switch", f"--version={loaded.version}", f"--expect={seen or ''}")
+    update(switched=bool(switched.get("changed")))
 
 
 def _check_installed(board: _Board, loaded: Loaded, kind: str, recorded: Optional[float],
@@ -391,8 +396,10 @@ def rollback(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row
     rows = _rows(targets, on_row)
 
     def fn(board: _Board) -> None:
-        board.update(stage="rollback")
-        back = board.agent("rollback")
+        board.update(stage="status")
+        seen = board.agent("status").get("current")
+        board.update(previous=seen, stage="rollback")
+        back = board.agent("rollback", f"--expect={seen or ''}")  # refused if current changed meanwhile
         board.update(previous=back.get("previous"), version=back.get("current"))
 
     _run_boards(targets, rows, fn, workers=_workers(fleet, options.workers, len(targets)), ok="ok",
