@@ -600,7 +600,7 @@ def test_inspect_reply_is_what_the_report_parser_reads(tmp_path):
 def test_profile_from_profiler_callbacks_joins_the_engine_layers(tmp_path):
     """Per-layer times as the IProfiler callback delivers them (engine layer names, ms per run) become
     a profile file that ``load_profile`` reads and that joins every layer of the same engine."""
-    from edgeq.report.fusion import build_report
+    from edgeq.report.fusion_build import build_report
     from edgeq.report.parse import load_layers, load_profile
 
     real = json.loads((FIXTURES / "resnet50_placed.explicit.profile.json").read_text())
@@ -631,7 +631,7 @@ def test_python_backend_replies_reach_the_report_through_the_host_parser(tmp_pat
     names load with ``load_layers`` / ``load_profile`` into one report."""
     from edgeq.agent.__main__ import envelope
     from edgeq.remote.protocol import parse_agent_reply
-    from edgeq.report.fusion import build_report
+    from edgeq.report.fusion_build import build_report
     from edgeq.report.parse import load_layers, load_profile
 
     text = (FIXTURES / "r50b64_placed.explicit.layers.json").read_text(encoding="utf-8")

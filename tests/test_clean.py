@@ -19,7 +19,9 @@ from edgeq.findings import Level
 from edgeq.graph import passes
 from edgeq.graph.clean import CleanOptions, clean_model, fit_findings
 from edgeq.graph.io import graph_from_model, infer_shapes, model_from_graph, opset_of, save_model
-from edgeq.graph.passes import PASS_NAMES, PASSES, Change, Unfit
+from edgeq.graph.passes import PASS_NAMES, PASSES
+from edgeq.graph.passes.base import Change, Unfit, quiet_graphsurgeon
+from edgeq.graph.passes.qdq import torch_qint8_pairs
 from edgeq.graph.verify import compare_models, random_inputs, run_model
 
 OPTS = CleanOptions()
@@ -42,7 +44,7 @@ def model(nodes, inputs, outputs, inits=(), *, opset: int = 17, ir: int = 8) -> 
 def apply(pass_fn, m: onnx.ModelProto) -> tuple[onnx.ModelProto, list[Change]]:
     """Run one graph pass alone, the way clean_model does (shape-inferred import, export)."""
     graph = graph_from_model(infer_shapes(m))
-    with passes.quiet_graphsurgeon():
+    with quiet_graphsurgeon():
         changes = pass_fn(graph, OPTS)
     out = model_from_graph(graph, like=m)
     onnx.checker.check_model(out)
@@ -360,7 +362,7 @@ def test_uint8_pair_matching_of_qdq_to_int8_and_torch_qint8_pairs() -> None:
 
     def names(exporter_cast: bool) -> list[tuple[str, list[str]]]:
         graph = graph_from_model(infer_shapes(m))
-        pairs = passes.torch_qint8_pairs(graph, exporter_cast=exporter_cast)
+        pairs = torch_qint8_pairs(graph, exporter_cast=exporter_cast)
         return [(q.name, [r.name for r in rs]) for q, rs in pairs]
 
     assert names(True) == [("c0_Q", ["c0_Cast", "c0_DQ"])]

@@ -22,7 +22,7 @@ from edgeq.quant.placement import plan_placement
 from edgeq.quant.qdq import insert_qdq
 from edgeq.quant.quantize import prepare_model
 from edgeq.quant.rules import RULES as PLACEMENT_RULES
-from edgeq.report.fusion import build_report
+from edgeq.report.fusion_build import build_report
 from edgeq.report.parse import load_layers
 
 FIXTURES = Path(__file__).parent / "fixtures"

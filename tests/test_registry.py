@@ -26,7 +26,7 @@ def skeleton(name: str):
 
 
 def engine(stem: str):
-    from edgeq.report.fusion import build_report
+    from edgeq.report.fusion_build import build_report
     from edgeq.report.parse import load_layers
 
     return build_report(load_layers(gzip.decompress((ZOO / f"{stem}.layers.json.gz").read_bytes())))

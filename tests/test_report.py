@@ -26,7 +26,7 @@ from edgeq.report import (
     render_html,
     report_to_dict,
 )
-from edgeq.report.fusion import nodes_from_metadata, split_layer_name
+from edgeq.report.layernames import nodes_from_metadata, split_layer_name
 from edgeq.report.parse import parse_format
 
 BLOCKS = [(li, b) for li, n in enumerate([3, 4, 6, 3], 1) for b in range(n)]  # ResNet-50's 16 blocks

@@ -49,7 +49,7 @@ def _used_by() -> dict[str, list[str]]:
     the report's layer kinds."""
     from edgeq.graph.rules import RULES as LINT
     from edgeq.quant.rules import RULES as PLACEMENT
-    from edgeq.report.fusion import KIND_RULES
+    from edgeq.report.layerkinds import KIND_RULES
     from edgeq.report.policy import RULES as GATE
 
     used: dict[str, list[str]] = {}

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, cast
 from edgeq.docs import cite
 from edgeq.errors import ConfigError, GraphError
 from edgeq.findings import Finding, Level, ProgressFn, no_progress
-from edgeq.graph.passes import PASS_NAMES, PASSES, Change, CleanOptions, Unfit, quiet_graphsurgeon
+from edgeq.graph.passes import PASS_NAMES, PASSES
+from edgeq.graph.passes.base import Change, CleanOptions, Unfit, quiet_graphsurgeon
 from edgeq.graph.verify import Verification, compare_models
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
 
     from edgeq.graph.facts import Pattern
-    from edgeq.graph.passes import GraphPass, ModelPass
+    from edgeq.graph.passes.base import GraphPass, ModelPass
 
 __all__ = ["PASSES", "Change", "CleanOptions", "CleanResult", "clean_file", "clean_model", "fit_findings"]
 
@@ -178,9 +179,9 @@ def _check_result(work: onnx.ModelProto, model: onnx.ModelProto, skip: tuple[str
 
 
 def _torch_qint8_nodes(model: onnx.ModelProto) -> frozenset[str]:
-    """Names of the Q/DQ nodes in PyTorch's qint8 export pattern (``passes.torch_qint8_pairs``)."""
+    """Names of the Q/DQ nodes in PyTorch's qint8 export pattern (``passes.qdq.torch_qint8_pairs``)."""
     from edgeq.graph.io import graph_from_model
-    from edgeq.graph.passes import torch_qint8_nodes
+    from edgeq.graph.passes.qdq import torch_qint8_nodes
 
     if not any(n.op_type == "QuantizeLinear" for n in model.graph.node):
         return frozenset()
@@ -192,7 +193,7 @@ def _torch_qint8_nodes(model: onnx.ModelProto) -> frozenset[str]:
 def _torch_repaired(model: onnx.ModelProto, options: CleanOptions) -> onnx.ModelProto:
     """The input with only the --torch-qint8 repair applied: what PyTorch computed, the reference that
     verification holds every other (exact) change to."""
-    from edgeq.graph.passes import qdq_torch_qint8
+    from edgeq.graph.passes.qdq import qdq_torch_qint8
 
     graph, _ = _import(model)
     with quiet_graphsurgeon():

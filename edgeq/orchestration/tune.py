@@ -431,7 +431,7 @@ def _judge(m: Measured, best: Measured, pair: Callable[[], dict[str, Any]], roun
 
 def _fp16_nodes(run_dir: Path, reference: Any) -> list[str]:
     """ONNX nodes the implicit engine ran in FP16 or FP32 (its inspector layer list)."""
-    from edgeq.report.fusion import build_report
+    from edgeq.report.fusion_build import build_report
     from edgeq.report.parse import load_layers
 
     layers = run_dir / "layers.json"

@@ -499,7 +499,7 @@ def finish_run(
 
 def report_and_gate(layers: Any, profile_src: Any, model: Any, policy: Policy) -> tuple[Any, Any]:
     """(report, gate verdict) from layer info and an optional profile: paths, JSON text or dicts."""
-    from edgeq.report.fusion import build_report
+    from edgeq.report.fusion_build import build_report
     from edgeq.report.gate import apply_gate
     from edgeq.report.parse import load_layers, load_profile
 

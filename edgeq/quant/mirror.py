@@ -208,7 +208,7 @@ class _Graph:
 
 def layer_nodes(lay: EngineLayer, g: _Graph) -> tuple[tuple[str, ...], bool]:
     """(the graph nodes an engine layer holds, whether its name or metadata names nodes at all)."""
-    from edgeq.report.fusion import nodes_from_metadata, split_layer_name
+    from edgeq.report.layernames import nodes_from_metadata, split_layer_name
 
     if _COPY_FOR.match(lay.name) or lay.layer_type == "Constant":
         return (), False

@@ -183,7 +183,7 @@ def prepare_model(model: onnx.ModelProto, progress: ProgressFn = no_progress, *,
     a second time."""
     from edgeq.graph.clean import clean_model
     from edgeq.graph.io import half_types, infer_shapes, opset_of
-    from edgeq.graph.passes import CleanOptions
+    from edgeq.graph.passes.base import CleanOptions
     from edgeq.quant.placement import ensure_node_names
 
     quantized = [n.name or n.op_type for n in model.graph.node

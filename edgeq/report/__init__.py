@@ -16,8 +16,8 @@ from edgeq.report.fusion import (
     OnnxMapping,
     ReportLayer,
     UnfusedResidual,
-    build_report,
 )
+from edgeq.report.fusion_build import build_report
 from edgeq.report.gate import GateResult, Violation, apply_gate
 from edgeq.report.parse import EngineLayer, EngineLayers, Profile, TensorFormat, load_layers, load_profile
 from edgeq.report.policy import POLICIES, RULES, Policy, policy_from_dict

@@ -24,7 +24,8 @@ from typing import Any, Optional
 
 from edgeq.errors import ReportError
 from edgeq.report.explain import Explanation, Links, compute_nodes, explain, lint_explanations, merged
-from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer, build_report
+from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
+from edgeq.report.fusion_build import build_report
 from edgeq.report.parse import PRECISION_RANK, load_layers, load_profile
 from edgeq.report.policy import Rule
 from edgeq.report.runlog import RunFigures, build_error_from_log, run_figures_from_log

@@ -36,8 +36,8 @@ def _qdq_nodes(graph: gs.Graph) -> list[gs.Node]:
 
 
 def _torch_qint8_nodes(graph: gs.Graph) -> set[str]:
-    """Q/DQ nodes in PyTorch's qint8 export pattern (``passes.torch_qint8_pairs``: one place for it)."""
-    from edgeq.graph.passes import torch_qint8_nodes
+    """Q/DQ nodes in PyTorch's qint8 export pattern (``passes.qdq.torch_qint8_pairs``: one place for it)."""
+    from edgeq.graph.passes.qdq import torch_qint8_nodes
 
     return torch_qint8_nodes(graph, node_label)
 
