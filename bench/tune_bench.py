@@ -62,6 +62,8 @@ def main() -> int:
     ap.add_argument("--min-cosine", help="accuracy bound (default: per model, MIN_COSINE)")
     ap.add_argument("--rounds", default="3", help="paired re-timing rounds (edgeq tune --rounds)")
     ap.add_argument("--samples", type=int, default=5, help="calibration samples (one in five held out)")
+    ap.add_argument("--placement", choices=("implicit", "trt"),
+                    help="tune's start (edgeq tune --placement; default: the mirror, else the rules)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "local-gpu.yaml"
@@ -79,6 +81,7 @@ def main() -> int:
                 "--budget", args.budget, "--min-cosine", args.min_cosine or MIN_COSINE[name],
                 "--rounds", args.rounds, "--json",
                 "-o", str(args.out / f"{name}.tune")]  # fmt: skip
+        argv += ["--placement", args.placement] if args.placement else []
         done = subprocess.run(argv, capture_output=True, text=True)
         secs = time.monotonic() - t0
         if not done.stdout.strip().startswith("{"):
@@ -90,7 +93,8 @@ def main() -> int:
         gates = {k: g.get("passed") for k, g in d["gate"].items()}
         paired = d.get("paired_vs_implicit") or {}
         medians = "/".join(f"{q:.0f}" for q in paired.get("median_qps") or [])
-        print(f"{name}: implicit {d['implicit']['qps']} qps, start {d['start']['qps']}, tuned "
+        began = (d.get("start_from") or {}).get("placement", "rules")
+        print(f"{name}: implicit {d['implicit']['qps']} qps, start ({began}) {d['start']['qps']}, tuned "
               f"{d['best']['qps']} (single timings); paired implicit/tuned {medians} qps = "
               f"{d['speedup_vs_implicit']}x over {paired.get('rounds')} rounds, "
               f"cosine {d['best']['cosine']}, "

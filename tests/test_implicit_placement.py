@@ -32,6 +32,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 PLACED = FIXTURES / "trt86-h100-placed"
 ZOO = FIXTURES / "trt86-h100-zoo"
 SKIP2 = "/layer2/layer2.0/downsample/downsample.0/Conv_output_0"  # a residual skip of ResNet-50
+SKIP1 = "/layer1/layer1.0/downsample/downsample.0/Conv_output_0"  # one implicit kept float
 
 
 def _r50() -> dict[str, dict[str, str]]:
@@ -234,23 +235,48 @@ def test_compare_target_builds_the_mirror_as_explicit(setup, cli):
 
 
 def test_tune_starts_from_the_mirror(setup, cli):
+    """The default start: the mirror of the implicit engine; decisions both ways (the zoo's ResNet-50, whose
+    implicit engine fused layer1.0's residual Add into the other convolution than the rules choose)."""
     root, target = setup
     model, calib = _model(root, zoo.resnet50(size=64))
-    trtexec = tune_trtexec(root / "bin", {SKIP2: 0.2}, recorded=_r50())
+    recorded = _zoo(root / "rec", "resnet50", "resnet50.explicit")
+    trtexec = tune_trtexec(root / "bin", {SKIP2: 0.2}, recorded=recorded)
     code, out, err = cli("tune", model, "--target", target(trtexec), "--calib", calib, "--min-cosine", "0.5",
-                         "--placement", "implicit", "--rounds", "1", "-o", root / "t", "--json")  # fmt: skip
+                         "--rounds", "1", "-o", root / "t", "--json")  # fmt: skip
     d = json.loads(out)
     assert code == 0, err  # the tuned engine passes both gates against implicit
+    assert d["start_from"] == {"placement": "mirror", "not_mirror": None}
     # the start: the mirror of the implicit engine, every edge it read INT8
     start = qdq_edges(_shipped(trtexec, 1))
-    int8, wide = direct_reads(PLACED / "r50b8_edgeq.implicit.layers.json", _fp32(root))
+    int8, wide = direct_reads(Path(recorded["implicit"]["layers"]), _fp32(root))
     assert int8 <= start and not (wide & start) and len(start) == 71
-    # its decisions are the mirror's tunable sites; the costly skip was tried float and dropped
+    # the mirror's tunable sites are tried float: the costly skip was dropped
     decisions = {e["sites"][0]: e for e in d["decisions"]}
-    assert SKIP2 in decisions and decisions[SKIP2]["kept"]
+    assert SKIP2 in decisions and decisions[SKIP2]["kept"] and decisions[SKIP2]["tried"] == "off"
     assert all(e["rule"] != "implicit-fp16" for e in d["decisions"])
+    # the rules' site implicit kept float (layer1.0's residual skip: implicit fused the Add into the other
+    # convolution) is tried INT8 on the best so far (SKIP2 dropped); a tie keeps the engine's choice
+    (added,) = [e for e in d["decisions"] if e["rule"] == "rules-int8"]
+    assert added["tried"] == "on" and not added["kept"] and added["sites"] == [SKIP1]
+    i = next(i for i, e in enumerate(d["decisions"]) if e is added)
+    tried = qdq_edges(_shipped(trtexec, 2 + i))
+    assert {t for t, _ in tried} == {t for t, _ in start} - {SKIP2} | {SKIP1}
     tuned = {t for t, _ in qdq_edges(onnx.load(d["files"]["model"]))}
     assert SKIP2 not in tuned and tuned < {t for t, _ in start}
+
+
+def test_tune_asked_for_the_mirror_stops_when_the_engine_is_of_another_model(setup, cli):
+    """``--placement implicit`` given: an implicit engine that does not map onto the model is an error (the
+    default start falls back to the rules instead, tests/test_tune.py)."""
+    root, target = setup
+    model, calib = _model(root, zoo.resnet_like(layers=(1, 1, 1)))
+    trtexec = tune_trtexec(root / "bin", {}, recorded=_r50())  # ResNet-50's engine for another net
+    code, _, err = cli("tune", model, "--target", target(trtexec), "--calib", calib, "--min-cosine", "0.5",
+                       "--placement", "implicit", "--rounds", "1", "-o", root / "t")  # fmt: skip
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and "Traceback" not in err and len(errors) == 1, err
+    assert "--placement implicit" in errors[0] and "is not of this model" in errors[0]
+    assert len(builds(trtexec)) == 1  # only the implicit engine was built
 
 
 def test_bad_combinations_are_one_line_exit_2(setup, cli, tmp_path):

@@ -396,3 +396,35 @@ def test_cli_from_engine_bad_input_exits_2_and_writes_nothing(shufflenet_files, 
                        ENGINES["shufflenet"][1], "-o", tmp_path / "o.onnx")
     _one_line_error(code, err, "--from-engine")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("engine", ["shufflenet_zoo2", "shufflenet", "resnet50"])
+def test_tune_from_the_mirror_decides_both_ways(engine: str) -> None:
+    """``edgeq tune``'s default start: the mirror exactly; each site the rules place where the engine kept
+    float can be tried INT8 (with its convolutions' weight DQs), each tunable mirror site tried float, and
+    no candidate changes the scale of a mirror site."""
+    from edgeq.quant.decisions import RULES_INT8, candidate_plan, mirror_decisions
+    from edgeq.quant.placement import plan_placement
+
+    rules = plan_placement(graph_from_model(prepared(ENGINES[engine][0])), "trt")
+    m, _ = mirror(engine)
+    plan, decisions = mirror_decisions(m, rules)
+    start = candidate_plan(plan, decisions, {})
+    assert start.sites == m.sites and start.weights == m.weights
+    amax = {t: 1.0 + i for i, t in enumerate(plan.activations)}
+    assert {t: a for t, a in plan.scale_amax(amax).items() if t in m.group_ids} == m.scale_amax(amax)
+    added = [d for d in decisions if d.rule == RULES_INT8]
+    kept_int8 = {s.tensor for s in m.sites} | set(m.commuted)
+    assert sorted(t for d in added for t in d.sites) == sorted(
+        s.tensor for s in rules.sites if s.tensor not in kept_int8)
+    rules_weight = {w.node: w.tensor for w in rules.weights}
+    for d in added:
+        assert not d.start
+        on = candidate_plan(plan, decisions, {d.id: True})
+        assert set(on.tensors) == set(start.tensors) | set(d.sites)
+        new_weights = {w.tensor for w in on.weights} - {w.tensor for w in start.weights}
+        assert new_weights == set(d.weights)
+        assert {rules_weight[c] for c in d.consumers if c in rules_weight} <= {w.tensor for w in on.weights}
+    assert any(d.weights for d in added) == engine.startswith("shufflenet")  # convolutions implicit ran float
+    tunable = [d for d in decisions if d.rule != RULES_INT8]
+    assert all(d.start and set(d.sites) <= {s.tensor for s in m.sites} for d in tunable)

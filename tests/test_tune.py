@@ -70,6 +70,9 @@ def test_tune_over_ssh_keeps_what_the_target_measured_faster(setup, ssh_server, 
     code, out, err = cli("tune", model, "--target", name, "--calib", calib, "--min-cosine", "0.9", "--json")
     assert code == 0, err
     d = json.loads(out)
+    # the default start is the mirror; the stand-in's implicit layer JSON is ResNet-50's, not this net's, so
+    # the search starts from the rules and says why
+    assert d["start_from"]["placement"] == "rules" and "did not mirror" in d["start_from"]["not_mirror"]
     chosen = {e["decision"].split(":", 1)[0] + ":" + e["sites"][0]: e["kept"] for e in d["decisions"]}
     assert chosen == {f"residual-add:{SKIP2}": True, f"residual-add:{SKIP3}": False,
                       f"pool-tail:{TAIL}": False}  # fmt: skip

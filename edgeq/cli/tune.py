@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from edgeq.cli.app import app
 from edgeq.cli.options import (
+    QUANTIZE,
     TARGET,
     AcceptNewHostKey,
     Calib,
@@ -19,7 +20,6 @@ from edgeq.cli.options import (
     MinCosine,
     Percentile,
     Placement,
-    PlacementOpt,
     TargetName,
     quantize_options,
 )
@@ -27,10 +27,11 @@ from edgeq.cli.output import EXIT_CODES_HELP, code_for, out, print_json, progres
 
 _HELP = (
     "Placement decided by the target's own timings: calibrate once, build implicit INT8 on the target, "
-    "start from edgeq's placement with implicit's FP16 layers mirrored, then toggle one decision point at "
-    "a time (residual skip, Concat Q/DQ, pool tail, FP16 block), each candidate built and profiled there "
-    "and kept only if faster in --rounds alternating timings and within --min-cosine (--placement "
-    "implicit: start from implicit's mirror).\n\n"
+    "start from its mirror (a Q/DQ where it read INT8), then toggle one decision point at a time (a "
+    "residual skip, Concat Q/DQ or pool tail tried float; a site the rules place where implicit kept float "
+    "tried INT8), each candidate built and profiled there and kept only if faster in --rounds alternating "
+    "timings and within --min-cosine. --placement trt starts from edgeq's rules with implicit's FP16 layers "
+    "mirrored (also the fallback, said in the output, when the implicit engine does not mirror).\n\n"
     "Writes the tuned Q/DQ model, its calibration cache, tune.json and tune.html; run it again with the "
     "same --output to resume. A target file with 'host: local' builds on this machine's GPU.\n\n"
     + EXIT_CODES_HELP
@@ -50,7 +51,10 @@ def tune_cmd(
     calibrator: CalibratorOpt = Calibrator.entropy,
     percentile: Percentile = 99.99,
     min_cosine: MinCosine = 0.99,
-    placement: PlacementOpt = Placement.trt,
+    placement: Optional[Placement] = typer.Option(
+        None, "--placement", metavar="MODE", case_sensitive=False, rich_help_panel=QUANTIZE,
+        help="Start: implicit (its mirror) or trt (the rules) \\[default: implicit].", show_default=False,
+    ),
     budget: str = typer.Option(
         "20m", "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m)."
     ),
@@ -67,13 +71,16 @@ def tune_cmd(
     from edgeq.orchestration.tune import TuneOptions, parse_budget, tune
     from edgeq.remote.targets import resolve_target
 
+    fallback = placement is None  # the default start falls back to the rules; one asked for does not
+    placement = Placement.implicit if placement is None else placement
     if placement == Placement.all:
         raise typer.BadParameter("tune starts from trt (the rules) or implicit (the mirror of the implicit "
                                  "engine)", param_hint="--placement")  # fmt: skip
     quantize = quantize_options(calib, calibrator=calibrator, percentile=percentile, min_cosine=min_cosine,
                                 placement=placement)  # fmt: skip
     options = TuneOptions(quantize=quantize, out_dir=output, budget_s=parse_budget(budget),
-                          accept_new_host_key=accept_new_host_key, rounds=rounds)  # fmt: skip
+                          accept_new_host_key=accept_new_host_key, rounds=rounds,
+                          fallback=fallback)  # fmt: skip
     tgt = resolve_target(target or "")
     if trtexec is not None:
         tgt = dataclasses.replace(tgt, trtexec=trtexec, backend="trtexec")
@@ -88,6 +95,12 @@ def tune_cmd(
         mark = "[green]kept[/]" if e["kept"] else "[dim]-[/]"
         out.print(f"{escape(e['decision'])}: {e['tried']} -> {cand.get('qps')} qps {mark} "
                   f"({escape(e['chosen_by'])})")  # fmt: skip
+    started = result.start_from
+    if started.get("placement") == "mirror":
+        out.print("started from the mirror of the implicit engine")
+    else:
+        why = f" ({escape(started['not_mirror'])})" if started.get("not_mirror") else ""
+        out.print(f"started from edgeq's rules{why}")
     stopped = f"; {result.stopped}" if result.stopped else ""
     how = f"{result.speedup}x" + (f" in {result.final['rounds']} paired rounds" if result.final else "")
     out.print(f"implicit {result.implicit.qps} qps, tuned {result.best.qps} qps ({how}); "

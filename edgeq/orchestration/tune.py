@@ -1,11 +1,13 @@
 """``edgeq tune``: Q/DQ placement decided by the target's own timings.
 
 Calibrate once; build the implicit INT8 engine on the target (TensorRT's own per-layer precision
-choice); start from the rule-based placement with the implicit engine's FP16 choices mirrored
-(``edgeq.quant.decisions``); then a greedy local search: each decision toggled against the current
-best, built and profiled on the target through deploy (``edgeq.orchestration.variants``), kept only when
-faster and within ``--min-cosine`` on held-out data (checked on the host first: a candidate that fails
-it is never built). The time budget stops the search before a build that would overrun it.
+choice); start from its mirror (``edgeq.quant.mirror``: a Q/DQ on every edge it read INT8) with decisions
+both ways: a mirror site a tunable rule also places tried float, a site the rules place where implicit
+kept float tried INT8 (``edgeq.quant.decisions``); then a greedy local search: each decision toggled
+against the current best, built and profiled on the target through deploy
+(``edgeq.orchestration.variants``), kept only when faster and within ``--min-cosine`` on held-out data
+(checked on the host first: a candidate that fails it is never built). The time budget stops the search
+before a build that would overrun it.
 
 "Faster" is decided by paired re-timing (``edgeq.orchestration.retime``), not by one timing each: single
 trtexec timings of one engine design spread by a few percent, more than most decisions are worth. A
@@ -23,11 +25,12 @@ every build. Outputs: ``<stem>.tuned.onnx``, ``<stem>.tuned.cache`` (implicit-pa
 the same statistics), ``tune.json`` and ``tune.html`` (every decision: candidates, measured times,
 accuracy, what chose it).
 
-``--placement implicit`` starts from the mirror of the implicit engine instead (``edgeq.quant.mirror``:
-a Q/DQ on every edge it read INT8, from the same ranges); its decisions are the mirror's sites that a
-tunable rule places too, each tried float (``edgeq.quant.decisions.mirror_decisions``). The gate then
-allowlists the nodes implicit itself ran in FP16/FP32 (``edgeq.orchestration.implicit``). The default start
-stays the rules': from the mirror, a tunable site the engine kept float can no longer be tried INT8.
+``--placement trt`` starts from the rules instead, with the implicit engine's FP16 choices mirrored
+(``edgeq.quant.decisions.decision_points``: sites whose consumers implicit ran FP16 start float). The default
+(no ``--placement``: ``TuneOptions.fallback``) takes that start when the implicit engine does not mirror
+onto the model, and any run does when the mirror's start is unusable (accuracy, build); ``start_from`` in
+``tune.json`` says which start and why. From the mirror the gate allowlists the nodes implicit itself ran
+in FP16/FP32 (``edgeq.orchestration.implicit``).
 """
 
 from __future__ import annotations
@@ -83,6 +86,9 @@ class TuneOptions:
     budget_s: float = 20 * 60
     accept_new_host_key: bool = False
     rounds: int = 3  # paired re-timing rounds per decision (0: decide on single timings)
+    # With placement "implicit": start from the rules (and say why) when the implicit engine does not
+    # mirror onto the model; False (``--placement implicit`` given) stops with the error instead.
+    fallback: bool = False
 
     @property
     def min_cosine(self) -> float:
@@ -122,6 +128,8 @@ class TuneResult:
     built: int = 0  # engines built by this invocation
     reused: int = 0  # measurements taken from the state file
     final: Optional[dict[str, Any]] = None  # implicit and tuned timed in alternation (Paired.to_dict)
+    # where the search started: {"placement": "mirror" | "rules", "not_mirror": why not, when asked}
+    start_from: dict[str, Any] = field(default_factory=dict)
 
     @property
     def speedup(self) -> Optional[float]:
@@ -132,6 +140,7 @@ class TuneResult:
         from dataclasses import asdict
 
         return {"implicit": asdict(self.implicit), "start": asdict(self.start), "best": asdict(self.best),
+                "start_from": self.start_from,
                 "speedup_vs_implicit": self.speedup, "paired_vs_implicit": self.final,
                 "decisions": self.decisions, "final_state": self.state, "stopped": self.stopped,
                 "builds": {"this_run": self.built, "reused": self.reused}, "files": self.files,
@@ -298,7 +307,6 @@ def tune(
         state.data["amax"] = calibrate(reference, plan, cal, q, progress)
         state.save()
     amax: dict[str, float] = state.data["amax"]
-    shared = plan.scale_amax(amax)
     cache = cache_ranges(plan, amax, q)
     fp32 = out / f"{stem}.implicit.fp32.onnx"
     implicit_cache = out / f"{stem}.implicit.cache"
@@ -318,20 +326,20 @@ def tune(
     else:
         tuner.reused += 1
     fp16 = _fp16_nodes(Path(str(implicit.run_dir)), reference)
+    rules = plan
+    decisions = decision_points(rules, fp16)
     allow: list[str] = []
+    started, why = "rules", None  # where the search starts, and why not from the mirror asked for
     if q.placement == "implicit":  # start from the mirror; implicit's own float nodes are its intent
-        from edgeq.graph.io import graph_from_model as _graph
-        from edgeq.quant.decisions import mirror_decisions
-        from edgeq.quant.mirror import load_engine, plan_from_engine
-
-        rules = plan
-        engine = load_engine(Path(str(implicit.run_dir)) / "layers.json")
-        plan, _ = plan_from_engine(_graph(reference), engine)
-        shared = plan.scale_amax(amax)
-        decisions = mirror_decisions(plan, rules)
-        allow = fp16
-    else:
-        decisions = decision_points(plan, fp16)
+        try:
+            plan, decisions = _mirror_start(Path(str(implicit.run_dir)), reference, rules)
+            started, allow = "mirror", fp16
+        except QuantError as e:
+            if not options.fallback:
+                raise QuantError(f"tune --placement implicit: {e.message}",
+                                 "--placement trt starts from the rules") from e  # fmt: skip
+            why = f"the implicit engine did not mirror onto the model ({e.message})"
+    shared = plan.scale_amax(amax)
     progress("tuning", 0, len(decisions))
 
     def measure(st: dict[str, bool]) -> Measured:
@@ -355,13 +363,20 @@ def tune(
         state.put(m)
         return m
 
-    # 3. start (rules + implicit's FP16 mirrored), then one toggle at a time against the best
+    # 3. start (the mirror, or the rules with implicit's FP16 mirrored), then one toggle at a time
     current = {d.id: d.start for d in decisions}
     start = measure(current)
+    if not start.usable and started == "mirror":  # the mirror cost accuracy or failed: start from the rules
+        why = f"its start was not usable ({_unusable(start)})"
+        plan, decisions, allow, started = rules, decision_points(rules, fp16), [], "rules"
+        shared = plan.scale_amax(amax)
+        current = {d.id: d.start for d in decisions}
+        start = measure(current)
     best = start
-    if not start.usable:  # the mirror can cost accuracy: fall back to the rules alone
+    if not start.usable:  # implicit's FP16 mirrored can cost accuracy: fall back to the rules alone
         current = {d.id: True for d in decisions}
         best = start = measure(current)
+    start_from = {"placement": started, "not_mirror": why}
     log: list[dict[str, Any]] = []
     stopped = None
     for i, d in enumerate(decisions):
@@ -389,13 +404,33 @@ def tune(
     dropped = [c for d in decisions if not current[d.id] for c in d.consumers]
     final = tuner.paired(state, implicit, best, options.rounds) if options.rounds and best.usable else None
     result = TuneResult(out, implicit, start, best, log, current, stopped, built=tuner.built,
-                        reused=tuner.reused, final=final)  # fmt: skip
+                        reused=tuner.reused, final=final, start_from=start_from)  # fmt: skip
     result.gate = _gates(implicit, best, reference, [*dropped, *allow], target, final,
-                         relax_reformats=q.placement == "implicit")  # fmt: skip
+                         relax_reformats=started == "mirror")  # fmt: skip
     result.files = {"model": str(tuned), "cache": str(tuned_cache), "json": str(out / "tune.json"),
                     "html": str(out / "tune.html"), "state": str(state.path)}  # fmt: skip
     _write_report(result, decisions)
     return result
+
+
+def _mirror_start(run_dir: Path, reference: Any, rules: Any) -> tuple[Any, list[Decision]]:
+    """The mirror of the implicit engine in ``run_dir`` and its decisions both ways (``mirror_decisions``).
+    Raises QuantError when its layer JSON is missing or does not map onto ``reference``."""
+    from edgeq.graph.io import graph_from_model
+    from edgeq.quant.decisions import mirror_decisions
+    from edgeq.quant.mirror import load_engine, plan_from_engine
+
+    layers = run_dir / "layers.json"
+    if not layers.is_file():
+        raise QuantError(f"{layers}: the target wrote no layer JSON for the implicit engine")
+    mirror, _ = plan_from_engine(graph_from_model(reference), load_engine(layers))
+    return mirror_decisions(mirror, rules)
+
+
+def _unusable(m: Measured) -> str:
+    if not m.accuracy_ok:
+        return f"cosine {m.cosine} below the bound"
+    return f"build failed: {m.error}" if m.error else "no timing"
 
 
 def _measured(key: str, engine: Any, run_dir: Any, took: float) -> Measured:
@@ -499,7 +534,10 @@ def _write_report(result: TuneResult, decisions: list[Decision]) -> None:
         f"<td>{esc(e['chosen_by'])}</td></tr>"
         for e in result.decisions
     )
-    head = (f"implicit {result.implicit.qps} qps; start {result.start.qps} qps; tuned {result.best.qps} qps "
+    began = result.start_from.get("placement", "rules")
+    began += f" ({result.start_from['not_mirror']})" if result.start_from.get("not_mirror") else ""
+    head = (f"implicit {result.implicit.qps} qps; start ({began}) {result.start.qps} qps; "
+            f"tuned {result.best.qps} qps "
             f"({d['speedup_vs_implicit']}x implicit{' in paired rounds' if result.final else ''})")
     head += f"; stopped: {result.stopped}" if result.stopped else ""
     html = ("<!doctype html><meta charset=utf-8><title>edgeq tune</title><h1>edgeq tune</h1>"

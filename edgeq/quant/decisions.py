@@ -5,7 +5,10 @@ on one GPU at one batch size. A decision is one group of plan sites, by the rule
 (each residual block's skip, each Concat's own Q/DQ, the pool tail, a SiLU feeding a residual Add,
 a Concat's shared-scale inputs) or by the implicit engine's measurement (sites whose consumers the
 implicit engine ran in FP16: mirrored, i.e. left float, at the start). A candidate placement is the
-plan with some decisions switched off: their sites removed, every other site, scale and weight kept.
+plan with some decisions switched off: their sites (and the weight DQs they bring) removed, every other
+site, scale and weight kept. From the mirror of the implicit engine the decisions go both ways: a mirror
+site a tunable rule places too can be tried float, and a site the rules place where the engine kept float
+can be tried INT8 (``mirror_decisions``).
 """
 
 from __future__ import annotations
@@ -15,26 +18,29 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from edgeq.graph import registry
-from edgeq.quant.placement import Plan
+from edgeq.quant.placement import Plan, QdqSite, WeightSite
 
 # Sites whose pattern is a choice between two legal placements (the registry's tunable entries).
 TUNABLE_RULES = registry.tunable()
 IMPLICIT_FP16 = "implicit-fp16"  # a decision the implicit engine's layer precisions made
+RULES_INT8 = "rules-int8"  # from the mirror: a site the rules place where the implicit engine kept float
 
 
 @dataclass(frozen=True)
 class Decision:
-    """One toggle: its ``sites`` are in the placement when on. ``start``: its state in the start
-    placement (off for an implicit-FP16 mirror)."""
+    """One toggle: its ``sites`` (and ``weights``, the DQs of the weights its consumers then read INT8) are
+    in the placement when on. ``start``: its state in the start placement (off for an implicit-FP16 mirror
+    and for a rules site the implicit engine kept float)."""
 
     id: str
     rule: str
     sites: tuple[str, ...]
     consumers: tuple[str, ...]
     start: bool = True
+    weights: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
-        return {"id": self.id, "rule": self.rule, "sites": list(self.sites),
+        return {"id": self.id, "rule": self.rule, "sites": list(self.sites), "weights": list(self.weights),
                 "consumers": list(self.consumers), "start": self.start}  # fmt: skip
 
 
@@ -60,9 +66,12 @@ def decision_points(plan: Plan, fp16_nodes: Collection[str] = ()) -> list[Decisi
 
 
 def candidate_plan(plan: Plan, decisions: list[Decision], state: Mapping[str, bool]) -> Plan:
-    """``plan`` without the sites of every decision ``state`` switches off."""
-    off = {t for d in decisions if not state.get(d.id, d.start) for t in d.sites}
-    return replace(plan, sites=tuple(s for s in plan.sites if s.tensor not in off))
+    """``plan`` without the sites and weight DQs of every decision ``state`` switches off."""
+    off_decisions = [d for d in decisions if not state.get(d.id, d.start)]
+    off = {t for d in off_decisions for t in d.sites}
+    off_weights = {w for d in off_decisions for w in d.weights}
+    return replace(plan, sites=tuple(s for s in plan.sites if s.tensor not in off),
+                   weights=tuple(w for w in plan.weights if w.tensor not in off_weights))  # fmt: skip
 
 
 def candidate_key(plan: Plan) -> str:
@@ -71,16 +80,44 @@ def candidate_key(plan: Plan) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def mirror_decisions(mirror: Plan, rules: Plan) -> list[Decision]:
-    """``edgeq tune --placement implicit``'s decisions, on the mirror of the implicit engine: every mirror
-    site that the rules place by a tunable pattern joins that pattern's (rule, group) decision, on at the
-    start (implicit carried it INT8); toggling one off tries it float. Sites the rules would add and the
-    engine kept float are not decisions: the mirror is where implicit's own timing put them."""
+def mirror_decisions(mirror: Plan, rules: Plan) -> tuple[Plan, list[Decision]]:
+    """``edgeq tune``'s start from the mirror of the implicit engine: (the plan decisions toggle, the
+    decisions). Both ways: every mirror site that the rules place by a tunable pattern joins that
+    pattern's (rule, group) decision, on at the start (implicit carried it INT8), tried float; every site
+    the rules place where the engine kept float joins a ``rules-int8`` decision per (rule, group), off at
+    the start (the plan is the mirror exactly), tried INT8 together with the per-channel weight DQs of its
+    weighted consumers that the mirror left float. Such added sites keep the rules' scale groups among
+    themselves: a mirror site's scale never changes by what a candidate adds."""
     by_tensor = {s.tensor: (s.rule, s.group) for s in rules.sites if s.rule in TUNABLE_RULES}
     groups: dict[tuple[str, str], list[int]] = {}
     for i, s in enumerate(mirror.sites):
         if s.tensor in by_tensor:
             groups.setdefault(by_tensor[s.tensor], []).append(i)
-    return [Decision(f"{rule}:{group}", rule, tuple(mirror.sites[i].tensor for i in idx),
-                     tuple(dict.fromkeys(c for i in idx for c in mirror.sites[i].consumers)))
-            for (rule, group), idx in groups.items()]  # fmt: skip
+    decisions = [Decision(f"{rule}:{group}", rule, tuple(mirror.sites[i].tensor for i in idx),
+                          tuple(dict.fromkeys(c for i in idx for c in mirror.sites[i].consumers)))
+                 for (rule, group), idx in groups.items()]  # fmt: skip
+    # Sites the rules add: not a mirror site, not data movement the mirror already runs INT8.
+    taken = {s.tensor for s in mirror.sites} | set(mirror.commuted)
+    added = [s for s in rules.sites if s.tensor not in taken]
+    weighted = {w.node for w in mirror.weights}
+    new_weights = {w.node: w for w in rules.weights if w.node not in weighted}
+    by_group: dict[tuple[str, str], list[QdqSite]] = {}
+    for s in added:
+        by_group.setdefault((s.rule, s.group), []).append(s)
+    group_ids = dict(mirror.group_ids)
+    plan_groups = dict(mirror.groups)
+    extra_sites: list[QdqSite] = []
+    extra_weights: list[WeightSite] = []
+    for (rule, _), members in by_group.items():
+        gid = members[0].tensor  # not a mirror group id: those are mirror site tensors
+        plan_groups[gid] = tuple(s.tensor for s in members)
+        group_ids.update({s.tensor: gid for s in members})
+        extra_sites += [replace(s, group=gid) for s in members]
+        consumers = tuple(dict.fromkeys(c for s in members for c in s.consumers))
+        weights = [new_weights.pop(c) for c in consumers if c in new_weights]
+        extra_weights += weights
+        decisions.append(Decision(f"{RULES_INT8}:{rule}:{gid}", RULES_INT8, tuple(s.tensor for s in members),
+                                  consumers, start=False, weights=tuple(w.tensor for w in weights)))
+    plan = replace(mirror, sites=(*mirror.sites, *extra_sites), weights=(*mirror.weights, *extra_weights),
+                   groups=plan_groups, group_ids=group_ids)  # fmt: skip
+    return plan, decisions
