@@ -281,6 +281,13 @@ def _reflash(member, *, trt: str) -> None:
     member.trtexec.write_text(script.replace(banner.group(0), f"[TensorRT v{code}]"))
 
 
+def _probes(member) -> int:
+    """How many times the board was probed (each probe asks its trtexec stand-in for ``--help``)."""
+    from trtexec_replay import calls
+
+    return sum(argv[1:] == ["--help"] for argv in calls(member.trtexec))
+
+
 @pytest.mark.sshd
 def test_a_reused_board_is_probed_and_rebuilt_when_reflashed(boards, servers, cli):
     """Run 1 on board1 (L4T 36.2.0, files under EDGEQ_PROBE_ROOT), board2 (TensorRT 8.6.2) and board3.
@@ -309,10 +316,13 @@ def test_a_reused_board_is_probed_and_rebuilt_when_reflashed(boards, servers, cl
     (board_root / "etc" / "nv_tegra_release").write_text("# R35 (release), REVISION: 4.1, GCID: 33958178\n")
     _reflash(members[1], trt="8.6.0")
     before, opened = [builds(m) for m in members], connections_opened()
+    probed = [_probes(m) for m in members]
     code, out, err = cli(*args)
     assert code == 0, (out, err)
     rows = _rows(out)
     assert [builds(m) - n for m, n in zip(members, before)] == [1, 1, 0]
+    # one probe a board: a rebuilt board's deploy takes the resume check's probe, it does not ask again
+    assert [_probes(m) - n for m, n in zip(members, probed)] == [1, 1, 1]
     assert rows["board1"]["rebuilt"] == "L4T 36.2.0 -> 35.4.1" and rows["board1"]["reused_from"] is None
     assert rows["board2"]["rebuilt"] == "TensorRT 8.6.2 -> 8.6.0" and rows["board2"]["tensorrt"] == "8.6.0"
     assert rows["board3"]["reused_from"] == run1.rsplit("/", 1)[-1] and rows["board3"]["rebuilt"] is None

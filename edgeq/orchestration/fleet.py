@@ -35,6 +35,7 @@ from edgeq.pipeline.rundir import Recorder, model_stem, new_run_dir, slug, write
 from edgeq.pipeline.stages import (
     KindEngines,
     Prepared,
+    Probe,
     ProfileSettings,
     conclude,
     direct_agent,
@@ -188,12 +189,13 @@ def _reusable(target: Target, run: _Run) -> Optional[resume.Prior]:
 
 
 def _changed(runner: Runner, target: Target, run: _Run, prior: resume.Prior
-             ) -> tuple[Optional[str], dict[str, Optional[str]]]:
+             ) -> tuple[Optional[str], dict[str, Optional[str]], Probe]:
     """Probe the board on the run's connection (the agent is in its upload cache already): what changed
-    since ``prior`` (None: nothing), and its facts now."""
+    since ``prior`` (None: nothing), its facts now, and the probe (a rebuild does not probe again)."""
     up = runner.put(run.agent.path, target.remote_path("cache"))
-    facts = resume.board_facts(probe(direct_agent(runner, target, up.remote_path), target))
-    return resume.changed_facts(prior.recorded_facts(target), facts), facts
+    found = probe(direct_agent(runner, target, up.remote_path), target)
+    facts = resume.board_facts(found)
+    return resume.changed_facts(prior.recorded_facts(target), facts), facts, found
 
 
 def _reuse(target: Target, run: _Run, row: Row, prior: resume.Prior, facts: dict[str, Optional[str]],
@@ -230,9 +232,10 @@ def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_ro
     started = time.monotonic()
     update(status="running", stage="connect" if prior is None else "probe")
     with target_runner(target, options.accept_new_host_key) as runner:  # one connection, opened lazily
+        found: Optional[Probe] = None
         if prior is not None:
             try:
-                why, facts = _changed(runner, target, run, prior)
+                why, facts, found = _changed(runner, target, run, prior)
             except EdgeqError as e:  # unreachable, or no longer what its target file says
                 _failed_before_run(row, e, started, run, on_row)
                 return
@@ -241,7 +244,7 @@ def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_ro
                 update()
                 return
             update(rebuilt=why)
-        _run_on_board(runner, target, prepared, run, row, update, started)
+        _run_on_board(runner, target, prepared, run, row, update, started, found)
 
 
 def _failed_before_run(row: Row, e: EdgeqError, started: float, run: _Run, on_row: RowFn) -> None:
@@ -258,7 +261,8 @@ def _failed_before_run(row: Row, e: EdgeqError, started: float, run: _Run, on_ro
 
 
 def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run, row: Row,
-                  update: Callable[..., None], started: float) -> None:  # fmt: skip
+                  update: Callable[..., None], started: float, probed: Optional[Probe] = None
+                  ) -> None:  # fmt: skip
     """The target's half of the pipeline into a fresh board directory, recorded for the next run."""
     fleet_dir, options, lock = run.fleet_dir, run.options, run.lock
 
@@ -279,7 +283,7 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
         policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
         with rec.finishing():
             found = on_target(runner, target, prepared, rec, run.agent, options.profile, run.shared,
-                              remote_name=f"{fleet_dir.name}-{run_dir.name}")
+                              remote_name=f"{fleet_dir.name}-{run_dir.name}", probed=probed)
             facts = resume.board_facts(found)
             update(gpu=found.gpu, kind=found.kind)
             conclude(rec, prepared.model, policy)

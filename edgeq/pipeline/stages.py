@@ -388,8 +388,10 @@ def on_target(
     settings: ProfileSettings,
     shared: Optional[KindEngines] = None,
     remote_name: Optional[str] = None,
+    probed: Optional[Probe] = None,
 ) -> Probe:
-    """upload -> probe -> build (or reuse the kind's engine) -> inspect -> profile; files into the run dir."""
+    """upload -> probe -> build (or reuse the kind's engine) -> inspect -> profile; files into the run dir.
+    ``probed``: the board's probe, already taken on this connection (a resumed run's check), not repeated."""
     run_dir = rec.run_dir
     remote_run = target.remote_path("runs", remote_name or run_dir.name)
     with rec.stage("upload") as r:
@@ -405,9 +407,9 @@ def on_target(
         )
     agent = rec.agent(runner, target, up_agent.remote_path)
     with rec.stage("probe") as r:
-        found = probe(agent, target)
+        found = probed if probed is not None else probe(agent, target)
         write_json(run_dir / "probe.json", found.facts)
-        r.summary = found.describe()
+        r.summary = found.describe() + (" (probed by the resume check)" if probed is not None else "")
         r.data = {
             "tensorrt": found.tensorrt,
             "compute_capability": found.compute_capability,
