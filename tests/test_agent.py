@@ -27,13 +27,18 @@ import pytest
 from conftest import FIXTURES, ROOT
 from trtexec_replay import Recorded, calls, replay_trtexec
 
-from edgeq.agent import trt_backend as trb
 from edgeq.agent import trtexec_backend as tb
-from edgeq.agent.common import percentiles
-from edgeq.agent.trt_backend import profile_records
+from edgeq.agent.common import AgentError, percentiles
+from edgeq.agent.trt_calibrator import cache_for_tensorrt
+from edgeq.agent.trt_common import first_error, severity_name, version_number, write_atomic
+from edgeq.agent.trt_cuda import open_cuda
+from edgeq.agent.trt_engine import layer_info_result
+from edgeq.agent.trt_profile import profile_records, tensor_bytes
 from edgeq.remote import zipapp as za
 
 ALLOWED_THIRD_PARTY = {"tensorrt", "pycuda", "cuda"}
+# The modules of backend ``python`` beside its entry point ``trt_backend``.
+PYTHON_BACKEND = ("trt_build", "trt_calibrator", "trt_common", "trt_cuda", "trt_engine", "trt_profile")
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +99,9 @@ def _agent_modules(agent: za.AgentBundle) -> dict[str, str]:
 
 def test_zipapp_imports_only_stdlib_tensorrt_and_cuda(agent):
     modules = _agent_modules(agent)
-    assert "__main__.py" in modules and "edgeq_agent/trt_backend.py" in modules
+    assert "__main__.py" in modules
+    for module in ("trt_backend", *PYTHON_BACKEND):
+        assert f"edgeq_agent/{module}.py" in modules
     for name, src in modules.items():
         for node in ast.walk(ast.parse(src)):
             if isinstance(node, ast.Import):
@@ -110,7 +117,7 @@ def test_zipapp_imports_only_stdlib_tensorrt_and_cuda(agent):
                 )
 
 
-def test_only_trt_backend_imports_tensorrt(agent):
+def test_only_the_python_backend_imports_tensorrt(agent):
     for name, src in _agent_modules(agent).items():
         mentions = any(
             isinstance(n, (ast.Import, ast.ImportFrom))
@@ -118,8 +125,8 @@ def test_only_trt_backend_imports_tensorrt(agent):
             | (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] in ALLOWED_THIRD_PARTY)
             for n in ast.walk(ast.parse(src))
         )
-        if name != "edgeq_agent/trt_backend.py":
-            assert not mentions, f"{name} imports TensorRT/CUDA (only trt_backend may)"
+        if name not in ("edgeq_agent/trt_common.py", "edgeq_agent/trt_cuda.py"):
+            assert not mentions, f"{name} imports TensorRT/CUDA (only trt_common and trt_cuda may)"
 
 
 def test_agent_sources_parse_as_python_38(agent):
@@ -406,7 +413,7 @@ def test_trtexec_inspect_reply_matches_the_python_backends(agent, tmp_path):
     assert code == 0 and obj["ok"], obj
     assert out.read_bytes() == layers.read_bytes()
     py_out = tmp_path / "py.json"
-    python_reply = trb.layer_info_result(layers.read_text(encoding="utf-8"), str(py_out), "8.6.0")
+    python_reply = layer_info_result(layers.read_text(encoding="utf-8"), str(py_out), "8.6.0")
     assert obj["result"] == dict(python_reply, layers_json=str(out))  # same keys, same values
     assert py_out.read_bytes() == layers.read_bytes()
 
@@ -577,7 +584,7 @@ def test_inspect_reply_is_what_the_report_parser_reads(tmp_path):
 
     text = (FIXTURES / "resnet50_placed.explicit.layers.json").read_text(encoding="utf-8")
     out = tmp_path / "layers.json"
-    reply = trb.layer_info_result(text, str(out), "8.6.2.3")
+    reply = layer_info_result(text, str(out), "8.6.2.3")
     assert out.read_text(encoding="utf-8") == text  # byte for byte what the inspector returned
     layers = load_layers(out)
     assert reply == {"layers_json": str(out), "layers": len(layers), "detailed": True, "tensorrt": "8.6.2.3"}
@@ -588,11 +595,11 @@ def test_inspect_reply_is_what_the_report_parser_reads(tmp_path):
 
     # An engine built without ProfilingVerbosity.DETAILED: names only, and the reply says so.
     names = json.dumps({"Layers": [lay.name for lay in layers.layers[:3]], "Bindings": ["input"]})
-    reply = trb.layer_info_result(names, str(tmp_path / "names.json"), "8.6.0")
+    reply = layer_info_result(names, str(tmp_path / "names.json"), "8.6.0")
     assert reply["detailed"] is False and not load_layers(tmp_path / "names.json").detailed
 
-    with pytest.raises(trb.AgentError) as e:
-        trb.layer_info_result('{"Bindings": []}', str(tmp_path / "bad.json"), "8.6.0")
+    with pytest.raises(AgentError) as e:
+        layer_info_result('{"Bindings": []}', str(tmp_path / "bad.json"), "8.6.0")
     assert e.value.stage == "inspect" and "Layers" in e.value.message
     assert not (tmp_path / "bad.json").exists()
 
@@ -613,7 +620,7 @@ def test_profile_from_profiler_callbacks_joins_the_engine_layers(tmp_path):
                 order.append(rec["name"])
             times[rec["name"]].append(rec["averageMs"] * (1.0 + 0.01 * run))
     out = tmp_path / "profile.json"
-    trb._write_atomic(str(out), json.dumps(profile_records(order, times), indent=1).encode())
+    write_atomic(str(out), json.dumps(profile_records(order, times), indent=1).encode())
     prof = load_profile(out)
     assert prof.iterations == 3 and prof.producer == "trtexec"  # trtexec's --exportProfile shape
     assert [t.name for t in prof.layers] == [r["name"] for r in real[1:]]
@@ -635,7 +642,7 @@ def test_python_backend_replies_reach_the_report_through_the_host_parser(tmp_pat
     from edgeq.report.parse import load_layers, load_profile
 
     text = (FIXTURES / "r50b64_placed.explicit.layers.json").read_text(encoding="utf-8")
-    inspect_result = trb.layer_info_result(text, str(tmp_path / "layers.json"), "8.6.2.3")
+    inspect_result = layer_info_result(text, str(tmp_path / "layers.json"), "8.6.2.3")
     names = [lay.name for lay in load_layers(text).layers]
     times = {n: [0.01 * (i + 1), 0.012 * (i + 1)] for i, n in enumerate(names)}
     (tmp_path / "profile.json").write_text(json.dumps(profile_records(names, times)))
@@ -660,34 +667,34 @@ def test_calibration_cache_is_replayed_with_the_running_tensorrt_header():
 
     scales = {"input": 0.0078125, "/conv1/Conv_output_0": 0.031, "a: b c": 1.5}
     text = format_calibration_cache(scales).encode()
-    cls, data = trb.cache_for_tensorrt(text, "8.6.2.3")
+    cls, data = cache_for_tensorrt(text, "8.6.2.3")
     assert cls == "IInt8EntropyCalibrator2"
     header, got = parse_calibration_cache(data.decode())
     assert header == "TRT-8602-EntropyCalibration2"
     assert got == parse_calibration_cache(text.decode())[1]
     assert data.split(b"\n", 1)[1] == text.split(b"\n", 1)[1]
-    cls, data = trb.cache_for_tensorrt(b"TRT-8501-MinMaxCalibration\nx: 3c010204\n", "8.6.0.12")
+    cls, data = cache_for_tensorrt(b"TRT-8501-MinMaxCalibration\nx: 3c010204\n", "8.6.0.12")
     assert (cls, data) == ("IInt8MinMaxCalibrator", b"TRT-8600-MinMaxCalibration\nx: 3c010204\n")
     for bad in (b"", b"input: 3c010204\n", b"TRT-8600-LegacyCalibration\n"):
-        with pytest.raises(trb.AgentError) as e:
-            trb.cache_for_tensorrt(bad, "8.6.0")
+        with pytest.raises(AgentError) as e:
+            cache_for_tensorrt(bad, "8.6.0")
         assert e.value.stage == "input"
 
 
 def test_version_numbers_agree_with_trtexecs_banner():
     for version, number in (("8.6.0", 8600), ("8.6.1.6", 8601), ("8.6.2.3", 8602), ("10.3.0.26", 10300)):
-        assert trb.version_number(version) == number
+        assert version_number(version) == number
     # the banner of the real fixture runs: [TensorRT v8600]
     banner = (FIXTURES / "resnet50_placed.explicit.run.log").read_text().splitlines()
-    assert trb.version_number(tb.version_from_banner(banner)) == 8600
+    assert version_number(tb.version_from_banner(banner)) == 8600
 
 
 def test_tensor_bytes_pads_vectorized_dimensions():
-    assert trb.tensor_bytes([1, 3, 224, 224], 4) == 1 * 3 * 224 * 224 * 4
-    assert trb.tensor_bytes([1, 3, 224, 224], 1, vectorized_dim=1, components=32) == 32 * 224 * 224
-    assert trb.tensor_bytes([8, 64, 7, 7], 2, vectorized_dim=1, components=8) == 8 * 64 * 49 * 2
-    assert trb.tensor_bytes([], 4) == 4  # a scalar
-    assert trb.severity_name(1) == "ERROR" and trb.severity_name(0) == "INTERNAL_ERROR"
+    assert tensor_bytes([1, 3, 224, 224], 4) == 1 * 3 * 224 * 224 * 4
+    assert tensor_bytes([1, 3, 224, 224], 1, vectorized_dim=1, components=32) == 32 * 224 * 224
+    assert tensor_bytes([8, 64, 7, 7], 2, vectorized_dim=1, components=8) == 8 * 64 * 49 * 2
+    assert tensor_bytes([], 4) == 4  # a scalar
+    assert severity_name(1) == "ERROR" and severity_name(0) == "INTERNAL_ERROR"
 
 
 def test_python_backend_checks_build_options_like_trtexec(agent, tmp_path):
@@ -831,8 +838,8 @@ def test_cuda_buffers_fail_structured_without_a_gpu():
     the real cudaStreamCreate error comes back as data (without libcudart: an import error)."""
     import ctypes.util
 
-    with pytest.raises(trb.AgentError) as e:
-        trb.open_cuda()
+    with pytest.raises(AgentError) as e:
+        open_cuda()
     if ctypes.util.find_library("cudart"):
         assert e.value.stage == "cuda"
         assert e.value.message.startswith("cudaStreamCreate failed: cudaError")
@@ -855,8 +862,8 @@ def test_log_errors_since_a_mark_skip_recovered_errors():
     log.write(failure)
     log.write("[E] trtexec style")
     assert log.errors(mark) == [failure, "[E] trtexec style"]
-    assert trb._first_error(log, "none", mark) == "10: Could not find any implementation for node X."
-    assert trb._first_error(log, "none", log.mark()) == "none"
+    assert first_error(log, "none", mark) == "10: Could not find any implementation for node X."
+    assert first_error(log, "none", log.mark()) == "none"
     assert len(log.tail()) == 5 and log.written == 10
 
 

@@ -222,7 +222,7 @@ def gpu_info():
     return gpus
 
 
-# The modules trt_backend.open_cuda tries for device buffers, in order: cuda-python's runtime API
+# The modules trt_cuda.open_cuda tries for device buffers, in order: cuda-python's runtime API
 # (``cuda.cudart`` up to 12.x, ``cuda.bindings.runtime`` from 12.6 on), pycuda's driver API, and
 # libcudart itself through ctypes.
 CUDA_BINDINGS = {"cuda": ("cuda.cudart", "cuda.bindings.runtime"), "pycuda": ("pycuda.driver",)}

@@ -1,0 +1,156 @@
+"""``profile`` for backend ``python``: end-to-end latency of ``execute_async_v3`` on device buffers,
+then per-layer times from an IProfiler, written in the shape of ``trtexec --exportProfile``.
+
+Split from ``trt_engine`` (loading, inspecting) because timing brings in CUDA buffers and the profiler.
+"""
+
+import json
+import time
+
+from .common import AgentError, percentiles
+from .trt_common import first_error, load_tensorrt, make_logger, write_atomic
+from .trt_cuda import open_cuda
+from .trt_engine import create_context, load_engine
+
+# Bytes per element by DataType member name, for bindings whose DataType lacks ``itemsize``.
+# 8.6 members: FLOAT, HALF, INT8, INT32, BOOL, UINT8, FP8 (8.6.1 Python API, ``tensorrt.DataType``).
+_ITEMSIZE = {"FLOAT": 4, "HALF": 2, "INT8": 1, "INT32": 4, "BOOL": 1, "UINT8": 1, "FP8": 1}
+
+
+def _itemsize(dtype):
+    size = getattr(dtype, "itemsize", None)  # DataType.itemsize (8.6.1 Python API)
+    if isinstance(size, int) and size > 0:
+        return size
+    name = getattr(dtype, "name", None) or str(dtype).rsplit(".", 1)[-1]
+    if name not in _ITEMSIZE:
+        raise AgentError("profile", "unknown TensorRT data type %s" % (dtype,))
+    return _ITEMSIZE[name]
+
+
+def tensor_bytes(shape, itemsize, vectorized_dim=-1, components=1):
+    """Bytes for one I/O tensor: the volume, with a vectorized dimension padded to whole vectors
+    (``get_tensor_vectorized_dim`` / ``get_tensor_components_per_element``; -1 / 1 for linear)."""
+    dims = [int(d) for d in shape]
+    if vectorized_dim is not None and 0 <= vectorized_dim < len(dims) and components > 1:
+        dims[vectorized_dim] = -(-dims[vectorized_dim] // components) * components
+    count = 1
+    for d in dims:
+        count *= d
+    return count * itemsize
+
+
+def _bind_tensors(trt, engine, context, cuda):
+    """Allocate every I/O tensor and bind it with ``set_tensor_address`` (8.5+ API)."""
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        shape = list(engine.get_tensor_shape(name))
+        if any(int(d) < 0 for d in shape):
+            kind = "input" if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else "output"
+            raise AgentError(
+                "profile",
+                "%s %r has a dynamic shape %s; export the model with static shapes "
+                "or use backend: trtexec with --shapes" % (kind, name, shape),
+            )
+        nbytes = tensor_bytes(
+            shape,
+            _itemsize(engine.get_tensor_dtype(name)),
+            engine.get_tensor_vectorized_dim(name),
+            engine.get_tensor_components_per_element(name),
+        )
+        if not context.set_tensor_address(name, cuda.alloc(max(1, nbytes))):
+            raise AgentError("profile", "set_tensor_address(%r) failed" % name)
+
+
+def profile(args, log):
+    trt = load_tensorrt()
+    logger = make_logger(trt, log, getattr(args, "verbose", False))
+    cuda = open_cuda()  # before the Runtime: one CUDA context for the engine and the buffers
+    _runtime, engine = load_engine(trt, logger, log, args.loadEngine, args.useDLACore, "profile")
+    context = create_context(engine, log, "profile")
+    _bind_tensors(trt, engine, context, cuda)
+
+    def once():
+        mark = log.mark()
+        if not context.execute_async_v3(cuda.handle):  # stream handle as an int (pyCore.cpp: size_t)
+            raise AgentError("profile", first_error(log, "execute_async_v3 failed", mark), log=log.tail())
+        cuda.sync()
+
+    warm_until = time.perf_counter() + args.warmUp / 1000.0
+    once()  # at least one run before timing: the first one pays for lazy initialisation
+    while time.perf_counter() < warm_until:
+        once()
+    samples = []
+    started = time.perf_counter()
+    min_end = started + float(args.duration)
+    while len(samples) < args.iterations or time.perf_counter() < min_end:
+        t0 = time.perf_counter()
+        once()
+        samples.append((time.perf_counter() - t0) * 1000.0)
+    wall = time.perf_counter() - started
+    timed = {
+        # Host-side time of one execute_async_v3 + stream sync (no H2D/D2H copies: the buffers stay on
+        # the device), i.e. close to trtexec's "GPU Compute Time" plus launch overhead.
+        "latency_ms": percentiles(samples),
+        "throughput_qps": len(samples) / wall if wall > 0 else None,
+        "iterations": len(samples),
+        "wall_seconds": round(wall, 3),
+        "tensorrt": trt.__version__,
+    }
+    if not args.exportProfile:  # a re-timing: no per-layer run
+        return dict(timed, profile_json=None)
+
+    # Per-layer times in a separate run (as trtexec --separateProfileRun): the profiler synchronises
+    # after every layer, so it must not be attached while end-to-end latency is measured. The 8.6
+    # IProfiler is called once per layer for each executeV2()/enqueueV2()/enqueueV3() (C++ API,
+    # IProfiler); the stream is synchronised after every run so each run's reports are complete.
+    # UNVERIFIED (8.6): whether enqueueV3 calls report_layer_time before it returns or after the
+    # stream work ends; both are covered (sync per run, ``count`` = reports received, not runs asked).
+    layer_times = {}
+    order = []
+
+    class _Profiler(trt.IProfiler):
+        def __init__(self):
+            trt.IProfiler.__init__(self)  # required for a Python IProfiler (Python API, IProfiler)
+
+        def report_layer_time(self, layer_name, ms):
+            if layer_name not in layer_times:
+                layer_times[layer_name] = []
+                order.append(layer_name)
+            layer_times[layer_name].append(ms)
+
+    profiler = _Profiler()
+    context.profiler = profiler  # the context keeps it alive (pyCore.cpp: py::keep_alive<1, 2>)
+    runs = max(1, min(len(samples), 100))
+    for _ in range(runs):
+        once()
+    if not layer_times:
+        raise AgentError(
+            "profile", "the profiler reported no layer times after %d runs" % runs, log=log.tail()
+        )
+    records = profile_records(order, layer_times)
+    write_atomic(args.exportProfile, json.dumps(records, indent=1).encode("utf-8"))
+    return dict(timed, profile_json=args.exportProfile, profile_runs=runs, profiled_layers=len(order))
+
+
+def profile_records(order, layer_times, runs=None):
+    """Per-layer times in trtexec's ``--exportProfile`` shape, so one report parser reads both backends.
+
+    ``count`` is the number of profiled runs: the most reports any layer received (a layer that only
+    runs sometimes, inside a conditional, gets fewer), unless ``runs`` says otherwise.
+    """
+    if runs is None:
+        runs = max((len(v) for v in layer_times.values()), default=0)
+    total = sum(sum(v) for v in layer_times.values()) or 1.0
+    records = [{"count": runs}]
+    for name in order:
+        times = sorted(layer_times[name])
+        records.append(
+            {
+                "name": name,
+                "timeMs": sum(times),
+                "averageMs": sum(times) / len(times),
+                "medianMs": times[len(times) // 2],
+                "percentage": 100.0 * sum(times) / total,
+            }
+        )
+    return records
