@@ -118,6 +118,12 @@ def test_the_budget_stops_the_search(setup, cli):
     # the start placement measured 1.1x the implicit engine's time: the relative gate says so (exit 1)
     assert code == 1, err
     assert [f[0] for f in d["gate"]["relative"]["failures"]] == ["slower-than-baseline"]
+    # as people read it (resumed: the budget is each run's): where the search started, and why not from
+    # the mirror (the stand-in's implicit layer JSON is ResNet-50's)
+    code, text, err = cli("tune", model, "--target", name, "--calib", calib, "--min-cosine", "0.9",
+                          "--budget", "1s", "-o", Path(d["files"]["json"]).parent)  # fmt: skip
+    assert "started from edgeq's rules (the implicit engine did not mirror onto the model: the engine" in text
+    assert "is not of this model" in text and "Traceback" not in err
 
 
 def test_an_interrupted_run_resumes_without_rebuilding(setup):

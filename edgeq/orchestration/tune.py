@@ -338,7 +338,7 @@ def tune(
             if not options.fallback:
                 raise QuantError(f"tune --placement implicit: {e.message}",
                                  "--placement trt starts from the rules") from e  # fmt: skip
-            why = f"the implicit engine did not mirror onto the model ({e.message})"
+            why = f"the implicit engine did not mirror onto the model: {e.message}"
     shared = plan.scale_amax(amax)
     progress("tuning", 0, len(decisions))
 
@@ -367,7 +367,7 @@ def tune(
     current = {d.id: d.start for d in decisions}
     start = measure(current)
     if not start.usable and started == "mirror":  # the mirror cost accuracy or failed: start from the rules
-        why = f"its start was not usable ({_unusable(start)})"
+        why = f"the mirror's start was not usable: {_unusable(start)}"
         plan, decisions, allow, started = rules, decision_points(rules, fp16), [], "rules"
         shared = plan.scale_amax(amax)
         current = {d.id: d.start for d in decisions}
