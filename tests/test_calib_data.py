@@ -488,7 +488,7 @@ def test_mixed_sizes_and_formats_all_reach_the_input_shape(tmp_path) -> None:
     assert len(feeds) == len(sizes)
     assert all(f["x"].shape == (1, 3, 16, 16) and f["x"].dtype == np.float32 for f in feeds)
     # torchvision's Resize(18) on 100x20 (HxW): width 18, height int(18 * 100 / 20) = 90; crop the middle
-    from edgeq.quant.data import shorter_side_size
+    from edgeq.quant.data.preprocess import shorter_side_size
 
     assert shorter_side_size(100, 20, 18) == (90, 18) and shorter_side_size(30, 40, 18) == (18, 24)
     assert shorter_side_size(30, 40, 17) == (17, 22) and shorter_side_size(40, 30, 17) == (22, 17)  # int()

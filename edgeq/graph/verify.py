@@ -78,7 +78,7 @@ def _json_float(x: float) -> float | str:
 
 def static_inputs(model: onnx.ModelProto) -> dict[str, tuple[list[int], np.dtype]]:
     """Shape and numpy dtype of each input a caller must feed (not initializers), for made-up inputs:
-    dynamic dimensions become 1. (``edgeq.quant.data.input_specs`` keeps them open for real data.)"""
+    dynamic dimensions become 1. (``edgeq.quant.data.inputs.input_specs`` keeps them open for real data.)"""
     import onnx
 
     inits = {t.name for t in model.graph.initializer}
