@@ -10,7 +10,6 @@ from rich.markup import escape
 
 from edgeq.cli.app import app
 from edgeq.cli.options import (
-    QUANTIZE,
     TARGET,
     AcceptNewHostKey,
     Calib,
@@ -20,6 +19,7 @@ from edgeq.cli.options import (
     MinCosine,
     Percentile,
     Placement,
+    PlacementOpt,
     TargetName,
     quantize_options,
 )
@@ -27,11 +27,10 @@ from edgeq.cli.output import EXIT_CODES_HELP, code_for, out, print_json, progres
 
 _HELP = (
     "Placement decided by the target's own timings: calibrate once, build implicit INT8 on the target, "
-    "start from its mirror (a Q/DQ where it read INT8), then toggle one decision point at a time (a "
-    "residual skip, Concat Q/DQ or pool tail tried float; a site the rules place where implicit kept float "
-    "tried INT8), each candidate built and profiled there and kept only if faster in --rounds alternating "
-    "timings and within --min-cosine. --placement trt starts from edgeq's rules with implicit's FP16 layers "
-    "mirrored (also the fallback, said in the output, when the implicit engine does not mirror).\n\n"
+    "start from its mirror, then toggle one decision point at a time (a tunable site tried float, a site "
+    "the rules place where implicit kept float tried INT8), each candidate built and profiled there and "
+    "kept only if faster in --rounds alternating timings and within --min-cosine (--placement trt: start "
+    "from the rules, also the fallback when implicit does not mirror).\n\n"
     "Writes the tuned Q/DQ model, its calibration cache, tune.json and tune.html; run it again with the "
     "same --output to resume. A target file with 'host: local' builds on this machine's GPU.\n\n"
     + EXIT_CODES_HELP
@@ -40,6 +39,7 @@ _HELP = (
 
 @app.command("tune", help=_HELP, short_help="Q/DQ placement decided by the target's own timings.")
 def tune_cmd(
+    ctx: typer.Context,
     model: Path = typer.Argument(..., help="The float ONNX model."),
     target: TargetName = ...,  # type: ignore[assignment]
     accept_new_host_key: AcceptNewHostKey = False,
@@ -51,10 +51,7 @@ def tune_cmd(
     calibrator: CalibratorOpt = Calibrator.entropy,
     percentile: Percentile = 99.99,
     min_cosine: MinCosine = 0.99,
-    placement: Optional[Placement] = typer.Option(
-        None, "--placement", metavar="MODE", case_sensitive=False, rich_help_panel=QUANTIZE,
-        help="Start: implicit (its mirror) or trt (the rules) \\[default: implicit].", show_default=False,
-    ),
+    placement: PlacementOpt = Placement.implicit,
     budget: str = typer.Option(
         "20m", "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m)."
     ),
@@ -71,8 +68,9 @@ def tune_cmd(
     from edgeq.orchestration.tune import TuneOptions, parse_budget, tune
     from edgeq.remote.targets import resolve_target
 
-    fallback = placement is None  # the default start falls back to the rules; one asked for does not
-    placement = Placement.implicit if placement is None else placement
+    # the default start falls back to the rules when implicit does not mirror; one asked for does not
+    source = ctx.get_parameter_source("placement")
+    fallback = source is None or source.name == "DEFAULT"
     if placement == Placement.all:
         raise typer.BadParameter("tune starts from trt (the rules) or implicit (the mirror of the implicit "
                                  "engine)", param_hint="--placement")  # fmt: skip
