@@ -28,7 +28,9 @@ sys.path.insert(0, str(ROOT))
 def pages() -> dict[str, str]:
     """name -> HTML: the report of edgeq's YOLO engine and the implicit/explicit/fix2/all comparison."""
     from edgeq.report import POLICIES, apply_gate, build_report, load_layers, load_profile, render_html
-    from edgeq.report.compare import compare_engines, engine_from_path, relative_gate
+    from edgeq.report.compare import compare_engines
+    from edgeq.report.compare_engine import engine_from_path
+    from edgeq.report.compare_gate import relative_gate
     from edgeq.report.compare_html import render_compare_html
 
     stem = EDGEQ / "yolo_edgeq.explicit"

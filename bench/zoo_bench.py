@@ -269,7 +269,7 @@ def schedule(steps: list[Step], budget_s: float, cpu_workers: int) -> list[str]:
 
 
 def table(models: list[Model]) -> tuple[str, list[dict]]:
-    from edgeq.report.compare import engine_from_path, engine_stats
+    from edgeq.report.compare_engine import engine_from_path, engine_stats
 
     rows, lines = [], []
     head = (f"{'model':20s} {'batch':>5s} {'implicit qps':>12s} {'static qps':>10s} {'ratio':>6s} "

@@ -15,7 +15,9 @@ from conftest import FIXTURES, ROOT
 
 from edgeq.errors import ReportError
 from edgeq.quant.rules import RULES as PLACEMENT_RULES
-from edgeq.report.compare import RELATIVE_RULES, compare_engines, engine_from_path, relative_gate
+from edgeq.report.compare import compare_engines
+from edgeq.report.compare_engine import engine_from_path
+from edgeq.report.compare_gate import RELATIVE_RULES, relative_gate
 
 EDGEQ = ROOT / "tests" / "fixtures" / "trt86-h200-edgeq"
 
@@ -284,17 +286,17 @@ def test_lint_findings_of_the_qdq_model_explain_the_regions_they_name(tmp_path, 
 
 
 def test_each_engine_stats_are_computed_once_for_every_diff_and_renderer(monkeypatch):
-    import edgeq.report.compare as compare
+    import edgeq.report.compare_engine as compare_engine
     from edgeq.report.compare_html import render_compare_html
 
     calls: list[str] = []
-    real = compare.engine_stats
+    real = compare_engine.engine_stats
 
     def counted(report):
         calls.append(report.source)
         return real(report)
 
-    monkeypatch.setattr(compare, "engine_stats", counted)
+    monkeypatch.setattr(compare_engine, "engine_stats", counted)
     stems = ("yolo_edgeq.implicit", "yolo_edgeq.explicit", "yolo_fix2.explicit")
     c = compare_engines([engine_from_path(EDGEQ / f"{s}.layers.json") for s in stems])
     c.to_dict()

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 from conftest import ROOT
 
-from edgeq.report.compare import compare_engines, engine_from_path, relative_gate
+from edgeq.report.compare import compare_engines
+from edgeq.report.compare_engine import engine_from_path
+from edgeq.report.compare_gate import relative_gate
 
 PLACED = ROOT / "tests" / "fixtures" / "trt86-h100-placed"
 MODELS = ("r50b8_edgeq", "r50b64_edgeq", "yolo_edgeq")

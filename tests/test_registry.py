@@ -183,7 +183,8 @@ def test_channel_shuffles_stay_float_and_each_branch_convolution_quantizes_itsel
 
 
 def test_lint_and_compare_name_the_shuffles_edgeq_ran_int8(as_before_the_zoo_patterns, monkeypatch) -> None:
-    from edgeq.report.compare import Engine, diff_pair
+    from edgeq.report.compare import diff_pair
+    from edgeq.report.compare_engine import Engine
 
     old, _ = qdq(skeleton("shufflenet_v2_x1_0"))
     monkeypatch.undo()

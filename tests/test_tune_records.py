@@ -11,7 +11,9 @@ from conftest import ROOT
 
 from edgeq.orchestration.retime import Paired
 from edgeq.orchestration.tune import Measured, _judge
-from edgeq.report.compare import compare_engines, engine_from_path, relative_gate
+from edgeq.report.compare import compare_engines
+from edgeq.report.compare_engine import engine_from_path
+from edgeq.report.compare_gate import relative_gate
 
 RECORDS = ROOT / "tests" / "fixtures" / "trt86-h100-tune"
 MODELS = ("r50b8", "r50b64", "yolob8")

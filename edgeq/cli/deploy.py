@@ -81,7 +81,8 @@ def _baseline_gate(gate: Optional[str], baseline: Optional[str], calib: Optional
 def _relative_to_baseline(result: Any, target: Any, accept_new_host_key: bool, progress: ProgressFn) -> Any:
     """deploy --baseline implicit: build the implicit engine of the run, gate the run's engine against it."""
     from edgeq.orchestration.variants import VariantOptions, engine_of_run, implicit_baseline
-    from edgeq.report.compare import diff_pair, relative_gate
+    from edgeq.report.compare import diff_pair
+    from edgeq.report.compare_gate import relative_gate
 
     if result.finished is None:
         return None

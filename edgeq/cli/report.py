@@ -180,7 +180,7 @@ def report_cmd(
 
 
 # --------------------------------------------------------------------------------------------------
-# edgeq compare  (edgeq.report.compare; edgeq.orchestration.variants builds the engines on a target)
+# edgeq compare  (edgeq.report.compare*; edgeq.orchestration.variants builds the engines on a target)
 # --------------------------------------------------------------------------------------------------
 
 _COMPARE_HELP = (
@@ -293,7 +293,9 @@ def compare_cmd(
     html_out: Html = None,
 ) -> int:
     from edgeq.fs import atomic_write_text, check_writable
-    from edgeq.report.compare import compare_engines, engine_from_path, relative_gates
+    from edgeq.report.compare import compare_engines
+    from edgeq.report.compare_engine import engine_from_path
+    from edgeq.report.compare_gate import relative_gates
     from edgeq.report.compare_html import render_compare_html
 
     if gate_name not in ("relative", "none"):

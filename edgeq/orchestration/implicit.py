@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from edgeq.quant.accuracy import AccuracyReport
     from edgeq.quant.mirror import MirrorReport
     from edgeq.quant.placement import Plan
-    from edgeq.report.compare import Engine, RelativeGate
+    from edgeq.report.compare_engine import Engine
+    from edgeq.report.compare_gate import RelativeGate
 
 ROUNDS = 3  # paired rounds of implicit and explicit before the relative gate (tune's default too)
 NEEDS_CALIB = "give the float model and --calib: the implicit engine and its mirror come from one calibration"
@@ -89,7 +90,7 @@ def mirror_plan(cal: Calibrated, layers_json: Path) -> tuple[Plan, MirrorReport]
 
 def _run_engine(run_dir: Path, reference: Any, name: str, qps: Optional[float], latency: Optional[float]
                 ) -> Engine:  # fmt: skip
-    from edgeq.report.compare import engine_from_path
+    from edgeq.report.compare_engine import engine_from_path
     from edgeq.report.runlog import RunFigures
 
     e = engine_from_path(run_dir, onnx_model=reference, name=name)
@@ -154,7 +155,8 @@ def deploy_implicit(
     from edgeq.orchestration.retime import retime
     from edgeq.pipeline.stages import ProfileSettings
     from edgeq.quant.accuracy import compare_accuracy
-    from edgeq.report.compare import diff_pair, relative_gate
+    from edgeq.report.compare import diff_pair
+    from edgeq.report.compare_gate import relative_gate
 
     q = options.quantize
     if q.calib is None:

@@ -496,7 +496,9 @@ def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str
     has some (``edgeq.orchestration.implicit``)."""
     from edgeq.orchestration.deploy import policy_for
     from edgeq.pipeline.stages import report_and_gate
-    from edgeq.report.compare import diff_pair, engine_from_path, relative_gate
+    from edgeq.report.compare import diff_pair
+    from edgeq.report.compare_engine import engine_from_path
+    from edgeq.report.compare_gate import relative_gate
     from edgeq.report.runlog import RunFigures
 
     if best.run_dir is None or implicit.run_dir is None:

@@ -19,7 +19,7 @@ from edgeq.errors import EdgeqError, QuantError, RemoteError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import Target
-from edgeq.report.compare import Engine
+from edgeq.report.compare_engine import Engine
 from edgeq.report.runlog import RunFigures
 
 # Deploy stages whose failure is this variant's own (its TensorRT build or run), not the target's.
@@ -153,7 +153,7 @@ def _deploy_one(
 
 
 def _engine(variant: Variant, result: Any) -> Engine:
-    from edgeq.report.compare import engine_from_path
+    from edgeq.report.compare_engine import engine_from_path
 
     if isinstance(result, EdgeqError):
         return Engine(variant.name, None, error=str(result), files=(str(variant.model),))

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from edgeq.report.compare import Comparison, Engine, PairDiff, Region, Side
+from edgeq.report.compare import Comparison, PairDiff
+from edgeq.report.compare_engine import Engine
+from edgeq.report.compare_regions import Region, Side
 from edgeq.report.fusion import FusionReport
 from edgeq.report.render import _CSS
 from edgeq.report.views import VIEW_CSS, color_of, engine_strip, esc, layer_block, legend

@@ -1,0 +1,147 @@
+"""The relative gate: a candidate engine passes when it is no worse than the baseline (no node in a wider
+precision, no more reformats, throughput at least ``min_ratio`` of the baseline's). Apart from the diff so
+that the verdict's rules read on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from edgeq.report.compare import Comparison, PairDiff, Ratio, WiderNode
+from edgeq.report.policy import Rule
+
+DEFAULT_MIN_RATIO = 0.97
+
+
+# --------------------------------------------------------------------------------------------------
+# The relative gate
+# --------------------------------------------------------------------------------------------------
+
+# The relative gate's rules, as data with the engines that show each (tests/fixtures).
+RELATIVE_RULES: dict[str, Rule] = {
+    r.id: r
+    for r in (
+        Rule(
+            "wider-than-baseline",
+            "an ONNX node runs in a wider precision than in the baseline engine",
+            "measured: trt86-h200-edgeq/yolo_edgeq.explicit vs yolo_edgeq.implicit (13 FP16 + 4 FP32 layers "
+            "where implicit ran INT8, 0.55x)",
+        ),
+        Rule(
+            "more-reformats",
+            "more precision- or layout-changing interior reformats than the baseline engine",
+            "measured: trt86-h200-edgeq/r50b64_edgeq.explicit (3 interior reformats, implicit 0; 0.96x)",
+        ),
+        Rule(
+            "slower-than-baseline",
+            "throughput under --min-ratio (default 0.97) times the baseline's",
+            "measured: trt86-h200/resnet50_ortfb.explicit (all INT8, yet 0.73x implicit: unfused residuals); "
+            "yolo_fix2 vs its implicit engine timed on one machine: 1.00x",
+        ),
+        Rule(
+            "not-built",
+            "the candidate engine did not build: there is no engine to deploy",
+            "measured: trt86-h200-edgeq/yolo_edgeq_all.explicit.build.log ('Could not find any "
+            "implementation for node PWN(...)', trtexec FAILED)",
+        ),
+        Rule(
+            "no-timing",
+            "no run logs or profiles for both engines: the throughput ratio cannot be checked",
+            "trtexec --exportProfile / the run's 'Throughput:' line (tests/fixtures/README.md)",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class RelativeGate:
+    """``bool()`` is the verdict; ``str()`` names what failed or the figures that passed."""
+
+    candidate: str
+    baseline: str
+    min_ratio: float
+    failures: tuple[tuple[str, str], ...]  # (rule, message)
+    ratio: Ratio
+
+    def __bool__(self) -> bool:
+        return not self.failures
+
+    def summary(self) -> str:
+        r = self.ratio
+        fig = f"{r.throughput:.3f}x ({r.source})" if r.throughput is not None else "no ratio"
+        if self:
+            return (
+                f"gate relative: {self.candidate} passed against {self.baseline} "
+                f"(throughput {fig}, minimum {self.min_ratio:g})"
+            )
+        rules = ", ".join(dict.fromkeys(rule for rule, _ in self.failures))
+        return f"gate relative: {self.candidate} FAILED against {self.baseline} ({rules}; throughput {fig})"
+
+    def __str__(self) -> str:
+        return "\n".join(
+            [self.summary(), *(f"  [{rule}] {msg}" for rule, msg in self.failures[:12])]
+            + ([f"  ... and {len(self.failures) - 12} more"] if len(self.failures) > 12 else [])
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "candidate": self.candidate,
+            "baseline": self.baseline,
+            "passed": bool(self),
+            "summary": self.summary(),
+            "min_ratio": self.min_ratio,
+            "ratio": self.ratio.to_dict(),
+            "failures": [{"rule": r, "message": m} for r, m in self.failures],
+        }
+
+
+def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO) -> RelativeGate:
+    """Fail the candidate on any node wider than in the baseline, more precision/layout-changing
+    reformats, or a throughput ratio under ``min_ratio``."""
+    fails: list[tuple[str, str]] = []
+    by_layer: dict[int, list[WiderNode]] = {}
+    for w in diff.wider:
+        by_layer.setdefault(w.cand_layer, []).append(w)
+    for layer, ws in by_layer.items():
+        names = ", ".join(w.node for w in ws[:3]) + (f" (+{len(ws) - 3})" if len(ws) > 3 else "")
+        fails.append(
+            (
+                "wider-than-baseline",
+                f"#{layer} {names}: {ws[0].cand_precision} (baseline {ws[0].base_precision})",
+            )
+        )
+    b, c = diff.base_stats.reformats, diff.cand_stats.reformats
+    if c > b:
+        fails.append(("more-reformats", f"{c} precision/layout-changing interior reformats (baseline {b})"))
+    r = diff.ratio.throughput
+    if r is None:
+        fails.append(("no-timing", RELATIVE_RULES["no-timing"].description))
+    elif r < min_ratio:
+        fails.append(
+            (
+                "slower-than-baseline",
+                f"throughput {r:.3f}x the baseline's ({diff.ratio.source}), minimum {min_ratio:g}",
+            )
+        )
+    return RelativeGate(diff.candidate, diff.baseline, min_ratio, tuple(fails), diff.ratio)
+
+
+def relative_gates(
+    comparison: Comparison, min_ratio: float = DEFAULT_MIN_RATIO, only: Optional[Sequence[str]] = None
+) -> list[RelativeGate]:
+    """One verdict per candidate (those named in ``only``, else all), in the comparison's order: a built
+    candidate is judged by ``relative_gate``; one that did not build fails with TensorRT's error."""
+    diffs = {d.candidate: d for d in comparison.diffs}
+    gates = []
+    for e in comparison.engines[1:]:
+        if only is not None and e.name not in only:
+            continue
+        if e.name in diffs:
+            gates.append(relative_gate(diffs[e.name], min_ratio))
+        else:
+            failure = ("not-built", e.error or "the build failed")
+            none = Ratio(None, None, "none")
+            gates.append(RelativeGate(e.name, comparison.baseline.name, min_ratio, (failure,), none))
+    return gates
