@@ -25,7 +25,7 @@ from conftest import FIXTURES
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeq.errors import RemoteError
-from edgeq.orchestration.deploy import DeployOptions, _policy
+from edgeq.orchestration.deploy import DeployOptions, deploy_policy
 from edgeq.pipeline.rundir import STAGES, StageRecord, new_run_dir
 from edgeq.pipeline.stages import finish_run
 from edgeq.remote.protocol import (
@@ -328,7 +328,7 @@ def _target(tmp_path: Path, gate: dict | None = None):
 def test_finish_run_on_real_explicit_engine(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    policy = _policy(DeployOptions(), _target(tmp_path))
+    policy = deploy_policy(DeployOptions(), _target(tmp_path))
     done = finish_run(
         run,
         FIXTURES / "resnet50_ortfb.explicit.layers.json",
@@ -349,7 +349,7 @@ def test_finish_run_on_real_explicit_engine(tmp_path):
     name = done.gate.violations[0].layer_name
     allowed = finish_run(
         run, FIXTURES / "resnet50_ortfb.explicit.layers.json", None, None,
-        _policy(DeployOptions(), _target(tmp_path, {"policy": "int8", "allow": [name]})),
+        deploy_policy(DeployOptions(), _target(tmp_path, {"policy": "int8", "allow": [name]})),
     )  # fmt: skip
     assert allowed.gate and len(allowed.gate.allowed) == 1
 
@@ -360,7 +360,7 @@ def test_finish_run_on_real_implicit_engine_fails_on_fp16(tmp_path):
         FIXTURES / "resnet50.implicit.layers.json",
         FIXTURES / "resnet50.implicit.profile.json",
         None,
-        _policy(DeployOptions(), _target(tmp_path)),
+        deploy_policy(DeployOptions(), _target(tmp_path)),
     )
     assert not done.gate
     assert "int8-compute" in {v.rule for v in done.gate.violations}
@@ -368,13 +368,13 @@ def test_finish_run_on_real_implicit_engine_fails_on_fp16(tmp_path):
     # --gate none: report only
     none = finish_run(
         tmp_path, FIXTURES / "resnet50.implicit.layers.json", None, None,
-        _policy(DeployOptions(gate="none"), _target(tmp_path)),
+        deploy_policy(DeployOptions(gate="none"), _target(tmp_path)),
     )  # fmt: skip
     assert none.gate
 
 
 def test_pipeline_allowlist_is_added(tmp_path):
-    policy = _policy(DeployOptions(gate_allow=("/fc/Gemm",)), _target(tmp_path, {"allow": ["/head/*"]}))
+    policy = deploy_policy(DeployOptions(gate_allow=("/fc/Gemm",)), _target(tmp_path, {"allow": ["/head/*"]}))
     assert policy.name == "int8" and set(policy.allow) == {"/fc/Gemm", "/head/*"}
 
 
@@ -389,7 +389,8 @@ def test_a_pipelines_require_fusion_reaches_the_gate(tmp_path):
     assert gate is not None
     layers = FIXTURES / "resnet50_ortfb.explicit.layers.json"
     target = _target(tmp_path)
-    policies = [_policy(DeployOptions(gate_require_fusion=f), target) for f in (gate.require_fusion, None)]
+    asked = (gate.require_fusion, None)
+    policies = [deploy_policy(DeployOptions(gate_require_fusion=f), target) for f in asked]
     verdicts = [finish_run(tmp_path, layers, None, None, policy).gate for policy in policies]
     assert "unfused-residual" in verdicts[0].by_rule() and "unfused-residual" not in verdicts[1].by_rule()
 
@@ -475,7 +476,7 @@ def test_cli_renders_a_finished_run_and_exits_1_on_the_gate(tmp_path, monkeypatc
         run_dir = new_run_dir(Path(options.runs_dir), Path(model_path), target.name)
         done = finish_run(
             run_dir, FIXTURES / "resnet50_ortfb.explicit.layers.json",
-            FIXTURES / "resnet50_ortfb.explicit.profile.json", None, _policy(options, target),
+            FIXTURES / "resnet50_ortfb.explicit.profile.json", None, deploy_policy(options, target),
         )  # fmt: skip
         stages = [StageRecord(n, "ok", 0.1, "") for n in STAGES]
         stages[-1] = StageRecord("gate", "failed", 0.0, done.gate.summary())

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import EdgeqError, GraphError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.pipeline.rundir import Recorder, StageRecord, _no_event, new_run_dir
+from edgeq.pipeline.rundir import Recorder, StageRecord, new_run_dir, no_event
 from edgeq.pipeline.stages import (
     ProfileSettings,
     RunReport,
@@ -97,7 +97,7 @@ def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] 
     return policy.with_allow(list(allow), source="the pipeline's gate.allow")
 
 
-def _policy(options: DeployOptions, target: Target) -> Policy:
+def deploy_policy(options: DeployOptions, target: Target) -> Policy:
     policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
     if options.gate_reformats is not None:
         policy = policy.replace(forbid_interior_reformats=options.gate_reformats
@@ -119,7 +119,7 @@ def deploy(
     options: DeployOptions = DeployOptions(),
     *,
     progress: ProgressFn = no_progress,
-    on_event: EventFn = _no_event,
+    on_event: EventFn = no_event,
 ) -> DeployResult:
     """Deploy ``model`` to ``target``; see the module docstring for the stages and the run directory.
 
@@ -130,7 +130,7 @@ def deploy(
 
     model = check_model_path(model)
     # Usage errors before a run directory exists: the gate name and the target's key files.
-    policy = _policy(options, target)
+    policy = deploy_policy(options, target)
     options.quantize.check_inputs()
     if not target.is_local:
         target.ssh_config(options.accept_new_host_key)  # key files checked before a run directory exists

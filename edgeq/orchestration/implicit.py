@@ -25,21 +25,21 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import EdgeqError, QuantError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.orchestration.deploy import DeployOptions, DeployResult, _policy, deploy
+from edgeq.orchestration.deploy import DeployOptions, DeployResult, deploy, deploy_policy
 from edgeq.orchestration.variants import (
     Calibrated,
     TargetEngines,
     Variant,
     VariantOptions,
-    _deploy_one,
-    _engine,
     calibrate_once,
     check_float_model,
     compare_dir,
+    deploy_one,
     implicit_variant,
     placed_variant,
+    variant_engine,
 )
-from edgeq.pipeline.rundir import _no_event, new_run_dir
+from edgeq.pipeline.rundir import new_run_dir, no_event
 from edgeq.remote.runner import EventFn
 from edgeq.remote.targets import Target
 
@@ -145,7 +145,7 @@ def deploy_implicit(
     *,
     rounds: int = ROUNDS,
     progress: ProgressFn = no_progress,
-    on_event: EventFn = _no_event,
+    on_event: EventFn = no_event,
 ) -> ImplicitDeploy:
     """``edgeq deploy --placement implicit``: see the module doc. Everything under one directory,
     ``runs/<model>-<target>-<time>/``: the implicit pair, ``<stem>.mirror.onnx``, ``implicit.json`` and the
@@ -161,7 +161,7 @@ def deploy_implicit(
     q = options.quantize
     if q.calib is None:
         raise QuantError("--placement implicit needs calibration data (--calib)", NEEDS_CALIB)
-    _policy(options, target)  # a bad --gate before any work
+    deploy_policy(options, target)  # a bad --gate before any work
     q.check_inputs()
     checks = VariantOptions(quantize=q, accept_new_host_key=options.accept_new_host_key)
     check_float_model(model, target, checks, "--placement implicit")
@@ -240,7 +240,7 @@ def engines_with_mirror(
     run_dir = compare_dir(Path(model), target, options)
     runs = run_dir / "runs"
     implicit = implicit_variant(cal, run_dir, options.quantize)
-    built = _deploy_one(implicit, target, options, runs, progress)
+    built = deploy_one(implicit, target, options, runs, progress)
     if isinstance(built, EdgeqError):
         raise EdgeqError(f"compare --placement implicit: the implicit engine did not build on {target.name}: "
                          f"{built}", "there is no engine to mirror", exit_code=1)  # fmt: skip
@@ -255,6 +255,6 @@ def engines_with_mirror(
         variants.append(Variant(f"user:{Path(options.qdq_model).name.removesuffix('.onnx')}",
                                 Path(options.qdq_model)))  # fmt: skip
         gated.append(variants[-1].name)
-    engines = [_engine(implicit, built)]
-    engines += [_engine(v, _deploy_one(v, target, options, runs, progress)) for v in variants]
+    engines = [variant_engine(implicit, built)]
+    engines += [variant_engine(v, deploy_one(v, target, options, runs, progress)) for v in variants]
     return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated))

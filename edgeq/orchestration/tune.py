@@ -219,16 +219,16 @@ class _Tuner:
         self.started = time.monotonic()
 
     def deploy(self, name: str, model_file: Path, cache: Optional[Path]) -> tuple[Any, float]:
-        from edgeq.orchestration.variants import Variant, VariantOptions, _deploy_one, _engine
+        from edgeq.orchestration.variants import Variant, VariantOptions, deploy_one, variant_engine
 
         opts = VariantOptions(accept_new_host_key=self.options.accept_new_host_key)
         t0 = time.monotonic()
         variant = Variant(name, model_file, cache)
-        result = _deploy_one(variant, self.target, opts, self.out / "runs", self.progress)
+        result = deploy_one(variant, self.target, opts, self.out / "runs", self.progress)
         took = time.monotonic() - t0
         self.built += 1
         self.step_times.append(took)
-        return (_engine(variant, result), getattr(result, "run_dir", None)), took
+        return (variant_engine(variant, result), getattr(result, "run_dir", None)), took
 
     def paired(self, state: _State, a: Measured, b: Measured, rounds: int) -> dict[str, Any]:
         """``a`` and ``b`` timed in alternation (kept in the state: a resumed run does not re-time)."""

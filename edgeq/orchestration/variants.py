@@ -3,7 +3,7 @@
 From one set of calibration statistics: (a) implicit INT8 (the FP32 model + the calibration cache, FP16
 allowed), (b) explicit INT8 with edgeq's placement, (c) explicit with ``--placement all`` (the
 onnxruntime-style baseline), optionally (d) FP16 and (e) a Q/DQ model of the user's. Each is built and
-profiled by the same deploy run (one call site: ``_deploy_one``); a build that fails is an ``Engine``
+profiled by the same deploy run (one call site: ``deploy_one``); a build that fails is an ``Engine``
 with its TensorRT error, not an abort. A failure before any build (connection, host key, probe: no
 TensorRT on the target) stops everything at the build stage with that one message.
 """
@@ -118,7 +118,7 @@ def quantize_variants(model_path: Path, out_dir: Path, options: QuantizeOptions)
             placed_variant(cal, every, "explicit-all", out_dir)]  # fmt: skip
 
 
-def _deploy_one(
+def deploy_one(
     variant: Variant, target: Target, options: VariantOptions, runs: Path, progress: ProgressFn
 ) -> Any:
     """The one place compare calls deploy: build, inspect and profile one variant, no gate."""
@@ -152,7 +152,7 @@ def _deploy_one(
         ) from None
 
 
-def _engine(variant: Variant, result: Any) -> Engine:
+def variant_engine(variant: Variant, result: Any) -> Engine:
     from edgeq.report.compare_engine import engine_from_path
 
     if isinstance(result, EdgeqError):
@@ -187,7 +187,8 @@ def engines_on_target(
     if options.qdq_model is not None:
         variants.append(Variant(f"user:{_stem(options.qdq_model)}", Path(options.qdq_model)))
         gated.append(variants[-1].name)
-    engines = [_engine(v, _deploy_one(v, target, options, run_dir / "runs", progress)) for v in variants]
+    runs = run_dir / "runs"
+    engines = [variant_engine(v, deploy_one(v, target, options, runs, progress)) for v in variants]
     return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated))
 
 
@@ -241,9 +242,9 @@ def implicit_baseline(
             "deploy the float model with --calib (the implicit engine uses the same statistics)",
         )
     variant = Variant("implicit", models[0], caches[0])
-    return _engine(variant, _deploy_one(variant, target, options, run_dir / "baseline", progress))
+    return variant_engine(variant, deploy_one(variant, target, options, run_dir / "baseline", progress))
 
 
 def engine_of_run(run: Any, name: str = "explicit") -> Engine:
     """A finished deploy run as an ``Engine`` (its layers, profile and timings)."""
-    return _engine(Variant(name, Path(run.run_dir)), run)
+    return variant_engine(Variant(name, Path(run.run_dir)), run)

@@ -28,7 +28,7 @@ STAGES = ("clean", "quantize", "lint", "upload", "probe", "build", "inspect", "p
 AgentFn = Callable[..., dict[str, Any]]
 
 
-def _no_event(line: str) -> None:
+def no_event(line: str) -> None:
     """Default sink for stage and remote log lines."""
 
 
@@ -84,7 +84,7 @@ def write_json(path: Path, obj: Any) -> Path:
 class RunLog:
     """``stages.json`` and ``deploy.log`` of one run; every change is on disk at once."""
 
-    def __init__(self, run_dir: Path, on_event: EventFn = _no_event, stages: Sequence[str] = STAGES) -> None:
+    def __init__(self, run_dir: Path, on_event: EventFn = no_event, stages: Sequence[str] = STAGES) -> None:
         self.run_dir = run_dir
         self.on_event = on_event
         self.stages = [StageRecord(n) for n in stages]
@@ -119,7 +119,7 @@ class Recorder:
     def __init__(
         self,
         run_dir: Path,
-        on_event: EventFn = _no_event,
+        on_event: EventFn = no_event,
         progress: ProgressFn = no_progress,
         stages: Sequence[str] = STAGES,
         task: str = "deploy",

@@ -117,7 +117,7 @@ def add_known_host(path: Path, name: str, key: Any) -> None:
         os.chmod(tmp, mode)
 
 
-class _KnownHostsPolicy:
+class KnownHostsPolicy:
     """paramiko's missing-host-key hook: refuse (RejectPolicy), or add when the user said so."""
 
     def __init__(self, config: SSHConfig) -> None:

@@ -31,7 +31,7 @@ from edgeq.remote.causes import CAUSES
 from edgeq.remote.hostkeys import (
     HostKeyChanged,
     HostKeyUnknown,
-    _KnownHostsPolicy,
+    KnownHostsPolicy,
     fingerprint,
     known_host_lines,
 )
@@ -242,7 +242,7 @@ class SSHLink:
                     f"cannot read known_hosts file {kh}: {str(bad)[:80] or exc}",
                     "fix or remove the malformed line (ssh-keygen -R HOST -f FILE rewrites the file)",
                 ) from None
-        client.set_missing_host_key_policy(_KnownHostsPolicy(cfg))
+        client.set_missing_host_key_policy(KnownHostsPolicy(cfg))
         sock = self._jump_channel() if cfg.jump is not None else None
         try:
             client.connect(

@@ -11,7 +11,7 @@ from edgeq.report.compare import Comparison, PairDiff
 from edgeq.report.compare_engine import Engine
 from edgeq.report.compare_regions import Region, Side
 from edgeq.report.fusion import FusionReport
-from edgeq.report.render import _CSS
+from edgeq.report.render import REPORT_CSS
 from edgeq.report.views import VIEW_CSS, color_of, engine_strip, esc, layer_block, legend
 
 _PAGE_CSS = """
@@ -179,7 +179,7 @@ def render_compare_html(comparison: Comparison, gates: Sequence[Any] = (), top: 
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>edgeq compare: {esc(comparison.baseline.name)}</title>",
-        f"<style>{_CSS}{VIEW_CSS}{_PAGE_CSS}</style></head><body>",
+        f"<style>{REPORT_CSS}{VIEW_CSS}{_PAGE_CSS}</style></head><body>",
         f'<h1>Engine comparison</h1><div class="muted">baseline {esc(comparison.baseline.name)} &middot; '
         f"{len(comparison.engines)} engines</div>",
         legend(),

@@ -20,8 +20,8 @@ from edgeq.report.fusion import (
     UnfusedResidual,
     view_of,
 )
-from edgeq.report.layerkinds import _Graph, _is_dq, _is_q, _kinds
-from edgeq.report.layernames import _REFORMAT_FOR, _layer_nodes, op_from_node_name
+from edgeq.report.layerkinds import LayerLinks, is_dq, is_q, layer_kinds
+from edgeq.report.layernames import REFORMAT_FOR, layer_nodes, op_from_node_name
 from edgeq.report.parse import PRECISION_RANK, EngineLayer, EngineLayers, Profile, Tensor
 
 if TYPE_CHECKING:
@@ -96,8 +96,8 @@ def build_report(
     """Classify every layer, find boundaries and the INT8 region, join times and ONNX nodes."""
     if not layers.detailed:
         return _names_only_report(layers, profile, onnx_model)
-    g = _Graph(layers)
-    kinds = _kinds(layers, g)
+    g = LayerLinks(layers)
+    kinds = layer_kinds(layers, g)
 
     onnx_ops: dict[str, str] = {}
     onnx_order: list[str] = []
@@ -122,7 +122,7 @@ def build_report(
         ins = tuple(t.precision for j, t in enumerate(lay.inputs) if j not in weights)
         outs = tuple(t.precision for t in lay.outputs)
         precision = _widest(ins) if ins else _widest(outs)
-        nodes = _layer_nodes(lay, onnx_ops, unknown)
+        nodes = layer_nodes(lay, onnx_ops, unknown)
         pre.append(_Pre(kind, rule, weights, ins, outs, precision, nodes))
 
     # Boundaries: a reformat whose data comes straight from a network input, or whose result goes
@@ -165,12 +165,12 @@ def build_report(
     qs = [
         i
         for i, p in enumerate(pre)
-        if p.kind == LayerKind.REFORMAT and _is_q(layers.layers[i], p.ins, p.outs)
+        if p.kind == LayerKind.REFORMAT and is_q(layers.layers[i], p.ins, p.outs)
     ]
     dqs = [
         i
         for i, p in enumerate(pre)
-        if p.kind == LayerKind.REFORMAT and _is_dq(layers.layers[i], p.ins, p.outs)
+        if p.kind == LayerKind.REFORMAT and is_dq(layers.layers[i], p.ins, p.outs)
     ]
     mode = "explicit" if qs or dqs else "implicit"
     region = ["inside"] * len(pre)
@@ -211,7 +211,7 @@ def build_report(
     for lay in layers.layers:
         p = pre[lay.index]
         related: tuple[str, ...] = ()
-        m = _REFORMAT_FOR.match(lay.name)
+        m = REFORMAT_FOR.match(lay.name)
         if m and m.group("target") in by_name:
             related = pre[by_name[m.group("target")]].nodes
         b = boundary.get(lay.index)
@@ -277,7 +277,7 @@ def build_report(
     )
 
 
-def _reachable_tensors(g: _Graph, i: int, pre: list[_Pre]) -> set[str]:
+def _reachable_tensors(g: LayerLinks, i: int, pre: list[_Pre]) -> set[str]:
     """Output tensors of layer ``i`` and of the no-ops after it."""
     out: set[str] = set()
     stack = [i]
@@ -318,7 +318,7 @@ def _onnx_mapping(
     return OnnxMapping(model_name, tuple(found), tuple(missing), unknown)
 
 
-def _unfused_residuals(rls: Sequence[ReportLayer], g: _Graph) -> tuple[UnfusedResidual, ...]:
+def _unfused_residuals(rls: Sequence[ReportLayer], g: LayerLinks) -> tuple[UnfusedResidual, ...]:
     """Residual Adds left as their own point-wise layer (registry: residual-add's unfused form), with the
     Relu after them, fused or not."""
     out: list[UnfusedResidual] = []
@@ -353,7 +353,7 @@ def _names_only_report(layers: EngineLayers, profile: Optional[Profile], onnx_mo
     unknown: list[str] = []
     rls = []
     for lay in layers.layers:
-        nodes = _layer_nodes(lay, onnx_ops, unknown)
+        nodes = layer_nodes(lay, onnx_ops, unknown)
         rls.append(
             ReportLayer(
                 layer=lay,

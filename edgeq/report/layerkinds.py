@@ -53,7 +53,7 @@ WEIGHT_CHAIN_SOURCE = (
 SHUFFLE_NOOP_SOURCE = "TensorRT: a Shuffle without transposes only reinterprets dimensions (pure reshape)"
 
 
-class _Graph:
+class LayerLinks:
     """Producer/consumer links between engine layers through tensor names."""
 
     def __init__(self, el: EngineLayers) -> None:
@@ -106,7 +106,7 @@ def _pure_reshape(lay: EngineLayer) -> bool:
     return same_format and all(identity(lay.param(k)) for k in ("FirstTranspose", "SecondTranspose"))
 
 
-def _kinds(el: EngineLayers, g: _Graph) -> list[tuple[LayerKind, str]]:
+def layer_kinds(el: EngineLayers, g: LayerLinks) -> list[tuple[LayerKind, str]]:
     kinds = [_base_kind(lay) for lay in el.layers]
     # A layer whose every input comes from weights works on weights only (Constant -> "Identity_N"
     # copy -> conv bias): not on the activation path, so the gate does not judge it. It may still run
@@ -130,10 +130,10 @@ def _from_qdq(lay: EngineLayer) -> bool:
     return lay.origin == "QDQ" or lay.name.endswith(("QuantizeLinear", "DequantizeLinear"))
 
 
-def _is_q(rl_layer: EngineLayer, ins: Sequence[Optional[str]], outs: Sequence[Optional[str]]) -> bool:
+def is_q(rl_layer: EngineLayer, ins: Sequence[Optional[str]], outs: Sequence[Optional[str]]) -> bool:
     """A Q/DQ reformat that quantizes (float -> INT8)."""
     return _from_qdq(rl_layer) and "INT8" in outs and any(p in ("FP32", "FP16", "BF16") for p in ins)
 
 
-def _is_dq(rl_layer: EngineLayer, ins: Sequence[Optional[str]], outs: Sequence[Optional[str]]) -> bool:
+def is_dq(rl_layer: EngineLayer, ins: Sequence[Optional[str]], outs: Sequence[Optional[str]]) -> bool:
     return _from_qdq(rl_layer) and "INT8" in ins and any(p in ("FP32", "FP16", "BF16") for p in outs)

@@ -6,7 +6,7 @@ import re
 
 from edgeq.report.parse import EngineLayer
 
-_REFORMAT_FOR = re.compile(r"^Reformatting CopyNode for (Input|Output) Tensor \d+ to (?P<target>.+)$", re.S)
+REFORMAT_FOR = re.compile(r"^Reformatting CopyNode for (Input|Output) Tensor \d+ to (?P<target>.+)$", re.S)
 _FOREIGN = re.compile(r"^\{ForeignNode\[(?P<body>.*)\]\}$", re.S)
 # Pieces of fused-layer names that TensorRT or the ONNX parser made up (not ONNX node names).
 _SYNTHETIC = re.compile(
@@ -45,7 +45,7 @@ def split_layer_name(name: str) -> tuple[str, ...]:
     2 names; "{ForeignNode[/a/MatMul.../b/Add]}" -> first and last; "Reformatting CopyNode for
     Input Tensor 0 to X" -> () (a copy TensorRT inserted, it absorbed no node).
     """
-    if _REFORMAT_FOR.match(name):
+    if REFORMAT_FOR.match(name):
         return ()
     out: list[str] = []
 
@@ -95,7 +95,7 @@ def op_from_node_name(name: str) -> str:
     return m.group(1) if m else seg
 
 
-def _layer_nodes(lay: EngineLayer, onnx_ops: dict[str, str], unknown: list[str]) -> tuple[str, ...]:
+def layer_nodes(lay: EngineLayer, onnx_ops: dict[str, str], unknown: list[str]) -> tuple[str, ...]:
     """ONNX nodes of a layer: 8.6 Metadata first, then the pieces of the fused name."""
     meta = nodes_from_metadata(lay.metadata)
     pieces = split_layer_name(lay.name)

@@ -138,7 +138,7 @@ def _badge(precision: Optional[str]) -> str:
     return f'<span class="badge" style="background:{color}">{esc(precision or "?")}</span>'
 
 
-_CSS = """
+REPORT_CSS = """
 body{font:13px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:20px;color:#212121}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 8px}
 .muted{color:#757575} .ctl{color:#b71c1c;background:#ffebee;font-family:monospace;font-size:11px}
@@ -276,7 +276,7 @@ def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>edgeq report: {esc(report.source)}</title>",
-        f"<style>{_CSS}{VIEW_CSS}</style></head><body>",
+        f"<style>{REPORT_CSS}{VIEW_CSS}</style></head><body>",
         f'<h1>Engine fusion report</h1><div class="muted">{esc(report.source)} &middot; {esc(report.mode)} '
         f"quantization &middot; {len(report.layers)} engine layers</div>",
     ]

@@ -105,7 +105,7 @@ def quiet_graphsurgeon() -> Iterator[None]:
         G_LOGGER.severity = old
 
 
-def _onnx_dtype(dtype: Any) -> int | None:
+def onnx_dtype(dtype: Any) -> int | None:
     """graphsurgeon stores numpy dtypes (or, for types numpy lacks, onnx enums)."""
     import numpy as np
     import onnx
@@ -120,13 +120,13 @@ def _onnx_dtype(dtype: Any) -> int | None:
         return None
 
 
-def _const(t: gs.Tensor) -> np.ndarray | None:
+def const(t: gs.Tensor) -> np.ndarray | None:
     import onnx_graphsurgeon as gs
 
     return t.values if isinstance(t, gs.Constant) else None
 
 
-def _opt_input(node: gs.Node, i: int) -> gs.Tensor | None:
+def opt_input(node: gs.Node, i: int) -> gs.Tensor | None:
     if len(node.inputs) > i and not node.inputs[i].is_empty():
         return node.inputs[i]
     return None
@@ -171,6 +171,6 @@ def bypass(graph: gs.Graph, node: gs.Node) -> bool:
     return True
 
 
-def _prune(graph: gs.Graph) -> None:
+def prune_disconnected(graph: gs.Graph) -> None:
     """Drop the nodes this pass disconnected, and only those: dead code is remove_unused's to report."""
     graph.nodes = [n for n in graph.nodes if len(n.outputs)]

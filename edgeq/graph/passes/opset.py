@@ -80,7 +80,7 @@ class _Known:
     shapes: dict[str, list[int]]  # inferred shapes (-1: unknown dimension); only gathered for Split
 
 
-def _known_types(model: onnx.ModelProto) -> dict[str, int]:
+def known_types(model: onnx.ModelProto) -> dict[str, int]:
     """Tensor name -> ONNX element type. Where several say, an initializer wins over value_info and
     graph inputs/outputs, which win over a Constant node's value."""
     g = model.graph
@@ -220,7 +220,7 @@ def convert_opset(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.M
             for vi in list(inferred.graph.value_info) + list(inferred.graph.input):
                 dims = vi.type.tensor_type.shape.dim
                 shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
-    known = _Known(_known_types(work), shapes)
+    known = _Known(known_types(work), shapes)
 
     blocked: dict[str, str] = {}
     held: list[onnx.NodeProto] = []

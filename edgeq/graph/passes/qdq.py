@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Callable
 from edgeq.graph.passes.base import (
     Change,
     CleanOptions,
-    _const,
-    _onnx_dtype,
-    _opt_input,
-    _prune,
     bypass,
+    const,
     node_name,
+    onnx_dtype,
+    opt_input,
+    prune_disconnected,
 )
-from edgeq.graph.passes.opset import _known_types
+from edgeq.graph.passes.opset import known_types
 from edgeq.graph.patterns import constant_value, producer
 
 if TYPE_CHECKING:
@@ -28,9 +28,9 @@ def _q_type(q: gs.Node) -> int:
     """The integer type a QuantizeLinear produces: its zero-point's type, else output_dtype, else uint8."""
     import onnx
 
-    zp = _opt_input(q, 2)
+    zp = opt_input(q, 2)
     if zp is not None:
-        dt = _onnx_dtype(zp.dtype)
+        dt = onnx_dtype(zp.dtype)
         if dt is not None:
             return dt
     return int(q.attrs.get("output_dtype", 0)) or onnx.TensorProto.UINT8
@@ -64,7 +64,7 @@ def qdq_float32(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.Mod
         return model, []
     half = half_types()
     g = model.graph
-    types = _known_types(model)
+    types = known_types(model)
     inits = {t.name: t for t in g.initializer}
     taken = {o for n in g.node for o in n.output} | set(inits) | {i.name for i in g.input}
 
@@ -156,7 +156,7 @@ def _uint8_pairs(
 
     out = []
     for q in graph.nodes:
-        if q.op != "QuantizeLinear" or not q.outputs or _opt_input(q, 2) is None or not fits(_zp_values(q)):
+        if q.op != "QuantizeLinear" or not q.outputs or opt_input(q, 2) is None or not fits(_zp_values(q)):
             continue
         qout = q.outputs[0]
         casts: list[gs.Node] = []
@@ -262,7 +262,7 @@ def qdq_remove_casts(graph: gs.Graph, options: CleanOptions) -> list[Change]:
         name = node_name(node)
         if bypass(graph, node):
             removed.append(name)
-    _prune(graph)
+    prune_disconnected(graph)
     if not removed:
         return []
     return [Change("qdq_remove_casts", f"removed {len(removed)} Cast nodes between Q and DQ", tuple(removed))]
@@ -276,7 +276,7 @@ def _zp_values(node: gs.Node) -> np.ndarray | None:
     --torch-qint8 verification reference runs no folding)."""
     import numpy as np
 
-    zp = _opt_input(node, 2)
+    zp = opt_input(node, 2)
     if zp is None:
         return np.zeros((), dtype=np.uint8)
     return constant_value(zp)
@@ -287,7 +287,7 @@ def _new_zp(cache: dict[int, gs.Constant], node: gs.Node, shape: tuple[int, ...]
     import numpy as np
     import onnx_graphsurgeon as gs
 
-    old = _opt_input(node, 2)
+    old = opt_input(node, 2)
     key = id(old) if old is not None else -len(shape) - 1
     if key not in cache:
         base = old.name if old is not None else node_name(node) + "_zero_point"
@@ -335,7 +335,7 @@ def qdq_to_int8(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     for d in list(graph.nodes):
         if d.op != "DequantizeLinear" or not d.inputs:
             continue
-        w = _const(d.inputs[0])
+        w = const(d.inputs[0])
         z = _zp_values(d)
         if w is None or z is None or w.dtype not in (np.uint8, np.int8):
             continue
@@ -345,13 +345,13 @@ def qdq_to_int8(graph: gs.Graph, options: CleanOptions) -> list[Change]:
         shifted = w.astype(np.int16) - _broadcast_param(z.astype(np.int16), axis, w.ndim)
         if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
             continue
-        key = (id(d.inputs[0]), id(_opt_input(d, 2)))
+        key = (id(d.inputs[0]), id(opt_input(d, 2)))
         if key not in rebased:
             rebased[key] = gs.Constant(f"{d.inputs[0].name}_int8", shifted.astype(np.int8))
         d.inputs[0] = rebased[key]
         _set_zp(d, _new_zp(zps, d, z.shape))
         converted_weights.append(node_name(d))
-    _prune(graph)
+    prune_disconnected(graph)
     changes = []
     if converted_pairs:
         changes.append(
@@ -388,8 +388,8 @@ def fold_bias_dq(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     for d in list(graph.nodes):
         if d.op != "DequantizeLinear" or not d.inputs or not d.outputs:
             continue
-        q = _const(d.inputs[0])
-        scale = _const(d.inputs[1]) if len(d.inputs) > 1 else None
+        q = const(d.inputs[0])
+        scale = const(d.inputs[1]) if len(d.inputs) > 1 else None
         z = _zp_values(d)
         if q is None or scale is None or z is None or q.dtype != np.int32:
             continue
@@ -404,7 +404,7 @@ def fold_bias_dq(graph: gs.Graph, options: CleanOptions) -> list[Change]:
         d.inputs.clear()
         out.to_constant(values)
         folded.append(name)
-    _prune(graph)
+    prune_disconnected(graph)
     if not folded:
         return []
     return [

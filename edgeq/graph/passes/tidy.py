@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 from edgeq.graph.passes.base import (
     Change,
     CleanOptions,
-    _const,
-    _onnx_dtype,
-    _opt_input,
-    _prune,
     bypass,
+    const,
     node_name,
+    onnx_dtype,
+    opt_input,
+    prune_disconnected,
     quiet_graphsurgeon,
 )
 from edgeq.graph.patterns import producer
@@ -63,7 +63,7 @@ def fold_constants(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     for n in folded + lowered:
         n.outputs.clear()
         n.inputs.clear()
-    _prune(graph)
+    prune_disconnected(graph)
     if folded:
         ops = sorted({n.op for n in folded})
         changes.append(
@@ -101,7 +101,7 @@ def _cast_elision_hazards(graph: gs.Graph) -> list[gs.Node]:
             p is not None and p.op == "Cast" and p.attrs.get("to") == onnx.TensorProto.FLOAT for p in ins
         ):
             continue
-        consts = [c for c in (_const(t) for t in n.inputs) if c is not None]
+        consts = [c for c in (const(t) for t in n.inputs) if c is not None]
         if any(c.dtype.kind == "f" and not np.all(np.mod(c, 1) == 0) for c in consts):
             out.append(n)
     return out
@@ -113,9 +113,9 @@ def _is_noop(graph: gs.Graph, node: gs.Node) -> str | None:
     if node.op == "Identity":
         return "Identity"
     if node.op == "Dropout":
-        training = _opt_input(node, 2)
+        training = opt_input(node, 2)
         if training is not None:
-            v = _const(training)
+            v = const(training)
             if v is None or bool(v.any()):
                 return None
         if (
@@ -129,7 +129,7 @@ def _is_noop(graph: gs.Graph, node: gs.Node) -> str | None:
         prod = producer(node.inputs[0])
         if prod is not None and prod.op == "QuantizeLinear":
             return None  # Q -> Cast -> DQ is qdq_remove_casts' job
-        src = _onnx_dtype(node.inputs[0].dtype)
+        src = onnx_dtype(node.inputs[0].dtype)
         if src is not None and src == node.attrs.get("to"):
             return "Cast to its own type"
     return None
@@ -152,7 +152,7 @@ def remove_noops(graph: gs.Graph, options: CleanOptions) -> list[Change]:
             node.outputs.pop()
         if bypass(graph, node):
             removed.setdefault(kind, []).append(name)
-    _prune(graph)
+    prune_disconnected(graph)
     return [Change("remove_noops", f"removed {len(v)} {k}", tuple(v)) for k, v in removed.items()]
 
 
