@@ -265,6 +265,22 @@ def test_tune_starts_from_the_mirror(setup, cli):
     assert SKIP2 not in tuned and tuned < {t for t, _ in start}
 
 
+def test_tune_falls_back_to_the_rules_when_the_mirror_start_is_unusable(setup, cli):
+    """A mirror start below --min-cosine is not the search's start: the rules' is tried next, and the
+    output says why (here every candidate misses an unreachable bound, so nothing is built after implicit)."""
+    root, target = setup
+    model, calib = _model(root, zoo.resnet50(size=64))
+    trtexec = tune_trtexec(root / "bin", {}, recorded=_zoo(root / "rec", "resnet50", "resnet50.explicit"))
+    code, out, err = cli("tune", model, "--target", target(trtexec), "--calib", calib, "--min-cosine", "1",
+                         "--rounds", "1", "-o", root / "t", "--json")  # fmt: skip
+    d = json.loads(out)
+    assert d["start_from"]["placement"] == "rules", err
+    assert d["start_from"]["not_mirror"].startswith("the mirror's start was not usable: cosine")
+    assert not d["start"]["accuracy_ok"] and len(builds(trtexec)) == 1  # implicit only
+    assert all(e["rule"] != "rules-int8" for e in d["decisions"])  # the rules' decisions, not the mirror's
+    assert code == 1  # nothing usable: no tuned engine passes a gate
+
+
 def test_tune_asked_for_the_mirror_stops_when_the_engine_is_of_another_model(setup, cli):
     """``--placement implicit`` given: an implicit engine that does not map onto the model is an error (the
     default start falls back to the rules instead, tests/test_tune.py)."""
