@@ -13,7 +13,7 @@ PACKAGE = Path(edgeq.__file__).parent
 # Bottom first. A module is in the layer of its longest listed prefix.
 LAYERS: list[tuple[str, ...]] = [
     ("edgeq", "edgeq.errors", "edgeq.findings", "edgeq.docs", "edgeq.agent", "edgeq.config", "edgeq.fs",
-     "edgeq.text"),
+     "edgeq.text", "edgeq.unionfind"),
     ("edgeq.graph",),
     ("edgeq.report", "edgeq.zoo"),
     ("edgeq.quant",),

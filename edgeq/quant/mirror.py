@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from edgeq.errors import QuantError, ReportError
 from edgeq.quant.placement import FloatTensor, Plan, QdqSite, WeightSite, weight_axis
 from edgeq.quant.rules import WEIGHTED_OPS, rule
+from edgeq.unionfind import UnionFind
 
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
@@ -501,26 +502,9 @@ class _Mirror:
                 yield WeightSite(w.name, name, weight_axis(node), "mirror-int8")
 
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, x: str) -> str:
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: str, b: str) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[rb] = ra
-
-
-def _scale_groups(g: _Graph, consumers: dict[str, set[str]], commuted: dict[str, str]) -> _UnionFind:
+def _scale_groups(g: _Graph, consumers: dict[str, set[str]], commuted: dict[str, str]) -> UnionFind[str]:
     """One scale across INT8 data movement and Concats: their INT8 inputs and outputs share it."""
-    uf = _UnionFind()
+    uf = UnionFind[str]()
     int8 = set(consumers) | set(commuted)
     for t, site in commuted.items():
         uf.union(site, t)

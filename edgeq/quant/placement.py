@@ -28,6 +28,7 @@ from edgeq.graph.facts import Want
 from edgeq.graph.patterns import is_constant, preserves_scale, producer, silu_input
 from edgeq.quant.overrides import Overrides
 from edgeq.quant.rules import ORT_QUANTIZABLE_OPS, WEIGHTED_OPS, rule
+from edgeq.unionfind import UnionFind
 
 if TYPE_CHECKING:
     import onnx
@@ -199,27 +200,6 @@ def _is_silu_mul(node: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
 # --------------------------------------------------------------------------------------------------
 
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def add(self, x: str) -> None:
-        self.parent.setdefault(x, x)
-
-    def find(self, x: str) -> str:
-        self.add(x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: str, b: str) -> str:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[rb] = ra
-        return ra
-
-
 def plan_placement(graph: gs.Graph, placement: str = "trt", overrides: Overrides | None = None) -> Plan:
     """Decide every Q/DQ of the graph (read-only). Node names must be unique and non-empty."""
     if placement not in PLACEMENTS:
@@ -250,7 +230,7 @@ class _PlanBuilder:
         self.graph_output_sites: set[str] = set()
         self.resolved: dict[str, str] = {}  # needed tensor -> site tensor it resolved to
         self.commuted: dict[str, gs.Tensor] = {}
-        self.uf = _UnionFind()
+        self.uf = UnionFind[str]()
         self.weights: list[WeightSite] = []
         self.residuals: dict[str, tuple[gs.Tensor, gs.Tensor] | None] = {}
         self.outputs = {t.name for t in graph.outputs}

@@ -12,27 +12,11 @@ from typing import Any, Optional
 from edgeq.report.compare_engine import precision_rank, summed_ms
 from edgeq.report.explain import Explanation, Links, compute_nodes
 from edgeq.report.fusion import FusionReport, LayerKind
+from edgeq.unionfind import UnionFind
 
 # --------------------------------------------------------------------------------------------------
 # Regions
 # --------------------------------------------------------------------------------------------------
-
-
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[Any, Any] = {}
-
-    def find(self, x: Any) -> Any:
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: Any, b: Any) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[rb] = ra
 
 
 @dataclass(frozen=True)
@@ -113,7 +97,7 @@ def region_side(report: FusionReport, members: list[int]) -> Side:
 
 def region_members(base: FusionReport, cand: FusionReport) -> list[tuple[list[int], list[int]]]:
     """(baseline layer indices, candidate layer indices) per region, in candidate engine order."""
-    uf = _UnionFind()
+    uf = UnionFind[Any]()
     reports = (base, cand)
     for side, report in enumerate(reports):
         for rl in report.of_kind(LayerKind.COMPUTE):
