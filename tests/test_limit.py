@@ -72,3 +72,17 @@ def test_a_pattern_selecting_nothing_is_an_input_error_naming_it(pattern, named)
         select(HOSTS, pattern)
     assert e.value.exit_code == 2
     assert named in str(e.value)
+
+
+def test_a_file_of_patterns_stands_where_it_is_named(tmp_path, monkeypatch):
+    """``@FILE`` as Ansible reads its retry files: one pattern a line, in the term's place."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "failed.retry").write_text("weber\n# a comment\n\njetson-orin  # the spare is fine\n")
+    assert select(HOSTS, "@failed.retry") == ["weber", "jetson-orin"]
+    assert select(HOSTS, "@failed.retry:!atlanta,db1") == ["weber", "db1"]
+    (tmp_path / "empty").write_text("# nothing\n")
+    for pattern, said in (("@missing.retry", "cannot read missing.retry: No such file or directory"),
+                          ("@empty", "empty names no host or group")):  # fmt: skip
+        with pytest.raises(EdgeqError) as e:
+            select(HOSTS, pattern)
+        assert said in e.value.message and e.value.exit_code == 2

@@ -75,7 +75,7 @@ Workers = Annotated[Optional[int], typer.Option(
     "--workers", metavar="N", min=1, help="Targets at once \\[default: the fleet file's].")]
 Limit = Annotated[Optional[str], typer.Option(
     "--limit", "-l", metavar="PATTERN", rich_help_panel=TARGET,
-    help="Ansible pattern: name, group, g*, a:!b, a:&b.")]
+    help="Ansible pattern: name, group, g*, a:!b, a:&b, @file.")]
 MaxFail = Annotated[Optional[int], typer.Option(
     "--max-fail", metavar="N", min=1, rich_help_panel=TARGET,
     help="Start no target after N failures.")]

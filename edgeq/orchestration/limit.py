@@ -8,7 +8,9 @@ operator's ``--limit`` means the same to edgeq as to ``ansible-playbook``:
 - ``group[i]``, ``group[i:j]`` (inclusive) a host by position in a group, negative from the end;
 - terms joined by ``:`` or ``,``: union; ``!term`` excludes, ``&term`` intersects. As in Ansible the
   unions are taken first, then the intersections, then the exclusions, whatever their written order, and a
-  pattern of only ``!``/``&`` terms starts from ``all``.
+  pattern of only ``!``/``&`` terms starts from ``all``;
+- ``@FILE``: the patterns in a file, one a line (Ansible's retry files; ``#`` starts a comment), as if
+  written in the term's place.
 
 Ansible warns and ignores a term that matches nothing; a typo then silently deploys to fewer boards (or,
 under ``!``, to more), so here it is an error naming the term.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from edgeq.errors import EdgeqError
 
@@ -39,6 +42,20 @@ def split_pattern(pattern: str) -> list[str]:
     for t in terms:
         if t.lstrip("!&") == "":
             raise LimitError(f"--limit '{pattern}': '{t}' names no host or group")
+    return terms
+
+
+def _from_file(term: str) -> list[str]:
+    """The terms of ``@FILE``'s lines."""
+    path = term[1:]
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "not a text file"
+        raise LimitError(f"--limit '{term}': cannot read {path}: {why}") from None
+    terms = [t for line in lines for t in split_pattern(line.split("#", 1)[0])]
+    if not terms:
+        raise LimitError(f"--limit '{term}': {path} names no host or group", "one pattern a line")
     return terms
 
 
@@ -96,7 +113,7 @@ def select(hosts: Mapping[str, set[str]], pattern: str) -> list[str]:
     Raises LimitError (exit 2) naming a term that matches no host, or the pattern when the terms together
     leave none.
     """
-    terms = split_pattern(pattern)
+    terms = [x for t in split_pattern(pattern) for x in (_from_file(t) if t.startswith("@") else [t])]
     if not terms:
         raise LimitError("--limit: the pattern is empty", "give host names, groups or globs (see --help)")
     groups = _members(hosts)
