@@ -1,0 +1,36 @@
+"""Real torchvision exports kept as skeletons (``*.skel.onnx``: every node and name, the large weights
+left out), refilled here so they run: the architectures the zoo does not build in code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def skeleton(path: str | Path, *, seed: int = 0) -> onnx.ModelProto:
+    """A real exporter's graph whose large weights were left out (``*.skel.onnx``), refilled in memory.
+
+    The skeletons under ``tests/fixtures/trt86-h100-zoo/skeletons`` keep every node and tensor name of
+    the torchvision export behind the H100 engines, and an external-data reference for each initializer
+    over 4096 elements. Each such tensor is refilled with seeded data of its dims (He-normal for weights
+    of rank 2 and up, small values for vectors), so the model runs in onnxruntime and lines up with the
+    engines' layer names.
+    """
+    model = onnx.load(str(path), load_external_data=False)
+    rng = np.random.default_rng(seed)
+    for t in model.graph.initializer:
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        dims = tuple(int(d) for d in t.dims)
+        dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+        if len(dims) >= 2:
+            fan_in = int(np.prod(dims[1:]))
+            values = rng.standard_normal(dims) * np.sqrt(2.0 / max(fan_in, 1))
+        else:
+            values = 0.01 * rng.standard_normal(dims)
+        filled = numpy_helper.from_array(values.astype(dtype), t.name)
+        t.CopyFrom(filled)
+    return model
