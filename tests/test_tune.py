@@ -169,6 +169,12 @@ def test_a_state_of_another_run_is_refused(setup, cli):
     code, _, err = cli("tune", model, "--target", name, "--calib", calib, "-o", root / "out")
     assert code == 2 and "holds a tuning run of another model" in err
     assert not builds(bin_dir / "trtexec")
+    # a run of the other start, in the same directory: said, with the flag that resumes it
+    args = ("tune", model, "--target", name, "--calib", calib, "-o", root / "trt", "--min-cosine", "0.9")
+    code, _, err = cli(*args, "--placement", "trt", "--budget", "1s")
+    assert code in (0, 1) and builds(bin_dir / "trtexec")
+    code, _, err = cli(*args)
+    assert code == 2 and "started with --placement trt" in err and "add --placement trt to resume it" in err
 
 
 def test_sites_implicit_ran_in_fp16_start_float_and_can_be_toggled_back():

@@ -151,8 +151,9 @@ def _ratio(a: Measured, b: Measured) -> Optional[float]:
     return round(a.qps / b.qps, 4) if a.qps and b.qps else None
 
 
-def _fingerprint(model: Path, calib: Path, target: Target, options: TuneOptions) -> str:
-    """What a state file's measurements depend on: the model, the data, the target and the settings."""
+def _fingerprints(model: Path, calib: Path, target: Target, options: TuneOptions) -> dict[str, str]:
+    """What a state file's measurements depend on: the model, the data, the target and the settings; one
+    per start (``--placement`` trt or implicit), to tell a run of the other start when resuming."""
     from edgeq.fs import sha256_file
 
     h = hashlib.sha256(sha256_file(model).encode())
@@ -164,20 +165,30 @@ def _fingerprint(model: Path, calib: Path, target: Target, options: TuneOptions)
     settings: list[Any] = [target.name, target.host, target.trtexec, q.calibrator, q.holdout,
                            options.min_cosine]
     settings += [q.percentile] if q.calibrator == "percentile" else []  # what only that calibrator reads
-    settings += ["placement implicit"] if q.placement == "implicit" else []  # another start, other candidates
-    h.update(json.dumps(settings).encode())
-    return h.hexdigest()[:24]
+    out = {}
+    for start in ("trt", "implicit"):
+        each = h.copy()
+        extra = ["placement implicit"] if start == "implicit" else []  # another start, other candidates
+        each.update(json.dumps(settings + extra).encode())
+        out[start] = each.hexdigest()[:24]
+    return out
 
 
 class _State:
     """``tune.state.json``: calibration ranges and every measurement, rewritten after each one."""
 
-    def __init__(self, path: Path, fingerprint: str) -> None:
+    def __init__(self, path: Path, fingerprint: str, others: Optional[dict[str, str]] = None) -> None:
+        """``others``: the fingerprint of this run with another ``--placement`` each, to say which one an
+        earlier run in ``path`` used."""
         self.path = path
         self.data: dict[str, Any] = {"version": STATE_VERSION, "fingerprint": fingerprint, "amax": None,
                                      "measured": {}, "paired": {}}  # fmt: skip
         if path.is_file():
             old = json.loads(path.read_text())
+            started = [k for k, f in (others or {}).items() if old.get("fingerprint") == f]
+            if started and old.get("version") == STATE_VERSION:
+                raise QuantError(f"{path.parent}: holds a tuning run of this model started with --placement "
+                                 f"{started[0]}", f"add --placement {started[0]} to resume it")  # fmt: skip
             if old.get("fingerprint") != fingerprint or old.get("version") != STATE_VERSION:
                 raise QuantError(
                     f"{path.parent}: holds a tuning run of another model, data, target or settings",
@@ -292,7 +303,8 @@ def tune(
     out = Path(options.out_dir) if options.out_dir is not None else model.with_name(f"{stem}.tune")
     if out.exists() and not out.is_dir():
         raise QuantError(f"{out}: exists and is not a directory", "give --output a directory")
-    state = _State(out / STATE, _fingerprint(model, calib, target, options))
+    prints = _fingerprints(model, calib, target, options)
+    state = _State(out / STATE, prints.pop(q.placement), prints)
     tuner = _Tuner(target, options, out, progress)
 
     # 1. calibrate once (ranges kept in the state: a resumed run does not recalibrate)
