@@ -93,12 +93,7 @@ def tune_cmd(
         mark = "[green]kept[/]" if e["kept"] else "[dim]-[/]"
         out.print(f"{escape(e['decision'])}: {e['tried']} -> {cand.get('qps')} qps {mark} "
                   f"({escape(e['chosen_by'])})")  # fmt: skip
-    started = result.start_from
-    if started.get("placement") == "mirror":
-        out.print("started from the mirror of the implicit engine")
-    else:
-        why = f" ({escape(started['not_mirror'])})" if started.get("not_mirror") else ""
-        out.print(f"started from edgeq's rules{why}")
+    out.print(f"started from {escape(result.started)}")
     stopped = f"; {result.stopped}" if result.stopped else ""
     how = f"{result.speedup}x" + (f" in {result.final['rounds']} paired rounds" if result.final else "")
     out.print(f"implicit {result.implicit.qps} qps, tuned {result.best.qps} qps ({how}); "

@@ -132,6 +132,14 @@ class TuneResult:
     start_from: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def started(self) -> str:
+        """Where the search started, as people read it (the CLI's line, the HTML report's head)."""
+        if self.start_from.get("placement") == "mirror":
+            return "the mirror of the implicit engine"
+        why = self.start_from.get("not_mirror")
+        return "edgeq's rules" + (f" ({why})" if why else "")
+
+    @property
     def speedup(self) -> Optional[float]:
         """Tuned over implicit throughput: the paired median when there is one, else single timings."""
         return self.final["ratio"] if self.final else _ratio(self.best, self.implicit)
@@ -548,9 +556,7 @@ def _write_report(result: TuneResult, decisions: list[Decision]) -> None:
         f"<td>{esc(e['chosen_by'])}</td></tr>"
         for e in result.decisions
     )
-    began = result.start_from.get("placement", "rules")
-    began += f" ({result.start_from['not_mirror']})" if result.start_from.get("not_mirror") else ""
-    head = (f"implicit {result.implicit.qps} qps; start ({began}) {result.start.qps} qps; "
+    head = (f"implicit {result.implicit.qps} qps; start from {result.started}: {result.start.qps} qps; "
             f"tuned {result.best.qps} qps "
             f"({d['speedup_vs_implicit']}x implicit{' in paired rounds' if result.final else ''})")
     head += f"; stopped: {result.stopped}" if result.stopped else ""
