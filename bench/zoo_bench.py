@@ -69,6 +69,8 @@ def _sh(argv: list[str], log: Path, timeout: float) -> int:
 class Model:
     """One model's files under ``work/<name>``: the steps that make them, each done once its files exist."""
 
+    placements: tuple[str, ...] = PLACEMENTS  # the engines it builds and times (implicit first)
+
     def __init__(self, name: str, args: argparse.Namespace) -> None:
         self.name, self.args = name, args
         self.dir = args.work / name
@@ -158,13 +160,14 @@ class Model:
         Path(f"{stem}.layers.json.tmp").replace(self.layers(placement))
 
     def time_rounds(self) -> None:
-        """Alternating rounds (implicit, static, mirror; then the order reversed), the engines alone."""
+        """Alternating rounds (implicit, static, mirror, or ``placements``; then the order reversed), the
+        engines alone."""
         import re
 
-        figures: dict[str, list[float]] = {p: [] for p in PLACEMENTS}
+        figures: dict[str, list[float]] = {p: [] for p in self.placements}
         log = self.dir / "timing.log"
         for r in range(self.args.rounds):
-            order = PLACEMENTS if r % 2 == 0 else tuple(reversed(PLACEMENTS))
+            order = self.placements if r % 2 == 0 else tuple(reversed(self.placements))
             for p in order:
                 argv = [self.args.trtexec, f"--loadEngine={self.plan(p)}", "--noDataTransfers",
                         "--useCudaGraph", f"--duration={self.args.duration}", "--warmUp=500"]
@@ -321,6 +324,19 @@ def table(models: list[Model]) -> tuple[str, list[dict]]:
     return "\n".join(lines), rows
 
 
+def tarball(out: Path, work: Path, models: list[Model], *extra: Path) -> None:
+    """``out/results.tar.gz``: every model's files but models, plans, data and caches, and ``extra``."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
+        for p in extra:
+            tar.add(p, p.name)
+        for m in models:
+            for p in m.dir.rglob("*"):
+                if p.is_file() and p.suffix not in (".onnx", ".plan", ".npy", ".cache", ".tmp") \
+                        and "calib" not in p.parts:
+                    tar.add(p, str(p.relative_to(work)))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trtexec", required=True)
@@ -349,14 +365,7 @@ def main() -> int:
     print(text)
     (args.work / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(args.out / "results.tar.gz", "w:gz") as tar:
-            tar.add(args.work / "results.json", "results.json")
-            for m in models:
-                for p in m.dir.rglob("*"):
-                    if p.is_file() and p.suffix not in (".onnx", ".plan", ".npy", ".cache", ".tmp") \
-                            and "calib" not in p.parts:
-                        tar.add(p, str(p.relative_to(args.work)))
+        tarball(args.out, args.work, models, args.work / "results.json")
     for f in failed:
         print(f"FAILED {f}", file=sys.stderr)
     return 1 if failed else 0

@@ -99,7 +99,7 @@ def test_every_pattern_rests_on_an_engine_file_or_says_unverified():
     for p in registry.REGISTRY:
         if p.kind != "fusion" or p.id == "weighted-inputs":
             continue
-        cited = set(re.findall(r"[\w.]+\.(?:layers\.json|build\.log|run\.log)", p.evidence))
+        cited = set(re.findall(r"[\w.-]+\.(?:layers\.json|build\.log|run\.log)", p.evidence))
         assert cited, p.id
         assert cited <= fixture_files, (p.id, cited - fixture_files)
         if "expected" in p.fact or not p.verified:

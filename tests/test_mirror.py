@@ -25,7 +25,7 @@ from edgeq import zoo
 from edgeq.errors import QuantError
 from edgeq.graph.io import graph_from_model
 from edgeq.quant.mirror import load_engine, plan_from_engine
-from edgeq.quant.placement import Plan
+from edgeq.quant.plan import Plan
 from edgeq.quant.quantize import prepare_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -68,9 +68,11 @@ def prepared(graph: str) -> onnx.ModelProto:
     return prepare_model(model)[0]
 
 
-def mirror(engine: str, layers: Any = None) -> tuple[Plan, Any]:
+def mirror(engine: str, layers: Any = None, *, float_entry: bool = False) -> tuple[Plan, Any]:
+    """The engine's INT8 edges exactly (``float_entry=False``: what these tests check against the JSON)."""
     graph, path = ENGINES[engine]
-    return plan_from_engine(graph_from_model(prepared(graph)), layers or load_engine(path))
+    return plan_from_engine(graph_from_model(prepared(graph)), layers or load_engine(path),
+                            float_entry=float_entry)
 
 
 def raw_layers(path: Path) -> list[dict[str, Any]]:
@@ -346,20 +348,28 @@ def test_cli_quantize_from_engine_end_to_end(shufflenet_files, tmp_path, cli) ->
     summary = json.loads(stdout)
     assert summary["placement"] == "mirror"
     assert summary["mirror"]["int8_edges"] == 42 and summary["mirror"]["unmapped"] == []
-    assert {"mirror-int8", "mirror-float", "mirror-inside-layer"} <= set(summary["rules"])
+    # 35 of the 42 are the branches the engine entered by quantizing float data movement in a reformat:
+    # left float (float-entry), the 7 others (conv1, MaxPool, stage 2's first unit) placed as read.
+    assert summary["mirror"]["float_entry_edges"] == 35 and len(summary["mirror"]["float_entry"]) == 11
+    assert {"mirror-int8", "mirror-float", "mirror-inside-layer", "float-entry"} <= set(summary["rules"])
     model = onnx.load(str(out))
     onnx.checker.check_model(model, full_check=True)
-    plan, _ = mirror("shufflenet")
-    assert _qdq_edges(model) == sites(plan)
+    plan, _ = mirror("shufflenet", float_entry=True)
+    exact, _ = mirror("shufflenet")
+    got = _qdq_edges(model)
+    assert got == sites(plan) and sum(len(c) for c in got.values()) == 7
+    assert all(n in exact_consumers for t, cs in got.items() for n in cs
+               for exact_consumers in [sites(exact)[t]])  # a subset of the engine's own edges
     weight_dqs = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.attribute]
-    assert len(weight_dqs) == len(plan.weights) == 41
+    assert len(weight_dqs) == len(plan.weights) == 6
+    assert not [w for w in plan.weights if w.node.startswith(("/stage3/", "/stage4/"))]
     sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     (y,) = sess.run(None, {"input": np.load(calib / "0.npy")})
     assert y.shape == (1, 1000) and np.isfinite(y).all()
     assert summary["accuracy"]["outputs"][0]["cosine"] > 0.9
     code, stdout, _ = cli("quantize", src, "--calib", calib, "--calibrator", "max", "-o", tmp_path / "t.onnx",
                           "--from-engine", ENGINES["shufflenet"][1])
-    assert code == 0 and "mirrored 42 INT8 edges" in stdout
+    assert code == 0 and "mirrored 42 INT8 edges" in stdout and "35 of the INT8 edges left float" in stdout
 
 
 def _one_line_error(code: int, err: str, *words: str) -> None:
@@ -400,15 +410,19 @@ def test_cli_from_engine_bad_input_exits_2_and_writes_nothing(shufflenet_files, 
 
 @pytest.mark.parametrize("engine", ["shufflenet_zoo2", "shufflenet", "resnet50"])
 def test_tune_from_the_mirror_decides_both_ways(engine: str) -> None:
-    """``edgeq tune``'s default start: the mirror exactly; each site the rules place where the engine kept
-    float can be tried INT8 (with its convolutions' weight DQs), each tunable mirror site tried float, and
-    no candidate changes the scale of a mirror site."""
+    """``edgeq tune``'s default start: the mirror as quantize places it; each site the rules place where the
+    engine kept float can be tried INT8 (with its convolutions' weight DQs; a float-entry region's sites and
+    weights as one decision), each tunable mirror site tried float, and no candidate changes the scale of a
+    mirror site."""
     from edgeq.quant.decisions import RULES_INT8, candidate_plan, mirror_decisions
     from edgeq.quant.placement import plan_placement
+    from edgeq.quant.regions import float_entry_regions
 
-    rules = plan_placement(graph_from_model(prepared(ENGINES[engine][0])), "trt")
-    m, _ = mirror(engine)
-    plan, decisions = mirror_decisions(m, rules)
+    graph = graph_from_model(prepared(ENGINES[engine][0]))
+    rules = plan_placement(graph, "trt", float_entry=False)
+    regions = float_entry_regions(graph, rules)
+    m, _ = mirror(engine, float_entry=True)
+    plan, decisions = mirror_decisions(m, rules, regions)
     start = candidate_plan(plan, decisions, {})
     assert start.sites == m.sites and start.weights == m.weights
     amax = {t: 1.0 + i for i, t in enumerate(plan.activations)}
@@ -426,5 +440,13 @@ def test_tune_from_the_mirror_decides_both_ways(engine: str) -> None:
         assert new_weights == set(d.weights)
         assert {rules_weight[c] for c in d.consumers if c in rules_weight} <= {w.tensor for w in on.weights}
     assert any(d.weights for d in added) == engine.startswith("shufflenet")  # convolutions implicit ran float
+    # A float-entry region is tried INT8 whole: every weight of its convolutions comes with it.
+    whole = [d for d in added if ":float-entry:" in d.id]
+    assert bool(whole) == engine.startswith("shufflenet") and (len(regions) == 16) == bool(whole)
+    for d in whole:
+        region = next(r for r in regions if r.entries[0] in d.sites)
+        assert set(d.sites) == set(region.sites) - {s.tensor for s in m.sites}
+        on = candidate_plan(plan, decisions, {d.id: True})
+        assert {rules_weight[n] for n in region.nodes if n in rules_weight} <= {w.tensor for w in on.weights}
     tunable = [d for d in decisions if d.rule != RULES_INT8]
     assert all(d.start and set(d.sites) <= {s.tensor for s in m.sites} for d in tunable)

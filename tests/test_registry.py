@@ -169,7 +169,7 @@ def test_channel_shuffles_stay_float_and_each_branch_convolution_quantizes_itsel
     shuffles = registry.pattern("channel-shuffle").match(graph)  # type: ignore[misc]
     assert len(shuffles) == 3  # one data-movement region per stage, chained through the identity halves
     inside = {n for m in shuffles for n in m.nodes}
-    plan = plan_placement(graph)
+    plan = plan_placement(graph, float_entry=False)  # the pattern's own decision, before float-entry
     nodes = {n.name: n for n in graph.nodes}
     for s in plan.sites:
         assert not set(s.consumers) & inside, s.tensor  # nothing in a shuffle region reads a Q/DQ
@@ -180,6 +180,9 @@ def test_channel_shuffles_stay_float_and_each_branch_convolution_quantizes_itsel
     assert len(readers) == 13 + 4 + 1
     read = {n.inputs[0].name for n in readers}
     assert {s.rule for s in plan.sites if s.tensor in read} == {"channel-shuffle"}
+    # Each of those Q/DQ reads float data movement: float-entry leaves the branches behind them float.
+    floats = {f.tensor: f.rule for f in plan_placement(graph).floats}
+    assert {floats.get(t) for t in read} == {"float-entry"}
 
 
 def test_lint_and_compare_name_the_shuffles_edgeq_ran_int8(as_before_the_zoo_patterns, monkeypatch) -> None:

@@ -46,7 +46,7 @@ from edgeq.remote.targets import Target
 if TYPE_CHECKING:
     from edgeq.quant.accuracy import AccuracyReport
     from edgeq.quant.mirror import MirrorReport
-    from edgeq.quant.placement import Plan
+    from edgeq.quant.plan import Plan
     from edgeq.report.compare_engine import Engine
     from edgeq.report.compare_gate import RelativeGate
 

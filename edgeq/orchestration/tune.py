@@ -3,7 +3,9 @@
 Calibrate once; build the implicit INT8 engine on the target (TensorRT's own per-layer precision
 choice); start from its mirror (``edgeq.quant.mirror``: a Q/DQ on every edge it read INT8) with decisions
 both ways: a mirror site a tunable rule also places tried float, a site the rules place where implicit
-kept float tried INT8 (``edgeq.quant.decisions``); then a greedy local search: each decision toggled
+kept float tried INT8 (``edgeq.quant.decisions``; an INT8 region the rules and the mirror leave float by
+``float-entry`` tried as one decision, all its sites and weights); then a greedy local search: each
+decision toggled
 against the current best, built and profiled on the target through deploy
 (``edgeq.orchestration.variants``), kept only when faster and within ``--min-cosine`` on held-out data
 (checked on the host first: a candidate that fails it is never built). The time budget stops the search
@@ -46,7 +48,7 @@ from typing import Any, Callable, Optional
 
 from edgeq.errors import EdgeqError, QuantError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.quant.decisions import Decision, candidate_key, candidate_plan, decision_points
+from edgeq.quant.decisions import IMPLICIT_FP16, Decision, candidate_key, candidate_plan, decision_points
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import Target
 
@@ -285,6 +287,7 @@ def tune(
     from edgeq.quant.placement import plan_placement
     from edgeq.quant.qdq import insert_qdq
     from edgeq.quant.quantize import cache_ranges, calibrate, calibration_data, prepare_model, split_data
+    from edgeq.quant.regions import float_entry_regions
 
     q = options.quantize
     model = Path(model)
@@ -322,7 +325,9 @@ def tune(
         raise QuantError("tune's accuracy bound needs held-out samples", "give at least 2 samples")
     cal, held, _ = split_data(data, q)
     assert held is not None  # two samples or more and a holdout in (0, 1)
-    plan = plan_placement(graph_from_model(reference), "trt")
+    # The rules without the float-entry rule: its regions are decisions (float at the start, tried INT8)
+    plan = plan_placement(graph_from_model(reference), "trt", float_entry=False)
+    regions = float_entry_regions(graph_from_model(reference), plan)
     if state.data["amax"] is None:
         state.data["amax"] = calibrate(reference, plan, cal, q, progress)
         state.save()
@@ -347,12 +352,12 @@ def tune(
         tuner.reused += 1
     fp16 = _fp16_nodes(Path(str(implicit.run_dir)), reference)
     rules = plan
-    decisions = decision_points(rules, fp16)
+    decisions = decision_points(rules, fp16, regions)
     allow: list[str] = []
     started, why = "rules", None  # where the search starts, and why not from the mirror asked for
     if q.placement == "implicit":  # start from the mirror; implicit's own float nodes are its intent
         try:
-            plan, decisions = _mirror_start(Path(str(implicit.run_dir)), reference, rules)
+            plan, decisions = _mirror_start(Path(str(implicit.run_dir)), reference, rules, regions)
             started, allow = "mirror", fp16
         except QuantError as e:
             if not options.fallback:
@@ -388,13 +393,13 @@ def tune(
     start = measure(current)
     if not start.usable and started == "mirror":  # the mirror cost accuracy or failed: start from the rules
         why = f"the mirror's start was not usable: {_unusable(start)}"
-        plan, decisions, allow, started = rules, decision_points(rules, fp16), [], "rules"
+        plan, decisions, allow, started = rules, decision_points(rules, fp16, regions), [], "rules"
         shared = plan.scale_amax(amax)
         current = {d.id: d.start for d in decisions}
         start = measure(current)
     best = start
     if not start.usable:  # implicit's FP16 mirrored can cost accuracy: fall back to the rules alone
-        current = {d.id: True for d in decisions}
+        current = {d.id: d.start or d.rule == IMPLICIT_FP16 for d in decisions}
         best = start = measure(current)
     start_from = {"placement": started, "not_mirror": why}
     log: list[dict[str, Any]] = []
@@ -433,7 +438,7 @@ def tune(
     return result
 
 
-def _mirror_start(run_dir: Path, reference: Any, rules: Any) -> tuple[Any, list[Decision]]:
+def _mirror_start(run_dir: Path, reference: Any, rules: Any, regions: Any) -> tuple[Any, list[Decision]]:
     """The mirror of the implicit engine in ``run_dir`` and its decisions both ways (``mirror_decisions``).
     Raises QuantError when its layer JSON is missing or does not map onto ``reference``."""
     from edgeq.graph.io import graph_from_model
@@ -444,7 +449,7 @@ def _mirror_start(run_dir: Path, reference: Any, rules: Any) -> tuple[Any, list[
     if not layers.is_file():
         raise QuantError(f"{layers}: the target wrote no layer JSON for the implicit engine")
     mirror, _ = plan_from_engine(graph_from_model(reference), load_engine(layers))
-    return mirror_decisions(mirror, rules)
+    return mirror_decisions(mirror, rules, regions)
 
 
 def _unusable(m: Measured) -> str:

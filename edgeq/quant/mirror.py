@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError, ReportError
-from edgeq.quant.placement import FloatTensor, Plan, QdqSite, WeightSite, weight_axis
+from edgeq.quant.placement import weight_axis
+from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
 from edgeq.quant.rules import WEIGHTED_OPS, rule
 from edgeq.unionfind import UnionFind
 
@@ -83,10 +84,16 @@ class MirrorReport:
     float_edges: int  # edges it read FP32/FP16: no Q/DQ
     unmapped: tuple[Unmapped, ...] = ()
     unmapped_layers: tuple[str, ...] = ()  # layers naming nodes the model does not have
+    float_entry: tuple[str, ...] = ()  # entries of the INT8 regions left float (edgeq rules float-entry)
+    float_entry_edges: int = 0  # INT8 edges inside them: no Q/DQ
 
     def summary_line(self) -> str:
         text = (f"mirrored {self.int8_edges} INT8 edges ({self.float_edges} float) from {self.source}: "
                 f"{self.mapped_layers} of {self.named_layers} named layers map")
+        if self.float_entry:
+            text += (f"; {self.float_entry_edges} of the INT8 edges left float in {len(self.float_entry)} "
+                     "region(s) the engine entered by a quantizing reformat, which Q/DQ cannot say "
+                     "(float-entry)")
         if self.unmapped:
             names = ", ".join(u.tensor for u in self.unmapped[:3])
             text += f"; {len(self.unmapped)} tensors unmapped ({names})"
@@ -102,6 +109,8 @@ class MirrorReport:
             "float_edges": self.float_edges,
             "unmapped": [u.to_dict() for u in self.unmapped],
             "unmapped_layers": list(self.unmapped_layers),
+            "float_entry": list(self.float_entry),
+            "float_entry_edges": self.float_entry_edges,
         }
 
 
@@ -245,8 +254,12 @@ class _Reads:
         return [e for e, ps in self.edges.items() if "INT8" in ps]
 
 
-def plan_from_engine(graph: gs.Graph, layers: EngineLayers) -> tuple[Plan, MirrorReport]:
-    """The Plan that puts a Q/DQ on every edge the implicit engine read INT8 (read-only on ``graph``).
+def plan_from_engine(graph: gs.Graph, layers: EngineLayers, *, float_entry: bool = True
+                     ) -> tuple[Plan, MirrorReport]:
+    """The Plan that puts a Q/DQ on every edge the implicit engine read INT8 (read-only on ``graph``),
+    except, with ``float_entry``, inside the INT8 regions the engine entered by quantizing float data
+    movement in a reformat: Q/DQ cannot say that on 8.6, and those regions run faster float
+    (``edgeq.quant.regions``; the report lists them). ``float_entry=False``: the engine's edges exactly.
 
     ``graph`` is the model the engine was built from, prepared as ``edgeq quantize`` prepares it (the
     cleaned ``<name>.int8.fp32.onnx``). Raises QuantError when the engine is not of this model.
@@ -254,7 +267,7 @@ def plan_from_engine(graph: gs.Graph, layers: EngineLayers) -> tuple[Plan, Mirro
     if not layers.detailed:
         raise QuantError("the engine's layer JSON names no tensors (ProfilingVerbosity.LAYER_NAMES_ONLY)",
                          hint=DETAILED_HINT)
-    return _Mirror(_Graph(graph), layers).run()
+    return _Mirror(_Graph(graph), layers).run(float_entry)
 
 
 class _Mirror:
@@ -410,7 +423,7 @@ class _Mirror:
                 self._record(path, precision or "unknown", precision == "INT8")
 
     # -- the plan -------------------------------------------------------------------------------------
-    def run(self) -> tuple[Plan, MirrorReport]:
+    def run(self, with_float_entry: bool = True) -> tuple[Plan, MirrorReport]:
         mapped = [i for i in self.named if self.held[i]]
         if not self.named or len(mapped) < MIN_MAPPED * len(self.named):
             missing = [self.layers[i].name for i in self.named if not self.held[i]]
@@ -424,14 +437,20 @@ class _Mirror:
                 self._read(i, t.name, t.precision)
             for t in self.layers[i].outputs:
                 self._writes_into(i, t.name, t.precision)
-        plan = self._plan()
+        from edgeq.quant.regions import float_entry
+
+        engine_plan = self._plan()
+        plan, regions = float_entry(self.g.graph, engine_plan) if with_float_entry else (engine_plan, [])
         edges = self.reads.edges
         report = MirrorReport(
             source=self.source,
             layers=len(self.layers),
             named_layers=len(self.named),
             mapped_layers=len(mapped),
-            int8_edges=sum(len(s.consumers) for s in plan.sites),
+            int8_edges=sum(len(s.consumers) for s in engine_plan.sites),
+            float_entry=tuple(t for r in regions for t in r.entries),
+            float_entry_edges=sum(len(s.consumers) for s in engine_plan.sites) - sum(
+                len(s.consumers) for s in plan.sites),
             float_edges=sum(1 for ps in edges.values() if "INT8" not in ps),
             unmapped=tuple(self.reads.unmapped),
             unmapped_layers=tuple(self.layers[i].name for i in self.named if not self.held[i]),

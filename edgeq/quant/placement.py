@@ -11,22 +11,24 @@ Q/DQ pair on the first tensor that does not commute; everything reached through 
 shares a scale. Residual Adds ask only for their skip input; Relu->MaxPool after a convolution and the
 inside of a SiLU are never cut. Where TensorRT 8.6.0 engines showed otherwise, the engine wins: a
 weighted op that reads a Concat also gets its own Q/DQ, a SiLU feeding a residual Add reads a quantized
-convolution output, and an averaging tail is quantized. The graph facts behind every decision come from
-``edgeq.graph.fusion``, which lint reads too. ``all`` placement reproduces onnxruntime's QDQ output for
-comparison.
+convolution output, an averaging tail is quantized, and an INT8 region entered only through a Q on
+float data movement runs float (``edgeq.quant.regions``, after the patterns). The graph facts behind
+every decision come from ``edgeq.graph.fusion``, which lint reads too. ``all`` placement reproduces
+onnxruntime's QDQ output for comparison.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError
 from edgeq.graph import fusion, registry
 from edgeq.graph.facts import Want
 from edgeq.graph.patterns import is_constant, preserves_scale, producer, silu_input
+from edgeq.quant import regions
 from edgeq.quant.overrides import Overrides
+from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
 from edgeq.quant.rules import ORT_QUANTIZABLE_OPS, WEIGHTED_OPS, rule
 from edgeq.unionfind import UnionFind
 
@@ -35,85 +37,6 @@ if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
 
 PLACEMENTS = ("trt", "all")
-
-
-# --------------------------------------------------------------------------------------------------
-# The plan
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QdqSite:
-    """One activation Q/DQ pair: on ``tensor``, feeding ``consumers`` (node names).
-
-    ``graph_output`` means the DequantizeLinear output takes over the graph output's name.
-    """
-
-    tensor: str
-    consumers: tuple[str, ...]
-    rule: str
-    group: str
-    graph_output: bool = False
-
-
-@dataclass(frozen=True)
-class WeightSite:
-    """A weight stored as int8 behind a DequantizeLinear; ``axis`` None means per-tensor."""
-
-    tensor: str
-    node: str
-    axis: int | None
-    rule: str
-
-
-@dataclass(frozen=True)
-class FloatTensor:
-    tensor: str
-    rule: str
-
-
-@dataclass(frozen=True)
-class Plan:
-    mode: str
-    sites: tuple[QdqSite, ...]
-    weights: tuple[WeightSite, ...]
-    commuted: tuple[str, ...]  # float in the ONNX, INT8 in the engine: TensorRT moves Q/DQ across them
-    floats: tuple[FloatTensor, ...]
-    groups: dict[str, tuple[str, ...]]  # group id -> site tensors sharing one scale
-    activations: tuple[str, ...]  # every float activation tensor of the graph (for the implicit cache)
-    excluded: tuple[str, ...] = ()
-    forced: tuple[str, ...] = ()
-    group_ids: dict[str, str] = field(default_factory=dict)  # site or commuted tensor -> its group id
-
-    @property
-    def tensors(self) -> list[str]:
-        """The tensors calibration must measure for the Q/DQ model."""
-        return [s.tensor for s in self.sites]
-
-    def group_of(self, tensor: str) -> str | None:
-        return self.group_ids.get(tensor)
-
-    def scale_amax(self, amax: dict[str, float]) -> dict[str, float]:
-        """amax per site tensor after scale sharing: a group takes the largest amax of its members.
-
-        Commuted tensors inside a group get the group's amax as well, so a calibration cache written
-        from this map gives TensorRT's implicit path the same equal scales.
-        """
-        missing = [t for t in self.tensors if t not in amax]
-        if missing:
-            raise QuantError(f"no calibration range for tensor '{missing[0]}'"
-                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-        top = {gid: max(float(amax[t]) for t in members) for gid, members in self.groups.items()}
-        return {t: top[gid] for t, gid in self.group_ids.items()}
-
-    def commuted_in(self, gid: str) -> list[str]:
-        return [t for t in self.commuted if self.group_ids.get(t) == gid]
-
-    def float_by_rule(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for f in self.floats:
-            counts[f.rule] = counts.get(f.rule, 0) + 1
-        return dict(sorted(counts.items()))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -200,8 +123,10 @@ def _is_silu_mul(node: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
 # --------------------------------------------------------------------------------------------------
 
 
-def plan_placement(graph: gs.Graph, placement: str = "trt", overrides: Overrides | None = None) -> Plan:
-    """Decide every Q/DQ of the graph (read-only). Node names must be unique and non-empty."""
+def plan_placement(graph: gs.Graph, placement: str = "trt", overrides: Overrides | None = None, *,
+                   float_entry: bool = True) -> Plan:
+    """Decide every Q/DQ of the graph (read-only). Node names must be unique and non-empty.
+    ``float_entry=False`` keeps the INT8 regions ``edgeq.quant.regions`` would float (tune decides them)."""
     if placement not in PLACEMENTS:
         raise QuantError(f"unknown placement '{placement}'", hint="use --placement trt or --placement all")
     names = [n.name for n in graph.nodes]
@@ -210,11 +135,12 @@ def plan_placement(graph: gs.Graph, placement: str = "trt", overrides: Overrides
                          hint="this is a bug: quantize names nodes after cleaning")
     excluded, forced = (overrides or Overrides()).resolve(names)
     builder = _PlanBuilder(graph, excluded, forced)
-    if placement == "trt":
-        builder.place_trt()
-    else:
+    if placement != "trt":
         builder.place_all()
-    return builder.finish(placement)
+        return builder.finish(placement)
+    builder.place_trt()
+    plan = builder.finish(placement)
+    return regions.float_entry(graph, plan, keep=forced)[0] if float_entry else plan
 
 
 class _PlanBuilder:

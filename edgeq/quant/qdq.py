@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import onnx
     import onnx_graphsurgeon as gs
 
-    from edgeq.quant.placement import Plan
+    from edgeq.quant.plan import Plan
 
 # QuantizeLinear/DequantizeLinear with an ``axis`` attribute (per-channel) need opset 13.
 MIN_OPSET = 13

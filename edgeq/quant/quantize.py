@@ -24,7 +24,8 @@ from edgeq.errors import QuantError, first_line
 from edgeq.findings import Finding, ProgressFn, no_progress
 from edgeq.quant.accuracy import AccuracyReport
 from edgeq.quant.overrides import Overrides
-from edgeq.quant.placement import PLACEMENTS, Plan
+from edgeq.quant.placement import PLACEMENTS
+from edgeq.quant.plan import Plan
 from edgeq.quant.rules import RULES
 
 if TYPE_CHECKING:

@@ -1,9 +1,9 @@
 """Regions decided as a whole: a PointWise region between weighted layers, the Squeeze-and-Excitation
-gate, the channel shuffle's data movement."""
+gate, the channel shuffle's data movement, an INT8 region entered only by quantizing float data movement."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Optional
 
 from edgeq.findings import Level
 from edgeq.graph import fusion
@@ -18,6 +18,7 @@ from edgeq.graph.patterns import (
     preserves_scale,
     producer,
     qdq_pair_of,
+    scale_source,
     silu_input,
     skip_qdq_down,
 )
@@ -342,6 +343,48 @@ def _shuffle_reformat(v: LayerView) -> bool:
     )
 
 
+_DATA_MOVEMENT = frozenset({"Reshape", "Transpose", "Slice", "Split", "Concat", "Flatten", "multi-producer"})
+
+
+def float_entry_concat(t: gs.Tensor, int8: Callable[[gs.Tensor], bool]) -> Optional[gs.Node]:
+    """The Concat of float tensors that the data movement writing ``t`` goes back to, when a Q on ``t``
+    has no producer to fuse into (``int8``: is a tensor carried INT8). None when ``t`` is not written by
+    data movement, or its data movement goes back to a layer (a convolution's output takes the Q)."""
+    p = producer(t)
+    if p is None or not (preserves_scale(p) or is_op(p, "Concat")):
+        return None
+    src = scale_source(t) if not is_op(p, "Concat") else p
+    if src is None or not is_op(src, "Concat"):
+        return None
+    ins = [i for i in src.inputs if i.name and not is_constant(i)]
+    return src if ins and not any(int8(i) for i in ins) else None
+
+
+def lint_float_entry(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
+    """A QuantizeLinear on float data movement that goes back to a Concat of float tensors: TensorRT 8.6
+    runs it as a layer of its own and a reformat (or moves it into the data movement)."""
+    out = []
+    for q in iter_nodes(graph, subgraphs=False):
+        if not is_op(q, "QuantizeLinear") or not q.inputs or is_constant(q.inputs[0]):
+            continue
+        src = float_entry_concat(q.inputs[0], lambda t: is_op(producer(t), "DequantizeLinear"))
+        if src is not None:
+            out.append(Hit(
+                f"QuantizeLinear '{q.name}' quantizes data movement behind the float Concat '{src.name}': "
+                "TensorRT 8.6 runs it as a layer of its own and a reformat before the INT8 convolution "
+                "(the implicit engine quantizes in that one reformat)",
+                (q.name, src.name)))
+    return out
+
+
+def _standalone_q_reformat(v: LayerView) -> bool:
+    """Float data movement quantized by a layer of its own into INT8 row-major or NC/4HW4 (a second
+    reformat to NC/32HW32 follows); the implicit engine's one copy goes straight to NC/32HW32."""
+    src, _, dst = v.formats.partition(" -> ")
+    return (v.kind == "reformat" and src.startswith(("FP32", "FP16")) and dst.startswith("INT8")
+            and "NC/32HW32" not in dst and bool(v.upstream) and v.upstream <= _DATA_MOVEMENT)
+
+
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "pointwise-region",
@@ -408,5 +451,33 @@ PATTERNS: tuple[Pattern, ...] = (
         ),
         ops=frozenset({"Reshape", "Transpose", "Concat", "Slice", "Split"}),
         precedence=120,
+    ),
+    Pattern(
+        "float-entry",
+        "An INT8 region whose only ways in are Q/DQ on float data movement (a Slice, or a channel shuffle "
+        "behind a Concat of float tensors) runs float. The implicit engine quantizes such data in the "
+        "reformat into the convolution's INT8 NC/32HW32, one copy; an explicit network cannot: the "
+        "QuantizeLinear runs as a layer of its own into INT8 NC/4HW4 and a second reformat follows, or "
+        "TensorRT 8.6 moves it back through the data movement, which then runs INT8 row-major. Placement "
+        "leaves the whole region (its Q/DQ and weight DQs) float, the mirror the same where the implicit "
+        "engine quantized in such a reformat; tune tries each region INT8 as one decision.",
+        "tests/fixtures/trt86-h100-zoo3/shufflenet.static-nofe.layers.json.gz and "
+        "shufflenet.mirror-nofe.layers.json.gz (without the rule: 0.948x and 0.976x implicit's 1448 qps) vs "
+        "shufflenet.static.layers.json.gz and shufflenet.mirror.layers.json.gz (with it: 0.985x, 0.986x), "
+        "one H100 lease, 3 paired rounds; trt86-h100-zoo2/shufflenet.static.layers.json.gz "
+        "('Slice_1_output_0_QuantizeLinear' 7.8 us + an NC/4HW4 -> NC/32HW32 reformat 14.7 us before a "
+        "branch's INT8 convolutions)",
+        lint=LintSpec(
+            Level.WARNING,
+            "QuantizeLinear on float data movement (a layer of its own)",
+            PLACE + " (leaves such a branch float)",
+            lint_float_entry,
+        ),
+        engine=EngineSignature(
+            "a QuantizeLinear of its own on float data movement (a reformat into INT8)",
+            reformat=_standalone_q_reformat,
+        ),
+        ops=frozenset({"Slice", "Split", "Reshape", "Transpose", "Concat"}),
+        precedence=130,
     ),
 )

@@ -1,0 +1,148 @@
+"""INT8 regions that TensorRT 8.6 can enter only through a QuantizeLinear of its own: run them float.
+
+Why: the implicit engine quantizes float data movement in the reformat into a convolution's INT8
+NC/32HW32 (one copy). An explicit network cannot say that: a Q whose input is float data movement
+(a Slice, a channel shuffle's Reshape) runs as its own layer into INT8 row-major or NC/4HW4, then a
+second reformat to NC/32HW32, or TensorRT 8.6 moves it back through the data movement, which then runs
+INT8 row-major (`edgeq rules float-entry`). When every way into an INT8 region is such a Q, the region
+is cheaper float, as the implicit engine itself ran most of them. ``float_entry_regions`` finds these
+regions in a plan; ``drop_regions`` leaves them float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from edgeq.graph.patterns import is_constant, preserves_scale, producer
+from edgeq.graph.trt86.regions import float_entry_concat
+from edgeq.quant.plan import FloatTensor, Plan
+from edgeq.quant.rules import WEIGHTED_OPS
+
+if TYPE_CHECKING:
+    import onnx_graphsurgeon as gs
+
+RULE = "float-entry"
+
+
+@dataclass(frozen=True)
+class Region:
+    """Nodes that would run INT8 only behind ``entries`` (site tensors whose Q cannot fuse)."""
+
+    entries: tuple[str, ...]
+    nodes: tuple[str, ...]
+    sites: tuple[str, ...]  # every Q/DQ site inside (entries included)
+    commuted: tuple[str, ...]  # tensors INT8 by commuting inside the region
+
+
+def _data_movement(node: gs.Node) -> bool:
+    return node.op in ("Concat", "Slice", "Split") or preserves_scale(node)
+
+
+def _var_inputs(node: gs.Node) -> list[gs.Tensor]:
+    return [t for t in node.inputs if t.name and not is_constant(t)]
+
+
+def float_entries(graph: gs.Graph, plan: Plan) -> list[str]:
+    """Site tensors whose Q has no producer to fuse into: data movement back to a Concat of tensors the
+    plan leaves float (``edgeq.graph.trt86.regions.float_entry_concat``, which lint reads too)."""
+    int8 = {s.tensor for s in plan.sites} | set(plan.commuted)
+    tensors = graph.tensors()
+    return [s.tensor for s in plan.sites if s.tensor in tensors
+            and float_entry_concat(tensors[s.tensor], lambda t: t.name in int8) is not None]
+
+
+def float_entry_regions(graph: gs.Graph, plan: Plan) -> list[Region]:
+    """The INT8 regions entered only through float entries. A region grows from an entry over INT8
+    tensors (sites and commuted tensors): their readers and, for a tensor that is not an entry, its
+    producer join it, with the pointwise ops behind each member's float outputs (its epilogue). One that
+    reaches the graph input's Q/DQ is left INT8: that way in is a fused input reformat."""
+    grow = _Grower(graph, plan)
+    seen: set[str] = set()
+    regions = []
+    for start in (s.tensor for s in plan.sites if s.tensor in grow.entries):
+        if start in seen:
+            continue
+        region = grow.region(start)
+        seen |= set(region.sites) if region is not None else {start}
+        if region is not None:
+            regions.append(region)
+    return regions
+
+
+class _Grower:
+    def __init__(self, graph: gs.Graph, plan: Plan) -> None:
+        self.tensors = graph.tensors()
+        self.sites = {s.tensor: s for s in plan.sites}
+        self.int8 = set(self.sites) | set(plan.commuted)
+        self.entries = set(float_entries(graph, plan))
+        self.by_name = {n.name: n for n in graph.nodes}
+
+    def region(self, start: str) -> Region | None:
+        nodes: set[str] = set()
+        members: set[str] = set()
+        todo = [start]
+        while todo:
+            t = todo.pop()
+            if t in members:
+                continue
+            members.add(t)
+            tensor = self.tensors.get(t)
+            if tensor is None:
+                return None
+            if t not in self.entries:
+                p = producer(tensor)
+                if p is None:  # the graph input's Q
+                    return None
+                todo += self._join(p, nodes)
+            readers = ([self.by_name[c] for c in self.sites[t].consumers if c in self.by_name]
+                       if t in self.sites else list(tensor.outputs))
+            for n in readers:
+                todo += self._join(n, nodes)
+        return Region(tuple(sorted(members & self.entries)), tuple(sorted(nodes)),
+                      tuple(sorted(members & set(self.sites))), tuple(sorted(members - set(self.sites))))
+
+    def _join(self, n: gs.Node, nodes: set[str]) -> list[str]:
+        """Add ``n`` and the pointwise ops its float outputs feed; the INT8 tensors they touch."""
+        found: list[str] = []
+        stack = [n]
+        while stack:
+            m = stack.pop()
+            if m.name in nodes:
+                continue
+            nodes.add(m.name)
+            found += [t.name for t in (*_var_inputs(m), *m.outputs) if t.name in self.int8]
+            stack += [r for o in m.outputs if o.name not in self.int8 for r in o.outputs
+                      if r.op not in WEIGHTED_OPS and not _data_movement(r)]
+        return found
+
+
+def drop_regions(plan: Plan, regions: Iterable[Region]) -> Plan:
+    """``plan`` with each region float: its Q/DQ sites and commuted tensors gone, its nodes' weights
+    float, each site recorded as left float by ``float-entry``."""
+    regions = list(regions)
+    off = {t for r in regions for t in r.sites}
+    off_commuted = {t for r in regions for t in r.commuted}
+    off_nodes = {n for r in regions for n in r.nodes}
+    if not off and not off_commuted:
+        return plan
+    gone = off | off_commuted
+    groups = {gid: tuple(m for m in members if m not in gone) for gid, members in plan.groups.items()}
+    groups = {gid: m for gid, m in groups.items() if m}
+    return replace(
+        plan,
+        sites=tuple(s for s in plan.sites if s.tensor not in off),
+        weights=tuple(w for w in plan.weights if w.node not in off_nodes),
+        commuted=tuple(t for t in plan.commuted if t not in off_commuted),
+        floats=plan.floats + tuple(FloatTensor(t, RULE) for t in sorted(gone)),
+        groups=groups,
+        group_ids={t: g for t, g in plan.group_ids.items() if t not in gone and g in groups},
+    )
+
+
+def float_entry(graph: gs.Graph, plan: Plan, keep: Collection[str] = ()) -> tuple[Plan, list[Region]]:
+    """``plan`` with its float-entry regions float, and those regions; a region holding a node in
+    ``keep`` (forced by the override file) stays as placed."""
+    regions = [r for r in float_entry_regions(graph, plan) if not set(r.nodes) & set(keep)]
+    return drop_regions(plan, regions), regions

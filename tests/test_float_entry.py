@@ -1,0 +1,190 @@
+"""float-entry: an INT8 region whose only ways in are Q/DQ on float data movement runs float.
+
+Checked on the torchvision ShuffleNetV2 graph (the skeleton of the engines) and against the engines measured
+with and without the rule in one H100 lease (tests/fixtures/trt86-h100-zoo3): the placements edgeq writes
+today are the ones those engines were built from, and the engines show the QuantizeLinear layers and
+reformats the rule removes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from conftest import ROOT
+
+from edgeq import zoo
+from edgeq.graph import registry
+from edgeq.graph.io import graph_from_model, model_from_graph
+from edgeq.graph.rules import lint_model
+from edgeq.quant.decisions import candidate_plan, decision_points
+from edgeq.quant.mirror import load_engine, plan_from_engine
+from edgeq.quant.overrides import Overrides
+from edgeq.quant.placement import plan_placement
+from edgeq.quant.quantize import prepare_model
+from edgeq.quant.regions import float_entries, float_entry_regions
+
+FIXTURES = ROOT / "tests" / "fixtures"
+ZOO3 = FIXTURES / "trt86-h100-zoo3"
+
+
+def prepared(name: str):
+    if name.startswith("yolo_like"):
+        model = zoo.yolo_like(split="slice" if name.endswith("slice") else "split")
+    elif name == "resnet50":
+        model = zoo.resnet50(size=64)
+    else:
+        model = zoo.skeleton(FIXTURES / "trt86-h100-zoo" / "skeletons" / f"{name}.skel.onnx")
+    return prepare_model(model)[0]
+
+
+@pytest.fixture(scope="module")
+def shufflenet():
+    return graph_from_model(prepared("shufflenet_v2_x1_0"))
+
+
+def summary(variant: str) -> dict:
+    return json.loads(gzip.decompress((ZOO3 / f"shufflenet.{variant}.quantize.json.gz").read_bytes()))
+
+
+def placed(plan) -> tuple[dict, dict]:
+    return ({s.tensor: sorted(s.consumers) for s in plan.sites}, {w.tensor: w.node for w in plan.weights})
+
+
+def recorded(variant: str) -> tuple[dict, dict]:
+    d = summary(variant)
+    return ({a["tensor"]: sorted(a["consumers"]) for a in d["activations"]},
+            {w["tensor"]: w["node"] for w in d["weights"]})
+
+
+def test_each_branch_behind_a_slice_or_a_shuffle_runs_float(shufflenet) -> None:
+    raw = plan_placement(shufflenet, float_entry=False)
+    regions = float_entry_regions(shufflenet, raw)
+    entries = [r.entries for r in regions]
+    # 13 stride-1 units read their branch through a Slice; stage 2 and 3 end in a shuffle read by the next
+    # stage's first unit, stage 4's by conv5
+    assert len(regions) == 16 and all(len(e) == 1 for e in entries)
+    assert sum(e[0].endswith("/Slice_1_output_0") for e in entries) == 13
+    convs = {r.entries[0]: sorted(n for n in r.nodes if n.endswith(("/Conv", "/Gemm"))) for r in regions}
+    unit = "/stage3/stage3.4/"
+    assert convs[f"{unit}Slice_1_output_0"] == [f"{unit}branch2/branch2.{i}/Conv" for i in (0, 3, 5)]
+    nxt = "/stage4/stage4.0/"
+    first = [f"{nxt}branch1/branch1.{i}/Conv" for i in (0, 2)]
+    first += [f"{nxt}branch2/branch2.{i}/Conv" for i in (0, 3, 5)]
+    assert convs["/stage3/stage3.7/Reshape_1_output_0"] == sorted(first)
+    assert convs["/stage4/stage4.3/Reshape_1_output_0"] == ["/conv5/conv5.0/Conv", "/fc/Gemm"]
+    plan = plan_placement(shufflenet)
+    # What stays INT8 is what the graph input's Q/DQ reaches through fused producers.
+    assert "/maxpool/MaxPool_output_0" in {s.tensor for s in plan.sites} and len(plan.sites) == 5
+    kept = ("input", "/maxpool/", "/stage2/stage2.0/")
+    assert all(s.tensor.startswith(kept) for s in plan.sites)
+    assert {w.node.split("/")[1] for w in plan.weights} == {"conv1", "stage2"}
+    assert all(w.node.startswith(("/conv1/", "/stage2/stage2.0/")) for w in plan.weights)
+    gone = {t for r in regions for t in r.sites}
+    assert {f.tensor for f in plan.floats if f.rule == "float-entry"} == gone
+
+
+@pytest.mark.parametrize("name", ["yolo_like", "yolo_like_slice", "resnet50", "mobilenet_v2",
+                                  "regnet_y_400mf"])
+def test_data_movement_behind_a_layer_is_no_entry(name: str) -> None:
+    """YOLO's C2f Split (or Slice) reads a convolution's output: the Q moves into that convolution, and the
+    explicit engine equals the implicit one layer for layer (trt86-h100-zoo2/yolo.*)."""
+    graph = graph_from_model(prepared(name))
+    raw = plan_placement(graph, float_entry=False)
+    assert float_entries(graph, raw) == []
+    assert plan_placement(graph) == raw
+
+
+def test_a_forced_node_keeps_its_region_int8(shufflenet) -> None:
+    unit = "/stage3/stage3.2/"
+    plan = plan_placement(shufflenet, overrides=Overrides(force=(f"{unit}branch2/branch2.3/Conv",)))
+    sites, weights = placed(plan)
+    assert f"{unit}Slice_1_output_0" in sites
+    assert {f"{unit}branch2/branch2.{i}/Conv" for i in (0, 3, 5)} <= set(weights.values())
+    assert not [t for t in sites if t.startswith("/stage3/stage3.3/")]  # the other branches stay float
+
+
+def test_placement_and_mirror_are_what_the_measured_engines_were_built_from(shufflenet) -> None:
+    """The four explicit engines of trt86-h100-zoo3 (the rules and the mirror, with and without float-entry)
+    were built from these placements: the same Q/DQ consumers and weight DQs, tensor for tensor."""
+    assert placed(plan_placement(shufflenet)) == recorded("static")
+    assert placed(plan_placement(shufflenet, float_entry=False)) == recorded("static-nofe")
+    layers = load_engine(ZOO3 / "shufflenet.implicit.layers.json.gz")
+    mirror, report = plan_from_engine(shufflenet, layers)
+    assert placed(mirror) == recorded("mirror")
+    exact, exact_report = plan_from_engine(shufflenet, layers, float_entry=False)
+    assert placed(exact) == recorded("mirror-nofe")
+    # the implicit engine read 12 edges INT8; 5 of them, into stage 3's first unit, it quantized in the
+    # reformat after the stage-2 shuffle: the mirror leaves that unit float and says so
+    assert exact_report.int8_edges == report.int8_edges == 12
+    assert report.float_entry == ("/stage2/stage2.3/Reshape_1_output_0",) and report.float_entry_edges == 5
+    assert exact_report.float_entry == () and "left float" in report.summary_line()
+
+
+def _layers(variant: str) -> list[dict]:
+    return json.loads(gzip.decompress((ZOO3 / f"shufflenet.{variant}.layers.json.gz").read_bytes()),
+                      strict=False)["Layers"]
+
+
+@pytest.mark.parametrize("variant", ["static", "static-nofe", "mirror", "mirror-nofe"])
+def test_the_engines_show_the_quantize_layers_the_rule_removes(variant: str) -> None:
+    """Without the rule, a QuantizeLinear on float data movement is a layer of its own (FP32 row-major in,
+    INT8 NC/4HW4 or row-major out) or moved back into the shuffle (``_clone_N``); edgeq's engine reading
+    names it float-entry (compare's explanation). With the rule the engines have none."""
+    from edgeq.report.compare import diff_pair
+    from edgeq.report.compare_engine import Engine
+    from edgeq.report.fusion_build import build_report
+    from edgeq.report.parse import load_layers
+
+    def report(v: str):
+        return build_report(load_layers(gzip.decompress((ZOO3 / f"shufflenet.{v}.layers.json.gz")
+                                                        .read_bytes())))
+
+    q_layers = [lay["Name"] for lay in _layers(variant) if "QuantizeLinear" in lay["Name"]
+                and lay["Name"] != "input_QuantizeLinear" and "Int8" in lay["Outputs"][0]["Format/Datatype"]
+                and "FP32" in lay["Inputs"][0]["Format/Datatype"]]
+    d = diff_pair(Engine("implicit", report("implicit")), Engine(variant, report(variant)))
+    explained = [r for r in d.regions if "float-entry" in r.rules]
+    if variant.endswith("-nofe"):
+        assert q_layers and explained
+        if variant == "static-nofe":
+            assert sum(n.endswith("Slice_1_output_0_QuantizeLinear") for n in q_layers) == 13
+        else:
+            assert all("_QuantizeLinear_clone_" in n for n in q_layers)
+    else:
+        assert q_layers == [] and explained == []
+
+
+def test_lint_names_a_quantizelinear_on_float_data_movement(shufflenet) -> None:
+    from edgeq.quant.qdq import insert_qdq
+
+    def model(float_entry: bool):
+        ref = prepared("shufflenet_v2_x1_0")
+        graph = graph_from_model(ref)
+        plan = plan_placement(graph, float_entry=float_entry)
+        insert_qdq(graph, plan, {t: 1.0 for t in plan.activations})
+        return model_from_graph(graph, like=ref)
+
+    hits = [f for f in lint_model(model(False)) if f.rule == "float-entry"]
+    assert len(hits) == 16 and all(f.level.value == "warning" for f in hits)
+    assert any("Slice_1_output_0" in n for f in hits for n in f.nodes)
+    assert [f for f in lint_model(model(True)) if f.rule == "float-entry"] == []
+    assert registry.pattern("float-entry").lint is not None
+
+
+def test_tune_tries_each_region_int8_as_one_decision(shufflenet) -> None:
+    raw = plan_placement(shufflenet, float_entry=False)
+    regions = float_entry_regions(shufflenet, raw)
+    decisions = decision_points(raw, (), regions)
+    whole = [d for d in decisions if d.rule == "float-entry"]
+    assert len(whole) == 16 and not any(d.start for d in whole)
+    start = candidate_plan(raw, decisions, {})
+    assert placed(start) == placed(plan_placement(shufflenet))  # the start is the rules' placement
+    d = next(d for d in whole if d.sites[0].startswith("/stage2/stage2.1/"))
+    on = candidate_plan(raw, decisions, {d.id: True})
+    added = {s.tensor for s in on.sites} - {s.tensor for s in start.sites}
+    assert added == set(d.sites) and len(d.weights) == 3  # the branch's three convolutions, together
+    assert {w.tensor for w in on.weights} - {w.tensor for w in start.weights} == set(d.weights)
+    everything = candidate_plan(raw, decisions, {x.id: True for x in decisions})
+    assert placed(everything) == placed(raw)
