@@ -188,3 +188,49 @@ def test_tune_tries_each_region_int8_as_one_decision(shufflenet) -> None:
     assert {w.tensor for w in on.weights} - {w.tensor for w in start.weights} == set(d.weights)
     everything = candidate_plan(raw, decisions, {x.id: True for x in decisions})
     assert placed(everything) == placed(raw)
+
+
+def _graph(concat_of_convs: bool):
+    """x -> conv -> relu (y); y read by two Slices (a channel split: a fork) or, with
+    ``concat_of_convs``, two convolutions whose outputs a Concat joins; then Reshape -> a convolution."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = [numpy_helper.from_array(np.ones((8, c, 1, 1), np.float32), f"w{i}")
+         for i, c in enumerate((3, 8, 8, 16))]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], "conv0"),
+             helper.make_node("Relu", ["c0"], ["y"], "relu0")]
+    if concat_of_convs:
+        nodes += [helper.make_node("Conv", ["y", "w1"], ["a"], "conv_a"),
+                  helper.make_node("Conv", ["y", "w2"], ["b"], "conv_b")]
+    else:
+        for name, lo, hi in (("a", 0, 4), ("b", 4, 8)):
+            consts = [numpy_helper.from_array(np.array(v, np.int64), f"{name}_{k}")
+                      for k, v in (("s", [lo]), ("e", [hi]), ("ax", [1]))]
+            w.extend(consts)
+            ins = ["y", f"{name}_s", f"{name}_e", f"{name}_ax"]
+            nodes.append(helper.make_node("Slice", ins, [name], f"slice_{name}"))
+    w.append(numpy_helper.from_array(np.array([1, -1, 4, 4], np.int64), "shape"))
+    nodes += [helper.make_node("Concat", ["a", "b"], ["cat"], "cat", axis=1),
+              helper.make_node("Reshape", ["cat", "shape"], ["r"], "reshape"),
+              helper.make_node("Conv", ["r", "w3"], ["out"], "conv_out")]
+    cat_c = 16 if concat_of_convs else 8
+    w[3] = numpy_helper.from_array(np.ones((8, cat_c, 1, 1), np.float32), "w3")
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], w)
+    return graph_from_model(onnx.shape_inference.infer_shapes(helper.make_model(g)))
+
+
+@pytest.mark.parametrize("concat_of_convs", [True, False])
+def test_a_q_moves_back_into_the_layers_that_write_it_unless_a_fork_stops_it(concat_of_convs: bool) -> None:
+    """TensorRT 8.6 moves a Q back through Reshape and Concat into the convolutions that write the Concat's
+    inputs (fused, no entry); behind a channel split the Q stops at the fork, a layer of its own."""
+    from edgeq.graph.trt86.regions import q_layer_at
+
+    graph = _graph(concat_of_convs)
+    at = q_layer_at(graph.tensors()["r"], lambda t: False)
+    assert (at is None) == concat_of_convs
+    if not concat_of_convs:
+        assert at.name == "y"
+    assert q_layer_at(graph.tensors()["r"], lambda t: t.name == "y") is None  # y INT8 already: requantized

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from edgeq.graph.patterns import is_constant, preserves_scale, producer
-from edgeq.graph.trt86.regions import float_entry_concat
+from edgeq.graph.trt86.regions import q_layer_at
 from edgeq.quant.plan import FloatTensor, Plan
 from edgeq.quant.rules import WEIGHTED_OPS
 
@@ -45,12 +45,12 @@ def _var_inputs(node: gs.Node) -> list[gs.Tensor]:
 
 
 def float_entries(graph: gs.Graph, plan: Plan) -> list[str]:
-    """Site tensors whose Q has no producer to fuse into: data movement back to a Concat of tensors the
-    plan leaves float (``edgeq.graph.trt86.regions.float_entry_concat``, which lint reads too)."""
+    """Site tensors whose Q no layer can write: float data movement that goes back to a fork
+    (``edgeq.graph.trt86.regions.q_layer_at``, which lint reads too)."""
     int8 = {s.tensor for s in plan.sites} | set(plan.commuted)
     tensors = graph.tensors()
     return [s.tensor for s in plan.sites if s.tensor in tensors
-            and float_entry_concat(tensors[s.tensor], lambda t: t.name in int8) is not None]
+            and q_layer_at(tensors[s.tensor], lambda t: t.name in int8) is not None]
 
 
 def float_entry_regions(graph: gs.Graph, plan: Plan) -> list[Region]:

@@ -11,6 +11,7 @@ from edgeq.graph.facts import Decisions, Edge, EngineSignature, Hit, LayerView, 
 from edgeq.graph.patterns import (
     ACTIVATION_OPS,
     WEIGHTED_OPS,
+    consumers,
     is_constant,
     is_op,
     iter_nodes,
@@ -18,7 +19,6 @@ from edgeq.graph.patterns import (
     preserves_scale,
     producer,
     qdq_pair_of,
-    scale_source,
     silu_input,
     skip_qdq_down,
 )
@@ -346,34 +346,57 @@ def _shuffle_reformat(v: LayerView) -> bool:
 _DATA_MOVEMENT = frozenset({"Reshape", "Transpose", "Slice", "Split", "Concat", "Flatten", "multi-producer"})
 
 
-def float_entry_concat(t: gs.Tensor, int8: Callable[[gs.Tensor], bool]) -> Optional[gs.Node]:
-    """The Concat of float tensors that the data movement writing ``t`` goes back to, when a Q on ``t``
-    has no producer to fuse into (``int8``: is a tensor carried INT8). None when ``t`` is not written by
-    data movement, or its data movement goes back to a layer (a convolution's output takes the Q)."""
-    p = producer(t)
-    if p is None or not (preserves_scale(p) or is_op(p, "Concat")):
-        return None
-    src = scale_source(t) if not is_op(p, "Concat") else p
-    if src is None or not is_op(src, "Concat"):
-        return None
-    ins = [i for i in src.inputs if i.name and not is_constant(i)]
-    return src if ins and not any(int8(i) for i in ins) else None
+def q_layer_at(t: gs.Tensor, int8: Callable[[gs.Tensor], bool]) -> Optional[gs.Tensor]:
+    """Where a Q on ``t`` ends up a layer of its own, or None where a layer writes it (fused).
+
+    TensorRT 8.6 moves a Q back through data movement (into every input of a Concat) until a layer that
+    can write INT8 takes it; it cannot move it past a tensor that other nodes read too (the fork of a
+    channel split), so the Q stays there, a layer of its own. ``int8``: the tensor is INT8 already (a Q/DQ
+    meets it: requantized, no new layer)."""
+    stack, seen = [t], set()
+    while stack:
+        y = stack.pop()
+        if id(y) in seen or (y is not t and int8(y)):
+            continue
+        seen.add(id(y))
+        p = producer(y)
+        if p is None or not (preserves_scale(p) or is_op(p, "Concat")):
+            continue  # the graph input (its reformat, as the implicit engine) or a layer that writes the Q
+        ins = [i for i in p.inputs if i.name and not is_constant(i)]
+        for x in (ins if is_op(p, "Concat") else ins[:1]):
+            if len(consumers(x)) > 1 and not int8(x):
+                return x
+            stack.append(x)
+    return None
 
 
 def lint_float_entry(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
-    """A QuantizeLinear on float data movement that goes back to a Concat of float tensors: TensorRT 8.6
+    """A QuantizeLinear on float data movement that no layer can write (``q_layer_at``): TensorRT 8.6
     runs it as a layer of its own and a reformat (or moves it into the data movement)."""
+    known: dict[int, bool] = {}
+
+    def int8(t: gs.Tensor) -> bool:
+        """A DequantizeLinear wrote it, or data movement of such tensors (DQ moves forward through it)."""
+        if id(t) not in known:
+            known[id(t)] = False  # a cycle reads as float
+            p = producer(t)
+            ins = [i for i in p.inputs if i.name and not is_constant(i)] if p is not None else []
+            known[id(t)] = p is not None and (is_op(p, "DequantizeLinear") or (
+                (preserves_scale(p) or is_op(p, "Concat")) and bool(ins)
+                and all(int8(i) for i in (ins if is_op(p, "Concat") else ins[:1]))))
+        return known[id(t)]
+
     out = []
     for q in iter_nodes(graph, subgraphs=False):
         if not is_op(q, "QuantizeLinear") or not q.inputs or is_constant(q.inputs[0]):
             continue
-        src = float_entry_concat(q.inputs[0], lambda t: is_op(producer(t), "DequantizeLinear"))
-        if src is not None:
+        at = q_layer_at(q.inputs[0], int8)
+        if at is not None:
             out.append(Hit(
-                f"QuantizeLinear '{q.name}' quantizes data movement behind the float Concat '{src.name}': "
-                "TensorRT 8.6 runs it as a layer of its own and a reformat before the INT8 convolution "
-                "(the implicit engine quantizes in that one reformat)",
-                (q.name, src.name)))
+                f"QuantizeLinear '{q.name}' quantizes float data movement that goes back to '{at.name}', "
+                "which other nodes read too: TensorRT 8.6 runs it there as a layer of its own and a "
+                "reformat before the INT8 convolution (the implicit engine quantizes in that one reformat)",
+                (q.name, *(n.name for n in consumers(at)))))
     return out
 
 
@@ -454,13 +477,13 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         "float-entry",
-        "An INT8 region whose only ways in are Q/DQ on float data movement (a Slice, or a channel shuffle "
-        "behind a Concat of float tensors) runs float. The implicit engine quantizes such data in the "
-        "reformat into the convolution's INT8 NC/32HW32, one copy; an explicit network cannot: the "
-        "QuantizeLinear runs as a layer of its own into INT8 NC/4HW4 and a second reformat follows, or "
-        "TensorRT 8.6 moves it back through the data movement, which then runs INT8 row-major. Placement "
-        "leaves the whole region (its Q/DQ and weight DQs) float, the mirror the same where the implicit "
-        "engine quantized in such a reformat; tune tries each region INT8 as one decision.",
+        "An INT8 region whose only ways in are Q/DQ on float data movement that goes back to a fork (a "
+        "channel split's Slices of one tensor) runs float. The implicit engine quantizes such data in the "
+        "reformat into the convolution's INT8 NC/32HW32, one copy; an explicit network cannot: TensorRT 8.6 "
+        "moves the QuantizeLinear back through the data movement (which then runs INT8 row-major) to the "
+        "fork, where it runs as a layer of its own into INT8 NC/4HW4 and a second reformat follows. "
+        "Placement leaves the whole region (its Q/DQ and weight DQs) float, the mirror the same where the "
+        "implicit engine quantized in such a reformat; tune tries each region INT8 as one decision.",
         "tests/fixtures/trt86-h100-zoo3/shufflenet.static-nofe.layers.json.gz and "
         "shufflenet.mirror-nofe.layers.json.gz (without the rule: 0.948x and 0.976x implicit's 1448 qps) vs "
         "shufflenet.static.layers.json.gz and shufflenet.mirror.layers.json.gz (with it: 0.985x, 0.986x), "
