@@ -1,7 +1,8 @@
 """``edgeq tune`` on this machine's GPU: tuned explicit against implicit INT8, same machine, same lease.
 
 Writes the benchmark models (``zoo.resnet50`` at batch 8 and 64, ``zoo.yolo_like`` at batch 8: the fixtures'
-architectures and sizes) with seeded calibration data, a ``host: local`` target file for the trtexec given,
+architectures and sizes; or torchvision models by name, as ``zoo_bench`` exports them) with seeded
+calibration data, a ``host: local`` target file for the trtexec given,
 then runs ``edgeq tune`` on each and prints one line per model (implicit qps, start qps, tuned qps, ratio,
 cosine, decisions kept / tried, gates) and the paths of the tuning reports:
 
@@ -38,10 +39,21 @@ def _write_inputs(out: Path, name: str, samples: int) -> tuple[Path, Path]:
 
     from edgeq import zoo
 
-    factory, kwargs = MODELS[name]
-    model = getattr(zoo, factory)(**kwargs)
     path = out / f"{name}.onnx"
-    onnx.save(model, str(path))
+    if name in MODELS:
+        factory, kwargs = MODELS[name]
+        onnx.save(getattr(zoo, factory)(**kwargs), str(path))
+    else:  # a torchvision model, exported as bench/zoo_bench.py does (batch 32, seed 0, opset 17)
+        import torch
+        import torchvision
+
+        if not callable(getattr(torchvision.models, name, None)):
+            raise SystemExit(f"{name}: not one of {list(MODELS)} nor a torchvision model")
+        torch.manual_seed(0)
+        net = getattr(torchvision.models, name)(weights=None).eval()
+        torch.onnx.export(net, (torch.randn(32, 3, 224, 224),), str(path), opset_version=17, dynamo=False,
+                          input_names=["input"], output_names=["output"])
+    model = onnx.load(str(path), load_external_data=False)
     calib = out / f"{name}.calib"
     calib.mkdir(exist_ok=True)
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
@@ -57,7 +69,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trtexec", required=True)
     ap.add_argument("--out", type=Path, default=Path("tune-bench"))
-    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {list(MODELS)}")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help=f"comma-separated: {list(MODELS)} or torchvision model names (batch 32)")
     ap.add_argument("--budget", default="10m")
     ap.add_argument("--min-cosine", help="accuracy bound (default: per model, MIN_COSINE)")
     ap.add_argument("--rounds", default="3", help="paired re-timing rounds (edgeq tune --rounds)")
@@ -78,7 +91,7 @@ def main() -> int:
         t0 = time.monotonic()
         edgeq = str(Path(sys.executable).with_name("edgeq"))
         argv = [edgeq, "tune", str(model), "--target", str(target), "--calib", str(calib),
-                "--budget", args.budget, "--min-cosine", args.min_cosine or MIN_COSINE[name],
+                "--budget", args.budget, "--min-cosine", args.min_cosine or MIN_COSINE.get(name, "0.99"),
                 "--rounds", args.rounds, "--json",
                 "-o", str(args.out / f"{name}.tune")]  # fmt: skip
         argv += ["--placement", args.placement] if args.placement else []
