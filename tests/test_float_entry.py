@@ -234,3 +234,33 @@ def test_a_q_moves_back_into_the_layers_that_write_it_unless_a_fork_stops_it(con
     if not concat_of_convs:
         assert at.name == "y"
     assert q_layer_at(graph.tensors()["r"], lambda t: t.name == "y") is None  # y INT8 already: requantized
+
+
+def test_the_relative_gate_excuses_what_the_mirror_leaves_float_on_purpose(shufflenet, tmp_path) -> None:
+    """``deploy --placement implicit``: stage 3's first unit, INT8 in the implicit engine behind its
+    quantizing reformat, runs FP16 in the mirror's engine by float-entry. The relative gate names those
+    nodes as excused, not as wider-than-baseline; the extra reformat it costs is still counted."""
+    from edgeq.orchestration.implicit import ImplicitFloat
+    from edgeq.report.compare import diff_pair
+    from edgeq.report.compare_engine import engine_from_path
+    from edgeq.report.compare_gate import relative_gate
+
+    plan, _ = plan_from_engine(shufflenet, load_engine(ZOO3 / "shufflenet.implicit.layers.json.gz"))
+    engines = {}
+    for v in ("implicit", "mirror"):
+        (tmp_path / v).mkdir()
+        for part in ("layers", "profile"):
+            data = gzip.decompress((ZOO3 / f"shufflenet.{v}.{part}.json.gz").read_bytes())
+            (tmp_path / v / f"{part}.json").write_bytes(data)
+        engines[v] = engine_from_path(tmp_path / v, onnx_model=prepared("shufflenet_v2_x1_0"), name=v)
+    diff = diff_pair(engines["implicit"], engines["mirror"])
+    wider = {w.node for w in diff.wider}
+    assert wider and wider <= set(plan.float_nodes) and all(n.startswith("/stage3/stage3.0/") for n in wider)
+    strict = relative_gate(diff)
+    assert {r for r, _ in strict.failures} == {"wider-than-baseline", "more-reformats"}
+    judged = relative_gate(diff, by_design=plan.float_nodes)
+    assert [r for r, _ in judged.failures] == ["more-reformats"] and set(judged.excused) == wider
+    assert "8 nodes float by design (float-entry) excused" in judged.summary()
+    assert judged.to_dict()["excused"] == list(judged.excused)
+    notes = ImplicitFloat((), 0, plan.float_nodes).notes()
+    assert any("8 ONNX nodes of float-entry regions allowlisted" in n for n in notes)

@@ -10,10 +10,12 @@ two in alternation (``edgeq.orchestration.retime``) and gate the explicit one re
 
 The precision gate and the mirror: layers the implicit engine itself ran in FP16/FP32 are reproduced on
 purpose, so their ONNX nodes (exactly those, by name) are allowlisted in the int8 gate, and the output says
-which; any other float layer still fails it. A node the explicit engine runs wider than implicit did fails
-the relative gate (``wider-than-baseline``) even where the allowlist excused its layer. Likewise interior
-precision-changing reformats: when implicit has some itself (a float region needs them), the relative
-gate judges their count against implicit's, and the precision gate leaves them to it.
+which; so are the nodes of the regions the mirror leaves float on purpose (``Plan.float_nodes``:
+float-entry), which the relative gate excuses as well; any other float layer still fails it. Any other
+node the explicit engine runs wider than implicit did fails the relative gate (``wider-than-baseline``)
+even where the allowlist excused its layer. Likewise interior precision-changing reformats: when
+implicit has some itself (a float region needs them), the relative gate judges their count against
+implicit's, and the precision gate leaves them to it.
 """
 
 from __future__ import annotations
@@ -60,12 +62,17 @@ class ImplicitFloat:
 
     nodes: tuple[str, ...]  # ONNX nodes of its FP16/FP32 compute layers: the allowlist
     reformats: int  # its interior precision/layout-changing reformats
+    by_design: tuple[str, ...] = ()  # nodes the mirror leaves float on purpose (float-entry): allowlisted
 
     def notes(self) -> list[str]:
         more = len(self.nodes) - 4
         shown = ", ".join(self.nodes[:4]) + (f", ... {more} more" if more > 0 else "")
         said = [f"precision gate: {len(self.nodes)} ONNX nodes the implicit engine ran in FP16/FP32 "
                 "allowlisted (the mirror keeps them float on purpose)" + (f": {shown}" if self.nodes else "")]
+        if self.by_design:
+            said.append(f"precision gate: {len(self.by_design)} ONNX nodes of float-entry regions "
+                        "allowlisted (implicit ran them INT8 behind a quantizing reformat Q/DQ cannot "
+                        "express; edgeq rules float-entry); the relative gate excuses them too")
         if self.reformats:
             said.append(f"interior reformats: judged by the relative gate against implicit's own "
                         f"{self.reformats}, not by the precision gate")
@@ -132,7 +139,8 @@ class ImplicitDeploy:
     def to_dict(self) -> dict[str, Any]:
         return {"run_dir": str(self.run_dir), "implicit_run": str(self.implicit.run_dir),
                 "explicit_run": str(self.explicit.run_dir), "mirror": self.mirror.to_dict(),
-                "allowlisted": list(self.floats.nodes), "implicit_reformats": self.floats.reformats,
+                "allowlisted": list(self.floats.nodes), "float_entry_nodes": list(self.floats.by_design),
+                "implicit_reformats": self.floats.reformats,
                 "paired": self.paired, "relative_gate": self.relative.to_dict(),
                 "accuracy": self.accuracy.to_dict() if self.accuracy is not None else None,
                 "files": self.files, "notes": self.notes()}  # fmt: skip
@@ -194,8 +202,10 @@ def deploy_implicit(
                              "see implicit.json; the implicit engine's INT8 choices cost that much here",
                              exit_code=1)  # fmt: skip
 
-    # 3. the explicit engine, gated with implicit's own float nodes allowlisted
-    explicit_opts = replace(common, gate_allow=(*options.gate_allow, *floats.nodes),
+    # 3. the explicit engine, gated with implicit's own float nodes allowlisted, and the regions the
+    # mirror leaves float on purpose (float-entry: implicit entered them by a quantizing reformat)
+    floats = replace(floats, by_design=plan.float_nodes)
+    explicit_opts = replace(common, gate_allow=(*options.gate_allow, *floats.nodes, *floats.by_design),
                             gate_reformats=False if floats.reformats else None)  # fmt: skip
     explicit = deploy(mirrored.model, target, explicit_opts, progress=progress, on_event=on_event)
 
@@ -211,8 +221,8 @@ def deploy_implicit(
         paired, qps = timed.to_dict(), [timed.median(0), timed.median(1)]
     base = _run_engine(implicit.run_dir, cal.reference, "implicit", qps[0], None)
     cand = _run_engine(explicit.run_dir, cal.reference, "explicit", qps[1], None)
-    result = ImplicitDeploy(run_dir, implicit, explicit, report, floats, relative_gate(diff_pair(base, cand)),
-                            accuracy, paired)  # fmt: skip
+    relative = relative_gate(diff_pair(base, cand), by_design=floats.by_design)
+    result = ImplicitDeploy(run_dir, implicit, explicit, report, floats, relative, accuracy, paired)
     summary = run_dir / "implicit.json"
     result.files = {"mirror_model": str(mirrored.model), "fp32_model": str(pair.model),
                     "cache": str(pair.calib_cache), "summary": str(summary)}  # fmt: skip

@@ -54,6 +54,7 @@ class Plan:
     excluded: tuple[str, ...] = ()
     forced: tuple[str, ...] = ()
     group_ids: dict[str, str] = field(default_factory=dict)  # site or commuted tensor -> its group id
+    float_nodes: tuple[str, ...] = ()  # nodes left float on purpose (float-entry regions): not a fallback
 
     @property
     def tensors(self) -> list[str]:

@@ -120,7 +120,8 @@ class _Grower:
 
 def drop_regions(plan: Plan, regions: Iterable[Region]) -> Plan:
     """``plan`` with each region float: its Q/DQ sites and commuted tensors gone, its nodes' weights
-    float, each site recorded as left float by ``float-entry``."""
+    float, each site recorded as left float by ``float-entry``, its nodes in ``float_nodes`` (the gates
+    read them as float by design, not as a fallback)."""
     regions = list(regions)
     off = {t for r in regions for t in r.sites}
     off_commuted = {t for r in regions for t in r.commuted}
@@ -138,6 +139,7 @@ def drop_regions(plan: Plan, regions: Iterable[Region]) -> Plan:
         floats=plan.floats + tuple(FloatTensor(t, RULE) for t in sorted(gone)),
         groups=groups,
         group_ids={t: g for t, g in plan.group_ids.items() if t not in gone and g in groups},
+        float_nodes=tuple(dict.fromkeys((*plan.float_nodes, *sorted(off_nodes)))),
     )
 
 

@@ -5,7 +5,7 @@ that the verdict's rules read on their own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -64,6 +64,7 @@ class RelativeGate:
     min_ratio: float
     failures: tuple[tuple[str, str], ...]  # (rule, message)
     ratio: Ratio
+    excused: tuple[str, ...] = ()  # nodes wider than the baseline on purpose (float-entry): not failures
 
     def __bool__(self) -> bool:
         return not self.failures
@@ -71,13 +72,16 @@ class RelativeGate:
     def summary(self) -> str:
         r = self.ratio
         fig = f"{r.throughput:.3f}x ({r.source})" if r.throughput is not None else "no ratio"
+        excused = (f"; {len(self.excused)} nodes float by design (float-entry) excused"
+                   if self.excused else "")
         if self:
             return (
                 f"gate relative: {self.candidate} passed against {self.baseline} "
-                f"(throughput {fig}, minimum {self.min_ratio:g})"
+                f"(throughput {fig}, minimum {self.min_ratio:g}{excused})"
             )
         rules = ", ".join(dict.fromkeys(rule for rule, _ in self.failures))
-        return f"gate relative: {self.candidate} FAILED against {self.baseline} ({rules}; throughput {fig})"
+        return (f"gate relative: {self.candidate} FAILED against {self.baseline} ({rules}; throughput {fig}"
+                f"{excused})")
 
     def __str__(self) -> str:
         return "\n".join(
@@ -94,16 +98,21 @@ class RelativeGate:
             "min_ratio": self.min_ratio,
             "ratio": self.ratio.to_dict(),
             "failures": [{"rule": r, "message": m} for r, m in self.failures],
+            "excused": list(self.excused),
         }
 
 
-def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO) -> RelativeGate:
+def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO, by_design: Collection[str] = ()
+                  ) -> RelativeGate:
     """Fail the candidate on any node wider than in the baseline, more precision/layout-changing
-    reformats, or a throughput ratio under ``min_ratio``."""
+    reformats, or a throughput ratio under ``min_ratio``. ``by_design``: nodes the candidate's placement
+    leaves float on purpose (``Plan.float_nodes``): wider there is excused and listed, not a failure."""
     fails: list[tuple[str, str]] = []
     by_layer: dict[int, list[WiderNode]] = {}
+    excused = tuple(dict.fromkeys(w.node for w in diff.wider if w.node in by_design))
     for w in diff.wider:
-        by_layer.setdefault(w.cand_layer, []).append(w)
+        if w.node not in by_design:
+            by_layer.setdefault(w.cand_layer, []).append(w)
     for layer, ws in by_layer.items():
         names = ", ".join(w.node for w in ws[:3]) + (f" (+{len(ws) - 3})" if len(ws) > 3 else "")
         fails.append(
@@ -125,7 +134,7 @@ def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO) -> Relat
                 f"throughput {r:.3f}x the baseline's ({diff.ratio.source}), minimum {min_ratio:g}",
             )
         )
-    return RelativeGate(diff.candidate, diff.baseline, min_ratio, tuple(fails), diff.ratio)
+    return RelativeGate(diff.candidate, diff.baseline, min_ratio, tuple(fails), diff.ratio, excused)
 
 
 def relative_gates(
