@@ -27,6 +27,7 @@ from edgeq.graph.patterns import (
     silu_input,
     skip_qdq_down,
     skip_qdq_up,
+    var_inputs,
 )
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def has_weight(node: gs.Node) -> bool:
 
 
 def _one_variable_input(node: gs.Node) -> gs.Tensor | None:
-    ins = [t for t in node.inputs if t.name and not is_constant(t)]
+    ins = var_inputs(node)
     return ins[0] if len(ins) == 1 else None
 
 

@@ -335,6 +335,24 @@ def preserves_scale(node: gs.Node) -> bool:
     return True
 
 
+def moves_data(node: gs.Node) -> bool:
+    """Data movement a Q/DQ commutes across: a Concat or a scale-preserving op (the one list placement,
+    the mirror, float-entry and lint read)."""
+    return node.op == "Concat" or preserves_scale(node)
+
+
+def var_inputs(node: gs.Node) -> list[gs.Tensor]:
+    """The inputs of ``node`` that are activations: named, not constants."""
+    return [t for t in node.inputs if t.name and not is_constant(t)]
+
+
+def moved_inputs(node: gs.Node) -> list[gs.Tensor]:
+    """The activations data movement moves: every input of a Concat, the first of any other op (the
+    rest are shapes, starts, axes)."""
+    ins = var_inputs(node)
+    return ins if node.op == "Concat" else ins[:1]
+
+
 def scale_source(tensor: gs.Tensor) -> gs.Node | None:
     """The first producer behind ``tensor`` that is not scale-preserving, looking back through the
     scale-preserving ops on the way (their first input); None at a graph input or initializer, a cycle,

@@ -326,8 +326,9 @@ def tune(
     cal, held, _ = split_data(data, q)
     assert held is not None  # two samples or more and a holdout in (0, 1)
     # The rules without the float-entry rule: its regions are decisions (float at the start, tried INT8)
-    plan = plan_placement(graph_from_model(reference), "trt", float_entry=False)
-    regions = float_entry_regions(graph_from_model(reference), plan)
+    graph = graph_from_model(reference)
+    plan = plan_placement(graph, "trt", float_entry=False)
+    regions = float_entry_regions(graph, plan)
     if state.data["amax"] is None:
         state.data["amax"] = calibrate(reference, plan, cal, q, progress)
         state.save()

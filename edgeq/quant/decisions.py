@@ -73,13 +73,13 @@ def decision_points(plan: Plan, fp16_nodes: Collection[str] = (), regions: Seque
     return out + float_entry_decisions(plan, regions)
 
 
-def float_entry_decisions(plan: Plan, regions: Sequence[Region], start: bool = False) -> list[Decision]:
+def float_entry_decisions(plan: Plan, regions: Sequence[Region]) -> list[Decision]:
     """One decision per float-entry region: its sites and its weighted nodes' weight DQs, together (a
     branch is INT8 or float as a whole: one site alone adds a QuantizeLinear layer and gains nothing)."""
     weight_of = {w.node: w.tensor for w in plan.weights}
     consumers = {s.tensor: s.consumers for s in plan.sites}
     return [Decision(f"{FLOAT_ENTRY}:{r.entries[0]}", FLOAT_ENTRY, r.sites,
-                     tuple(dict.fromkeys(c for t in r.sites for c in consumers.get(t, ()))), start=start,
+                     tuple(dict.fromkeys(c for t in r.sites for c in consumers.get(t, ()))), start=False,
                      weights=tuple(weight_of[n] for n in r.nodes if n in weight_of))
             for r in regions]
 

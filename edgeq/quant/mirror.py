@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError, ReportError
+from edgeq.graph.patterns import moves_data
 from edgeq.quant.placement import weight_axis
 from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
+from edgeq.quant.regions import float_entry
 from edgeq.quant.rules import WEIGHTED_OPS, rule
 from edgeq.unionfind import UnionFind
 
@@ -158,13 +160,6 @@ def _is_float(t: gs.Tensor) -> bool:
         return t.dtype is not None and np.issubdtype(np.dtype(t.dtype), np.floating)
     except TypeError:
         return False
-
-
-def _commutes(node: gs.Node) -> bool:
-    """Concat and the data movement TensorRT moves Q/DQ across (the list placement and lint share)."""
-    from edgeq.graph.patterns import preserves_scale
-
-    return node.op == "Concat" or preserves_scale(node)
 
 
 def _producer(t: gs.Tensor) -> gs.Node | None:
@@ -374,7 +369,7 @@ class _Mirror:
         """One read along ``path``: quantize before folded data movement when the tensor was written INT8,
         else right before the reader."""
         between = [n for _, n in path[:-1]]
-        if len(path) > 1 and precision == "INT8" and written_int8 and all(_commutes(n) for n in between):
+        if len(path) > 1 and precision == "INT8" and written_int8 and all(moves_data(n) for n in between):
             t, n = path[0]
             self.reads.add(t.name, n.name, precision)
             for x, _ in path[1:]:
@@ -437,8 +432,6 @@ class _Mirror:
                 self._read(i, t.name, t.precision)
             for t in self.layers[i].outputs:
                 self._writes_into(i, t.name, t.precision)
-        from edgeq.quant.regions import float_entry
-
         engine_plan = self._plan()
         plan, regions = float_entry(self.g.graph, engine_plan) if with_float_entry else (engine_plan, [])
         edges = self.reads.edges
@@ -528,7 +521,7 @@ def _scale_groups(g: _Graph, consumers: dict[str, set[str]], commuted: dict[str,
     for t, site in commuted.items():
         uf.union(site, t)
     for node in g.graph.nodes:
-        if not _commutes(node):
+        if not moves_data(node):
             continue
         ins = [x.name for x in node.inputs
                if (x.name in consumers and node.name in consumers[x.name]) or x.name in commuted]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from edgeq.errors import QuantError
 from edgeq.graph import fusion, registry
 from edgeq.graph.facts import Want
-from edgeq.graph.patterns import is_constant, preserves_scale, producer, silu_input
+from edgeq.graph.patterns import is_constant, moves_data, producer, silu_input, var_inputs
 from edgeq.quant import regions
 from edgeq.quant.overrides import Overrides
 from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
@@ -53,24 +53,15 @@ def _is_float(t: gs.Tensor) -> bool:
         return False
 
 
-def _var_inputs(node: gs.Node) -> list[gs.Tensor]:
-    return [t for t in node.inputs if t.name and not is_constant(t)]
-
-
 def _attr(node: gs.Node, name: str, default: object = None) -> Any:  # whatever the ONNX attribute holds
     v = node.attrs.get(name, default)
     return v.decode() if isinstance(v, bytes) else v
 
 
-def _commutes(node: gs.Node) -> bool:
-    """data-movement: Concat, or an op that moves data (the one list lint reads too; Resize nearest)."""
-    return node.op == "Concat" or preserves_scale(node)
-
-
 def _data_inputs(node: gs.Node) -> list[gs.Tensor]:
     """Activation inputs that carry data (not shapes, axes, scales or weights)."""
     if node.op == "Concat" or node.op in WEIGHTED_OPS or node.op in ("Add", "Mul", "Sub", "Div", "Where"):
-        ins = _var_inputs(node)
+        ins = var_inputs(node)
     else:
         ins = [node.inputs[0]] if node.inputs and not is_constant(node.inputs[0]) else []
     return [t for t in ins if _is_float(t)]
@@ -222,7 +213,7 @@ class _PlanBuilder:
                         self._need(t, n, rule_id)
         for node in self.graph.nodes:
             if node.name in self.forced:
-                for t in _data_inputs(node) or [t for t in _var_inputs(node) if _is_float(t)]:
+                for t in _data_inputs(node) or [t for t in var_inputs(node) if _is_float(t)]:
                     self._need(t, node, "place-override", forced=True)
 
     def _need(self, t: gs.Tensor, consumer: gs.Node, rule_id: str, *, forced: bool = False) -> str | None:
@@ -242,7 +233,7 @@ class _PlanBuilder:
         if t.name in self.resolved:
             return self.uf.find(self.resolved[t.name])
         p = producer(t)
-        if (p is not None and _commutes(p) and p.name not in self.excluded and p.name not in self.forced
+        if (p is not None and moves_data(p) and p.name not in self.excluded and p.name not in self.forced
                 and t.name not in self.outputs):
             ins = _data_inputs(p)
             if ins and all(self._edge_ok(x, p) for x in ins):
@@ -301,7 +292,7 @@ class _PlanBuilder:
         # onnxruntime gives the outputs of its "same as input" ops (MaxPool, reshapes, Resize...) the
         # input's scale; Concat it does not (hence fuse-concat-scales on its output).
         for node in self.graph.nodes:
-            if _commutes(node) and node.op != "Concat":
+            if moves_data(node) and node.op != "Concat":
                 ins = [x for x in _data_inputs(node) if x.name in self.site_rule]
                 outs = [o for o in node.outputs if o.name in self.site_rule]
                 for x in ins:

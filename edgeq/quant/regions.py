@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from edgeq.graph.patterns import is_constant, preserves_scale, producer
+from edgeq.graph.patterns import moves_data, producer, var_inputs
 from edgeq.graph.trt86.regions import q_layer_at
 from edgeq.quant.plan import FloatTensor, Plan
 from edgeq.quant.rules import WEIGHTED_OPS
@@ -34,14 +34,6 @@ class Region:
     nodes: tuple[str, ...]
     sites: tuple[str, ...]  # every Q/DQ site inside (entries included)
     commuted: tuple[str, ...]  # tensors INT8 by commuting inside the region
-
-
-def _data_movement(node: gs.Node) -> bool:
-    return node.op in ("Concat", "Slice", "Split") or preserves_scale(node)
-
-
-def _var_inputs(node: gs.Node) -> list[gs.Tensor]:
-    return [t for t in node.inputs if t.name and not is_constant(t)]
 
 
 def float_entries(graph: gs.Graph, plan: Plan) -> list[str]:
@@ -112,9 +104,9 @@ class _Grower:
             if m.name in nodes:
                 continue
             nodes.add(m.name)
-            found += [t.name for t in (*_var_inputs(m), *m.outputs) if t.name in self.int8]
+            found += [t.name for t in (*var_inputs(m), *m.outputs) if t.name in self.int8]
             stack += [r for o in m.outputs if o.name not in self.int8 for r in o.outputs
-                      if r.op not in WEIGHTED_OPS and not _data_movement(r)]
+                      if r.op not in WEIGHTED_OPS and not moves_data(r)]
         return found
 
 

@@ -15,6 +15,8 @@ from edgeq.graph.patterns import (
     is_constant,
     is_op,
     iter_nodes,
+    moved_inputs,
+    moves_data,
     node_label,
     preserves_scale,
     producer,
@@ -360,10 +362,9 @@ def q_layer_at(t: gs.Tensor, int8: Callable[[gs.Tensor], bool]) -> Optional[gs.T
             continue
         seen.add(id(y))
         p = producer(y)
-        if p is None or not (preserves_scale(p) or is_op(p, "Concat")):
+        if p is None or not moves_data(p):
             continue  # the graph input (its reformat, as the implicit engine) or a layer that writes the Q
-        ins = [i for i in p.inputs if i.name and not is_constant(i)]
-        for x in (ins if is_op(p, "Concat") else ins[:1]):
+        for x in moved_inputs(p):
             if len(consumers(x)) > 1 and not int8(x):
                 return x
             stack.append(x)
@@ -376,14 +377,12 @@ def lint_float_entry(graph: gs.Graph, matches: list[Match], decisions: Decisions
     known: dict[int, bool] = {}
 
     def int8(t: gs.Tensor) -> bool:
-        """A DequantizeLinear wrote it, or data movement of such tensors (DQ moves forward through it)."""
+        """``quantized`` (a DQ behind scale-preserving data movement), or a Concat of such tensors."""
         if id(t) not in known:
             known[id(t)] = False  # a cycle reads as float
             p = producer(t)
-            ins = [i for i in p.inputs if i.name and not is_constant(i)] if p is not None else []
-            known[id(t)] = p is not None and (is_op(p, "DequantizeLinear") or (
-                (preserves_scale(p) or is_op(p, "Concat")) and bool(ins)
-                and all(int8(i) for i in (ins if is_op(p, "Concat") else ins[:1]))))
+            known[id(t)] = quantized(t) or (is_op(p, "Concat") and bool(moved_inputs(p))
+                                            and all(int8(i) for i in moved_inputs(p)))
         return known[id(t)]
 
     out = []
