@@ -63,7 +63,7 @@ class Model(zb.Model):
         return s
 
 
-def report(models: list[Model]) -> str:
+def report(models: list[Model], variants: tuple[str, ...] = VARIANTS) -> str:
     from edgeq.report.compare_engine import engine_from_path, engine_stats
 
     lines = []
@@ -71,7 +71,7 @@ def report(models: list[Model]) -> str:
         tj = m.dir / "timing.json"
         qps = json.loads(tj.read_text())["qps"] if tj.is_file() else {}
         med = {p: sorted(v)[len(v) // 2] for p, v in qps.items() if v}
-        for p in VARIANTS:
+        for p in variants:
             wide = reformats = "-"
             if m.layers(p).is_file():
                 st = engine_stats(engine_from_path(m.engine_dir(p)).report)  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ from edgeq.quant.regions import float_entries, float_entry_regions
 
 FIXTURES = ROOT / "tests" / "fixtures"
 ZOO3 = FIXTURES / "trt86-h100-zoo3"
+ZOO4 = FIXTURES / "trt86-h100-zoo4"
 
 
 def prepared(name: str):
@@ -44,16 +45,16 @@ def shufflenet():
     return graph_from_model(prepared("shufflenet_v2_x1_0"))
 
 
-def summary(variant: str) -> dict:
-    return json.loads(gzip.decompress((ZOO3 / f"shufflenet.{variant}.quantize.json.gz").read_bytes()))
+def summary(variant: str, lease=ZOO3) -> dict:
+    return json.loads(gzip.decompress((lease / f"shufflenet.{variant}.quantize.json.gz").read_bytes()))
 
 
 def placed(plan) -> tuple[dict, dict]:
     return ({s.tensor: sorted(s.consumers) for s in plan.sites}, {w.tensor: w.node for w in plan.weights})
 
 
-def recorded(variant: str) -> tuple[dict, dict]:
-    d = summary(variant)
+def recorded(variant: str, lease=ZOO3) -> tuple[dict, dict]:
+    d = summary(variant, lease)
     return ({a["tensor"]: sorted(a["consumers"]) for a in d["activations"]},
             {w["tensor"]: w["node"] for w in d["weights"]})
 
@@ -120,6 +121,49 @@ def test_placement_and_mirror_are_what_the_measured_engines_were_built_from(shuf
     assert exact_report.int8_edges == report.int8_edges == 12
     assert report.float_entry == ("/stage2/stage2.3/Reshape_1_output_0",) and report.float_entry_edges == 5
     assert exact_report.float_entry == () and "left float" in report.summary_line()
+
+
+def test_the_mirror_of_an_engine_that_ran_the_branches_int8(shufflenet) -> None:
+    """trt86-h100-zoo4: the same model's implicit engine on another lease ran 43 edges INT8, entering 12
+    branches through the quantizing reformat after a Slice or a shuffle. The mirror names all 12 and leaves
+    them float; the engines were built from exactly these placements."""
+    layers = load_engine(ZOO4 / "shufflenet.implicit.layers.json.gz")
+    mirror, report = plan_from_engine(shufflenet, layers)
+    exact, exact_report = plan_from_engine(shufflenet, layers, float_entry=False)
+    assert placed(mirror) == recorded("mirror", ZOO4) and placed(exact) == recorded("mirror-nofe", ZOO4)
+    assert placed(plan_placement(shufflenet)) == recorded("static", ZOO4)
+    assert report.int8_edges == exact_report.int8_edges == 43
+    assert len(report.float_entry) == 12 and report.float_entry_edges == 36
+    assert {t.rsplit("/", 1)[1] for t in report.float_entry} == {"Slice_1_output_0", "Reshape_1_output_0"}
+    assert set(report.float_entry) == set(summary("mirror", ZOO4)["mirror"]["float_entry"])
+
+
+def _standalone_qs(path) -> list[str]:
+    """The layers edgeq's engine reading calls float-entry: a QuantizeLinear of its own on float data
+    movement (``EngineSignature.reformat`` of the registry entry)."""
+    from edgeq.graph import registry
+    from edgeq.report.explain import Links
+    from edgeq.report.fusion_build import build_report
+    from edgeq.report.parse import load_layers
+
+    report = build_report(load_layers(gzip.decompress(path.read_bytes())))
+    links = Links(report)
+    return [rl.layer.name for rl in report.layers
+            if (p := registry.explain_reformat(links.view(rl.index))) is not None and p.id == "float-entry"]
+
+
+@pytest.mark.parametrize("variant", ["mirror-split", "mirror-mul", "mirror-clip"])
+def test_no_qdq_form_quantizes_in_the_reformat_as_the_implicit_engine_does(shufflenet, variant: str) -> None:
+    """bench/entry_bench.py kept the 12 regions INT8 three ways (one Q/DQ per reader; Mul(x, 1) or
+    Clip(x, -128 s, 127 s) before the Q): TensorRT 8.6 merged the Qs, folded the Mul, moved the Q back through
+    the Clip, and ran each of the 12 as a layer of its own, where lint's reading (``q_layer_at``) said it
+    would. The implicit engine and the mirror have none."""
+    _, report = plan_from_engine(shufflenet, load_engine(ZOO4 / "shufflenet.implicit.layers.json.gz"))
+    qs = _standalone_qs(ZOO4 / f"shufflenet.{variant}.layers.json.gz")
+    assert len(qs) == 12
+    assert {q.split("_QuantizeLinear")[0] for q in qs} == set(report.float_entry)
+    assert _standalone_qs(ZOO4 / "shufflenet.implicit.layers.json.gz") == []
+    assert _standalone_qs(ZOO4 / "shufflenet.mirror.layers.json.gz") == []
 
 
 def _layers(variant: str) -> list[dict]:
