@@ -21,9 +21,7 @@ Resumable like ``zoo_bench``. Needs a GPU and TensorRT 8.6; no test runs it.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -88,64 +86,15 @@ class Model(rb.Model):
     placements = VARIANTS
 
     def steps(self) -> list[zb.Step]:
-        s = [
-            zb.Step("export", self.name, "cpu", 30, (), self.onnx.is_file, self.export),
-            zb.Step("quantize-static", self.name, "cpu", 90, ("export",), self.q("static").is_file,
-                    lambda: self.quantize("static")),
-            zb.Step("build-implicit", self.name, "gpu", 180, ("quantize-static",),
-                    self.layers("implicit").is_file, lambda: self.build("implicit")),
-        ]
-        s.append(zb.Step("quantize-static-nofe", self.name, "cpu", 90, ("export",),
-                         self.q("static-nofe").is_file, lambda: self.quantize("static-nofe")))
-        for p in ("mirror", "mirror-nofe"):
-            s.append(zb.Step(f"quantize-{p}", self.name, "cpu", 90, ("build-implicit",), self.q(p).is_file,
-                             lambda p=p: self.quantize(p)))
-        for p, (src, how) in ANCHORED.items():
-            s.append(zb.Step(f"quantize-{p}", self.name, "cpu", 20, (f"quantize-{src}",),
-                             self.q(p).is_file, lambda p=p, src=src, how=how: self.anchored(p, src, how)))
-        for p in VARIANTS[1:]:
-            s.append(zb.Step(f"build-{p}", self.name, "gpu", 50, (f"quantize-{p}",), self.layers(p).is_file,
-                             lambda p=p: self.build(p)))
-        timing_s = self.args.rounds * len(VARIANTS) * (self.args.duration + 4)
-        s.append(zb.Step("time", self.name, "solo", timing_s, tuple(f"build-{p}" for p in VARIANTS),
-                         (self.dir / "timing.json").is_file, self.time_rounds))
-        return s
+        anchored = [zb.Step(f"quantize-{p}", self.name, "cpu", 20, (f"quantize-{src}",), self.q(p).is_file,
+                            lambda p=p, src=src, how=how: self.anchored(p, src, how))
+                    for p, (src, how) in ANCHORED.items()]
+        return self.placed_steps() + anchored + self.engine_steps()
 
     def anchored(self, placement: str, src: str, how: str) -> None:
         n = anchor(self.q(src), self.q(placement), how)
         (self.dir / f"anchor.{placement}.txt").write_text(f"{n}\n")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trtexec", required=True)
-    ap.add_argument("--work", type=Path, default=Path("entry-bench"))
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--models", default="shufflenet_v2_x1_0")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--yolo-batch", type=int, default=8)
-    ap.add_argument("--samples", type=int, default=6)
-    ap.add_argument("--holdout", type=float, default=0.34)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--duration", type=float, default=3)
-    ap.add_argument("--budget", type=float, default=540)
-    ap.add_argument("--cpu-workers", type=int, default=3)
-    args = ap.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    models = [Model(n, args) for n in args.models.split(",") if n]
-    t0 = time.monotonic()
-    failed = zb.schedule([s for m in models for s in m.steps()], args.budget, args.cpu_workers)
-    text = rb.report(models, VARIANTS)  # type: ignore[arg-type]
-    print(text)
-    print(f"{time.monotonic() - t0:.0f} s")
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "entry_bench.txt").write_text(text + "\n")
-        zb.tarball(args.out, args.work, models)  # type: ignore[arg-type]
-    for f in failed:
-        print(f"FAILED {f}", file=sys.stderr)
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(rb.main(Model, VARIANTS, "entry_bench", rounds=5, duration=3))

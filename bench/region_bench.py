@@ -42,6 +42,10 @@ class Model(zb.Model):
             raise RuntimeError(f"edgeq quantize ({placement}) exited {rc}")
 
     def steps(self) -> list[zb.Step]:
+        return self.placed_steps() + self.engine_steps()
+
+    def placed_steps(self) -> list[zb.Step]:
+        """Export, the implicit engine, and the four placements (the rule on and off)."""
         s = [
             zb.Step("export", self.name, "cpu", 30, (), self.onnx.is_file, self.export),
             zb.Step("quantize-static", self.name, "cpu", 90, ("export",), self.q("static").is_file,
@@ -54,11 +58,14 @@ class Model(zb.Model):
         for p in ("mirror", "mirror-nofe"):
             s.append(zb.Step(f"quantize-{p}", self.name, "cpu", 90, ("build-implicit",), self.q(p).is_file,
                              lambda p=p: self.quantize(p)))
-        for p in ("static", "static-nofe", "mirror", "mirror-nofe"):
-            s.append(zb.Step(f"build-{p}", self.name, "gpu", 50, (f"quantize-{p}",), self.layers(p).is_file,
-                             lambda p=p: self.build(p)))
-        timing_s = self.args.rounds * len(VARIANTS) * (self.args.duration + 4)
-        s.append(zb.Step("time", self.name, "solo", timing_s, tuple(f"build-{p}" for p in VARIANTS),
+        return s
+
+    def engine_steps(self) -> list[zb.Step]:
+        """A build of each explicit engine in ``placements``, then their timing rounds."""
+        s = [zb.Step(f"build-{p}", self.name, "gpu", 50, (f"quantize-{p}",), self.layers(p).is_file,
+                     lambda p=p: self.build(p)) for p in self.placements[1:]]
+        timing_s = self.args.rounds * len(self.placements) * (self.args.duration + 4)
+        s.append(zb.Step("time", self.name, "solo", timing_s, tuple(f"build-{p}" for p in self.placements),
                          (self.dir / "timing.json").is_file, self.time_rounds))
         return s
 
@@ -101,33 +108,37 @@ def quantize_one(switch: str, argv: list[str]) -> int:
     return 0
 
 
-def main() -> int:
+def main(model: type[Model] = Model, variants: tuple[str, ...] = VARIANTS, name: str = "region_bench",
+         rounds: int = 3, duration: float = 4) -> int:
+    """Parse the bench's flags, run ``model``'s steps for each model, print and save ``variants``' lines
+    (``<name>.txt``); ``entry_bench`` runs through here too."""
     if len(sys.argv) > 2 and sys.argv[1] == "--quantize-one":
         return quantize_one(sys.argv[2], sys.argv[3:])
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    doc = sys.modules[model.__module__].__doc__ or ""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--trtexec", required=True)
-    ap.add_argument("--work", type=Path, default=Path("region-bench"))
+    ap.add_argument("--work", type=Path, default=Path(name.replace("_", "-")))
     ap.add_argument("--out", type=Path)
     ap.add_argument("--models", default="shufflenet_v2_x1_0")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--yolo-batch", type=int, default=8)
     ap.add_argument("--samples", type=int, default=6)
     ap.add_argument("--holdout", type=float, default=0.34)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=4)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--duration", type=float, default=duration)
     ap.add_argument("--budget", type=float, default=540)
     ap.add_argument("--cpu-workers", type=int, default=3)
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    models = [Model(n, args) for n in args.models.split(",") if n]
+    models = [model(n, args) for n in args.models.split(",") if n]
     t0 = time.monotonic()
     failed = zb.schedule([s for m in models for s in m.steps()], args.budget, args.cpu_workers)
-    text = report(models)
+    text = report(models, variants)
     print(text)
     print(f"{time.monotonic() - t0:.0f} s")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "region_bench.txt").write_text(text + "\n")
+        (args.out / f"{name}.txt").write_text(text + "\n")
         zb.tarball(args.out, args.work, models)  # type: ignore[arg-type]
     for f in failed:
         print(f"FAILED {f}", file=sys.stderr)
