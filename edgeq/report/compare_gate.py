@@ -128,12 +128,12 @@ def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO, by_desig
     if r is None:
         fails.append(("no-timing", RELATIVE_RULES["no-timing"].description))
     elif r < min_ratio:
-        fails.append(
-            (
-                "slower-than-baseline",
-                f"throughput {r:.3f}x the baseline's ({diff.ratio.source}), minimum {min_ratio:g}",
-            )
-        )
+        why = f"throughput {r:.3f}x the baseline's ({diff.ratio.source}), minimum {min_ratio:g}"
+        if excused:  # part of the gap may be what no Q/DQ placement can close on 8.6: say where to look
+            why += (f"; {len(excused)} node(s) run float by design where the baseline quantized in a "
+                    "reformat Q/DQ cannot express on TensorRT 8.6 (edgeq rules float-entry; edgeq tune tries "
+                    "them INT8)")
+        fails.append(("slower-than-baseline", why))
     return RelativeGate(diff.candidate, diff.baseline, min_ratio, tuple(fails), diff.ratio, excused)
 
 
