@@ -280,24 +280,30 @@ def test_a_q_moves_back_into_the_layers_that_write_it_unless_a_fork_stops_it(con
     assert q_layer_at(graph.tensors()["r"], lambda t: t.name == "y") is None  # y INT8 already: requantized
 
 
+def _mirror_diff(lease, tmp_path):
+    """``diff_pair`` of a lease's implicit engine (the baseline) and its mirror, mapped onto the model."""
+    from edgeq.report.compare import diff_pair
+    from edgeq.report.compare_engine import engine_from_path
+
+    engines = {}
+    for v in ("implicit", "mirror"):
+        (tmp_path / v).mkdir()
+        for part in ("layers", "profile"):
+            data = gzip.decompress((lease / f"shufflenet.{v}.{part}.json.gz").read_bytes())
+            (tmp_path / v / f"{part}.json").write_bytes(data)
+        engines[v] = engine_from_path(tmp_path / v, onnx_model=prepared("shufflenet_v2_x1_0"), name=v)
+    return diff_pair(engines["implicit"], engines["mirror"])
+
+
 def test_the_relative_gate_excuses_what_the_mirror_leaves_float_on_purpose(shufflenet, tmp_path) -> None:
     """``deploy --placement implicit``: stage 3's first unit, INT8 in the implicit engine behind its
     quantizing reformat, runs FP16 in the mirror's engine by float-entry. The relative gate names those
     nodes as excused, not as wider-than-baseline; the extra reformat it costs is still counted."""
     from edgeq.orchestration.implicit import ImplicitFloat
-    from edgeq.report.compare import diff_pair
-    from edgeq.report.compare_engine import engine_from_path
     from edgeq.report.compare_gate import relative_gate
 
     plan, _ = plan_from_engine(shufflenet, load_engine(ZOO3 / "shufflenet.implicit.layers.json.gz"))
-    engines = {}
-    for v in ("implicit", "mirror"):
-        (tmp_path / v).mkdir()
-        for part in ("layers", "profile"):
-            data = gzip.decompress((ZOO3 / f"shufflenet.{v}.{part}.json.gz").read_bytes())
-            (tmp_path / v / f"{part}.json").write_bytes(data)
-        engines[v] = engine_from_path(tmp_path / v, onnx_model=prepared("shufflenet_v2_x1_0"), name=v)
-    diff = diff_pair(engines["implicit"], engines["mirror"])
+    diff = _mirror_diff(ZOO3, tmp_path)
     wider = {w.node for w in diff.wider}
     assert wider and wider <= set(plan.float_nodes) and all(n.startswith("/stage3/stage3.0/") for n in wider)
     strict = relative_gate(diff)
@@ -314,19 +320,10 @@ def test_a_slower_mirror_says_how_much_of_it_q_dq_cannot_express(shufflenet, tmp
     """trt86-h100-zoo4's mirror is 0.923x its implicit engine, which entered 12 regions by quantizing
     reformats: the relative gate fails it as slower, excuses those nodes, and says the gap may be what Q/DQ
     cannot express on 8.6 and where to look; without by-design nodes the message is the plain ratio."""
-    from edgeq.report.compare import diff_pair
-    from edgeq.report.compare_engine import engine_from_path
     from edgeq.report.compare_gate import relative_gate
 
     plan, _ = plan_from_engine(shufflenet, load_engine(ZOO4 / "shufflenet.implicit.layers.json.gz"))
-    engines = {}
-    for v in ("implicit", "mirror"):
-        (tmp_path / v).mkdir()
-        for part in ("layers", "profile"):
-            data = gzip.decompress((ZOO4 / f"shufflenet.{v}.{part}.json.gz").read_bytes())
-            (tmp_path / v / f"{part}.json").write_bytes(data)
-        engines[v] = engine_from_path(tmp_path / v, onnx_model=prepared("shufflenet_v2_x1_0"), name=v)
-    diff = diff_pair(engines["implicit"], engines["mirror"])
+    diff = _mirror_diff(ZOO4, tmp_path)
     judged = dict(relative_gate(diff, by_design=plan.float_nodes).failures)
     slower = judged["slower-than-baseline"]
     assert "wider-than-baseline" not in judged and float(slower.split("x ")[0].split()[-1]) < 0.95
