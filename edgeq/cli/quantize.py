@@ -141,9 +141,10 @@ def _render_mirror(m: dict[str, Any]) -> None:
     out.print(f"mirrored {m['int8_edges']} INT8 edges ({m['float_edges']} read in float) from "
               f"{escape(m['engine'])}: {m['mapped_layers']} of {m['named_layers']} named layers map")
     if m.get("float_entry"):
+        from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
+
         out.print(f"{m['float_entry_edges']} of the INT8 edges left float: {len(m['float_entry'])} region(s) "
-                  "the engine entered by quantizing float data movement in a reformat, which Q/DQ cannot "
-                  "say on TensorRT 8.6 (edgeq rules float-entry)")
+                  f"the engine entered {QUANTIZING_REFORMAT}")
     for u in m["unmapped"]:
         err.print(f"[yellow]unmapped:[/] {escape(u['tensor'])} read {u['precision'] or '?'} by "
                   f"'{escape(u['layer'])}': {escape(u['reason'])}")

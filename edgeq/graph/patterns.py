@@ -341,6 +341,16 @@ def moves_data(node: gs.Node) -> bool:
     return node.op == "Concat" or preserves_scale(node)
 
 
+def is_float(t: gs.Tensor) -> bool:
+    """An activation or weight of a floating-point type (unknown dtype: no)."""
+    import numpy as np
+
+    try:
+        return t.dtype is not None and np.issubdtype(np.dtype(t.dtype), np.floating)
+    except TypeError:
+        return False
+
+
 def var_inputs(node: gs.Node) -> list[gs.Tensor]:
     """The inputs of ``node`` that are activations: named, not constants."""
     return [t for t in node.inputs if t.name and not is_constant(t)]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import EdgeqError, QuantError
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
 from edgeq.orchestration.deploy import DeployOptions, DeployResult, deploy, deploy_policy
 from edgeq.orchestration.variants import (
     Calibrated,
@@ -71,8 +72,8 @@ class ImplicitFloat:
                 "allowlisted (the mirror keeps them float on purpose)" + (f": {shown}" if self.nodes else "")]
         if self.by_design:
             said.append(f"precision gate: {len(self.by_design)} ONNX nodes of float-entry regions "
-                        "allowlisted (implicit ran them INT8 behind a quantizing reformat Q/DQ cannot "
-                        "express; edgeq rules float-entry); the relative gate excuses them too")
+                        f"allowlisted (implicit entered them {QUANTIZING_REFORMAT}); the relative gate "
+                        "excuses them too")
         if self.reformats:
             said.append(f"interior reformats: judged by the relative gate against implicit's own "
                         f"{self.reformats}, not by the precision gate")

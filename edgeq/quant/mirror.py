@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError, ReportError
-from edgeq.graph.patterns import moves_data
+from edgeq.graph.patterns import is_float, moves_data, producer
+from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
 from edgeq.quant.placement import weight_axis
 from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
 from edgeq.quant.regions import float_entry
@@ -94,8 +95,7 @@ class MirrorReport:
                 f"{self.mapped_layers} of {self.named_layers} named layers map")
         if self.float_entry:
             text += (f"; {self.float_entry_edges} of the INT8 edges left float in {len(self.float_entry)} "
-                     "region(s) the engine entered by a quantizing reformat, which Q/DQ cannot say "
-                     "(float-entry)")
+                     f"region(s) the engine entered {QUANTIZING_REFORMAT}")
         if self.unmapped:
             names = ", ".join(u.tensor for u in self.unmapped[:3])
             text += f"; {len(self.unmapped)} tensors unmapped ({names})"
@@ -153,19 +153,6 @@ def load_engine(path: str | Path) -> EngineLayers:
 # --------------------------------------------------------------------------------------------------
 
 
-def _is_float(t: gs.Tensor) -> bool:
-    import numpy as np
-
-    try:
-        return t.dtype is not None and np.issubdtype(np.dtype(t.dtype), np.floating)
-    except TypeError:
-        return False
-
-
-def _producer(t: gs.Tensor) -> gs.Node | None:
-    return t.inputs[0] if t.inputs else None
-
-
 class _Graph:
     """Name lookups over the graphsurgeon graph (read-only)."""
 
@@ -179,7 +166,7 @@ class _Graph:
         inputs = {t.name for t in graph.inputs}
         self.constant = {name for name, t in self.tensors.items() if is_constant(t)}
         self.activations = [name for name, t in self.tensors.items() if name and name not in self.constant
-                            and _is_float(t) and (t.inputs or name in inputs)]
+                            and is_float(t) and (t.inputs or name in inputs)]
 
     def node(self, name: str) -> str | None:
         """A layer-name piece -> the graph's node name (``_clone_N`` dropped), or None."""
@@ -362,7 +349,7 @@ class _Mirror:
                     out.append(edge)
                 elif c.name not in self.node_layers and c.name not in seen and len(edge) < 16:
                     seen.add(c.name)
-                    stack.extend((o, edge) for o in c.outputs if _is_float(o))
+                    stack.extend((o, edge) for o in c.outputs if is_float(o))
         return out
 
     def _record(self, path: list[tuple[gs.Tensor, gs.Node]], precision: str, written_int8: bool) -> None:
@@ -392,7 +379,7 @@ class _Mirror:
         prec = self._precision_used(i, precision) or "unknown"
         written_int8 = self._precision_written(what) == "INT8"
         paths = self._paths(t, nodes)
-        p = _producer(t)
+        p = producer(t)
         if not paths and p is not None and p.op == "Concat" and p.name not in nodes:
             # A view of a Concat's buffer: the node reads one of the Concat's inputs in the graph.
             for x in p.inputs:
@@ -409,10 +396,10 @@ class _Mirror:
         """Layer ``i`` writes ``name``, the output of a node another layer holds (a Concat built as copies
         into one buffer): that node reads this layer's output in the precision written."""
         t = self.g.tensor(name)
-        c = _producer(t) if t is not None else None
+        c = producer(t) if t is not None else None
         if c is None or c.name in self.held[i] or c.name not in self.node_layers:
             return
-        outs = [o for n in self.held[i] for o in self.g.nodes[n].outputs if _is_float(o)]
+        outs = [o for n in self.held[i] for o in self.g.nodes[n].outputs if is_float(o)]
         for o in outs:
             for path in self._paths(o, {c.name}):
                 self._record(path, precision or "unknown", precision == "INT8")
@@ -434,16 +421,16 @@ class _Mirror:
                 self._writes_into(i, t.name, t.precision)
         engine_plan = self._plan()
         plan, regions = float_entry(self.g.graph, engine_plan) if with_float_entry else (engine_plan, [])
+        int8_edges = sum(len(s.consumers) for s in engine_plan.sites)
         edges = self.reads.edges
         report = MirrorReport(
             source=self.source,
             layers=len(self.layers),
             named_layers=len(self.named),
             mapped_layers=len(mapped),
-            int8_edges=sum(len(s.consumers) for s in engine_plan.sites),
+            int8_edges=int8_edges,
             float_entry=tuple(t for r in regions for t in r.entries),
-            float_entry_edges=sum(len(s.consumers) for s in engine_plan.sites) - sum(
-                len(s.consumers) for s in plan.sites),
+            float_entry_edges=int8_edges - sum(len(s.consumers) for s in plan.sites),
             float_edges=sum(1 for ps in edges.values() if "INT8" not in ps),
             unmapped=tuple(self.reads.unmapped),
             unmapped_layers=tuple(self.layers[i].name for i in self.named if not self.held[i]),
@@ -510,7 +497,7 @@ class _Mirror:
             if node.op not in WEIGHTED_OPS or len(node.inputs) < 2:
                 continue
             w = node.inputs[1]
-            if isinstance(w, gs.Constant) and _is_float(w):
+            if isinstance(w, gs.Constant) and is_float(w):
                 yield WeightSite(w.name, name, weight_axis(node), "mirror-int8")
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from edgeq.errors import QuantError
 from edgeq.graph import fusion, registry
 from edgeq.graph.facts import Want
-from edgeq.graph.patterns import is_constant, moves_data, producer, silu_input, var_inputs
+from edgeq.graph.patterns import is_constant, is_float, moves_data, producer, silu_input, var_inputs
 from edgeq.quant import regions
 from edgeq.quant.overrides import Overrides
 from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
@@ -44,15 +44,6 @@ PLACEMENTS = ("trt", "all")
 # --------------------------------------------------------------------------------------------------
 
 
-def _is_float(t: gs.Tensor) -> bool:
-    import numpy as np
-
-    try:
-        return t.dtype is not None and np.issubdtype(np.dtype(t.dtype), np.floating)
-    except TypeError:
-        return False
-
-
 def _attr(node: gs.Node, name: str, default: object = None) -> Any:  # whatever the ONNX attribute holds
     v = node.attrs.get(name, default)
     return v.decode() if isinstance(v, bytes) else v
@@ -64,7 +55,7 @@ def _data_inputs(node: gs.Node) -> list[gs.Tensor]:
         ins = var_inputs(node)
     else:
         ins = [node.inputs[0]] if node.inputs and not is_constant(node.inputs[0]) else []
-    return [t for t in ins if _is_float(t)]
+    return [t for t in ins if is_float(t)]
 
 
 def _weight_of(node: gs.Node) -> gs.Constant | None:
@@ -154,7 +145,7 @@ class _PlanBuilder:
         inputs = {t.name for t in graph.inputs}
         self.activations = [
             t for name, t in graph.tensors().items()
-            if name and not is_constant(t) and _is_float(t) and (t.inputs or name in inputs)
+            if name and not is_constant(t) and is_float(t) and (t.inputs or name in inputs)
         ]
 
     # -- shared ---------------------------------------------------------------------------------------
@@ -163,7 +154,7 @@ class _PlanBuilder:
             if node.op not in WEIGHTED_OPS or node.name in self.excluded:
                 continue
             w = _weight_of(node)
-            if w is not None and _is_float(w):
+            if w is not None and is_float(w):
                 self.weights.append(WeightSite(w.name, node.name, weight_axis(node), "weighted-inputs"))
 
     def _residual(self, node: gs.Node) -> tuple[gs.Tensor, gs.Tensor] | None:
@@ -213,7 +204,7 @@ class _PlanBuilder:
                         self._need(t, n, rule_id)
         for node in self.graph.nodes:
             if node.name in self.forced:
-                for t in _data_inputs(node) or [t for t in var_inputs(node) if _is_float(t)]:
+                for t in _data_inputs(node) or [t for t in var_inputs(node) if is_float(t)]:
                     self._need(t, node, "place-override", forced=True)
 
     def _need(self, t: gs.Tensor, consumer: gs.Node, rule_id: str, *, forced: bool = False) -> str | None:

@@ -11,7 +11,7 @@ regions in a plan; ``drop_regions`` leaves them float.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -39,8 +39,11 @@ class Region:
 def float_entries(graph: gs.Graph, plan: Plan) -> list[str]:
     """Site tensors whose Q no layer can write: float data movement that goes back to a fork
     (``edgeq.graph.trt86.regions.q_layer_at``, which lint reads too)."""
+    return _entries(graph.tensors(), plan)
+
+
+def _entries(tensors: Mapping[str, gs.Tensor], plan: Plan) -> list[str]:
     int8 = {s.tensor for s in plan.sites} | set(plan.commuted)
-    tensors = graph.tensors()
     return [s.tensor for s in plan.sites if s.tensor in tensors
             and q_layer_at(tensors[s.tensor], lambda t: t.name in int8) is not None]
 
@@ -68,7 +71,7 @@ class _Grower:
         self.tensors = graph.tensors()
         self.sites = {s.tensor: s for s in plan.sites}
         self.int8 = set(self.sites) | set(plan.commuted)
-        self.entries = set(float_entries(graph, plan))
+        self.entries = set(_entries(self.tensors, plan))
         self.by_name = {n.name: n for n in graph.nodes}
 
     def region(self, start: str) -> Region | None:

@@ -9,6 +9,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
 from edgeq.report.compare import Comparison, PairDiff, Ratio, WiderNode
 from edgeq.report.policy import Rule
 
@@ -130,9 +131,8 @@ def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO, by_desig
     elif r < min_ratio:
         why = f"throughput {r:.3f}x the baseline's ({diff.ratio.source}), minimum {min_ratio:g}"
         if excused:  # part of the gap may be what no Q/DQ placement can close on 8.6: say where to look
-            why += (f"; {len(excused)} node(s) run float by design where the baseline quantized in a "
-                    "reformat Q/DQ cannot express on TensorRT 8.6 (edgeq rules float-entry; edgeq tune tries "
-                    "them INT8)")
+            why += (f"; {len(excused)} node(s) run float by design where the baseline entered them "
+                    f"{QUANTIZING_REFORMAT}; edgeq tune tries them INT8")
         fails.append(("slower-than-baseline", why))
     return RelativeGate(diff.candidate, diff.baseline, min_ratio, tuple(fails), diff.ratio, excused)
 

@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING
 
 from edgeq.graph import fusion
 from edgeq.graph.facts import Edge, LayerView, Want
-from edgeq.graph.patterns import WEIGHTED_OPS, QDQPair, is_constant, skip_qdq_down, skip_qdq_up, upstream_dq
+from edgeq.graph.patterns import (
+    WEIGHTED_OPS,
+    QDQPair,
+    is_constant,
+    is_float,
+    skip_qdq_down,
+    skip_qdq_up,
+    upstream_dq,
+)
 
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
@@ -25,15 +33,6 @@ def float_of(t: gs.Tensor) -> gs.Tensor:
     return skip_qdq_up(t)[0]
 
 
-def is_float_tensor(t: gs.Tensor) -> bool:
-    import numpy as np
-
-    try:
-        return t.dtype is not None and np.issubdtype(np.dtype(t.dtype), np.floating)
-    except TypeError:
-        return False
-
-
 def data_inputs(node: gs.Node) -> list[gs.Tensor]:
     """Float activation inputs of a weighted op, seen through Q/DQ (not weights or bias)."""
     out = []
@@ -41,7 +40,7 @@ def data_inputs(node: gs.Node) -> list[gs.Tensor]:
         if not t.name or is_constant(t) or (i > 0 and fusion.has_weight(node) and i in (1, 2)):
             continue
         f = float_of(t)
-        if not is_constant(f) and is_float_tensor(f) and f not in out:
+        if not is_constant(f) and is_float(f) and f not in out:
             out.append(f)
     return out
 

@@ -371,6 +371,12 @@ def q_layer_at(t: gs.Tensor, int8: Callable[[gs.Tensor], bool]) -> Optional[gs.T
     return None
 
 
+# How every message (the mirror's summary, quantize's line, the gates) says why a float-entry region runs
+# float: one phrase, next to the fact.
+QUANTIZING_REFORMAT = ("by a quantizing reformat, which Q/DQ cannot express on TensorRT 8.6 "
+                       "(edgeq rules float-entry)")
+
+
 def lint_float_entry(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
     """A QuantizeLinear on float data movement that no layer can write (``q_layer_at``): TensorRT 8.6
     runs it as a layer of its own and a reformat (or moves it into the data movement)."""
