@@ -88,7 +88,9 @@ class _Acc:
         g = np.asarray(got, dtype=np.float64)
         if r.shape != g.shape:
             raise QuantError(f"the Q/DQ model's output shape {g.shape} differs from the float {r.shape}")
-        cos = _cosine(r.ravel(), g.ravel())
+        from edgeq.quant.metrics import cosine
+
+        cos = cosine(r, g)
         self.cos_sum += cos
         self.cos_min = min(self.cos_min, cos)
         self.n += 1
@@ -101,15 +103,54 @@ class _Acc:
             self.classifier = False
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+def run_outputs(
+    model: onnx.ModelProto,
+    data: Iterable[dict[str, np.ndarray]],
+    *,
+    providers: tuple[str, ...] | None = None,
+    progress: ProgressFn = no_progress,
+    what: str = "accuracy check",
+) -> list[dict[str, np.ndarray]]:
+    """Every sample's outputs of ``model`` (float ones: an int output such as NMS indices is not
+    compared), in ``data``'s order: the FP32 reference is run once and scored against each candidate
+    (calibrators, sensitivity regions) with a ``Metric``."""
     import numpy as np
 
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0.0 and nb == 0.0:
-        return 1.0
-    if na == 0.0 or nb == 0.0 or not np.isfinite(na * nb):
-        return 0.0
-    return float(np.clip(np.dot(a, b) / (na * nb), -1.0, 1.0))
+    session = _session(model, providers)
+    names = [o.name for o in session.get_outputs() if "float" in o.type]
+    total = len(data) if isinstance(data, Sized) else None
+    outputs: list[dict[str, np.ndarray]] = []
+    progress(what, 0, total)
+    for feed in data:
+        try:
+            got = session.run(names, feed)
+        except Exception as e:  # onnxruntime raises untyped errors
+            raise QuantError(f"onnxruntime failed in the {what}: {first_line(e)}") from None
+        outputs.append({n: np.asarray(a) for n, a in zip(names, got)})
+        progress(what, len(outputs), total)
+    return outputs
+
+
+def output_accuracy(reference: list[dict[str, np.ndarray]], candidate: list[dict[str, np.ndarray]]
+                    ) -> tuple[OutputAccuracy, ...]:
+    """Per output: mean and worst per-sample cosine, max abs error, top-1 agreement for (N, classes)."""
+    from edgeq.quant.metrics import check_pairs
+
+    check_pairs(reference, candidate)
+    accs: dict[str, _Acc] = {n: _Acc() for n in (reference[0] if reference else {})}
+    for r, c in zip(reference, candidate):
+        for n, acc in accs.items():
+            acc.update(r[n], c[n])
+    return tuple(
+        OutputAccuracy(
+            n,
+            a.cos_sum / a.n if a.n else 1.0,
+            a.cos_min if a.n else 1.0,
+            a.max_abs,
+            (a.top1_hits / a.top1_rows) if a.classifier and a.top1_rows else None,
+        )
+        for n, a in accs.items()
+    )
 
 
 def compare_accuracy(
@@ -122,40 +163,13 @@ def compare_accuracy(
     progress: ProgressFn = no_progress,
 ) -> AccuracyReport:
     """Run both models on every sample of ``data`` and compare each float output."""
-    import numpy as np
-
-    ref_s = _session(reference, providers)
-    q_s = _session(quantized, providers)
-    names = [o.name for o in ref_s.get_outputs() if "float" in o.type]
-    q_names = {o.name for o in q_s.get_outputs()}
-    missing = [n for n in names if n not in q_names]
+    samples = data if isinstance(data, Sized) else list(data)
+    ref = run_outputs(reference, samples, providers=providers, progress=progress)
+    got = run_outputs(quantized, samples, providers=providers, progress=progress)
+    missing = [n for n in (ref[0] if ref else {}) if got and n not in got[0]]
     if missing:
         raise QuantError(f"the Q/DQ model lost output '{missing[0]}'")
-    accs = {n: _Acc() for n in names}
-    total = len(data) if isinstance(data, Sized) else None
-    done = 0
-    progress("accuracy check", 0, total)
-    for feed in data:
-        try:
-            ref = ref_s.run(names, feed)
-            got = q_s.run(names, feed)
-        except Exception as e:  # onnxruntime raises untyped errors
-            raise QuantError(f"onnxruntime failed in the accuracy check: {first_line(e)}") from None
-        for n, r, g in zip(names, ref, got):
-            accs[n].update(np.asarray(r), np.asarray(g))
-        done += 1
-        progress("accuracy check", done, total)
-    outputs = tuple(
-        OutputAccuracy(
-            n,
-            a.cos_sum / a.n if a.n else 1.0,
-            a.cos_min if a.n else 1.0,
-            a.max_abs,
-            (a.top1_hits / a.top1_rows) if a.classifier and a.top1_rows else None,
-        )
-        for n, a in accs.items()
-    )
-    return AccuracyReport(done, outputs, threshold)
+    return AccuracyReport(len(ref), output_accuracy(ref, got), threshold)
 
 
 def _session(model: onnx.ModelProto, providers: tuple[str, ...] | None) -> ort.InferenceSession:
