@@ -23,6 +23,7 @@ from edgeq.cli.options import (
     Gate,
     Iterations,
     Json,
+    MinCosine,
     Overrides,
     Percentile,
     Placement,
@@ -49,10 +50,26 @@ from edgeq.findings import ProgressFn
 
 _DEPLOY_HELP = (
     "Build and prove an engine on a target: clean, quantize (float model + --calib), lint, upload, probe, "
-    "build, inspect, profile, report, gate, into runs/<model>-<target>-<time>/; the target's gate unless "
-    "--gate. --placement implicit: mirror the implicit engine, gate relative to it."
+    "build, inspect, profile, accuracy (--holdout), report, gate, into runs/<model>-<target>-<time>/; the "
+    "target's gate unless --gate. --placement implicit: mirror the implicit engine, gate relative to it."
+    "\n\n--holdout DIR: the engine runs on these inputs on the target; TensorRT's outputs are scored "
+    "against FP32 with --metric, beside onnxruntime's Q/DQ prediction. --min-metric/--min-cosine bound "
+    "TensorRT's figures; --gate accuracy (added to the precision gate: --gate int8,accuracy; alone: "
+    "--gate none,accuracy) without them fails when TensorRT scores more than 0.01 below the prediction."
     "\n\n" + EXIT_CODES_HELP
 )
+
+
+def _split_gate(gate: Optional[str]) -> tuple[Optional[str], bool]:
+    """--gate NAME[,accuracy]: (the precision gate's policy name or None, whether accuracy gates)."""
+    if gate is None:
+        return None, False
+    names = [n.strip() for n in gate.split(",") if n.strip()]
+    policies = [n for n in names if n != "accuracy"]
+    if len(policies) > 1:
+        raise typer.BadParameter(f"one precision gate at most, got {', '.join(policies)}",
+                                 param_hint="--gate")
+    return (policies[0] if policies else None), "accuracy" in names
 
 
 def _stage_table(stages: Sequence[Any]) -> Table:
@@ -113,6 +130,19 @@ def deploy_cmd(
     pipeline: Optional[Path] = typer.Option(
         None, "--pipeline", metavar="YAML", rich_help_panel=GATE, help="A pipeline file: its gate allowlist."
     ),
+    holdout: Optional[Path] = typer.Option(
+        None, "--holdout", metavar="DIR", rich_help_panel=GATE,
+        help="Held-out inputs (.npy/.npz, or images with --preprocess): the engine runs on them there.",
+    ),
+    metric: str = typer.Option(
+        "auto", "--metric", metavar="M", rich_help_panel=GATE,
+        help="auto, cosine, a task metric (classification, detection, mask, sequence) or module:function.",
+    ),
+    min_metric: Optional[float] = typer.Option(
+        None, "--min-metric", metavar="X", rich_help_panel=GATE,
+        help="Exit 1 when TensorRT's --metric is below X.",
+    ),
+    min_cosine: MinCosine = None,
     fp16: Fp16 = None,
     iterations: Iterations = 10,
     duration: Duration = 3.0,
@@ -120,8 +150,10 @@ def deploy_cmd(
 ) -> int:
     from edgeq.orchestration.deploy import DeployOptions, deploy
     from edgeq.orchestration.run import load_pipeline
+    from edgeq.pipeline.accuracy import AccuracyOptions
     from edgeq.remote.targets import resolve_target
 
+    gate, accuracy_gate = _split_gate(gate)
     if placement == Placement.implicit and calib is None:
         raise typer.BadParameter("--placement implicit needs a float model and --calib (the implicit engine "
                                  "and its mirror come from one calibration)", param_hint="--calib")
@@ -134,11 +166,13 @@ def deploy_cmd(
             allow, require_fusion = pl.gate.allow, pl.gate.require_fusion
     options = DeployOptions(
         quantize=quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
-                                  placement=placement, overrides=overrides),
+                                  placement=placement, overrides=overrides, min_cosine=min_cosine),
         accept_new_host_key=accept_new_host_key, gate_allow=allow,
         gate=_baseline_gate(gate, "implicit" if placement == Placement.implicit else baseline, calib),
         gate_require_fusion=require_fusion, runs_dir=runs_dir,
         profile=profile_settings(fp16, iterations, duration),
+        accuracy=AccuracyOptions(holdout=holdout, preprocess=preprocess, metric=metric, min_metric=min_metric,
+                                 min_cosine=min_cosine, gate=accuracy_gate),
     )  # fmt: skip
 
     def event(line: str) -> None:
@@ -158,6 +192,7 @@ def deploy_cmd(
             relative = _relative_to_baseline(result, tgt, accept_new_host_key, progress) if baseline else None
     code = EXIT_OK if result.gate_passed and (relative is None or relative) else EXIT_CHECK_FAILED
     gate_result = result.finished.gate if result.finished is not None else None
+    accuracy = result.finished.accuracy if result.finished is not None else None
     if json_out:
         print_json(
             {
@@ -165,6 +200,7 @@ def deploy_cmd(
                 "stages": [vars(s) for s in result.stages],
                 "timings": result.timings,
                 "gate": gate_result.to_dict() if gate_result is not None else None,
+                "accuracy": accuracy.to_dict() if accuracy is not None else None,
                 "relative_gate": relative.to_dict() if relative is not None else None,
                 **({"implicit": mirrored.to_dict()} if mirrored is not None else {}),
                 "exit_code": code,
@@ -178,10 +214,30 @@ def deploy_cmd(
         out.print(f"[cyan]implicit:[/] {escape(note)}", highlight=False)
     if gate_result is not None:
         print_verdict(gate_result)
+    if accuracy is not None:
+        _print_accuracy(accuracy)
     if relative is not None:
         print_verdict(relative)
     out.print(f"run directory: [bold]{escape(str(result.run_dir))}[/]")
     return code
+
+
+def _print_accuracy(acc: Any) -> None:
+    """The accuracy section: the verdict line (green, red, or a yellow warning when ungated and TensorRT
+    falls far below onnxruntime's prediction), then TensorRT's figures beside the prediction."""
+    if acc.gated:
+        style, head = ("green", "accuracy passed") if acc.passed else ("bold red", "accuracy FAILED")
+    else:
+        style, head = ("bold yellow", "accuracy WARNING") if acc.far_below else ("default", "accuracy")
+    out.print(f"[{style}]{escape(head)}[/]: {acc.samples} held-out samples, metric "
+              f"{escape(acc.metric)} ({escape(acc.why)})", highlight=False)
+    pairs = [(acc.engine, acc.predicted)] + ([] if acc.metric == "cosine" else [(acc.engine_cosine,
+                                                                                 acc.predicted_cosine)])
+    for got, want in pairs:
+        beside = f"   onnxruntime Q/DQ: {escape(str(want))}" if want is not None else ""
+        out.print(f"  TensorRT: {escape(str(got))}{beside}", highlight=False)
+    for failure in acc.failures() or ([acc.drift()] if acc.far_below else []):
+        out.print(f"  [{'bold red' if acc.gated else 'bold yellow'}]{escape(failure)}[/]", highlight=False)
 
 
 targets_app = typer.Typer(help="Target files (targets/*.yaml): list them, check one against its machine.")

@@ -1,0 +1,369 @@
+"""The engine's accuracy on the target: TensorRT's own outputs on the held-out inputs, scored against FP32
+with the same metric as the host's check, beside what onnxruntime predicted for the Q/DQ model.
+
+Why on the target: onnxruntime computes the arithmetic the Q/DQ nodes define, but TensorRT's INT8 kernels
+are not onnxruntime's (other fusions, rounding, accumulation, FP16 fallbacks), so the figure that counts
+is the engine's. The host runs FP32 (the reference) and the Q/DQ model (the prediction) in onnxruntime,
+ships the held-out inputs to the target as one ``.npz`` (samples stacked per input), the agent's
+``infer`` runs the engine on each and returns its outputs (one ``.npz``), and both candidates are scored
+with one ``Metric`` against the reference.
+
+The verdict (``--gate accuracy`` or a threshold): ``--min-metric`` bounds TensorRT's task figure,
+``--min-cosine`` its cosine; ``--gate accuracy`` without thresholds asks that TensorRT scores within
+``PREDICTION_TOLERANCE`` of onnxruntime's prediction. Without any of them the result is reported, and a
+TensorRT figure that far below the prediction is a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from edgeq.errors import QuantError, RemoteError
+from edgeq.quant.metrics import CosineMetric, Metric, Outputs, TaskScore, guess_metric, metric_from_spec
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgeq.pipeline.rundir import AgentFn
+    from edgeq.quant.data import CalibrationSet
+    from edgeq.remote.runner import Runner
+    from edgeq.remote.targets import Target
+
+# How far (on the metric's 0..1 scale, FP32 = 1.0) TensorRT may score below onnxruntime's prediction for
+# the Q/DQ model before ``--gate accuracy`` fails and an ungated run warns.
+PREDICTION_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class AccuracyOptions:
+    """deploy's ``--holdout``, ``--metric``, ``--min-metric``, ``--min-cosine`` and ``--gate accuracy``."""
+
+    holdout: Optional[Path] = None  # a directory (or file) of .npy/.npz/images, as --calib reads
+    preprocess: Optional[Path] = None  # images: the same spec as --calib's
+    metric: str = "auto"  # auto | a built-in name | module:function
+    min_metric: Optional[float] = None
+    min_cosine: Optional[float] = None
+    gate: bool = False  # --gate accuracy
+
+    @property
+    def gated(self) -> bool:
+        return self.gate or self.min_metric is not None or self.min_cosine is not None
+
+    def check(self) -> None:
+        """Usage errors before any work: thresholds without held-out data, a metric that cannot load."""
+        if self.holdout is None:
+            if self.gated:
+                what = "--gate accuracy" if self.gate else ("--min-metric" if self.min_metric is not None
+                                                            else "--min-cosine")  # fmt: skip
+                raise QuantError(f"{what} needs --holdout DIR: the engine is scored on held-out inputs")
+            return
+        if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
+            raise QuantError(f"--min-cosine must be in [-1, 1], got {self.min_cosine}")
+        if self.metric != "auto":
+            metric_from_spec(self.metric)
+
+
+def holdout_set(model: onnx.ModelProto, options: AccuracyOptions) -> CalibrationSet:
+    """The held-out inputs, indexed and checked against ``model``'s inputs (nothing read yet)."""
+    from edgeq.quant.data import calibration_set
+
+    if options.holdout is None or not Path(options.holdout).exists():
+        raise QuantError(f"--holdout {options.holdout}: no such file or directory")
+    data = calibration_set(model, options.holdout, preprocess=options.preprocess)
+    if len(data) == 0:
+        raise QuantError(f"{options.holdout}: no held-out samples")
+    return data
+
+
+def without_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The float graph of a Q/DQ model, for a deploy that was handed one: each activation Q->DQ pair
+    becomes an Identity, each weight DQ its dequantized initializer. The weights stay the rounded ones
+    (the FP32 originals are not in a Q/DQ file), so the reference isolates what activation
+    quantization and TensorRT's kernels cost."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    producers = {o: n for n in g.node for o in n.output}
+    inits = {i.name: i for i in g.initializer}
+    nodes, added = [], []
+    for n in g.node:
+        if n.op_type == "DequantizeLinear":
+            src = producers.get(n.input[0])
+            if src is not None and src.op_type == "QuantizeLinear":
+                nodes.append(helper.make_node("Identity", [src.input[0]], [n.output[0]], name=n.name))
+                continue
+            if n.input[0] in inits:
+                w = numpy_helper.to_array(inits[n.input[0]]).astype(np.float32)
+                scale = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
+                zp = (numpy_helper.to_array(inits[n.input[2]]).astype(np.float32)
+                      if len(n.input) > 2 and n.input[2] in inits else np.zeros_like(scale))  # fmt: skip
+                if scale.ndim == 1 and scale.size > 1:
+                    axis = next((a.i for a in n.attribute if a.name == "axis"), 1) % w.ndim
+                    shape = [1] * w.ndim
+                    shape[axis] = scale.size
+                    scale, zp = scale.reshape(shape), zp.reshape(shape)
+                added.append(numpy_helper.from_array(((w - zp) * scale).astype(np.float32), n.output[0]))
+                continue
+        nodes.append(n)
+    used = {i for n in nodes for i in n.input} | {o.name for o in g.output}
+    nodes = [n for n in nodes if n.op_type != "QuantizeLinear" or any(o in used for o in n.output)]
+    used = {i for n in nodes for i in n.input} | {o.name for o in g.output}
+    kept = [i for i in g.initializer if i.name in used]
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.initializer[:]
+    g.initializer.extend(kept + added)
+    return m
+
+
+def pack_inputs(feeds: Sequence[Outputs], path: Path) -> Path:
+    """The held-out inputs as the agent reads them: one ``.npz``, one array per input, samples stacked
+    on a new axis 0 (each sample in the model's own input shape, its batch dimension included)."""
+    import numpy as np
+
+    from edgeq.fs import atomic_path
+
+    names = list(feeds[0]) if feeds else []
+    arrays: dict[str, Any] = {n: np.stack([np.ascontiguousarray(f[n]) for f in feeds]) for n in names}
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+def unpack_outputs(path: Path, reference: Sequence[Outputs]) -> list[dict[str, Any]]:
+    """The engine's outputs per sample, each output in the reference's dtype (trtexec's JSON has
+    none); a missing output or sample count is a ``RemoteError`` naming it."""
+    import numpy as np
+
+    with np.load(path) as z:
+        stacked = {k: z[k] for k in z.files}
+    out: list[dict[str, Any]] = []
+    for i, ref in enumerate(reference):
+        sample: dict[str, Any] = {}
+        for name, value in ref.items():
+            if name not in stacked:
+                raise RemoteError(f"the engine's outputs have no '{name}' (it returned "
+                                  f"{', '.join(sorted(stacked)) or 'none'})", exit_code=1)  # fmt: skip
+            if stacked[name].shape[0] != len(reference):
+                raise RemoteError(f"the engine returned {stacked[name].shape[0]} samples of '{name}' for "
+                                  f"{len(reference)} held-out inputs", exit_code=1)  # fmt: skip
+            sample[name] = stacked[name][i].astype(np.asarray(value).dtype, copy=False)
+        out.append(sample)
+    return out
+
+
+@dataclass(frozen=True)
+class EngineAccuracy:
+    """TensorRT's outputs and onnxruntime's Q/DQ prediction, each scored against FP32 on the same inputs.
+
+    ``engine`` / ``predicted``: the task metric; ``engine_cosine`` / ``predicted_cosine``: the cosine
+    check beside it; ``predicted`` None when there is no Q/DQ model (FP16 or implicit INT8 engines).
+    """
+
+    samples: int
+    metric: str
+    why: str  # why this metric: "--metric", or what --metric auto recognised
+    engine: TaskScore
+    engine_cosine: TaskScore
+    predicted: Optional[TaskScore] = None
+    predicted_cosine: Optional[TaskScore] = None
+    min_metric: Optional[float] = None
+    min_cosine: Optional[float] = None
+    gated: bool = False
+
+    @property
+    def shortfall(self) -> Optional[float]:
+        """How far TensorRT's figure falls below onnxruntime's prediction (negative: above it)."""
+        return None if self.predicted is None else self.predicted.value - self.engine.value
+
+    def failures(self) -> list[str]:
+        """What fails the gate, one phrase each (empty: passes, or not gated)."""
+        if not self.gated:
+            return []
+        out = []
+        if self.min_metric is not None and self.engine.value < self.min_metric:
+            out.append(f"{self.engine.text} is below --min-metric {self.min_metric:g}")
+        if self.min_cosine is not None and self.engine_cosine.value < self.min_cosine:
+            out.append(f"cosine {self.engine_cosine.value:.4f} is below --min-cosine {self.min_cosine:g}")
+        if self.min_metric is None and self.min_cosine is None and self.far_below:
+            out.append(self.drift())
+        return out
+
+    @property
+    def far_below(self) -> bool:
+        s = self.shortfall
+        return s is not None and s > PREDICTION_TOLERANCE
+
+    def drift(self) -> str:
+        assert self.predicted is not None
+        return (f"TensorRT's {self.metric} {self.engine.value:.4f} is {self.shortfall:.4f} below "
+                f"onnxruntime's prediction {self.predicted.value:.4f} (tolerance {PREDICTION_TOLERANCE:g})")
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures()
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def figures(self) -> str:
+        """TensorRT's figures, onnxruntime's prediction beside each."""
+        def pair(got: TaskScore, want: Optional[TaskScore]) -> str:
+            return got.text + (f" (onnxruntime Q/DQ: {want.text})" if want is not None else "")
+
+        said = [pair(self.engine, self.predicted)]
+        if self.metric != "cosine":
+            said.append(pair(self.engine_cosine, self.predicted_cosine))
+        return "; ".join(said)
+
+    def summary(self) -> str:
+        """One line: the verdict, TensorRT's figures beside the prediction, the held-out count."""
+        text = f"{self.figures()} over {self.samples} held-out samples"
+        fails = self.failures()
+        if fails:
+            return f"accuracy FAILED: {'; '.join(fails)} ({text})"
+        if not self.gated:
+            return f"accuracy: {text}" + (f" - WARNING: {self.drift()}" if self.far_below else "")
+        bounds = [f"--min-metric {self.min_metric:g}" if self.min_metric is not None else "",
+                  f"--min-cosine {self.min_cosine:g}" if self.min_cosine is not None else ""]  # fmt: skip
+        within = f"within {PREDICTION_TOLERANCE:g} of onnxruntime's prediction"
+        bound = ", ".join(b for b in bounds if b) or within
+        return f"accuracy passed ({bound}): {text}"
+
+    def to_dict(self) -> dict[str, Any]:
+        def score(s: Optional[TaskScore]) -> Optional[dict[str, Any]]:
+            return s.to_dict() if s is not None else None
+
+        return {"samples": self.samples, "metric": self.metric, "why": self.why,
+                "tensorrt": score(self.engine), "tensorrt_cosine": score(self.engine_cosine),
+                "onnxruntime_qdq": score(self.predicted),
+                "onnxruntime_qdq_cosine": score(self.predicted_cosine),
+                "shortfall": self.shortfall, "tolerance": PREDICTION_TOLERANCE,
+                "min_metric": self.min_metric, "min_cosine": self.min_cosine, "gated": self.gated,
+                "passed": self.passed, "failures": self.failures(), "summary": self.summary()}  # fmt: skip
+
+
+def choose_metric(options: AccuracyOptions, reference: Sequence[Outputs]) -> tuple[Metric, str, str]:
+    """(metric, its name, why): ``--metric auto`` asks the task metrics which recognises FP32's outputs."""
+    if options.metric == "auto":
+        name, why = guess_metric(reference[0]) if reference else ("cosine", "no held-out samples")
+        return metric_from_spec(name), name, f"--metric auto: {why}"
+    metric = metric_from_spec(options.metric)
+    return metric, metric.name, "--metric"
+
+
+def score(
+    reference: Sequence[Outputs],
+    engine: Sequence[Outputs],
+    predicted: Optional[Sequence[Outputs]],
+    options: AccuracyOptions,
+) -> EngineAccuracy:
+    """Score TensorRT's outputs (and onnxruntime's Q/DQ ones, when there is a Q/DQ model) against FP32."""
+    metric, name, why = choose_metric(options, reference)
+    cos = CosineMetric()
+    return EngineAccuracy(
+        samples=len(reference), metric=name, why=why,
+        engine=metric.score(reference, engine), engine_cosine=cos.score(reference, engine),
+        predicted=metric.score(reference, predicted) if predicted is not None else None,
+        predicted_cosine=cos.score(reference, predicted) if predicted is not None else None,
+        min_metric=options.min_metric, min_cosine=options.min_cosine, gated=options.gated,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AccuracyPlan:
+    """What the accuracy stage runs: the held-out set, the FP32 reference model, the Q/DQ model whose
+    onnxruntime outputs are the prediction (None: no Q/DQ model), and the options."""
+
+    data: Any  # CalibrationSet
+    reference: Any  # onnx.ModelProto, FP32
+    predicted: Any  # onnx.ModelProto with Q/DQ, or None
+    options: AccuracyOptions
+
+
+INPUTS_NPZ = "holdout-inputs.npz"  # in the run directory: what was shipped
+OUTPUTS_NPZ = "engine-outputs.npz"  # in the run directory: what the engine returned
+ACCURACY_JSON = "accuracy.json"
+
+
+def measure(
+    runner: Runner,
+    agent: AgentFn,
+    target: Target,
+    engine_remote: str,
+    remote_run: str,
+    plan: AccuracyPlan,
+    run_dir: Path,
+    extra_args: Sequence[str] = (),
+) -> EngineAccuracy:
+    """FP32 and the Q/DQ model in onnxruntime, the engine through the agent's ``infer``, all on the same
+    held-out inputs; the score, also written to ``accuracy.json``."""
+    from edgeq.pipeline.rundir import write_json
+    from edgeq.quant.accuracy import run_outputs
+
+    feeds = list(plan.data)
+    reference = run_outputs(plan.reference, feeds, what="FP32 on the held-out set")
+    predicted = (run_outputs(plan.predicted, feeds, what="the Q/DQ model on the held-out set")
+                 if plan.predicted is not None else None)  # fmt: skip
+    shipped = pack_inputs(feeds, Path(run_dir) / INPUTS_NPZ)
+    up = runner.put(shipped, target.remote_path("cache"))
+    out_remote = f"{remote_run}/{OUTPUTS_NPZ}"
+    t = target.timeouts
+    agent("infer", f"--loadEngine={engine_remote}", f"--loadInputs={up.remote_path}",
+          f"--exportOutput={out_remote}", *extra_args, f"--timeout={t.profile:g}",
+          timeout=t.profile + 60)  # fmt: skip
+    runner.get(out_remote, Path(run_dir) / OUTPUTS_NPZ)
+    engine = unpack_outputs(Path(run_dir) / OUTPUTS_NPZ, reference)
+    result = score(reference, engine, predicted, plan.options)
+    write_json(Path(run_dir) / ACCURACY_JSON, result.to_dict())
+    return result
+
+
+def read_accuracy(run_dir: Path) -> Optional[EngineAccuracy]:
+    """A run directory's ``accuracy.json`` (None when the run measured none)."""
+    import json
+
+    path = Path(run_dir) / ACCURACY_JSON
+    if not path.is_file():
+        return None
+    return accuracy_from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def accuracy_html(acc: EngineAccuracy) -> str:
+    """The report page's section: TensorRT's figures beside onnxruntime's prediction, worst samples."""
+    from edgeq.report.render import esc
+
+    cls = "info" if not acc.gated else ("pass" if acc.passed else "fail")
+    rows = []
+    pairs = [(acc.engine, acc.predicted)] + ([] if acc.metric == "cosine" else
+                                             [(acc.engine_cosine, acc.predicted_cosine)])  # fmt: skip
+    for got, want in pairs:
+        worst = f"#{got.worst[0]}: {got.worst[1]:.4f}" if got.worst is not None else "-"
+        rows.append(f"<tr><td>{esc(got.metric)}</td><td>{esc(got.text)}</td>"
+                    f"<td>{esc(want.text) if want is not None else '-'}</td><td>{worst}</td></tr>")
+    return (f"<h2>Accuracy on the target</h2><div class=\"verdict {cls}\">{esc(acc.summary())}</div>"
+            f"<div class=\"muted\">{acc.samples} held-out samples; metric {esc(acc.metric)} ({esc(acc.why)})"
+            "</div><table><tr><th>metric</th><th>TensorRT vs FP32</th><th>onnxruntime Q/DQ vs FP32</th>"
+            f"<th>TensorRT's worst sample</th></tr>{''.join(rows)}</table>")
+
+
+def accuracy_from_dict(d: dict[str, Any]) -> EngineAccuracy:
+    """An ``EngineAccuracy`` back from its ``to_dict`` (a run directory's ``accuracy.json``)."""
+    def ts(x: Optional[dict[str, Any]]) -> Optional[TaskScore]:
+        if x is None:
+            return None
+        per_sample = tuple(x.get("per_sample") or ())
+        return TaskScore(x["metric"], x["value"], x["text"], x.get("figures") or {}, per_sample)
+
+    engine, cosine = ts(d["tensorrt"]), ts(d["tensorrt_cosine"])
+    assert engine is not None and cosine is not None
+    return EngineAccuracy(d["samples"], d["metric"], d["why"], engine, cosine, ts(d.get("onnxruntime_qdq")),
+                          ts(d.get("onnxruntime_qdq_cosine")), d.get("min_metric"), d.get("min_cosine"),
+                          bool(d.get("gated")))  # fmt: skip
