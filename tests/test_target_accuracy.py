@@ -83,6 +83,9 @@ def test_replayed_deploy_scores_the_engines_outputs_on_the_holdout(trtexec_targe
     assert "Accuracy on the target" in (run_dir / "report.html").read_text()
     assert st["accuracy"]["data"]["passed"] and "accuracy passed" in st["gate"]["summary"]
     assert "TensorRT: cosine" in out and "onnxruntime Q/DQ: cosine" in out
+    # TensorRT against the prediction itself: equal here (the stand-in ran the Q/DQ model) to 6 digits
+    assert acc["tensorrt_vs_onnxruntime_qdq"]["value"] == pytest.approx(1.0, abs=1e-9)
+    assert acc["max_abs_diff"] < 1e-4 and "TensorRT vs onnxruntime Q/DQ: cosine 1.000000" in out
 
 
 @pytest.mark.sshd
@@ -99,6 +102,7 @@ def test_an_engine_that_drifts_from_the_prediction_fails_the_accuracy_gate(trtex
     acc = json.loads((run_dir / "accuracy.json").read_text())
     assert not acc["passed"] and acc["tensorrt"]["value"] < 0.99 < acc["onnxruntime_qdq"]["value"]
     assert "below --min-cosine 0.99" in out
+    assert acc["max_abs_diff"] == pytest.approx(1.0, abs=1e-4)  # the stand-in's shift, seen whole
     st = _stages(run_dir)
     assert st["accuracy"]["status"] == "ok" and st["gate"]["status"] == "failed"
     assert not json.loads((run_dir / "report.json").read_text())["accuracy"]["passed"]
@@ -127,3 +131,44 @@ def test_accuracy_flags_without_holdout_are_usage_errors_before_a_run_dir(tmp_pa
         code, _, err = cli("deploy", model, "--target", "t", "--runs-dir", tmp_path / "runs", *flags)
         assert code == 2 and said in err, (flags, err)
         assert not (tmp_path / "runs").exists()
+
+
+def test_a_qdq_models_reference_is_its_float_graph():
+    """A Q/DQ model handed to deploy is scored against its float graph: activation Q->DQ pairs gone,
+    weights dequantized; it computes what the float model computes with the rounded weights."""
+    import onnxruntime as ort
+
+    from edgeq import zoo
+    from edgeq.pipeline.accuracy import without_qdq
+
+    float_model = zoo.resnet_like(size=32, width=8)
+    qdq = zoo.qdq_ort(float_model, quantize_bias=False)
+    ref = without_qdq(qdq)
+    ops = {n.op_type for n in ref.graph.node}
+    assert "QuantizeLinear" not in ops and "DequantizeLinear" not in ops
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in qdq.graph.node}  # input untouched
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+
+    def run(m: onnx.ModelProto) -> np.ndarray:
+        s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return s.run(None, {s.get_inputs()[0].name: x})[0].ravel()
+
+    want, got, quantized = run(float_model), run(ref), run(qdq)
+    cos = float(np.dot(want, got) / np.linalg.norm(want) / np.linalg.norm(got))
+    assert cos > 0.999  # only the weights' int8 rounding apart
+    assert not np.allclose(got, quantized, rtol=1e-3)  # and not the Q/DQ model: activations are float
+
+
+@pytest.mark.sshd
+def test_a_qdq_model_deploys_with_the_holdout_against_its_float_graph(trtexec_target, cli):  # noqa: F811
+    root, model, _, _ = trtexec_target()  # the fixture's Q/DQ model: nothing quantized by deploy
+    holdout = root / "holdout"
+    holdout.mkdir()
+    np.save(holdout / "h.npy", np.random.default_rng(2).standard_normal((3, 3, 32, 32)).astype(np.float32))
+    code, out, err, run_dir = _deploy(cli, root, model, "--holdout", holdout, "--gate", "none")
+    assert code == 0, (out, err)
+    st = _stages(run_dir)
+    assert st["quantize"]["status"] == "skipped" and st["accuracy"]["status"] == "ok"
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    assert acc["samples"] == 3 and acc["onnxruntime_qdq"] is not None
+    assert acc["tensorrt"]["value"] == pytest.approx(acc["onnxruntime_qdq"]["value"], abs=1e-5)

@@ -236,6 +236,8 @@ def _print_accuracy(acc: Any) -> None:
     for got, want in pairs:
         beside = f"   onnxruntime Q/DQ: {escape(str(want))}" if want is not None else ""
         out.print(f"  TensorRT: {escape(str(got))}{beside}", highlight=False)
+    if acc.agreement is not None:
+        out.print(f"  TensorRT vs onnxruntime Q/DQ: {escape(acc.agreement_text())}", highlight=False)
     for failure in acc.failures() or ([acc.drift()] if acc.far_below else []):
         out.print(f"  [{'bold red' if acc.gated else 'bold yellow'}]{escape(failure)}[/]", highlight=False)
 

@@ -165,6 +165,8 @@ class EngineAccuracy:
 
     ``engine`` / ``predicted``: the task metric; ``engine_cosine`` / ``predicted_cosine``: the cosine
     check beside it; ``predicted`` None when there is no Q/DQ model (FP16 or implicit INT8 engines).
+    ``agreement``: TensorRT's outputs against onnxruntime's Q/DQ ones directly (cosine), with
+    ``max_abs_diff`` between them: how far TensorRT's kernels are from what onnxruntime predicted.
     """
 
     samples: int
@@ -177,6 +179,8 @@ class EngineAccuracy:
     min_metric: Optional[float] = None
     min_cosine: Optional[float] = None
     gated: bool = False
+    agreement: Optional[TaskScore] = None
+    max_abs_diff: Optional[float] = None
 
     @property
     def shortfall(self) -> Optional[float]:
@@ -223,6 +227,14 @@ class EngineAccuracy:
             said.append(pair(self.engine_cosine, self.predicted_cosine))
         return "; ".join(said)
 
+    def agreement_text(self) -> str:
+        """TensorRT against onnxruntime's Q/DQ outputs directly, at full precision."""
+        if self.agreement is None:
+            return "no Q/DQ model: no onnxruntime prediction"
+        return (f"cosine {self.agreement.value:.6f}, max |difference| {self.max_abs_diff:.4g}; "
+                f"{self.metric} {self.engine.value:.6f} vs {self.predicted.value:.6f} predicted"
+                if self.predicted is not None else "")
+
     def summary(self) -> str:
         """One line: the verdict, TensorRT's figures beside the prediction, the held-out count."""
         text = f"{self.figures()} over {self.samples} held-out samples"
@@ -246,6 +258,7 @@ class EngineAccuracy:
                 "onnxruntime_qdq": score(self.predicted),
                 "onnxruntime_qdq_cosine": score(self.predicted_cosine),
                 "shortfall": self.shortfall, "tolerance": PREDICTION_TOLERANCE,
+                "tensorrt_vs_onnxruntime_qdq": score(self.agreement), "max_abs_diff": self.max_abs_diff,
                 "min_metric": self.min_metric, "min_cosine": self.min_cosine, "gated": self.gated,
                 "passed": self.passed, "failures": self.failures(), "summary": self.summary()}  # fmt: skip
 
@@ -266,14 +279,22 @@ def score(
     options: AccuracyOptions,
 ) -> EngineAccuracy:
     """Score TensorRT's outputs (and onnxruntime's Q/DQ ones, when there is a Q/DQ model) against FP32."""
+    import numpy as np
+
     metric, name, why = choose_metric(options, reference)
     cos = CosineMetric()
+    diff = None
+    if predicted is not None:
+        diffs = [float(np.max(np.abs(np.asarray(e[n], np.float64) - np.asarray(p[n], np.float64))))
+                 for e, p in zip(engine, predicted) for n in p if np.size(p[n])]  # fmt: skip
+        diff = max(diffs, default=0.0)
     return EngineAccuracy(
         samples=len(reference), metric=name, why=why,
         engine=metric.score(reference, engine), engine_cosine=cos.score(reference, engine),
         predicted=metric.score(reference, predicted) if predicted is not None else None,
         predicted_cosine=cos.score(reference, predicted) if predicted is not None else None,
         min_metric=options.min_metric, min_cosine=options.min_cosine, gated=options.gated,
+        agreement=cos.score(predicted, engine) if predicted is not None else None, max_abs_diff=diff,
     )  # fmt: skip
 
 
@@ -348,6 +369,9 @@ def accuracy_html(acc: EngineAccuracy) -> str:
         worst = f"#{got.worst[0]}: {got.worst[1]:.4f}" if got.worst is not None else "-"
         rows.append(f"<tr><td>{esc(got.metric)}</td><td>{esc(got.text)}</td>"
                     f"<td>{esc(want.text) if want is not None else '-'}</td><td>{worst}</td></tr>")
+    if acc.agreement is not None:
+        rows.append("<tr><td>TensorRT vs onnxruntime Q/DQ</td>"
+                    f"<td colspan=\"2\">{esc(acc.agreement_text())}</td><td>-</td></tr>")
     return (f"<h2>Accuracy on the target</h2><div class=\"verdict {cls}\">{esc(acc.summary())}</div>"
             f"<div class=\"muted\">{acc.samples} held-out samples; metric {esc(acc.metric)} ({esc(acc.why)})"
             "</div><table><tr><th>metric</th><th>TensorRT vs FP32</th><th>onnxruntime Q/DQ vs FP32</th>"
@@ -366,4 +390,5 @@ def accuracy_from_dict(d: dict[str, Any]) -> EngineAccuracy:
     assert engine is not None and cosine is not None
     return EngineAccuracy(d["samples"], d["metric"], d["why"], engine, cosine, ts(d.get("onnxruntime_qdq")),
                           ts(d.get("onnxruntime_qdq_cosine")), d.get("min_metric"), d.get("min_cosine"),
-                          bool(d.get("gated")))  # fmt: skip
+                          bool(d.get("gated")), ts(d.get("tensorrt_vs_onnxruntime_qdq")),
+                          d.get("max_abs_diff"))  # fmt: skip
