@@ -68,7 +68,8 @@ class TaskScore:
 class Metric(Protocol):
     """A comparison of candidate outputs with reference outputs, sample by sample (same order)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def score(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> TaskScore: ...
 
