@@ -9,7 +9,7 @@ the model's activation distributions, so the held-out task metric decides.
 Bounded cost: the histograms are collected once (the expensive pass, every activation of every
 calibration sample) and each calibrator's ranges come from them for free (``ranges_from_histograms``);
 the FP32 reference runs once on the held-out set; each candidate costs one Q/DQ model and one held-out
-pass. Candidates are scored in ``AUTO_ORDER``; a tie keeps the earlier one (entropy, TensorRT's own
+pass. Candidates are scored in ``AUTO_ORDER``; a tie (within ``TIE``) keeps the earlier one (entropy, TensorRT's own
 calibrator, first).
 """
 
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 AUTO = "auto"
 AUTO_ORDER = ("entropy", "percentile", "mse", "max")
+# A later candidate must beat the best so far by more than this to be kept: below it the difference is
+# float noise (cosines agreeing to 1e-7), not a better calibration, and the earlier one stays.
+TIE = 1e-4
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def choose_calibrator(
         result, outputs = score(model)
         cand = Candidate(method, result, time.perf_counter() - t0)
         tried.append(cand)
-        if best is None or result.value > best[0].score.value:
+        if best is None or result.value > best[0].score.value + TIE:
             best = (cand, amax, model, outputs)
         progress("auto: scoring calibrators", i + 1, len(methods))
     assert best is not None

@@ -121,6 +121,21 @@ class QuantizeOptions:
             load_preprocess(self.preprocess)
 
 
+def holdout_option(value: str | float | Path) -> tuple[float, Path | None]:
+    """``--holdout`` (and a pipeline's ``holdout:``): a fraction of ``--calib`` (a number), or a separate
+    held-out set (a path): (fraction, path or None)."""
+    if isinstance(value, (int, float)):
+        return float(value), None
+    text = str(value).strip()
+    try:
+        return float(text), None
+    except ValueError:
+        pass
+    if not text:
+        raise QuantError("--holdout is empty", hint="give a directory of held-out samples or a fraction")
+    return QuantizeOptions.holdout, Path(text)
+
+
 @dataclass(frozen=True)
 class QuantizeResult:
     model: onnx.ModelProto  # the Q/DQ model
