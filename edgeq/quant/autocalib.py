@@ -9,8 +9,8 @@ the model's activation distributions, so the held-out task metric decides.
 Bounded cost: the histograms are collected once (the expensive pass, every activation of every
 calibration sample) and each calibrator's ranges come from them for free (``ranges_from_histograms``);
 the FP32 reference runs once on the held-out set; each candidate costs one Q/DQ model and one held-out
-pass. Candidates are scored in ``AUTO_ORDER``; a tie (within ``TIE``) keeps the earlier one (entropy, TensorRT's own
-calibrator, first).
+pass. Candidates are scored in ``AUTO_ORDER``; a tie (within ``TIE``) keeps the earlier one
+(entropy, TensorRT's own calibrator, first).
 """
 
 from __future__ import annotations
