@@ -48,7 +48,7 @@ def tune_cmd(
         help="trtexec on the target (overrides the target file; implies backend trtexec).",
     ),
     calib: Calib = ...,  # type: ignore[assignment]
-    calibrator: CalibratorOpt = Calibrator.entropy,
+    calibrator: CalibratorOpt = Calibrator.auto,
     percentile: Percentile = 99.99,
     min_cosine: MinCosine = 0.99,
     placement: PlacementOpt = Placement.implicit,
