@@ -113,9 +113,26 @@ def test_an_engine_that_drifts_from_the_prediction_fails_the_accuracy_gate(trtex
     code, out, _, run_dir = _deploy(cli, root, model, *common)
     assert code == 0, out
     assert "accuracy WARNING: 5 held-out samples" in out
-    (line,) = [ln for ln in out.splitlines() if ln.startswith("  TensorRT's cosine")]
-    assert "below onnxruntime's prediction" in line
+    far, below = [ln for ln in out.splitlines() if ln.startswith("  TensorRT's cosine")]
+    assert "far below FP32 (under 0.98)" in far and "below onnxruntime's prediction" in below
     assert "WARNING" in _stages(run_dir)["accuracy"]["summary"]
+
+
+@pytest.mark.sshd
+def test_the_accuracy_gate_without_a_holdout_dir_runs_the_engine_on_the_calib_slice(trtexec_target, cli):  # noqa: F811
+    """--gate accuracy with --calib only: the engine runs on the held-out slice of --calib that the quantize
+    check used (the same samples), and the run says where they came from."""
+    root, _, _, _ = trtexec_target()
+    model = tiny_model(root / "net.onnx")
+    calib, _ = _data(root)
+    code, out, err, run_dir = _deploy(cli, root, model, "--calib", calib, "--gate", "none,accuracy")
+    assert code == 0, (out, err)
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    quantized = _stages(run_dir)["quantize"]["data"]["accuracy"]
+    assert acc["samples"] == quantized["samples"] == 2  # 20% of 8, rounded up
+    assert acc["held_out"].startswith("20% of --calib") and "20% of --calib" in out
+    # the prediction is the quantize check's own figure on those samples
+    assert acc["onnxruntime_qdq_cosine"]["value"] == pytest.approx(quantized["cosine"], abs=1e-9)
 
 
 def test_accuracy_flags_without_holdout_are_usage_errors_before_a_run_dir(tmp_path, monkeypatch, cli):
@@ -123,10 +140,10 @@ def test_accuracy_flags_without_holdout_are_usage_errors_before_a_run_dir(tmp_pa
     model = tiny_model(tmp_path / "net.onnx")
     (tmp_path / "targets").mkdir()
     (tmp_path / "targets" / "t.yaml").write_text("host: local\npython: python3\ntensorrt: '8.6'\n")
-    cases = ((["--min-metric", "0.9"], "--min-metric needs --holdout"),
-             (["--gate", "accuracy"], "--gate accuracy needs --holdout"),
-             (["--holdout", tmp_path / "nowhere"], "nowhere: no such file or directory"),
-             (["--holdout", tmp_path, "--metric", "nosuch"], "unknown metric 'nosuch'"))
+    cases = ((["--min-metric", "0.9"], "--min-metric needs held-out samples"),
+             (["--gate", "accuracy"], "--gate accuracy needs held-out samples"),
+             (["--holdout", tmp_path / "nowhere"], "nowhere: held-out data not found"),
+             (["--holdout", tmp_path, "--metric", "nosuch"], "nosuch"))
     for flags, said in cases:
         code, _, err = cli("deploy", model, "--target", "t", "--runs-dir", tmp_path / "runs", *flags)
         assert code == 2 and said in err, (flags, err)

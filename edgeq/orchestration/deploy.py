@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import EdgeqError, GraphError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.pipeline.accuracy import AccuracyOptions, AccuracyPlan
+from edgeq.pipeline.accuracy import AccuracyPlan, HeldOutSet
 from edgeq.pipeline.rundir import Recorder, StageRecord, new_run_dir, no_event
 from edgeq.pipeline.stages import (
     ProfileSettings,
@@ -62,7 +62,9 @@ class DeployOptions:
     profile: ProfileSettings = field(default_factory=ProfileSettings)  # FP16 fallback and trtexec timing
     cache_dir: Optional[Path] = None  # where the agent zipapp is built (default: the user cache)
     calib_cache: Optional[Path] = None  # implicit INT8: a float model built with this calibration cache
-    accuracy: AccuracyOptions = field(default_factory=AccuracyOptions)  # --holdout: the engine on the target
+    # --gate accuracy: TensorRT's own accuracy on the held-out set gates the run (--holdout DIR, or
+    # quantize.min_metric / min_cosine, run the engine on it too)
+    accuracy_gate: bool = False
 
 
 @dataclass
@@ -139,13 +141,13 @@ def deploy(
     # Usage errors before a run directory exists: the gate name and the target's key files.
     policy = deploy_policy(options, target)
     options.quantize.check_inputs()
-    holdout = holdout_inputs(model, options.accuracy)
+    holdout = holdout_inputs(model, options)
     if not target.is_local:
         target.ssh_config(options.accept_new_host_key)  # key files checked before a run directory exists
     rec = Recorder(new_run_dir(Path(options.runs_dir), model, target.name), on_event, progress)
     with rec.finishing():
         prepared = prepare(model, rec, options.quantize, calib_cache=options.calib_cache)
-        plan = accuracy_plan(prepared, holdout, options.accuracy) if holdout is not None else None
+        plan = accuracy_plan(prepared, holdout, options) if holdout is not None else None
         with target_runner(target, options.accept_new_host_key) as runner:
             on_target(runner, target, prepared, rec, build_agent(options.cache_dir or agent_cache_dir()),
                       options.profile, accuracy=plan)  # fmt: skip
@@ -153,19 +155,19 @@ def deploy(
     return DeployResult(rec.run_dir, rec.stages, finished, rec.timings)
 
 
-def holdout_inputs(model: Path, options: AccuracyOptions) -> Any:
-    """--holdout's samples indexed and checked against the model's inputs before a run directory exists
-    (a bad directory or shape is a usage error); None without --holdout."""
-    options.check()
-    if options.holdout is None:
+def holdout_inputs(model: Path, options: DeployOptions) -> Optional[HeldOutSet]:
+    """The held-out samples the engine will run on, indexed and checked against the model's inputs before
+    a run directory exists (a bad directory or shape is a usage error); None when not asked for."""
+    from edgeq.pipeline.accuracy import holdout_for, wants_target_check
+
+    if not wants_target_check(options.quantize, options.accuracy_gate):
         return None
     from edgeq.graph.io import load_model
-    from edgeq.pipeline.accuracy import holdout_set
 
-    return holdout_set(load_model(model), options)
+    return holdout_for(load_model(model), options.quantize, options.accuracy_gate)
 
 
-def accuracy_plan(prepared: Any, holdout: Any, options: AccuracyOptions) -> AccuracyPlan:
+def accuracy_plan(prepared: Any, holdout: HeldOutSet, options: DeployOptions) -> AccuracyPlan:
     """The FP32 reference and the Q/DQ prediction for the engine ``prepared`` builds: a model quantized
     here is scored against the cleaned float model it came from; a Q/DQ model handed in against its float
     graph (``without_qdq``); a float model (FP16 or implicit INT8 engine) against itself, with no
@@ -178,7 +180,10 @@ def accuracy_plan(prepared: Any, holdout: Any, options: AccuracyOptions) -> Accu
         reference = without_qdq(prepared.model)
     else:
         reference = prepared.model
-    return AccuracyPlan(holdout, reference, prepared.model if prepared.qdq else None, options)
+    q = options.quantize
+    return AccuracyPlan(holdout, reference, prepared.model if prepared.qdq else None, metric=q.metric,
+                        min_metric=q.min_metric, min_cosine=q.min_cosine, gate=options.accuracy_gate,
+                        providers=q.providers)  # fmt: skip
 
 
 def check_target(

@@ -3,15 +3,16 @@ with the same metric as the host's check, beside what onnxruntime predicted for 
 
 Why on the target: onnxruntime computes the arithmetic the Q/DQ nodes define, but TensorRT's INT8 kernels
 are not onnxruntime's (other fusions, rounding, accumulation, FP16 fallbacks), so the figure that counts
-is the engine's. The host runs FP32 (the reference) and the Q/DQ model (the prediction) in onnxruntime,
-ships the held-out inputs to the target as one ``.npz`` (samples stacked per input), the agent's
-``infer`` runs the engine on each and returns its outputs (one ``.npz``), and both candidates are scored
-with one ``Metric`` against the reference.
+is the engine's. The host runs FP32 once (``quant.accuracy.HeldOut``: the reference and the metric, as
+the quantize check has them) and the Q/DQ model (the prediction) in onnxruntime, ships the held-out inputs
+to the target as one ``.npz`` (samples stacked per input), the agent's ``infer`` runs the engine on each
+and returns its outputs (one ``.npz``), and both candidates are scored with the one metric.
 
-The verdict (``--gate accuracy`` or a threshold): ``--min-metric`` bounds TensorRT's task figure,
-``--min-cosine`` its cosine; ``--gate accuracy`` without thresholds asks that TensorRT scores within
-``PREDICTION_TOLERANCE`` of onnxruntime's prediction. Without any of them the result is reported, and a
-TensorRT figure that far below the prediction is a warning.
+The held-out set is the quantize check's: ``--holdout DIR``, or the held-out slice of ``--calib``. The
+stage runs with ``--holdout DIR`` or when the accuracy gate is asked for. The verdict: ``--min-metric``
+bounds TensorRT's task figure, ``--min-cosine`` its cosine; ``--gate accuracy`` without them fails when
+TensorRT is far below FP32 (``quant.accuracy.FAR_BELOW``, the quantize check's loud warning) or more than
+``PREDICTION_TOLERANCE`` below onnxruntime's prediction. Ungated, either is a warning.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import QuantError, RemoteError
-from edgeq.quant.metrics import CosineMetric, Metric, Outputs, TaskScore, guess_metric, metric_from_spec
+from edgeq.quant.metrics import CosineMetric, Outputs, TaskScore
 
 if TYPE_CHECKING:
     import onnx
 
     from edgeq.pipeline.rundir import AgentFn
-    from edgeq.quant.data import CalibrationSet
+    from edgeq.quant.quantize import QuantizeOptions
     from edgeq.remote.runner import Runner
     from edgeq.remote.targets import Target
 
@@ -38,44 +39,40 @@ PREDICTION_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
-class AccuracyOptions:
-    """deploy's ``--holdout``, ``--metric``, ``--min-metric``, ``--min-cosine`` and ``--gate accuracy``."""
+class HeldOutSet:
+    """The held-out samples the engine runs on, and where they came from (said in the report)."""
 
-    holdout: Optional[Path] = None  # a directory (or file) of .npy/.npz/images, as --calib reads
-    preprocess: Optional[Path] = None  # images: the same spec as --calib's
-    metric: str = "auto"  # auto | a built-in name | module:function
-    min_metric: Optional[float] = None
-    min_cosine: Optional[float] = None
-    gate: bool = False  # --gate accuracy
-
-    @property
-    def gated(self) -> bool:
-        return self.gate or self.min_metric is not None or self.min_cosine is not None
-
-    def check(self) -> None:
-        """Usage errors before any work: thresholds without held-out data, a metric that cannot load."""
-        if self.holdout is None:
-            if self.gated:
-                what = "--gate accuracy" if self.gate else ("--min-metric" if self.min_metric is not None
-                                                            else "--min-cosine")  # fmt: skip
-                raise QuantError(f"{what} needs --holdout DIR: the engine is scored on held-out inputs")
-            return
-        if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
-            raise QuantError(f"--min-cosine must be in [-1, 1], got {self.min_cosine}")
-        if self.metric != "auto":
-            metric_from_spec(self.metric)
+    data: Any  # CalibrationSet
+    source: str
 
 
-def holdout_set(model: onnx.ModelProto, options: AccuracyOptions) -> CalibrationSet:
-    """The held-out inputs, indexed and checked against ``model``'s inputs (nothing read yet)."""
-    from edgeq.quant.data import calibration_set
+def wants_target_check(options: QuantizeOptions, gate: bool) -> bool:
+    """The engine is run on the held-out set with ``--holdout DIR``, or when the accuracy gate is asked."""
+    return options.holdout_data is not None or gate or options.gated
 
-    if options.holdout is None or not Path(options.holdout).exists():
-        raise QuantError(f"--holdout {options.holdout}: no such file or directory")
-    data = calibration_set(model, options.holdout, preprocess=options.preprocess)
-    if len(data) == 0:
-        raise QuantError(f"{options.holdout}: no held-out samples")
-    return data
+
+def holdout_for(model: onnx.ModelProto, options: QuantizeOptions, gate: bool) -> Optional[HeldOutSet]:
+    """The quantize check's held-out set for ``model`` (``--holdout DIR``, else the slice of ``--calib``),
+    indexed and checked against its inputs before any work; None when the target check is not wanted.
+    A usage error when the accuracy gate is asked for and there is nothing to hold out."""
+    from edgeq.quant.quantize import calibration_data, split_data
+
+    if not wants_target_check(options, gate):
+        return None
+    if options.holdout_data is not None:
+        from edgeq.quant.data import calibration_set
+
+        separate = calibration_set(model, options.holdout_data, preprocess=options.preprocess)
+        return HeldOutSet(separate, f"--holdout {options.holdout_data}")
+    what = "--gate accuracy" if gate else "--min-metric" if options.min_metric is not None else "--min-cosine"
+    if not options.has_data:
+        raise QuantError(f"{what} needs held-out samples for the engine to run on",
+                         hint="give --holdout DIR (or --calib, whose held-out slice is used)")
+    _, held, _ = split_data(calibration_data(model, options), options, model)
+    if held is None or not len(held):
+        raise QuantError(f"{what} needs held-out samples: --calib has too few to hold any out",
+                         hint="give --holdout DIR, or at least 2 samples and a --holdout fraction above 0")
+    return HeldOutSet(held, f"{options.holdout:.0%} of --calib (give --holdout DIR for a separate set)")
 
 
 def without_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -171,7 +168,7 @@ class EngineAccuracy:
 
     samples: int
     metric: str
-    why: str  # why this metric: "--metric", or what --metric auto recognised
+    why: str  # why this metric: "--metric X", or what --metric auto recognised
     engine: TaskScore
     engine_cosine: TaskScore
     predicted: Optional[TaskScore] = None
@@ -181,11 +178,48 @@ class EngineAccuracy:
     gated: bool = False
     agreement: Optional[TaskScore] = None
     max_abs_diff: Optional[float] = None
+    source: str = ""  # where the held-out samples came from
 
     @property
     def shortfall(self) -> Optional[float]:
         """How far TensorRT's figure falls below onnxruntime's prediction (negative: above it)."""
         return None if self.predicted is None else self.predicted.value - self.engine.value
+
+    @property
+    def below_prediction(self) -> bool:
+        s = self.shortfall
+        return s is not None and s > PREDICTION_TOLERANCE
+
+    @property
+    def far_below_fp32(self) -> bool:
+        """The quantize check's "far below FP32" (``FAR_BELOW``), for TensorRT's own figures."""
+        from edgeq.quant.accuracy import FAR_BELOW
+
+        if self.metric != "cosine":
+            return self.engine.value < FAR_BELOW["task"]
+        return self.engine_cosine.value < FAR_BELOW["cosine"]
+
+    @property
+    def far_below(self) -> bool:
+        """Worth a loud warning ungated, and a failure under ``--gate accuracy`` without thresholds."""
+        return self.far_below_fp32 or self.below_prediction
+
+    def problems(self) -> list[str]:
+        """Why TensorRT's result is far below, one phrase each (empty when it is not)."""
+        from edgeq.quant.accuracy import FAR_BELOW
+
+        out = []
+        if self.far_below_fp32:
+            cosine = self.metric == "cosine"
+            figure = self.engine_cosine.value if cosine else self.engine.value
+            level = FAR_BELOW["cosine" if cosine else "task"]
+            out.append(f"TensorRT's {self.metric} {figure:.4f} is far below FP32 (under {level:g})")
+        if self.below_prediction:
+            assert self.predicted is not None and self.shortfall is not None
+            out.append(f"TensorRT's {self.metric} {self.engine.value:.4f} is {self.shortfall:.4f} below "
+                       f"onnxruntime's prediction {self.predicted.value:.4f} "
+                       f"(tolerance {PREDICTION_TOLERANCE:g})")
+        return out
 
     def failures(self) -> list[str]:
         """What fails the gate, one phrase each (empty: passes, or not gated)."""
@@ -193,22 +227,14 @@ class EngineAccuracy:
             return []
         out = []
         if self.min_metric is not None and self.engine.value < self.min_metric:
-            out.append(f"{self.engine.text} is below --min-metric {self.min_metric:g}")
+            out.append(f"TensorRT's {self.metric} {self.engine.value:.4f} is below "
+                       f"--min-metric {self.min_metric:g}")
         if self.min_cosine is not None and self.engine_cosine.value < self.min_cosine:
-            out.append(f"cosine {self.engine_cosine.value:.4f} is below --min-cosine {self.min_cosine:g}")
-        if self.min_metric is None and self.min_cosine is None and self.far_below:
-            out.append(self.drift())
+            out.append(f"TensorRT's cosine {self.engine_cosine.value:.4f} is below "
+                       f"--min-cosine {self.min_cosine:g}")
+        if self.min_metric is None and self.min_cosine is None:
+            out += self.problems()
         return out
-
-    @property
-    def far_below(self) -> bool:
-        s = self.shortfall
-        return s is not None and s > PREDICTION_TOLERANCE
-
-    def drift(self) -> str:
-        assert self.predicted is not None
-        return (f"TensorRT's {self.metric} {self.engine.value:.4f} is {self.shortfall:.4f} below "
-                f"onnxruntime's prediction {self.predicted.value:.4f} (tolerance {PREDICTION_TOLERANCE:g})")
 
     @property
     def passed(self) -> bool:
@@ -229,11 +255,10 @@ class EngineAccuracy:
 
     def agreement_text(self) -> str:
         """TensorRT against onnxruntime's Q/DQ outputs directly, at full precision."""
-        if self.agreement is None:
+        if self.agreement is None or self.predicted is None:
             return "no Q/DQ model: no onnxruntime prediction"
-        return (f"cosine {self.agreement.value:.6f}, max |difference| {self.max_abs_diff:.4g}; "
-                f"{self.metric} {self.engine.value:.6f} vs {self.predicted.value:.6f} predicted"
-                if self.predicted is not None else "")
+        return (f"cosine {self.agreement.value:.6f}, max |difference| {self.max_abs_diff or 0.0:.4g}; "
+                f"{self.metric} {self.engine.value:.6f} vs {self.predicted.value:.6f} predicted")
 
     def summary(self) -> str:
         """One line: the verdict, TensorRT's figures beside the prediction, the held-out count."""
@@ -242,10 +267,11 @@ class EngineAccuracy:
         if fails:
             return f"accuracy FAILED: {'; '.join(fails)} ({text})"
         if not self.gated:
-            return f"accuracy: {text}" + (f" - WARNING: {self.drift()}" if self.far_below else "")
+            problems = self.problems()
+            return f"accuracy: {text}" + (f" - WARNING: {'; '.join(problems)}" if problems else "")
         bounds = [f"--min-metric {self.min_metric:g}" if self.min_metric is not None else "",
                   f"--min-cosine {self.min_cosine:g}" if self.min_cosine is not None else ""]  # fmt: skip
-        within = f"within {PREDICTION_TOLERANCE:g} of onnxruntime's prediction"
+        within = f"not far below FP32, within {PREDICTION_TOLERANCE:g} of onnxruntime's prediction"
         bound = ", ".join(b for b in bounds if b) or within
         return f"accuracy passed ({bound}): {text}"
 
@@ -253,35 +279,43 @@ class EngineAccuracy:
         def score(s: Optional[TaskScore]) -> Optional[dict[str, Any]]:
             return s.to_dict() if s is not None else None
 
-        return {"samples": self.samples, "metric": self.metric, "why": self.why,
+        return {"samples": self.samples, "held_out": self.source, "metric": self.metric, "why": self.why,
                 "tensorrt": score(self.engine), "tensorrt_cosine": score(self.engine_cosine),
                 "onnxruntime_qdq": score(self.predicted),
                 "onnxruntime_qdq_cosine": score(self.predicted_cosine),
                 "shortfall": self.shortfall, "tolerance": PREDICTION_TOLERANCE,
                 "tensorrt_vs_onnxruntime_qdq": score(self.agreement), "max_abs_diff": self.max_abs_diff,
+                "far_below_fp32": self.far_below_fp32,
                 "min_metric": self.min_metric, "min_cosine": self.min_cosine, "gated": self.gated,
                 "passed": self.passed, "failures": self.failures(), "summary": self.summary()}  # fmt: skip
 
 
-def choose_metric(options: AccuracyOptions, reference: Sequence[Outputs]) -> tuple[Metric, str, str]:
-    """(metric, its name, why): ``--metric auto`` asks the task metrics which recognises FP32's outputs."""
-    if options.metric == "auto":
-        name, why = guess_metric(reference[0]) if reference else ("cosine", "no held-out samples")
-        return metric_from_spec(name), name, f"--metric auto: {why}"
-    metric = metric_from_spec(options.metric)
-    return metric, metric.name, "--metric"
+@dataclass(frozen=True)
+class AccuracyPlan:
+    """What the accuracy stage runs: the held-out set, the FP32 reference model, the Q/DQ model whose
+    onnxruntime outputs are the prediction (None: no Q/DQ model), the metric and the verdict's bounds."""
+
+    held: HeldOutSet
+    reference: Any  # onnx.ModelProto, FP32
+    predicted: Any  # onnx.ModelProto with Q/DQ, or None
+    metric: str = "auto"
+    min_metric: Optional[float] = None
+    min_cosine: Optional[float] = None
+    gate: bool = False  # --gate accuracy
+    providers: Optional[tuple[str, ...]] = None
+
+    @property
+    def gated(self) -> bool:
+        return self.gate or self.min_metric is not None or self.min_cosine is not None
 
 
-def score(
-    reference: Sequence[Outputs],
-    engine: Sequence[Outputs],
-    predicted: Optional[Sequence[Outputs]],
-    options: AccuracyOptions,
-) -> EngineAccuracy:
-    """Score TensorRT's outputs (and onnxruntime's Q/DQ ones, when there is a Q/DQ model) against FP32."""
+def score(held: Any, engine: Sequence[Outputs], predicted: Optional[Sequence[Outputs]], plan: AccuracyPlan
+          ) -> EngineAccuracy:
+    """TensorRT's outputs (and onnxruntime's Q/DQ ones, when there is a Q/DQ model) scored against the
+    FP32 reference of ``held`` (a ``quant.accuracy.HeldOut``) with its metric, and with cosine."""
     import numpy as np
 
-    metric, name, why = choose_metric(options, reference)
+    reference = held.outputs
     cos = CosineMetric()
     diff = None
     if predicted is not None:
@@ -289,29 +323,20 @@ def score(
                  for e, p in zip(engine, predicted) for n in p if np.size(p[n])]  # fmt: skip
         diff = max(diffs, default=0.0)
     return EngineAccuracy(
-        samples=len(reference), metric=name, why=why,
-        engine=metric.score(reference, engine), engine_cosine=cos.score(reference, engine),
-        predicted=metric.score(reference, predicted) if predicted is not None else None,
+        samples=len(reference), metric=held.metric.name, why=held.why,
+        engine=held.score(list(engine)), engine_cosine=cos.score(reference, engine),
+        predicted=held.score(list(predicted)) if predicted is not None else None,
         predicted_cosine=cos.score(reference, predicted) if predicted is not None else None,
-        min_metric=options.min_metric, min_cosine=options.min_cosine, gated=options.gated,
+        min_metric=plan.min_metric, min_cosine=plan.min_cosine, gated=plan.gated,
         agreement=cos.score(predicted, engine) if predicted is not None else None, max_abs_diff=diff,
+        source=held.source,
     )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class AccuracyPlan:
-    """What the accuracy stage runs: the held-out set, the FP32 reference model, the Q/DQ model whose
-    onnxruntime outputs are the prediction (None: no Q/DQ model), and the options."""
-
-    data: Any  # CalibrationSet
-    reference: Any  # onnx.ModelProto, FP32
-    predicted: Any  # onnx.ModelProto with Q/DQ, or None
-    options: AccuracyOptions
 
 
 INPUTS_NPZ = "holdout-inputs.npz"  # in the run directory: what was shipped
 OUTPUTS_NPZ = "engine-outputs.npz"  # in the run directory: what the engine returned
 ACCURACY_JSON = "accuracy.json"
+INFER_SECONDS_PER_SAMPLE = 30  # the host's allowance per sample (trtexec loads the engine for each)
 
 
 def measure(
@@ -327,11 +352,13 @@ def measure(
     """FP32 and the Q/DQ model in onnxruntime, the engine through the agent's ``infer``, all on the same
     held-out inputs; the score, also written to ``accuracy.json``."""
     from edgeq.pipeline.rundir import write_json
-    from edgeq.quant.accuracy import run_outputs
+    from edgeq.quant.accuracy import held_out_reference, run_outputs
 
-    feeds = list(plan.data)
-    reference = run_outputs(plan.reference, feeds, what="FP32 on the held-out set")
-    predicted = (run_outputs(plan.predicted, feeds, what="the Q/DQ model on the held-out set")
+    feeds = list(plan.held.data)
+    held = held_out_reference(plan.reference, feeds, metric=plan.metric, source=plan.held.source,
+                              providers=plan.providers)  # fmt: skip
+    predicted = (run_outputs(plan.predicted, feeds, providers=plan.providers,
+                             what="the Q/DQ model on the held-out set")
                  if plan.predicted is not None else None)  # fmt: skip
     shipped = pack_inputs(feeds, Path(run_dir) / INPUTS_NPZ)
     up = runner.put(shipped, target.remote_path("cache"))
@@ -339,10 +366,10 @@ def measure(
     t = target.timeouts
     agent("infer", f"--loadEngine={engine_remote}", f"--loadInputs={up.remote_path}",
           f"--exportOutput={out_remote}", *extra_args, f"--timeout={t.profile:g}",
-          timeout=t.profile + 60)  # fmt: skip
+          timeout=t.profile + 60 + INFER_SECONDS_PER_SAMPLE * len(feeds))  # fmt: skip
     runner.get(out_remote, Path(run_dir) / OUTPUTS_NPZ)
-    engine = unpack_outputs(Path(run_dir) / OUTPUTS_NPZ, reference)
-    result = score(reference, engine, predicted, plan.options)
+    engine = unpack_outputs(Path(run_dir) / OUTPUTS_NPZ, held.outputs)
+    result = score(held, engine, predicted, plan)
     write_json(Path(run_dir) / ACCURACY_JSON, result.to_dict())
     return result
 
@@ -373,7 +400,8 @@ def accuracy_html(acc: EngineAccuracy) -> str:
         rows.append("<tr><td>TensorRT vs onnxruntime Q/DQ</td>"
                     f"<td colspan=\"2\">{esc(acc.agreement_text())}</td><td>-</td></tr>")
     return (f"<h2>Accuracy on the target</h2><div class=\"verdict {cls}\">{esc(acc.summary())}</div>"
-            f"<div class=\"muted\">{acc.samples} held-out samples; metric {esc(acc.metric)} ({esc(acc.why)})"
+            f"<div class=\"muted\">{acc.samples} held-out samples ({esc(acc.source)}); metric "
+            f"{esc(acc.metric)} ({esc(acc.why)})"
             "</div><table><tr><th>metric</th><th>TensorRT vs FP32</th><th>onnxruntime Q/DQ vs FP32</th>"
             f"<th>TensorRT's worst sample</th></tr>{''.join(rows)}</table>")
 
@@ -391,4 +419,4 @@ def accuracy_from_dict(d: dict[str, Any]) -> EngineAccuracy:
     return EngineAccuracy(d["samples"], d["metric"], d["why"], engine, cosine, ts(d.get("onnxruntime_qdq")),
                           ts(d.get("onnxruntime_qdq_cosine")), d.get("min_metric"), d.get("min_cosine"),
                           bool(d.get("gated")), ts(d.get("tensorrt_vs_onnxruntime_qdq")),
-                          d.get("max_abs_diff"))  # fmt: skip
+                          d.get("max_abs_diff"), d.get("held_out") or "")  # fmt: skip
