@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import EdgeqError, GraphError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.pipeline.accuracy import AccuracyPlan, HeldOutSet
+from edgeq.pipeline.accuracy import HeldOutSet, plan_for
 from edgeq.pipeline.rundir import Recorder, StageRecord, new_run_dir, no_event
 from edgeq.pipeline.stages import (
     ProfileSettings,
@@ -141,13 +141,15 @@ def deploy(
     # Usage errors before a run directory exists: the gate name and the target's key files.
     policy = deploy_policy(options, target)
     options.quantize.check_inputs()
-    holdout = holdout_inputs(model, options)
+    holdout = holdout_inputs(model, options.quantize, options.accuracy_gate)
     if not target.is_local:
         target.ssh_config(options.accept_new_host_key)  # key files checked before a run directory exists
     rec = Recorder(new_run_dir(Path(options.runs_dir), model, target.name), on_event, progress)
     with rec.finishing():
         prepared = prepare(model, rec, options.quantize, calib_cache=options.calib_cache)
-        plan = accuracy_plan(prepared, holdout, options) if holdout is not None else None
+        plan = None
+        if holdout is not None:
+            plan = plan_for(prepared, holdout, options.quantize, options.accuracy_gate)
         with target_runner(target, options.accept_new_host_key) as runner:
             on_target(runner, target, prepared, rec, build_agent(options.cache_dir or agent_cache_dir()),
                       options.profile, accuracy=plan)  # fmt: skip
@@ -155,35 +157,16 @@ def deploy(
     return DeployResult(rec.run_dir, rec.stages, finished, rec.timings)
 
 
-def holdout_inputs(model: Path, options: DeployOptions) -> Optional[HeldOutSet]:
+def holdout_inputs(model: Path, quantize: QuantizeOptions, gate: bool) -> Optional[HeldOutSet]:
     """The held-out samples the engine will run on, indexed and checked against the model's inputs before
     a run directory exists (a bad directory or shape is a usage error); None when not asked for."""
     from edgeq.pipeline.accuracy import holdout_for, wants_target_check
 
-    if not wants_target_check(options.quantize, options.accuracy_gate):
+    if not wants_target_check(quantize, gate):
         return None
     from edgeq.graph.io import load_model
 
-    return holdout_for(load_model(model), options.quantize, options.accuracy_gate)
-
-
-def accuracy_plan(prepared: Any, holdout: HeldOutSet, options: DeployOptions) -> AccuracyPlan:
-    """The FP32 reference and the Q/DQ prediction for the engine ``prepared`` builds: a model quantized
-    here is scored against the cleaned float model it came from; a Q/DQ model handed in against its float
-    graph (``without_qdq``); a float model (FP16 or implicit INT8 engine) against itself, with no
-    onnxruntime prediction (there is no Q/DQ model to run)."""
-    from edgeq.pipeline.accuracy import without_qdq
-
-    if prepared.reference is not None:
-        reference = prepared.reference
-    elif prepared.qdq:
-        reference = without_qdq(prepared.model)
-    else:
-        reference = prepared.model
-    q = options.quantize
-    return AccuracyPlan(holdout, reference, prepared.model if prepared.qdq else None, metric=q.metric,
-                        min_metric=q.min_metric, min_cosine=q.min_cosine, gate=options.accuracy_gate,
-                        providers=q.providers)  # fmt: skip
+    return holdout_for(load_model(model), quantize, gate)
 
 
 def check_target(

@@ -64,12 +64,15 @@ class FleetOptions:
     cache_dir: Optional[Path] = None
     fresh: bool = False  # run every target again, not resuming the last run (edgeq.orchestration.resume)
     max_fail: Optional[int] = None  # start no more targets after this many failures
+    accuracy_gate: bool = False  # the engine on the held-out set gates each row (deploy --gate accuracy)
 
     def settings(self) -> dict[str, Any]:
         """The options a target's result depends on (its resume key): not where or how fast it ran."""
+        from edgeq.pipeline.accuracy import settings as accuracy_settings
+
         return {"gate": self.gate, "gate_allow": list(self.gate_allow),
                 "require_fusion": self.gate_require_fusion, "build_once_per_kind": self.build_once_per_kind,
-                "profile": asdict(self.profile)}
+                "profile": asdict(self.profile), **accuracy_settings(self.quantize, self.accuracy_gate)}
 
 
 @dataclass
@@ -89,6 +92,8 @@ class Row:
     build: Optional[str] = None  # ok | reused | failed | not run
     gate: Optional[bool] = None
     gate_summary: str = ""
+    accuracy: Optional[str] = None  # TensorRT's figure on the held-out set (and onnxruntime's prediction)
+    accuracy_passed: Optional[bool] = None
     latency_p50_ms: Optional[float] = None
     latency_p99_ms: Optional[float] = None
     throughput_qps: Optional[float] = None
@@ -161,9 +166,19 @@ def _fill(row: Row, rec: Recorder, target: Target) -> None:
     row.latency_p50_ms, row.latency_p99_ms = lat.get("median"), lat.get("p99")
     row.throughput_qps = rec.timings.get("throughput_qps")
     if g.status in ("ok", "failed") and "passed" in g.data:
-        row.gate, row.gate_summary = bool(g.data["passed"]), g.summary
+        row.gate, row.gate_summary = g.status == "ok", g.summary  # the accuracy verdict included
+    acc = st["accuracy"]
+    if acc.status == "ok" and acc.data:
+        row.accuracy = _accuracy_cell(acc.data)
+        row.accuracy_passed = bool(acc.data.get("passed"))
     report = rec.run_dir / "report.html"
     row.report = str(report) if report.exists() else None
+
+
+def _accuracy_cell(data: dict[str, Any]) -> str:
+    """``classification 0.950 (Q/DQ 0.963)``: TensorRT's headline figure beside onnxruntime's prediction."""
+    trt, qdq = data["tensorrt"], data.get("onnxruntime_qdq")
+    return f"{trt['metric']} {trt['value']:.3f}" + (f" (Q/DQ {qdq['value']:.3f})" if qdq else "")
 
 
 @dataclass
@@ -178,6 +193,7 @@ class _Run:
     priors: dict[str, resume.Prior]
     lock: threading.Lock = field(default_factory=threading.Lock)
     failures: int = 0
+    accuracy: Any = None  # the accuracy stage's plan (pipeline.accuracy.AccuracyPlan), None: skipped
 
 
 def _reusable(target: Target, run: _Run) -> Optional[resume.Prior]:
@@ -283,7 +299,8 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
         policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
         with rec.finishing():
             found = on_target(runner, target, prepared, rec, run.agent, options.profile, run.shared,
-                              remote_name=f"{fleet_dir.name}-{run_dir.name}", probed=probed)
+                              remote_name=f"{fleet_dir.name}-{run_dir.name}", probed=probed,
+                              accuracy=run.accuracy)
             facts = resume.board_facts(found)
             update(gpu=found.gpu, kind=found.kind)
             conclude(rec, prepared.model, policy)
@@ -324,6 +341,9 @@ def validate(
     model = check_model_path(model)
     check_gates(fleet, options)
     options.quantize.check_inputs()
+    from edgeq.orchestration.deploy import holdout_inputs
+
+    holdout_inputs(model, options.quantize, options.accuracy_gate)  # a bad held-out set: before any work
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip
@@ -332,6 +352,14 @@ def validate(
     earlier = [] if options.fresh else resume.earlier_runs(fleet_dir, fleet.path, model)
     return validate_prepared(model, prepared, fleet, fleet_dir, options, on_row=on_row, created=stamp,
                              resume_from=earlier, started=started)
+
+
+def _accuracy_plan(prepared: Prepared, options: FleetOptions) -> Any:
+    """Every board's engine runs on the same held-out set (indexed once, for the prepared model)."""
+    from edgeq.pipeline.accuracy import holdout_for, plan_for
+
+    held = holdout_for(prepared.model, options.quantize, options.accuracy_gate)
+    return plan_for(prepared, held, options.quantize, options.accuracy_gate) if held is not None else None
 
 
 def check_gates(fleet: Fleet, options: FleetOptions) -> None:
@@ -368,7 +396,8 @@ def validate_prepared(
     model_digest = ":".join(sha256_file(p) for p in (prepared.model_file, prepared.cache_file) if p)
     keys = {t.name: resume.board_key(t, model_digest, options.settings()) for t in fleet.targets}
     run = _Run(fleet_dir, options, agent, KindEngines() if options.build_once_per_kind else None, keys,
-               {} if options.fresh else resume.priors(resume_from, [t.name for t in fleet.targets]))
+               {} if options.fresh else resume.priors(resume_from, [t.name for t in fleet.targets]),
+               accuracy=_accuracy_plan(prepared, options))
     workers = max(1, min(options.workers or fleet.workers, len(rows)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgeq-fleet") as pool:
         futures = [pool.submit(_validate_one, t, prepared, run, r, on_row)
@@ -447,6 +476,7 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "GPU (sm)": gpu_cell(r),
             "build": r.build or "-",
             "gate": {True: "passed", False: "FAILED", None: "-"}[r.gate],
+            "accuracy": r.accuracy or "-",
             "p50 ms": text.ms(r.latency_p50_ms),
             "p99 ms": text.ms(r.latency_p99_ms),
             "qps": text.qps(r.throughput_qps),  # "2110", never "2.11e+03"

@@ -309,6 +309,30 @@ class AccuracyPlan:
         return self.gate or self.min_metric is not None or self.min_cosine is not None
 
 
+def plan_for(prepared: Any, holdout: HeldOutSet, options: QuantizeOptions, gate: bool) -> AccuracyPlan:
+    """The accuracy stage's plan for the engine ``prepared`` (``pipeline.stages.Prepared``) builds: a model
+    quantized here is scored against the cleaned float model it came from; a Q/DQ model handed in against
+    its float graph (``without_qdq``); a float model (FP16 or implicit INT8 engine) against itself, with no
+    onnxruntime prediction (there is no Q/DQ model to run)."""
+    if prepared.reference is not None:
+        reference = prepared.reference
+    elif prepared.qdq:
+        reference = without_qdq(prepared.model)
+    else:
+        reference = prepared.model
+    return AccuracyPlan(holdout, reference, prepared.model if prepared.qdq else None, metric=options.metric,
+                        min_metric=options.min_metric, min_cosine=options.min_cosine, gate=gate,
+                        providers=options.providers)  # fmt: skip
+
+
+def settings(options: QuantizeOptions, gate: bool) -> dict[str, Any]:
+    """What the accuracy verdict depends on (a fleet board's resume key): empty when no check runs."""
+    if not wants_target_check(options, gate):
+        return {}
+    return {"accuracy": {"holdout": str(options.holdout_data or options.holdout), "metric": options.metric,
+                         "min_metric": options.min_metric, "min_cosine": options.min_cosine, "gate": gate}}
+
+
 def score(held: Any, engine: Sequence[Outputs], predicted: Optional[Sequence[Outputs]], plan: AccuracyPlan
           ) -> EngineAccuracy:
     """TensorRT's outputs (and onnxruntime's Q/DQ ones, when there is a Q/DQ model) scored against the
