@@ -359,7 +359,7 @@ def calibrate_and_choose(
     if held_out is not None:
         score = scorer(held_out.metric, held_out.outputs, held_out.data, options.providers, progress)
     choice = choose_calibrator(methods, hists, calib_opts, lambda amax: build_qdq(reference, plan, amax),
-                               score, progress)
+                               score, progress, needed=plan.tensors)
     return choice, held_out, (*notes, *extra)
 
 
