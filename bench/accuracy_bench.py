@@ -49,7 +49,8 @@ import numpy as np
 WHEELS = {"nudenet": "nudenet==3.4.2", "rapidocr_onnxruntime": "rapidocr-onnxruntime==1.4.4"}
 # module -> pip requirement for what the packages' preprocessing and this bench import
 BENCH_DEPS = {"cv2": "opencv-python-headless", "pyclipper": "pyclipper", "shapely": "shapely",
-              "yaml": "pyyaml", "sympy": "sympy", "skimage": "scikit-image", "PIL": "pillow", "matplotlib": "matplotlib"}
+              "yaml": "pyyaml", "sympy": "sympy", "skimage": "scikit-image", "PIL": "pillow",
+              "matplotlib": "matplotlib"}
 CALIBRATORS = ("entropy", "percentile", "mse", "max")
 EDGEQ = [sys.executable, "-c", "import sys; from edgeq.cli import main; sys.exit(main())"]
 FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/TTF", "/Library/Fonts")
