@@ -333,7 +333,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     if spec.fleet is not None:  # usage errors (targets, gate) before any work
         fleet = _fleet(spec, work).limited(limit)
         check_gates(fleet, options)
-    elif limit:
+    elif limit is not None:
         raise ConfigError(f"{spec.path}: --limit needs targets ('target', 'fleet' or 'targets')")
     state = _State(work)
     result = RunResult(work)
