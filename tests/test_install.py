@@ -380,7 +380,7 @@ def test_a_fleet_with_allowed_signers_installs_only_trusted_bundles(fleet, cli):
     no_signers = root / "plain.yaml"
     no_signers.write_text("targets: ['targets/board*.yaml']\n")
     code, _, err = cli("release", "install", root / "flip.tar.gz", "--fleet", no_signers)
-    assert code == 1 and ("does not verify" in err or "corrupt bundle" in err), err
+    assert code == 2 and ("does not verify" in err or "corrupt bundle" in err), err  # refused, as above
     code, _, err = cli("release", "install", root / "nope.tar.gz", "--fleet", fleet_file)
     assert code == 2 and "nope.tar.gz: no such bundle" in err
     assert [current(m) for m in members] == [None] * 3  # nothing reached a board
@@ -394,6 +394,53 @@ def test_a_fleet_with_allowed_signers_installs_only_trusted_bundles(fleet, cli):
     (root / "fleet2.yaml").write_text("targets: [targets/board1.yaml]\nallowed_signers: nope\n")
     code, _, err = cli("fleet", "status", "--fleet", root / "fleet2.yaml")
     assert code == 2 and "allowed_signers" in err and "does not exist" in err
+
+
+def test_a_bundle_refused_before_any_board_exits_2_and_names_the_users_file(tmp_path, cli, monkeypatch):
+    """Not a bundle (an ONNX model), unsigned, edited and re-hashed, or damaged in transit: refused before
+    any board is touched, exit 2 whether or not the fleet names allowed_signers (one cause, one code), the
+    message naming the file the user gave (``unsigned.tar.gz.sig``, not the private copy's name). The
+    boards are 127.0.0.1 ports nothing listens on: contacting one would fail its row (exit 1)."""
+    from fleet_helpers import qdq_model
+
+    monkeypatch.chdir(tmp_path)
+    keys, _ = _keys(tmp_path)
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "b1.yaml").write_text(
+        f"host: 127.0.0.1\nport: 1\nuser: me\nuse_agent: true\nknown_hosts: {tmp_path / 'kh'}\n")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("targets: ['targets/b1.yaml']\n")
+    signed = tmp_path / "signed.yaml"
+    signed.write_text(plain.read_text() + "allowed_signers: allowed_signers\n")
+    bundle, _ = make_bundle(tmp_path, "unsigned", created="2026-01-01T00:00:00Z", engine_mib=1)
+
+    code, out, err = cli("release", "install", bundle, "--fleet", signed)
+    assert code == 2 and f"{bundle}: not signed (no unsigned.tar.gz.sig beside it)" in err, (out, err)
+    assert "bundle.tar.gz" not in err.replace("unsigned.tar.gz", "")
+
+    model = qdq_model(tmp_path / "model.onnx")
+    for fleet in (plain, signed):
+        code, out, err = cli("release", "install", model, "--fleet", fleet)
+        assert code == 2 and f"{model}: not a .tar.gz bundle" in err, (fleet, out, err)
+        assert "corrupt" not in err and "damaged" not in err and len(err.strip().splitlines()) == 1
+
+    good = tmp_path / "good.tar.gz"
+    good.write_bytes(bundle.read_bytes())
+    assert cli("release", "sign", good, "--key", keys["alice"])[0] == 0
+    bad = _tamper(good, tmp_path / "bad.tar.gz")  # edited, its hashes recomputed: only a signature tells
+    flipped = bytearray(good.read_bytes())
+    flipped[len(flipped) // 2] ^= 1
+    flip = tmp_path / "flip.tar.gz"
+    flip.write_bytes(bytes(flipped))
+    for b in (bad, flip):
+        (tmp_path / f"{b.name}.sig").write_bytes((tmp_path / "good.tar.gz.sig").read_bytes())
+    # (the edited bundle without allowed_signers verifies, the manifest agreeing with itself: only a
+    # signature catches it, test_sign_verify_and_the_tamper_and_rehash_attack)
+    runs = {(b.name, f.name): cli("release", "install", b, "--fleet", f) for b, f in
+            ((bad, signed), (flip, plain), (flip, signed))}  # fmt: skip
+    assert {k: code for k, (code, _, _) in runs.items()} == dict.fromkeys(runs, 2), runs
+    assert "does not match" in runs["bad.tar.gz", "signed.yaml"][2]
+    assert "corrupt bundle" in runs["flip.tar.gz", "plain.yaml"][2]
 
 
 # -- the agent's side, without SSH ---------------------------------------------------------------------------

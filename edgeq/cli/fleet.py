@@ -299,7 +299,7 @@ def _render_manifest(m: dict[str, Any]) -> None:
     "edgeq-release) against that file (git's allowed-signers format); \\[signature] when it is unsigned, "
     "untrusted or does not match.\n\n"
     "Exit codes: 0 the bundle is intact (and signed by a listed key); 1 a problem was found (or the archive "
-    "is corrupt); 2 no such file.",
+    "is corrupt); 2 no such file, or not a .tar.gz bundle at all.",
     short_help="Check a bundle against its manifest (and who signed it, with --allowed-signers).",
 )
 def release_verify_cmd(

@@ -95,18 +95,15 @@ def _finish(result: Any, json_out: bool) -> int:
 
 @release_app.command(
     "install",
-    help="Install a bundle on the boards of a fleet: per board, the engine built for its kind (GPU and "
-    "TensorRT version as the manifest records; a board no engine fits is refused), uploaded resumably, "
-    "its sha256 checked on the board, unpacked into <work_dir>/releases/<version>/, "
-    "loaded and timed there; only a board that passed is switched to it (releases/current, atomically, and "
-    "only while current is still what this install read at its start: another install meanwhile fails "
-    "the row): "
-    "a board whose gate fails or whose throughput is below --min-ratio x the bundle's recorded figure "
-    "fails and keeps its current version. --canary N installs on the first N boards first and stops if "
-    "any fails. The "
-    "bundle is verified first; with 'allowed_signers:' in the fleet file an unsigned or untrusted bundle "
-    "is refused.\n\nExit codes: 0 installed on every board; 1 a board failed (or a canary: the rest "
-    "untouched); 2 bad input, an unsigned or untrusted bundle, host key, login.",
+    help="Install a bundle on a fleet's boards. Per board: the engine built for its GPU and TensorRT (a "
+    "board no engine fits fails), uploaded resumably, its sha256 checked, unpacked into "
+    "<work_dir>/releases/<version>/, loaded and timed there; only a board whose gate passes and whose qps "
+    "is at least --min-ratio x the bundle's figure is switched to it (releases/current, atomically, unless "
+    "another install moved it meanwhile). A failing or unreachable board keeps its current. --canary N: "
+    "the first N boards first, the rest only if they all passed. With 'allowed_signers:' in the fleet "
+    "file only bundles its keys signed are installed.\n\n"
+    "Exit codes: 0 installed on every board; 1 a board failed (or a canary); 2 the bundle refused before "
+    "any board (not a .tar.gz bundle, damaged, edited, unsigned, untrusted), bad input, host key, login.",
     short_help="Install a bundle on a fleet (canary, checked on each board).",
 )
 def release_install_cmd(

@@ -34,13 +34,18 @@ from typing import Any, Callable, Optional
 from edgeq.errors import EdgeqError, RemoteError
 from edgeq.orchestration.fleet_file import MAX_WORKERS, Fleet
 from edgeq.pipeline.stages import ProfileSettings, direct_agent, inspect, probe, profile, report_and_gate
-from edgeq.release.bundle import ReleaseError, read_bundle, verify
+from edgeq.release.bundle import ReleaseError, check_gzip, read_bundle, verify
 from edgeq.release.sign import Signer, check_signed, signature_path
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.runner import Runner, target_runner
 from edgeq.remote.targets import Target
 
 RELEASES = "releases"  # under each target's work_dir
+# A bundle install will not use exits 2 whatever the reason (not a bundle, damaged, edited, unsigned,
+# untrusted, a signature that does not match): it is the operator's input, refused before any board is
+# touched, as every bad input is. 1 stays what it means for install: a board tried it and failed.
+# (``release verify`` is the check itself: there a problem found is its result, exit 1.)
+REFUSED = 2
 
 
 @dataclass(frozen=True)
@@ -156,21 +161,23 @@ def load_bundle(bundle: Path, fleet: Fleet, work: Path) -> Loaded:
     bundle = Path(bundle)
     if not bundle.is_file():
         read_bundle(bundle)  # its one-line error: no such bundle, or a directory
-    copy = work / "bundle.tar.gz"
+    copy = work / "bundle" / bundle.name  # its own name: a message about BUNDLE.sig names the user's file
+    copy.parent.mkdir()
     shutil.copyfile(bundle, copy)
     if signature_path(bundle).is_file():
         shutil.copyfile(signature_path(bundle), signature_path(copy))
     try:
+        check_gzip(copy)  # a model or an engine given by mistake: said as such, signed or not
         signer = check_signed(copy, fleet.allowed_signers)  # before anything else is read
         checked = verify(copy)
         files = read_bundle(copy)
-    except EdgeqError as e:  # said of the user's file, not of the private copy
+    except EdgeqError as e:  # said of the user's file, not of the private copy; refused: exit 2
         named = [None if t is None else t.replace(str(copy), str(bundle)) for t in (e.message, e.hint)]
-        raise type(e)(named[0] or "", named[1], exit_code=e.exit_code) from None
+        raise type(e)(named[0] or "", named[1], exit_code=REFUSED) from None
     if not checked or checked.manifest is None:
         first = checked.problems[0] if checked.problems else "no manifest"
         raise ReleaseError(f"{bundle}: not installed: it does not verify ({first})",
-                           f"see 'edgeq release verify {bundle}'", exit_code=1)  # fmt: skip
+                           f"see 'edgeq release verify {bundle}'", exit_code=REFUSED)  # fmt: skip
     manifest = checked.manifest
     engines: dict[str, Path] = {}
     for kind, entry in sorted((manifest.get("engines") or {}).items()):
