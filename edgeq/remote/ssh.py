@@ -61,6 +61,14 @@ class ConnectionFailed(RemoteError):
     exit_code = CAUSES[cause].exit_code
 
 
+class UnknownHostName(ConnectionFailed):
+    """The target's host name does not resolve (or is no host name at all): the target file's to fix, so
+    it is said at once, not retried."""
+
+    cause = "unknown host name"
+    exit_code = CAUSES[cause].exit_code
+
+
 class ConnectionRefused(ConnectionFailed):
     """The target's address answered that nothing listens on the port (no sshd there, or not yet)."""
 
@@ -209,6 +217,11 @@ class SSHLink:
             except (HostKeyUnknown, HostKeyChanged, AuthenticationFailed):
                 raise
             except Exception as exc:
+                if _unknown_name(exc):
+                    raise UnknownHostName(
+                        f"cannot connect to {cfg.destination}: {_describe(exc, cfg)}",
+                        "check the host name in the target file (or the inventory's ansible_host)",
+                    ) from None
                 if not _is_drop(exc):
                     raise
                 last = exc
@@ -463,6 +476,16 @@ def _auth_failed(cfg: SSHConfig, exc: BaseException) -> AuthenticationFailed:
     )
 
 
+def _unknown_name(exc: BaseException) -> bool:
+    """The resolver answered that the name does not exist (EAI_NONAME, EAI_NODATA), or it is no valid
+    host name (Python's IDNA codec refuses "orin..lab"). EAI_AGAIN (no DNS server answered) is the
+    network's: retried like any other network error."""
+    if isinstance(exc, UnicodeError):
+        return True
+    names = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, n)}
+    return isinstance(exc, socket.gaierror) and exc.errno in names
+
+
 def _refused(exc: BaseException | None) -> bool:
     """Did every address of the target refuse the TCP connection? (paramiko's NoValidConnectionsError
     says "[Errno None] Unable to connect to port N on HOST" for it, keeping each address's error.)"""
@@ -481,6 +504,8 @@ def _describe(exc: BaseException | None, cfg: SSHConfig | None = None) -> str:
     where = f"{cfg.host}:{cfg.port}" if cfg is not None else "the target"
     if isinstance(exc, socket.gaierror):
         return f"unknown host name {cfg.host if cfg is not None else ''}: {exc.strerror or exc}"
+    if isinstance(exc, UnicodeError):
+        return f"'{cfg.host if cfg is not None else ''}' is not a valid host name ({exc.__cause__ or exc})"
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return f"no answer from {where}" + (f" within {cfg.connect_timeout:g} s" if cfg is not None else "")
     errors = getattr(exc, "errors", None)
