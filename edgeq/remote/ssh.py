@@ -27,6 +27,7 @@ from typing import Any, Callable, TypeVar
 
 from edgeq.errors import RemoteError
 from edgeq.fs import atomic_path
+from edgeq.interrupt import Stop
 from edgeq.remote.causes import CAUSES
 from edgeq.remote.hostkeys import (
     HostKeyChanged,
@@ -166,8 +167,9 @@ def connections_opened() -> dict[str, int]:
 class SSHLink:
     """A lazy SSH connection (Fabric-style: connects on first use); use as a context manager."""
 
-    def __init__(self, config: SSHConfig) -> None:
+    def __init__(self, config: SSHConfig, stop: Stop | None = None) -> None:
         self.config = config
+        self.stop = stop  # Ctrl-C seen by the main thread (edgeq.interrupt): wait no longer, retry nothing
         self._client: Any = None
         self._sftp: Any = None
         self._jump: SSHLink | None = None
@@ -199,6 +201,11 @@ class SSHLink:
         t = self._client.get_transport()
         return t is not None and t.is_active()
 
+    def check_stop(self) -> None:
+        """Raise ``Interrupted`` once Ctrl-C was pressed (edgeq.interrupt), where an operation waits."""
+        if self.stop is not None:
+            self.stop.check()
+
     def connect(self) -> None:
         """Connect now (normally implicit): retries with exponential backoff on network errors only."""
         self._transport()
@@ -226,6 +233,7 @@ class SSHLink:
                     raise
                 last = exc
                 log.info("connect to %s failed (%s), try %d/%d", cfg.destination, exc, attempt + 1, attempts)
+                self.check_stop()
                 if attempt + 1 < attempts:
                     time.sleep(cfg.backoff * 2**attempt)
         if _refused(last):
@@ -384,6 +392,7 @@ class SSHLink:
                 last = exc
             self._drop()
             log.info("%s interrupted (%s), try %d/%d", what, last, attempt + 1, attempts)
+            self.check_stop()
             if attempt + 1 < attempts:
                 time.sleep(cfg.backoff * 2**attempt)
         raise ConnectionFailed(f"{what} failed: connection dropped ({attempts} attempt(s))", dropped_hint)
