@@ -90,7 +90,7 @@ def _render(result: Any) -> None:
 
 def _on_row(json_out: bool) -> Any:
     def show(row: Any) -> None:
-        if not json_out and row.status in ("installed", "ok", "failed", "interrupted"):
+        if not json_out and row.status in ("installed", "ok", "failed", "skipped", "interrupted"):
             style = _STYLE.get(row.status, "")
             err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
 

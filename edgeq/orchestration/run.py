@@ -393,7 +393,8 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         result.fleet = fr
         passed = sum(r.passed for r in fr.rows)
         state.done("targets", k, [work / "fleet.json"], passed=fr.passed)
-        outcome("targets", "ran" if fr.passed else "failed", f"{passed}/{len(fr.rows)} targets passed")
+        said = f"{passed}/{len(fr.rows)} targets passed" + ("; interrupted" if fr.interrupted else "")
+        outcome("targets", "ran" if fr.passed else "failed", said)
         if not fr.passed:
             result.passed = False
             if spec.release is not None:
