@@ -68,3 +68,25 @@ def test_ctrl_c_stops_the_fleet_promptly_and_records_the_boards_that_finished(bo
     suite = ET.parse(root / "fleet.xml").getroot().find("testsuite")
     assert (suite.get("failures"), suite.get("skipped")) == ("0", "2")
     assert not any(_running(m.trtexec) for m in members[1:])  # the builds were killed on the boards
+
+
+def test_ctrl_c_ends_a_local_targets_command_too(tmp_path):
+    """``host: local`` boards run their agent as a subprocess (LocalRunner): Ctrl-C seen by the main
+    thread (the pool's ``Stop``) terminates it as the SSH runner kills a remote command."""
+    import threading
+
+    from edgeq.interrupt import Interrupted, Stop
+    from edgeq.remote.runner import LocalRunner
+
+    stop = Stop()
+    marker = tmp_path / "still-running"
+    script = f"import time; time.sleep(30); open({str(marker)!r}, 'w').close()"
+    threading.Timer(0.5, stop.request).start()
+    started = time.monotonic()
+    with pytest.raises(Interrupted):
+        LocalRunner(tmp_path, stop=stop).run([sys.executable, "-c", script], timeout=60)
+    assert time.monotonic() - started < 5
+    assert not _running(script) and not marker.exists()
+    with stop.shielded():  # a step begun before Ctrl-C runs to its end
+        done = LocalRunner(tmp_path, stop=stop).run([sys.executable, "-c", "print('done')"])
+    assert done.stdout == "done\n"
