@@ -172,7 +172,7 @@ def _render_accuracy(acc: Any) -> None:
     print_table(a, drop=("cosine (mean)", "top-1 agreement", "max abs error", "worst sample"))
     task = acc.task
     if task is not None and task.metric != "cosine":
-        out.print(f"task metric: [bold]{escape(task.metric)}[/] {escape(str(task))} "
+        out.print(f"task metric ([bold]{escape(task.metric)}[/]): {escape(str(task))} "
                   f"[dim]({escape(acc.metric_why)})[/]")
     if acc.threshold is not None or acc.min_metric is not None:
         style = "green" if acc else "bold red"
