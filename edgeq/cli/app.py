@@ -19,7 +19,7 @@ from rich.table import Table
 from typer.core import TyperCommand, TyperGroup
 
 from edgeq import __version__
-from edgeq.cli.output import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, err, out
+from edgeq.cli.output import EXIT_CODES_HELP, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, err, out
 from edgeq.errors import EdgeqError
 
 app = typer.Typer(
@@ -95,6 +95,19 @@ class _Help:
             super().format_help(ctx, formatter)  # type: ignore[misc]
 
 
+class _Interrupted(Exception):
+    """Ctrl-C inside a command. typer turns a KeyboardInterrupt into a silent exit 130; raised as this
+    instead, ``run`` says "interrupted" once, for every command."""
+
+
+class _SaysInterrupted:
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)  # type: ignore[misc]
+        except KeyboardInterrupt:
+            raise _Interrupted from None
+
+
 def _usage_piece(piece: str) -> str:
     """``{model}`` -> ``MODEL``, ``[path]`` -> ``[PATH]``, ``[PATH...]...`` -> ``[PATH...]``."""
     if piece.startswith("[[") and piece.endswith("]]"):  # a metavar that brackets itself: "[ID]"
@@ -110,11 +123,12 @@ def _usage_piece(piece: str) -> str:
 
 def _with_help(cls: Any, base: type) -> type:
     cls = cls if isinstance(cls, type) else base
-    return cls if issubclass(cls, _Help) else type(f"Edgeq{cls.__name__}", (_Help, cls), {})
+    return cls if issubclass(cls, _Help) else type(f"Edgeq{cls.__name__}", (_Help, _SaysInterrupted, cls), {})
 
 
 def _use_edgeq_help(typer_app: typer.Typer) -> None:
-    """Every command and group, those other modules register included, gets edgeq's help (``_Help``)."""
+    """Every command and group, those other modules register included, gets edgeq's help (``_Help``) and
+    its Ctrl-C line (``_SaysInterrupted``)."""
     typer_app.info.cls = _with_help(typer_app.info.cls, TyperGroup)
     for command in typer_app.registered_commands:
         command.cls = _with_help(command.cls, TyperCommand)
@@ -131,9 +145,9 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     except EdgeqError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
         return e.exit_code
-    except (typer.Abort, KeyboardInterrupt):
+    except (_Interrupted, typer.Abort, KeyboardInterrupt):
         err.print("interrupted")
-        return 130
+        return EXIT_INTERRUPTED
     except typer.Exit as e:
         return e.exit_code
     except typer.TyperException as e:

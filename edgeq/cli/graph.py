@@ -25,6 +25,7 @@ from edgeq.cli.output import (
     render_findings,
 )
 from edgeq.findings import Level
+from edgeq.fs import output_file
 from edgeq.text import plural
 
 
@@ -64,7 +65,8 @@ def _render_changes(changes: Sequence[Any]) -> None:
 def clean_cmd(
     model: Path = typer.Argument(..., help="The ONNX model (with its external data beside it)."),
     output: Optional[Path] = typer.Option(
-        None, "-o", "--output", metavar="PATH", help="The cleaned model \\[default: <name>.clean.onnx]."
+        None, "-o", "--output", metavar="PATH", parser=output_file,
+        help="The cleaned model \\[default: <name>.clean.onnx]."
     ),
     opset: int = typer.Option(17, "--opset", help="Highest opset (7-17 for 8.6); higher ones are converted."),
     verify: bool = typer.Option(True, "--verify/--no-verify", help="Compare input and output (onnxruntime)."),

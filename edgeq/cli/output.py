@@ -24,6 +24,7 @@ from edgeq.findings import Finding, Level, ProgressFn
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
 
 EXIT_CODES_HELP = "Exit codes: 0 ok; 1 a check, a gate or the target failed; 2 a usage or input error."
 

@@ -37,6 +37,7 @@ from edgeq.cli.output import (
     render_findings,
 )
 from edgeq.findings import Level
+from edgeq.fs import output_file
 
 _HELP = (
     "Quantize a float ONNX model to explicit INT8 (Q/DQ) placed so TensorRT 8.6 fuses, and write the "
@@ -54,7 +55,8 @@ _HELP = (
 def quantize_cmd(
     model: Path = typer.Argument(..., help="The float ONNX model (with its external data beside it)."),
     output: Optional[Path] = typer.Option(
-        None, "-o", "--output", metavar="PATH", help="The Q/DQ model \\[default: <name>.int8.onnx]."
+        None, "-o", "--output", metavar="PATH", parser=output_file,
+        help="The Q/DQ model \\[default: <name>.int8.onnx]."
     ),
     cache: Optional[Path] = typer.Option(
         None, "--cache", metavar="PATH", help="The calibration cache \\[default: -o's name, .cache]."
