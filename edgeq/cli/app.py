@@ -48,7 +48,10 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-vv for debug)."),
+    verbose: int = typer.Option(
+        0, "--verbose", "-v", count=True, show_default=False,
+        help="More log output: -v info, -vv debug (repeat the flag; it takes no number).",
+    ),
 ) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -81,7 +84,7 @@ def _whole_option_names() -> Iterator[None]:
 
 class _Help:
     """edgeq's help, as TensorRT/Ansible/OpenSSH users read help: ``MODEL`` in the usage line (not typer's
-    ``{model}``), no ``<bool>`` after a plain flag, option names never truncated."""
+    ``{model}``), no Python type names (``_no_type_names``), option names never truncated."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces: list[str] = super().collect_usage_pieces(ctx)  # type: ignore[misc]
@@ -89,10 +92,23 @@ class _Help:
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         for param in self.get_params(ctx):  # type: ignore[attr-defined]
-            if getattr(param, "is_flag", False) and not getattr(param, "count", False):
-                param.metavar = ""  # typer prints the metavar instead of "<bool>"
+            _no_type_names(param)
         with _whole_option_names():
             super().format_help(ctx, formatter)  # type: ignore[misc]
+
+
+def _no_type_names(param: Any) -> None:
+    """typer 0.29 prints a type beside each parameter (``<int>``, ``<path>``, ``<list[Path]>``): a flag
+    or a count (``-v``, ``-vv``) takes no value and shows none; an argument's name already says what it
+    is (``PATH...``); an option shows its metavar, its name in capitals where none was declared."""
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        param.metavar = ""  # typer prints the metavar instead of "<bool>" / "<int>"
+    elif param.param_type_name == "argument":
+        if param.metavar is None:  # "MODEL", as in the usage line
+            param.metavar = (param.name or "arg").upper() + ("..." if param.nargs != 1 else "")
+        param.display_type_rich = lambda ctx: None  # its name is what it is
+    elif param.metavar is None:
+        param.metavar = (param.name or "value").upper()
 
 
 class _Interrupted(Exception):
