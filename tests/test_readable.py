@@ -92,6 +92,30 @@ def test_lint_fits_80_columns_piped(ort_qdq, cli, at80) -> None:
     assert "1 error, 8 warnings; fail" in out  # was "1 error, 8 warning" (17)
 
 
+def test_lint_at_80_columns_still_names_the_nodes_of_each_finding(tmp_path, cli, at80) -> None:
+    """Piped, the nodes column does not fit: each finding names its nodes above its message instead
+    (an error that named no node: "Mish is not in the ... operator table (1 node)")."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8])
+    mish = "/bait/backbone.stage3.block2/act/Mish"  # a name as exporters write them: no column for it at 80
+    nodes = [onnx.helper.make_node("Mish", ["x"], ["m"], name=mish),
+             onnx.helper.make_node("Relu", ["m"], ["y"], name="/bait/Relu")]
+    model = onnx.helper.make_model(onnx.helper.make_graph(nodes, "g", [x], [y]),
+                                   opset_imports=[onnx.helper.make_opsetid("", 18)], ir_version=8)
+    path = tmp_path / "bait.onnx"
+    onnx.save(model, str(path))
+    code, out, err = cli("lint", path)
+    assert code == 1, err
+    assert max(_width(line) for line in out.splitlines()) <= WIDTH, out
+    (row,) = [line for line in out.splitlines() if "│ op-unsupported" in line]
+    assert f"nodes: {mish}" in row, out  # on the finding's own row, whole
+    monkeypatch = pytest.MonkeyPatch()
+    with monkeypatch.context() as m:  # wide enough: the nodes column, as before
+        m.setenv("COLUMNS", "160")
+        _, wide, _ = cli("lint", path)
+    assert mish in wide and f"nodes: {mish}" not in wide and "┃ nodes" in wide
+
+
 def test_report_fits_80_columns_piped_and_names_the_failing_layer_whole(cli, at80) -> None:
     stem = FIXTURES / "resnet50_ortfb.explicit"
     code, out, err = cli("report", f"{stem}.layers.json", "--profile", f"{stem}.profile.json")
