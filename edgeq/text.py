@@ -40,3 +40,28 @@ def ms(value: Optional[float]) -> str:
     if value >= 1:
         return f"{value:.2f}"
     return f"{value:.3f}"
+
+
+def short_path(path: str, width: int) -> str:
+    """A path as a title shows it, in at most ``width`` characters where it can be: relative to the
+    working directory when under it, else its last components after ``…/``. The file name stays whole
+    (a name is what a user copies), so one longer than ``width`` is returned alone."""
+    import os
+
+    if len(path) <= width:
+        return path
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        rel = path
+    if not rel.startswith(".."):
+        path = rel
+        if len(path) <= width:
+            return path
+    parts = path.split(os.sep)
+    kept = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(part) + 1 + len(kept) + 2 > width:
+            break
+        kept = f"{part}{os.sep}{kept}"
+    return f"…{os.sep}{kept}"
