@@ -127,6 +127,25 @@ def test_report_fits_80_columns_piped_and_names_the_failing_layer_whole(cli, at8
     assert f"'{REFORMAT}'" in line
 
 
+def test_report_shortens_a_long_path_in_its_first_line(tmp_path, cli, at80, monkeypatch) -> None:
+    """An engine deep in a directory tree (a checkout 60+ characters deep): the first line still fits,
+    the file name whole; relative to the working directory where that is shorter."""
+    deep = tmp_path / "a-checkout-directory-with-a-rather-long-name" / "and-one-more-level-deep" / "fixtures"
+    deep.mkdir(parents=True)
+    for f in FIXTURES.glob("resnet50_ortfb.explicit.*"):
+        shutil.copy(f, deep / f.name)
+    layers = deep / "resnet50_ortfb.explicit.layers.json"
+    assert len(str(layers)) > WIDTH
+    code, out, err = cli("report", layers)
+    assert code == 1, err
+    first = out.splitlines()[0]
+    assert _width(first) <= WIDTH and first.startswith("…/")
+    assert "/fixtures/resnet50_ortfb.explicit.layers.json: " in first
+    monkeypatch.chdir(deep.parent)
+    _, out, _ = cli("report", layers)
+    assert out.splitlines()[0].startswith("fixtures/resnet50_ortfb.explicit.layers.json: ")
+
+
 def _engine_dirs(root: Path) -> list[Path]:
     dirs = []
     for stem in ("resnet50.implicit", "resnet50_ortfb.explicit", "resnet50_placed.explicit"):

@@ -57,7 +57,7 @@ def _render_report(report: Any, gate: Any, all_layers: bool) -> None:
 
     kinds = ", ".join(f"{n} {k}" for k, n in report.kind_counts().items())
     precisions = ", ".join(f"{n} {p}" for p, n in sorted(report.compute_precisions().items()))
-    title = short_path(report.source, max(24, width_of(out) // 2))  # the first line: a long path, cut
+    title = short_path(report.source, max(24, width_of(out) - 30))  # the first line: a long path, cut
     print_wrapped(
         f"[bold]{visible(title)}[/]: {report.mode} quantization, {len(report.layers)} layers "
         f"({kinds}); compute: {precisions or 'n/a'}"
