@@ -78,8 +78,8 @@ def clean_cmd(
         None, "--skip", metavar="PASS", help="Do not run this pass (repeatable; the passes above)."
     ),
     torch_qint8: bool = typer.Option(
-        False, "--torch-qint8", help="Repair PyTorch's qint8 export: uint8 zero-point 0 becomes int8 "
-        "zero-point 0, what PyTorch computed ('edgeq rules qdq-torch-qint8')."
+        False, "--torch-qint8", help="Repair PyTorch's qint8 export: the uint8 zero-points of its qint8 "
+        "tensors read back as int8, what PyTorch computed ('edgeq rules qdq-torch-qint8')."
     ),
     json_out: Json = False,
 ) -> int:

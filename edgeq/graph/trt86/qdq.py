@@ -46,14 +46,17 @@ def check_torch_qint8(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[H
     hits = sorted(_torch_qint8_nodes(graph))
     if not hits:
         return []
-    return [
-        Hit(
-            f"{len(hits)} Q/DQ node(s) carry the uint8 zero-point 0 that PyTorch's exporter writes for qint8 "
-            "tensors (with a Cast between Q and DQ): the file clamps negative values to 0 where PyTorch did "
-            "not",
-            tuple(hits),
-        )
-    ]
+    return [Hit(torch_qint8_message(len(hits)), tuple(hits))]
+
+
+def torch_qint8_message(n: int) -> str:
+    """What lint and clean say of PyTorch's qint8 tensors written as uint8 (one sentence for both)."""
+    from edgeq.text import plural
+
+    return (f"{plural(n, 'Q/DQ node')} of qint8 tensors PyTorch computed carry the uint8 zero-points "
+            "torch.onnx.export writes for them (a qint8 quantize stub upstream, a Cast between Q and DQ): "
+            "the file computes a range shifted by 128 (zero-point 0: negatives clamped to 0) where PyTorch "
+            "did not")
 
 
 def check_float16(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hit]:
@@ -195,7 +198,7 @@ def check_int32_bias(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hi
     ]
 
 
-TORCH_QINT8_FIX = "run `edgeq clean --torch-qint8` (int8 zero-point 0: what PyTorch computed)"
+TORCH_QINT8_FIX = "run `edgeq clean --torch-qint8` (the zero-points read back as int8: what PyTorch computed)"
 
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
@@ -232,17 +235,19 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         "qdq-torch-qint8",
-        "torch.onnx writes qint8 tensors as uint8 Q/DQ with zero-point 0 and a Cast between Q and DQ: the "
-        "file clamps negative values to 0 where PyTorch did not.",
-        "torch.onnx symbolic_helper quantize_helper (casts the int64 zero-point to uint8); ONNX "
-        "QuantizeLinear (uint8 saturates to 0..255)",
+        "torch.onnx.export writes a qint8 tensor after its quantize stub as uint8 Q/DQ (its zero-point "
+        "cast to uint8) with a Cast between Q and DQ: the file computes a range shifted by 128 where "
+        "PyTorch did not. A quint8 export's uint8 Q/DQ are what PyTorch computed.",
+        "torch.onnx symbolic_helper quantize_helper (casts the int64 zero-point to uint8) and "
+        "quantize_per_tensor (the stub keeps its type); ONNX QuantizeLinear (uint8 saturates to 0..255); "
+        "measured: tests/fixtures/torch-eager (PyTorch 2.11 eager mode, fbgemm quint8 and qnnpack qint8)",
         lint=LintSpec(
             Level.ERROR,
-            "uint8 zero-point 0 where PyTorch's exporter wrote qint8 tensors",
+            "uint8 Q/DQ where PyTorch's exporter wrote qint8 tensors",
             TORCH_QINT8_FIX,
             check_torch_qint8,
         ),
-        clean_fix="edgeq clean --torch-qint8 (int8 zero-point 0: what PyTorch computed)",
+        clean_fix="edgeq clean --torch-qint8 (the zero-points read back as int8: what PyTorch computed)",
         kind="qdq",
         precedence=200,
     ),
