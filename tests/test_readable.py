@@ -9,6 +9,7 @@ zoo's, the engines are the recorded TensorRT 8.6 ones in tests/fixtures/trt86-h2
 from __future__ import annotations
 
 import io
+import json
 import logging
 import re
 import shutil
@@ -144,6 +145,60 @@ def test_report_shortens_a_long_path_in_its_first_line(tmp_path, cli, at80, monk
     monkeypatch.chdir(deep.parent)
     _, out, _ = cli("report", layers)
     assert out.splitlines()[0].startswith("fixtures/resnet50_ortfb.explicit.layers.json: ")
+
+
+def _matmul_model(path: Path) -> Path:
+    """Two MatMuls on a 3-D activation (per-tensor weights on 8.6: no output-channel axis), no Concat."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    w1, w2 = (onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+              for s, n in (((8, 16), "w1"), ((16, 4), "w2")))
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 4])
+    nodes = [onnx.helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             onnx.helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             onnx.helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    g = onnx.helper.make_graph(nodes, "mm", [x], [y], [w1, w2])
+    onnx.save(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8),
+              str(path))
+    return path
+
+
+def test_quantize_summary_notes_say_what_was_done(tmp_path, cli, at80) -> None:
+    """The notes were fixed strings: "per-channel on the output-channel axis" for per-tensor MatMul
+    weights (axis None in the JSON), "place-concat-shared-scale" with no Concat, old rule ids."""
+    from edgeq.graph import registry
+    from edgeq.quant.rules import RULES
+
+    src = _matmul_model(tmp_path / "mm.onnx")
+    code, out, err = cli("quantize", src, "--synthetic", "8")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "mm.int8.json").read_text())
+    assert [w["axis"] for w in summary["weights"]] == [None, None]
+    (weights,) = [line for line in out.splitlines() if "weights (int8 + DQ)" in line]
+    assert "per-tensor" in weights and "per-channel" not in weights
+    (shared,) = [line for line in out.splitlines() if "shared scale groups" in line]
+    assert "concat" not in shared
+    old_ids = set(registry.aliases())  # place-commute, place-concat-shared-scale, ...
+    assert {"place-commute", "place-concat-shared-scale"} <= old_ids
+
+    def named_old_ids(text: str) -> list[str]:
+        return [i for i in old_ids if re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", text)]
+
+    assert named_old_ids(out) == [], out
+    code, out, err = cli("quantize", zoo_model(tmp_path), "--synthetic", "8", "-o", tmp_path / "r.onnx")
+    assert code == 0, err
+    (weights,) = [line for line in out.splitlines() if "weights (int8 + DQ)" in line]
+    assert "per-channel on the output-channel axis" in weights  # convolutions: as before
+    (moved,) = [line for line in out.splitlines() if "INT8 by commuting" in line]
+    assert "data-movement" in moved and "data-movement" in RULES and named_old_ids(out) == []
+
+
+def zoo_model(tmp_path: Path) -> Path:
+    path = tmp_path / "resnet.onnx"
+    onnx.save(zoo.build("resnet"), str(path))
+    return path
 
 
 def _engine_dirs(root: Path) -> list[Path]:

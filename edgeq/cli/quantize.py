@@ -104,10 +104,13 @@ def _render(result: Any) -> None:
     t.add_column("what", style="bold", no_wrap=True)
     t.add_column("count", justify="right", no_wrap=True)
     t.add_column("notes", overflow="fold")
-    t.add_row("activation Q/DQ pairs", str(q["activations"]), "per-tensor int8, zero-point 0")
-    t.add_row("weights (int8 + DQ)", str(q["weights"]), "per-channel on the output-channel axis")
-    t.add_row("INT8 by commuting", str(q["int8_by_commute"]), "place-commute: Q/DQ move across them")
-    t.add_row("shared scale groups", str(q["scale_groups_shared"]), "place-concat-shared-scale")
+    t.add_row("activation Q/DQ pairs", str(q["activations"]),
+              "per-tensor int8, zero-point 0" if q["activations"] else "")
+    t.add_row("weights (int8 + DQ)", str(q["weights"]), _weights_note(q["weights_by_axis"]))
+    t.add_row("INT8 by commuting", str(q["int8_by_commute"]),
+              "data-movement: Q/DQ move across them" if q["int8_by_commute"] else "")
+    t.add_row("shared scale groups", str(q["scale_groups_shared"]),
+              ", ".join(f"{n} {rule}" for rule, n in q["scale_groups_by_rule"].items()))
     t.add_row("left in float", str(d["float"]["count"]), "see below", end_section=True)
     for rule_id, n in d["float"]["by_rule"].items():
         first = d["rules"].get(rule_id, {}).get("description", "").split(". ")[0]
@@ -137,6 +140,15 @@ def _render(result: Any) -> None:
               f"({d['cache_tensors']} tensors in the calibration cache), [bold]{escape(d['fp32_model'])}[/] "
               f"(the FP32 model for the cache: trtexec --int8 --calib --onnx) and "
               f"[bold]{escape(d['summary'])}[/]")
+
+
+def _weights_note(by_axis: dict[str, int]) -> str:
+    """What was done to the weights, as the summary JSON records it (each weight's axis)."""
+    if set(by_axis) == {"per-channel"}:
+        return "per-channel on the output-channel axis"
+    if set(by_axis) == {"per-tensor"}:
+        return "per-tensor (8.6 has no output-channel axis for them)"
+    return ", ".join(f"{n} {how}" for how, n in by_axis.items())
 
 
 def _render_mirror(m: dict[str, Any]) -> None:
