@@ -8,10 +8,16 @@ from typing import Optional
 def plural(n: int, word: str, many: Optional[str] = None) -> str:
     """``"1 error"``, ``"8 warnings"``, ``"2 boundary reformats"``: the count and its word, agreeing.
 
-    ``many`` for irregular plurals (``plural(n, "copy", "copies")``)."""
+    ``many`` for irregular plurals (``plural(n, "copy", "copies")``). Never "error(s)": the count is
+    known, so is the word."""
+    return f"{n} {noun(n, word, many)}"
+
+
+def noun(n: int, word: str, many: Optional[str] = None) -> str:
+    """The word alone, agreeing with ``n`` (a count printed elsewhere: a tile, a table cell)."""
     if n == 1:
-        return f"{n} {word}"
-    return f"{n} {many if many is not None else word + 's'}"
+        return word
+    return many if many is not None else word + "s"
 
 
 def qps(value: Optional[float]) -> str:

@@ -201,6 +201,38 @@ def zoo_model(tmp_path: Path) -> Path:
     return path
 
 
+def test_one_of_a_thing_reads_in_the_singular(tmp_path, cli, at80) -> None:
+    """Issue 27 item 16: "1 held-out samples", "All 1 violations", "1 in 1 regions", "94 weights
+    layers", "1 problem(s)", "(1 node(s))": one plural helper (edgeq.text.plural / noun) everywhere."""
+    from edgeq.release.bundle import Problem, Verification
+
+    # the HTML report of an engine with one violation (onnxruntime's ResNet-50: one interior reformat)
+    page = tmp_path / "r.html"
+    stem = FIXTURES / "resnet50_ortfb.explicit"
+    code, _, err = cli("report", f"{stem}.layers.json", "--profile", f"{stem}.profile.json", "--html", page)
+    assert code == 1, err
+    html = page.read_text()
+    assert "Violations by region (1 in 1 region)" in html and "The violation, in engine order" in html
+    assert "weights layers" not in html and "weight layers" in html and "1 violations" not in html
+    # quantize with one held-out sample
+    code, out, err = cli("quantize", zoo_model(tmp_path), "--synthetic", "5", "-o", tmp_path / "q.onnx")
+    assert code == 0, err
+    assert "(1 held-out sample)" in out and "held-out samples" not in out
+    # a bundle with one problem
+    missing = Problem("missing", "reports/x.json", "not in the bundle")
+    one = Verification(Path("b.tar.gz"), None, (missing,), 3)
+    assert "FAILED: 1 problem (missing)" in one.summary()
+    # lint: one node
+    mish = onnx.helper.make_node("Mish", ["x"], ["y"], name="m")
+    vi = [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 4]) for n in "xy"]
+    model = onnx.helper.make_model(onnx.helper.make_graph([mish], "g", vi[:1], vi[1:]),
+                                   opset_imports=[onnx.helper.make_opsetid("", 18)], ir_version=8)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    _, out, _ = cli("lint", tmp_path / "m.onnx", "--json")
+    messages = [f["message"] for f in json.loads(out)["findings"]]
+    assert any("(1 node)" in m for m in messages) and not any("(s)" in m for m in messages), messages
+
+
 def _engine_dirs(root: Path) -> list[Path]:
     dirs = []
     for stem in ("resnet50.implicit", "resnet50_ortfb.explicit", "resnet50_placed.explicit"):

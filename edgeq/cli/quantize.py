@@ -38,6 +38,7 @@ from edgeq.cli.output import (
 )
 from edgeq.findings import Level
 from edgeq.fs import output_file
+from edgeq.text import plural
 
 _HELP = (
     "Quantize a float ONNX model to explicit INT8 (Q/DQ) placed so TensorRT 8.6 fuses, and write the "
@@ -120,7 +121,7 @@ def _render(result: Any) -> None:
         _render_mirror(d["mirror"])
     acc = result.accuracy
     if acc is not None:
-        a = Table(title=f"Accuracy: FP32 vs Q/DQ in onnxruntime ({acc.samples} held-out samples)")
+        a = Table(title=f"Accuracy: FP32 vs Q/DQ in onnxruntime ({plural(acc.samples, 'held-out sample')})")
         for col in ("output", "cosine (mean)", "cosine (worst)", "max abs error", "top-1 agreement"):
             a.add_column(col, justify="left" if col == "output" else "right", no_wrap=col != "output")
         for o in acc.outputs:
@@ -157,7 +158,8 @@ def _render_mirror(m: dict[str, Any]) -> None:
     if m.get("float_entry"):
         from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
 
-        out.print(f"{m['float_entry_edges']} of the INT8 edges left float: {len(m['float_entry'])} region(s) "
+        out.print(f"{m['float_entry_edges']} of the INT8 edges left float: "
+                  f"{plural(len(m['float_entry']), 'region')} "
                   f"the engine entered {QUANTIZING_REFORMAT}")
     for u in m["unmapped"]:
         err.print(f"[yellow]unmapped:[/] {escape(u['tensor'])} read {u['precision'] or '?'} by "

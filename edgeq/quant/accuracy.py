@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError, first_line
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.text import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -62,9 +63,10 @@ class AccuracyReport:
         w = self.worst
         figure = f"cosine {self.cosine:.6f}" + (f" on '{w.name}'" if w is not None else "")
         if self.threshold is None:
-            return f"{figure} over {self.samples} held-out samples"
+            return f"{figure} over {plural(self.samples, 'held-out sample')}"
         verdict = "passes" if self else "fails"
-        return f"{figure} over {self.samples} held-out samples {verdict} --min-cosine {self.threshold}"
+        over = plural(self.samples, "held-out sample")
+        return f"{figure} over {over} {verdict} --min-cosine {self.threshold}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"samples": self.samples, "cosine": self.cosine, "min_cosine_gate": self.threshold,

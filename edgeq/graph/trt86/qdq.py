@@ -22,6 +22,7 @@ from edgeq.graph.patterns import (
     node_label,
     qparams,
 )
+from edgeq.text import noun, plural
 
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
@@ -72,7 +73,8 @@ def check_float16(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hit]:
         return []
     return [
         Hit(
-            f"{len(hits)} Q/DQ node(s) have float16/bfloat16 scales at opset {graph.opset}: defined from "
+            f"{plural(len(hits), 'Q/DQ node')} {noun(len(hits), 'has', 'have')} float16/bfloat16 scales at "
+            f"opset {graph.opset}: defined from "
             "opset 19 only, so the ONNX checker and onnxruntime refuse the file",
             tuple(hits),
         )
@@ -93,12 +95,14 @@ def check_uint8(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hit]:
     out = []
     if hits:
         out.append(
-            Hit(f"{len(hits)} Q/DQ node(s) quantize to uint8; TensorRT 8.6 takes int8 only", tuple(hits))
+            Hit(f"{plural(len(hits), 'Q/DQ node')} {noun(len(hits), 'quantizes', 'quantize')} to uint8; "
+                "TensorRT 8.6 takes int8 only", tuple(hits))
         )
     if missing_zp:
         out.append(
             Hit(
-                f"{len(missing_zp)} QuantizeLinear node(s) have no zero-point, so ONNX quantizes to uint8; "
+                f"{plural(len(missing_zp), 'QuantizeLinear node')} {noun(len(missing_zp), 'has', 'have')} "
+                "no zero-point, so ONNX quantizes to uint8; "
                 "TensorRT 8.6 takes int8 only",
                 tuple(missing_zp),
                 fix="give each an int8 zero-point of 0 (`edgeq quantize` writes them so)",
@@ -126,7 +130,8 @@ def check_asymmetric(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hi
     if signed:
         out.append(
             Hit(
-                f"{len(signed)} Q/DQ node(s) have non-zero int8 zero-points; TensorRT 8.6 supports symmetric "
+                f"{plural(len(signed), 'Q/DQ node')} {noun(len(signed), 'has', 'have')} non-zero int8 "
+                "zero-points; TensorRT 8.6 supports symmetric "
                 "quantization only (zero-point 0)",
                 tuple(signed),
             )
@@ -134,9 +139,9 @@ def check_asymmetric(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hi
     if unsigned:
         out.append(
             Hit(
-                f"{len(unsigned)} uint8 Q/DQ node(s) have zero-points other than 128, so they are not an "
-                "exact shift of int8 zero-point 0 (asymmetric); TensorRT 8.6 supports symmetric "
-                "quantization only",
+                f"{plural(len(unsigned), 'uint8 Q/DQ node')} {noun(len(unsigned), 'has', 'have')} "
+                "zero-points other than 128, so not an exact shift of int8 zero-point 0 (asymmetric); "
+                "TensorRT 8.6 supports symmetric quantization only",
                 tuple(unsigned),
             )
         )
@@ -153,7 +158,9 @@ def check_scale_invalid(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list
             hits.append(node_label(n))
     if not hits:
         return []
-    return [Hit(f"{len(hits)} Q/DQ node(s) have a zero, negative or non-finite scale", tuple(hits))]
+    n = len(hits)
+    return [Hit(f"{plural(n, 'Q/DQ node')} {noun(n, 'has', 'have')} a zero, negative or non-finite scale",
+                tuple(hits))]
 
 
 def check_cast_between(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hit]:
@@ -191,7 +198,8 @@ def check_int32_bias(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hi
         return []
     return [
         Hit(
-            f"{len(hits)} DequantizeLinear node(s) read an int32 constant (quantized bias); the 8.6 parser "
+            f"{plural(len(hits), 'DequantizeLinear node')} {noun(len(hits), 'reads', 'read')} an int32 "
+            "constant (quantized bias); the 8.6 parser "
             "fails: 'only activation types allowed as input to this layer'",
             tuple(hits),
         )
