@@ -99,3 +99,5 @@ def test_verbose_is_a_count(cli, monkeypatch) -> None:
     assert "-vv" in line and "<" not in line and "[default" not in line
     code, _, err = cli("-vv", "rules", "qdq-uint8")
     assert code == 0, err
+    code, _, err = cli("-v", "2", "rules")  # a number after it: the usage error says what -v is
+    assert code == 2 and "-v takes no number" in err and "-vv debug" in err

@@ -168,13 +168,21 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         return e.exit_code
     except typer.TyperException as e:
         # Usage errors: one line plus the hint to ask for help.
-        msg = e.format_message()
+        msg = e.format_message() + _count_hint(argv)
         see = f"edgeq {_subcommand(argv)}--help"
         if msg.strip():  # bare 'edgeq' has printed the help already: no empty error line under it
             err.print(f"[bold red]error:[/] {escape(msg)}  (see '{see}')", highlight=False)
         code = getattr(e, "exit_code", EXIT_USAGE)
         return EXIT_USAGE if code in (None, 2) else int(code)
     return rv if isinstance(rv, int) else EXIT_OK
+
+
+def _count_hint(argv: Optional[Sequence[str]]) -> str:
+    """``edgeq -v 2 rules``: the 2 read as a command. -v is a count: say so."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    if any(a in ("-v", "--verbose") and b.isdigit() for a, b in zip(args, args[1:])):
+        return " (-v takes no number: repeat it, -v info, -vv debug)"
+    return ""
 
 
 def _subcommand(argv: Optional[Sequence[str]]) -> str:
