@@ -124,6 +124,7 @@ def test_clean_torch_qint8_on_a_quint8_export_keeps_what_pytorch_computed() -> N
     plain = clean_model(model)  # and no advice to repair what is right
     assert "qdq-torch-qint8" not in {f.rule for f in plain.findings}
     assert {f.rule for f in plain.findings} == {"qdq-uint8"}  # TensorRT still needs int8: re-quantize
+    assert not any("--torch-qint8" in f.fix for f in plain.findings)
     assert "qdq-torch-qint8" not in {f.rule for f in lint_model(model)}
 
 

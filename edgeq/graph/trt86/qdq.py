@@ -221,8 +221,7 @@ PATTERNS: tuple[Pattern, ...] = (
             "zero-points need `edgeq quantize`)",
             check_uint8,
         ),
-        clean_fix="re-quantize to int8 with zero-point 0 (`edgeq quantize`); for a PyTorch qint8 export, "
-        "edgeq clean --torch-qint8",
+        clean_fix="re-quantize to int8 with zero-point 0 (`edgeq quantize` on the float model)",
         kind="qdq",
         precedence=200,
     ),
