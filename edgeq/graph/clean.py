@@ -130,7 +130,7 @@ def clean_model(
                     "arithmetic)")
         else:
             note = ("reference: the input itself: --torch-qint8 found no PyTorch qint8 tensor written as "
-                    "uint8 (a quint8 export computes what PyTorch computed), nothing repaired")
+                    "uint8 (a quint8 export's Q/DQ are PyTorch's), nothing repaired")
         verification = dataclasses.replace(verification, notes=(*verification.notes, note))
     progress("clean", total, total)
     return CleanResult(work, changes, findings, verification, tuple(p.name for p in passes))
