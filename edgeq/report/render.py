@@ -218,7 +218,8 @@ def _picture(report: FusionReport, gate: Optional[GateResult]) -> str:
     from edgeq.report.explain import group_violations
 
     flagged = [v.layer for v in gate.violations] if gate is not None else []
-    timed = "width = share of the profiled time" if report.timed else "equal widths: no profile given"
+    timed = ("width = share of the time its activation layers take (weight copies: below)" if report.timed
+             else "equal widths: no profile given")
     parts = [f"<h2>The engine, layer by layer ({timed})</h2>", engine_strip(report, flagged), legend()]
     rows = breakdown(report)
     total_ms = sum(ms or 0.0 for _, _, ms, _ in rows)
