@@ -96,9 +96,11 @@ def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli):
     # current and history stay v1's), and boards 2 and 3 are not touched
     code, out, err = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--duration", "0")
     assert code == 1 and "Traceback" not in out + err, (out, err)
-    assert "canary failed on board1: stopped; 2 other board(s) not touched" in out
+    assert "canary failed on board1: stopped; 2 other boards not touched" in out
     assert f"board1: failed, {name2} (was {name1})" in out and f"current left at {name1}" in out
     assert "below --min-ratio 0.9" in err
+    (row,) = [line for line in out.splitlines() if line.startswith("board1: failed")]
+    assert row.count("qps") == 1 and row.count("1234") == 1 and "below --min-ratio 0.9" in row  # once
     code, out, _ = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--json",
                        "--duration", "0")  # fmt: skip
     res = json.loads(out)

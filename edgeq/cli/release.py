@@ -155,9 +155,12 @@ def release_install_cmd(
         return code
     done = sum(r.ok for r in result.rows)
     if result.stopped:
+        from edgeq.text import plural
+
         failed = ", ".join(r.target for r in result.rows if r.status == "failed")
         out.print(f"[bold red]canary failed on {escape(failed)}: stopped; "
-                  f"{len(result.rows) - len(result.canary)} other board(s) not touched[/]")  # fmt: skip
+                  f"{plural(len(result.rows) - len(result.canary), 'other board')} "
+                  "not touched[/]")  # fmt: skip
     else:
         style = "green" if result.passed else "bold red"
         out.print(f"[{style}]{result.version}: installed on {done}/{len(result.rows)} boards[/]"

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from edgeq.errors import QuantError, first_line
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.text import noun
 
 if TYPE_CHECKING:
     import numpy as np
@@ -365,7 +366,7 @@ def collect_histograms(
     produced = {o for n in model.graph.node for o in n.output}
     unknown = [t for t in tensors if t not in produced and t not in graph_inputs and t not in inits]
     if unknown:
-        raise QuantError(f"tensor(s) not in the model: {', '.join(unknown[:5])}")
+        raise QuantError(f"{noun(len(unknown), 'tensor')} not in the model: {', '.join(unknown[:5])}")
     hists = {t: TensorHistogram(options.num_bins) for t in tensors}
     for t in tensors:
         if t in inits and t not in produced:
@@ -499,5 +500,5 @@ def _session(model: onnx.ModelProto, outputs: list[str], options: CalibOptions) 
         del model.graph.output[n_before:]
     missing = set(outputs) - {o.name for o in sess.get_outputs()}
     if missing:
-        raise QuantError(f"onnxruntime does not expose tensor(s) {sorted(missing)[:5]}")
+        raise QuantError(f"onnxruntime does not expose {noun(len(missing), 'tensor')} {sorted(missing)[:5]}")
     return sess

@@ -186,8 +186,10 @@ class QuantizeResult:
             "quantized": {
                 "activations": len(plan.sites),
                 "weights": len(plan.weights),
+                "weights_by_axis": plan.weights_by_axis(),
                 "int8_by_commute": len(plan.commuted),
                 "scale_groups_shared": len(shared),
+                "scale_groups_by_rule": plan.shared_groups_by_rule(),
             },
             "float": {"count": len(plan.floats), "by_rule": plan.float_by_rule()},
             "activations": [

@@ -31,6 +31,7 @@ from edgeq import __version__
 from edgeq.errors import EdgeqError
 from edgeq.fs import atomic_path
 from edgeq.pipeline.rundir import slug
+from edgeq.text import noun, plural
 
 FORMAT = "edgeq-release/1"
 MANIFEST = "manifest.json"
@@ -104,7 +105,8 @@ def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
                            "give the directory 'edgeq fleet validate' printed") from None
     if not fleet.get("passed"):
         failed = [t["target"] for t in fleet.get("targets", []) if t.get("status") != "passed"]
-        raise ReleaseError(f"{fleet_dir}: not released: target(s) {', '.join(failed)} did not pass",
+        raise ReleaseError(f"{fleet_dir}: not released: {noun(len(failed), 'target')} {', '.join(failed)} "
+                           "did not pass",
                            "fix them (or drop them from the fleet) and validate again", exit_code=1)
     files: dict[str, bytes] = {}
     model = fleet_dir / fleet["model_file"]
@@ -226,7 +228,7 @@ class Verification:
         if self:
             return f"{self.bundle}: OK, {self.checked} files match manifest.json (sha256 and size)"
         kinds = sorted({p.kind for p in self.problems})
-        return f"{self.bundle}: FAILED: {len(self.problems)} problem(s) ({', '.join(kinds)})"
+        return f"{self.bundle}: FAILED: {plural(len(self.problems), 'problem')} ({', '.join(kinds)})"
 
 
 GZIP_MAGIC = b"\x1f\x8b"  # RFC 1952's ID1 ID2
