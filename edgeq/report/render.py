@@ -7,6 +7,7 @@ control characters (U+001E between fused ONNX node names in 8.6) and arbitrary O
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
@@ -271,8 +272,9 @@ def _all_violations(n: int) -> str:
     return "The violation" if n == 1 else f"All {n} violations"
 
 
-def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
-    """One self-contained HTML page: verdict, summary, layers with precision colours and time bars."""
+def render_html(report: FusionReport, gate: Optional[GateResult] = None, sections: Sequence[str] = ()) -> str:
+    """One self-contained HTML page: verdict, summary, layers with precision colours and time bars;
+    ``sections``: more HTML after the verdict (the engine's accuracy on the target)."""
     flagged: dict[int, list[str]] = {}
     allowed: dict[int, str] = {}
     if gate is not None:
@@ -308,6 +310,7 @@ def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
         )
     for note in report.notes:
         parts.append(f'<div class="verdict info">{esc(note)}</div>')
+    parts.extend(sections)
 
     tiles = [(str(n), noun(n, f"{_KIND_WORD.get(k, k)} layer")) for k, n in report.kind_counts().items()]
     tiles += [(str(n), f"{p} compute") for p, n in sorted(report.compute_precisions().items())]
