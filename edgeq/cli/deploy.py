@@ -279,8 +279,9 @@ def targets_list_cmd() -> int:
     help="Connect to a target (host key checked against its known_hosts), ship the edgeq agent, probe it "
     "(TensorRT version, GPU, compute capability, DLA cores, free memory and disk, Python) and compare with "
     "the file's 'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 "
-    "unreachable, no TensorRT or not what the file expects; 2 the target file is invalid, or the host key "
-    "or the login is refused (unknown/changed key, wrong identity file).",
+    "unreachable, no TensorRT or not what the file expects; 2 the target file is invalid, its host name "
+    "does not resolve (not retried), or the host key or the login is refused (unknown/changed key, wrong "
+    "identity file).",
 )
 def targets_check_cmd(
     name: str = typer.Argument(..., help="Target name (targets/NAME.yaml) or a YAML path."),

@@ -38,6 +38,7 @@ from edgeq.remote.protocol import (
 )
 from edgeq.remote.runner import Runner
 from edgeq.remote.targets import Target
+from edgeq.text import plural
 
 if TYPE_CHECKING:
     from edgeq.pipeline.accuracy import AccuracyPlan, EngineAccuracy
@@ -199,7 +200,7 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Opt
     with rec.stage("clean") as r:
         cleaned, model_file = clean(model_path, out)
         model, changes = cleaned.model, len(cleaned.changes)
-        r.summary, r.data = f"{changes} change(s)", {"output": model_file.name, "changes": changes}
+        r.summary, r.data = plural(changes, "change"), {"output": model_file.name, "changes": changes}
     qdq, cache, reference = has_qdq(model), None, None
     if qdq:
         rec.skip(
@@ -229,7 +230,7 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Opt
                                  exit_code=1)  # fmt: skip
     with rec.stage("lint") as r:
         errors, findings = lint(model, out)
-        r.summary = f"{errors} error(s), {findings - errors} other finding(s)"
+        r.summary = f"{plural(errors, 'error')}, {plural(findings - errors, 'other finding')}"
         r.data = {"errors": errors, "findings": findings}
     records = tuple(StageRecord(**asdict(rec.log.stage(n))) for n in HOST_STAGES)
     implicit = Path(calib_cache) if calib_cache is not None and not qdq else None
