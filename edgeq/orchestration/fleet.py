@@ -503,8 +503,9 @@ def _result(r: Row) -> str:
 
 
 def matrix(result: FleetResult) -> list[dict[str, str]]:
-    """The matrix as text cells, in column order, for any renderer."""
-
+    """The matrix as text cells, in column order, for any renderer; the accuracy column only when the
+    engines were run on a held-out set."""
+    measured = any(r.accuracy for r in result.rows)
     return [
         {
             "target": r.target,
@@ -513,7 +514,7 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "GPU (sm)": gpu_cell(r),
             "build": r.build or "-",
             "gate": {True: "passed", False: "FAILED", None: "-"}[r.gate],
-            "accuracy": r.accuracy or "-",
+            **({"accuracy": r.accuracy or "-"} if measured else {}),
             "p50 ms": text.ms(r.latency_p50_ms),
             "p99 ms": text.ms(r.latency_p99_ms),
             "qps": text.qps(r.throughput_qps),  # "2110", never "2.11e+03"
