@@ -207,6 +207,14 @@ def test_trtexec_backend_runs_each_sample_and_returns_the_outputs(agent, tmp_pat
     assert len(runs) == 3
     assert sorted(p.name for p in (tmp_path / "out dir").iterdir()) == ["out.npz"]  # its temporary files gone
 
+    # an engine input the held-out data lacks: trtexec would feed it random values; the agent refuses
+    np.savez(tmp_path / "x_only.npz", x=x)
+    code, obj, _ = run_agent(agent, "infer", *backend, f"--loadEngine={engine}",
+                             f"--loadInputs={tmp_path / 'x_only.npz'}", f"--exportOutput={out}")  # fmt: skip
+    assert code == 1 and obj["error"]["stage"] == "input"
+    assert obj["error"]["message"] == ("the engine's input 'ids' is not in the held-out data (trtexec fed it "
+                                       "random values)")
+
 
 def test_python_backend_infer_without_tensorrt_fails_structured(agent, tmp_path):  # noqa: F811
     np.savez(tmp_path / "in.npz", x=np.zeros((1, 1, 4), np.float32))

@@ -9,7 +9,9 @@ log parsing, file transfer, report, gate), not TensorRT. The "engine" it writes 
 a placeholder (the recorded engines are not in the fixtures).
 
 ``--exportOutput`` (with ``--loadInputs``): the outputs are NOT TensorRT's. The stand-in remembers which
-``--onnx`` each ``--saveEngine`` came from, runs that ONNX model in onnxruntime on the raw input files,
+``--onnx`` each ``--saveEngine`` came from, runs that ONNX model in onnxruntime on the raw input files
+(random values for an input it was not given, and the recorded log's "Using random values for input"
+lines replaced by what trtexec 8.6 says for that model's inputs: sampleInference.cpp, FillBindingClosure),
 and writes the outputs in trtexec 8.6's ``exportJSONOutput`` layout (samples/common/sampleReporting.cpp;
 values as C++'s default ``operator<<`` prints them: ``%g``, 6 significant digits). ``outputs_shift``
 is added to them first, so a test can show an engine whose outputs drift from the Q/DQ model's. This
@@ -56,8 +58,26 @@ rec = CONFIG[mode]
 if rec is None:
     sys.stderr.write("trtexec stand-in: no recorded %s run to replay\\n" % mode)
     sys.exit(99)
+files = {{}}  # --loadInputs: input name -> file ('name':file, the names quoted as the agent writes them)
+for spec in flags.get("loadInputs", "").split(",") if flags.get("loadInputs") else []:
+    name, path = spec[1:].split("':", 1)
+    files[name] = path
 with open(rec["log"], encoding="utf-8") as f:
-    sys.stdout.write(f.read())
+    text = f.read()
+if "exportOutput" in flags:  # the model's own inputs, said as trtexec 8.6 says them (FillBindingClosure)
+    import onnx
+    onnx_path = json.load(open(engines_file))[os.path.abspath(flags["loadEngine"])]
+    said = []
+    for i in onnx.load(onnx_path).graph.input:
+        said.append(("Using values loaded from %s for input %s" % (files[i.name], i.name)) if i.name in files
+                    else "Using random values for input %s" % i.name)
+    lines = text.split("\\n")
+    at = [k for k, ln in enumerate(lines) if "] Using random values for input " in ln]
+    if at:
+        stamp = lines[at[0]].split("] Using random values", 1)[0] + "] "
+        lines[at[0]:at[-1] + 1] = [stamp + s for s in said]
+    text = "\\n".join(lines)
+sys.stdout.write(text)
 sys.stdout.flush()
 if rec["exit_code"] == 0:
     if mode == "build" and "saveEngine" in flags and CONFIG["engine_bytes"] != 0:
@@ -71,18 +91,16 @@ if rec["exit_code"] == 0:
     if "exportOutput" in flags:
         import numpy as np
         import onnxruntime as ort
-        onnx_path = json.load(open(engines_file))[os.path.abspath(flags["loadEngine"])]
         sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
-        files = {{}}
-        for spec in flags.get("loadInputs", "").split(","):
-            name, path = spec[1:].split("':", 1)  # the agent quotes every name: 'name':path
-            files[name] = path
         types = {{"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int32,
                  "tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(uint8)": np.uint8,
                  "tensor(int8)": np.int8}}
         feed = {{}}
         for i in sess.get_inputs():
-            raw = np.fromfile(files[i.name], dtype=types[i.type]).reshape(i.shape)
+            if i.name not in files:  # as trtexec: random values for an input it was not given
+                raw = np.random.default_rng(0).random(i.shape).astype(types[i.type])
+            else:
+                raw = np.fromfile(files[i.name], dtype=types[i.type]).reshape(i.shape)
             feed[i.name] = raw.astype(np.int64) if i.type == "tensor(int64)" else raw
         names = [o.name for o in sess.get_outputs()]
         with open(flags["exportOutput"], "w") as f:

@@ -441,6 +441,13 @@ def infer(args, log):
                 os.unlink(out_json)
             argv = infer_argv(args.trtexec, args.loadEngine, files, out_json, dla_core=args.useDLACore)
             lines, _, code = _run(argv, log, args.timeout, "infer", allow_passed=True)
+            # trtexec feeds random values to an input --loadInputs did not name (sampleInference.cpp,
+            # FillBindingClosure: "Using random values for input <name>"): outputs that mean nothing
+            random = [ln.split("Using random values for input ", 1)[1].strip() for ln in lines
+                      if "Using random values for input " in ln]  # fmt: skip
+            if random:
+                raise AgentError("input", "the engine's input %r is not in the held-out data (trtexec fed it "
+                                 "random values)" % random[0], log=lines)
             if code and i == 0:
                 warnings.append(check_passed_outputs("infer", code, lines, []))  # the JSON is read next
             _expect_file(out_json, "infer", lines)
