@@ -183,9 +183,12 @@ def stack(descr, sample_shape, chunks):
     return Array(descr, (len(chunks), *tuple(sample_shape)), b"".join(chunks))
 
 
+FLOAT64 = _NATIVE + "f8"  # what trtexec's printed values are read back as
+
+
 def floats(values, shape):
     """A float64 ``Array`` of ``shape`` from Python numbers."""
-    return Array(_NATIVE + "f8", shape, _array.array("d", values).tobytes())
+    return Array(FLOAT64, shape, _array.array("d", values).tobytes())
 
 
 # trtexec 8.6 ``--exportOutput``: samples/common/sampleReporting.cpp ``exportJSONOutput`` writes, per

@@ -410,7 +410,7 @@ def infer(args, log):
     files) and stack the outputs it exported. trtexec's JSON says no data type: outputs come back as
     float64, which holds every value trtexec printed (6 significant digits) exactly."""
     from . import infer as shared
-    from .arrays import ArrayError, floats, parse_export_output
+    from .arrays import FLOAT64, ArrayError, floats, parse_export_output, stack
 
     inputs = shared.load_inputs(args.loadInputs)
     # The binding types TensorRT 8.6 gives ONNX inputs (INT64 -> INT32, DOUBLE -> FLOAT).
@@ -430,7 +430,7 @@ def infer(args, log):
     files = [(b.name, os.path.join(work, "input%d.bin" % k)) for k, b in enumerate(bindings)]
     out_json = os.path.join(work, "outputs.json")
     started = time.monotonic()
-    exported = []  # per sample: [(name, shape, values)]
+    exported = []  # per sample: [(name, shape, float64 bytes)] (bytes: 8 per value, not a Python float's 24)
     warnings = []
     try:
         for i, feed in enumerate(feeds):
@@ -454,7 +454,8 @@ def infer(args, log):
             with open(out_json, "r", encoding="utf-8", errors="replace") as f:
                 text = f.read()
             try:
-                exported.append(parse_export_output(text, "trtexec --exportOutput (sample %d)" % i))
+                parsed = parse_export_output(text, "trtexec --exportOutput (sample %d)" % i)
+                exported.append([(name, shape, floats(values, shape).data) for name, shape, values in parsed])
             except ArrayError as e:
                 raise AgentError("infer", str(e), log=lines) from None
             log.write("[I] infer: sample %d/%d done" % (i + 1, len(feeds)))
@@ -470,8 +471,7 @@ def infer(args, log):
             raise AgentError("infer", "sample %d: trtexec exported other outputs than for sample 0" % i)
     outputs = {}
     for k, (name, shape) in enumerate(first):
-        values = [v for outs in exported for v in outs[k][2]]
-        outputs[name] = floats(values, (len(exported), *tuple(shape)))
+        outputs[name] = stack(FLOAT64, shape, [outs[k][2] for outs in exported])
     shared.write_outputs(args.exportOutput, outputs)
     seconds = round(time.monotonic() - started, 3)
     reply = shared.result(args.exportOutput, outputs, len(feeds), seconds=seconds,
