@@ -45,7 +45,8 @@ _HELP = (
     "--int8 --onnx), <name>.int8.cache with <name>.int8.fp32.onnx, the cleaned FP32 model whose tensor "
     "names the cache uses (implicit: trtexec --int8 --calib=... --onnx=<name>.int8.fp32.onnx), and the "
     "summary <name>.int8.json; then compares FP32 and Q/DQ in onnxruntime on held-out samples "
-    "(--min-cosine makes that a gate, exit 1). Where each Q/DQ goes, and why a tensor stays float, is a "
+    "(--min-cosine makes that a gate, exit 1); --max-loss keeps the regions that cost the most float "
+    "and writes them to <name>.int8.overrides.yaml. Where each Q/DQ goes, and why a tensor stays float, is a "
     "rule: 'edgeq rules' lists them with their evidence.\n\n" + EXIT_CODES_HELP
 )
 
@@ -72,8 +73,18 @@ def quantize_cmd(
         None, "--from-engine", metavar="JSON", rich_help_panel=QUANTIZE,
         help="Place Q/DQ where this implicit engine ran INT8 (its layer JSON).",
     ),
+    max_loss: Optional[float] = typer.Option(
+        None, "--max-loss", metavar="X", rich_help_panel=QUANTIZE,
+        help="Keep the worst regions float until 1 - metric <= X.",
+    ),
+    profile: Optional[Path] = typer.Option(
+        None, "--profile", metavar="PATH", rich_help_panel=QUANTIZE,
+        help="An earlier deploy's engine: what the float regions cost.",
+    ),
     json_out: Json = False,
 ) -> int:
+    from dataclasses import replace
+
     from edgeq.errors import QuantError
     from edgeq.quant.quantize import quantize_file
 
@@ -84,8 +95,9 @@ def quantize_cmd(
         placement=placement, overrides=overrides, holdout=holdout, min_cosine=min_cosine, cache=cache,
         from_engine=from_engine,
     )  # fmt: skip
+    options = replace(options, max_loss=max_loss)
     with progress_display(enabled=not json_out) as progress:
-        result = quantize_file(model, options, output=output, progress=progress)
+        result = quantize_file(model, options, output=output, progress=progress, engine=profile)
     code = code_for(result.ok)
     if json_out:
         print_json({**result.to_dict(), "exit_code": code})
@@ -126,6 +138,10 @@ def _render(result: Any) -> None:
         if acc.threshold is not None:
             style = "green" if acc else "bold red"
             out.print(f"accuracy gate: [{style}]{escape(str(acc))}[/]")
+    if result.max_loss is not None:
+        style = "green" if result.max_loss.reached else "bold red"
+        out.print(f"[{style}]{escape(result.max_loss.summary())}[/]")
+        out.print(escape(result.max_loss.speed_line()))
     for note in d["notes"]:
         err.print(f"[yellow]note:[/] {escape(note)}")
     errors = [f for f in result.clean_findings if f.level == Level.ERROR]
@@ -134,7 +150,9 @@ def _render(result: Any) -> None:
     out.print(f"wrote [bold]{escape(d['output'])}[/], [bold]{escape(d['cache'])}[/] "
               f"({d['cache_tensors']} tensors in the calibration cache), [bold]{escape(d['fp32_model'])}[/] "
               f"(the FP32 model for the cache: trtexec --int8 --calib --onnx) and "
-              f"[bold]{escape(d['summary'])}[/]")
+              f"[bold]{escape(d['summary'])}[/]"
+              + (f"; the regions kept float: [bold]{escape(d['overrides_file'])}[/] (--overrides "
+                 "replays them)" if "overrides_file" in d else ""))
 
 
 def _render_mirror(m: dict[str, Any]) -> None:

@@ -39,6 +39,7 @@ from edgeq.pipeline.stages import (
     ProfileSettings,
     conclude,
     direct_agent,
+    gate_policy,
     on_target,
     prepare_host,
     probe,
@@ -286,7 +287,7 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
                               remote_name=f"{fleet_dir.name}-{run_dir.name}", probed=probed)
             facts = resume.board_facts(found)
             update(gpu=found.gpu, kind=found.kind)
-            conclude(rec, prepared.model, policy)
+            conclude(rec, prepared.model, gate_policy(policy, prepared.stages))
     except EdgeqError as e:
         row.error, row.exit_code = str(e), e.exit_code
         cause = cause_of(e)
