@@ -40,3 +40,21 @@ def ms(value: Optional[float]) -> str:
     if value >= 1:
         return f"{value:.2f}"
     return f"{value:.3f}"
+
+
+def number(value: Optional[float], decimals: int = 6) -> str:
+    """A figure such as an absolute error with four significant figures and at most ``decimals``
+    decimals, never in e-notation (``"0.1603"``, ``"0.000015"``, ``"12.35"``); below the last
+    decimal it reads ``"<0.000001"``. ``"-"`` when unknown."""
+    import math
+
+    if value is None or math.isnan(value):
+        return "-"
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    floor = 10.0 ** -decimals
+    if magnitude < floor:
+        return f"<{floor:.{decimals}f}" if value > 0 else f">-{floor:.{decimals}f}"
+    places = min(decimals, max(0, 3 - math.floor(math.log10(magnitude))))
+    return f"{value:.{places}f}"

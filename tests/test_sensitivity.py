@@ -25,6 +25,7 @@ from edgeq.quant.quantize import prepare_model
 from edgeq.quant.sensitivity import Scorer, qdq_regions, speed_cost, with_excluded
 
 CULPRIT = "/c/Conv"  # reads the clipped tensor 'rb'
+ENTROPY = ("--calibrator", "entropy", "--metric", "cosine")  # TensorRT's calibrator, the one that clips
 
 
 def outlier_model(path: Path) -> Path:
@@ -105,7 +106,7 @@ def test_regions_are_what_overrides_exclude_and_excluding_one_floats_exactly_its
 def test_sensitivity_names_the_clipped_region_first_and_keeping_it_float_recovers_the_loss(case, cli):
     model, calib, holdout = case
     out_dir = model.parent / "sens"
-    code, out, err = cli("sensitivity", model, "--calib", calib, "--holdout", holdout, "--metric", "cosine",
+    code, out, err = cli("sensitivity", model, "--calib", calib, "--holdout", holdout, *ENTROPY,
                          "-o", out_dir, "--json")
     assert code == 0, err
     d = json.loads(out)
@@ -120,12 +121,13 @@ def test_sensitivity_names_the_clipped_region_first_and_keeping_it_float_recover
     assert first["alone"] == pytest.approx(d["all_int8"]["value"], abs=0.01)  # alone, it loses it all
     for r in d["ranked"][1:]:
         assert r["recovered"] < 0.1 * d["loss"] and r["alone"] > 0.99
-    assert [r["recovered"] for r in d["ranked"]] == sorted((r["recovered"] for r in d["ranked"]), reverse=True)
+    recovered = [r["recovered"] for r in d["ranked"]]
+    assert recovered == sorted(recovered, reverse=True)
     html = (out_dir / "sensitivity.html").read_text()
     assert html.count('class="bar ') == 4 and CULPRIT in html
     assert "<script" not in html and "http" not in html.replace("http-equiv", "")  # self-contained
 
-    code, out, err = cli("sensitivity", model, "--calib", calib, "--holdout", holdout, "--metric", "cosine",
+    code, out, err = cli("sensitivity", model, "--calib", calib, "--holdout", holdout, *ENTROPY,
                          "-o", out_dir)
     assert code == 0, err
     rows = [ln for ln in out.splitlines() if ln.lstrip("│ ").startswith("1 ")]
@@ -133,18 +135,20 @@ def test_sensitivity_names_the_clipped_region_first_and_keeping_it_float_recover
     assert "keeping rb float recovers" in out and "wrote" in out
 
 
-def test_sensitivity_without_holdout_scores_a_slice_of_calib_and_says_so(case, cli):
+def test_sensitivity_by_default_analyses_what_auto_chose_on_a_slice_of_calib_and_says_so(case, cli):
     model, calib, _ = case
     code, out, err = cli("sensitivity", model, "--calib", calib, "--metric", "cosine", "--json")
     assert code == 0, err
     d = json.loads(out)
-    assert d["samples"] == 4 and any("held out of --calib" in n for n in d["notes"])
+    assert d["samples"] == 4 and any("4 of --calib's 16" in n for n in d["notes"])
+    (auto,) = [n for n in d["notes"] if n.startswith("auto chose")]
+    assert auto.startswith(f"auto chose {d['calibrator']} ")  # the calibrator quantize would use
     assert (model.parent / "m.sensitivity" / "sensitivity.html").is_file()
 
 
 def test_sensitivity_cost_is_bounded_most_clipped_first_and_says_what_it_skipped(case, cli):
     model, calib, holdout = case
-    code, out, err = cli("sensitivity", model, "--calib", calib, "--holdout", holdout, "--metric", "cosine",
+    code, out, err = cli("sensitivity", model, "--calib", calib, "--holdout", holdout, *ENTROPY,
                          "--max-regions", "1")
     assert code == 0, err
     assert "not scored: 3 region(s) (--max-regions 1)" in out
@@ -166,7 +170,7 @@ def test_ctrl_c_keeps_what_finished_and_says_interrupted(case, cli, monkeypatch)
         return real(self, exclude)
 
     monkeypatch.setattr(Scorer, "score", score)
-    code, out, err = cli("sensitivity", model, "--calib", calib, "--holdout", holdout, "--metric", "cosine")
+    code, out, err = cli("sensitivity", model, "--calib", calib, "--holdout", holdout, *ENTROPY)
     assert code == 130 and "interrupted" in err, (out, err)
     d = json.loads((model.parent / "m.sensitivity" / "sensitivity.json").read_text())
     assert d["interrupted"] is True and d["scored"] == 1  # all INT8, then one region (2 runs), then Ctrl-C
@@ -176,7 +180,8 @@ def test_ctrl_c_keeps_what_finished_and_says_interrupted(case, cli, monkeypatch)
 def test_max_loss_keeps_the_culprit_float_and_the_override_file_replays_it(case, cli):
     model, calib, _ = case
     d = model.parent
-    code, out, err = cli("quantize", model, "--calib", calib, "--max-loss", "0.01", "-o", d / "a.onnx")
+    code, out, err = cli("quantize", model, "--calib", calib, *ENTROPY, "--max-loss", "0.01",
+                         "-o", d / "a.onnx")
     assert code == 0, err
     assert "--max-loss 0.01 reached: 1 region(s) float" in out and "speed cost: unmeasured" in out
     s = json.loads((d / "a.json").read_text())
@@ -188,8 +193,8 @@ def test_max_loss_keeps_the_culprit_float_and_the_override_file_replays_it(case,
     written = yaml.safe_load((d / "a.overrides.yaml").read_text())
     assert written == {"version": 1, "exclude": [CULPRIT]}
 
-    code, out, err = cli("quantize", model, "--calib", calib, "--overrides", d / "a.overrides.yaml",
-                         "-o", d / "b.onnx")
+    code, out, err = cli("quantize", model, "--calib", calib, *ENTROPY,
+                         "--overrides", d / "a.overrides.yaml", "-o", d / "b.onnx")
     assert code == 0, err
     replayed = json.loads((d / "b.json").read_text())
     assert replayed["overrides"] == s["overrides"] and replayed["activations"] == s["activations"]
@@ -201,11 +206,12 @@ def test_max_loss_keeps_the_users_own_overrides_and_adds_nothing_when_already_me
     d = model.parent
     own = d / "own.yaml"
     own.write_text("exclude: [/d/*]\n")
-    code, out, err = cli("quantize", model, "--calib", calib, "--overrides", own, "--max-loss", "0.01",
-                         "-o", d / "a.onnx")
+    code, out, err = cli("quantize", model, "--calib", calib, *ENTROPY, "--overrides", own,
+                         "--max-loss", "0.01", "-o", d / "a.onnx")
     assert code == 0, err
     assert yaml.safe_load((d / "a.overrides.yaml").read_text())["exclude"] == ["/d/*", CULPRIT]
-    code, out, err = cli("quantize", model, "--calib", calib, "--max-loss", "0.5", "-o", d / "c.onnx")
+    code, out, err = cli("quantize", model, "--calib", calib, *ENTROPY, "--max-loss", "0.5",
+                         "-o", d / "c.onnx")
     assert code == 0 and "no region float" in out, (out, err)
     assert yaml.safe_load((d / "c.overrides.yaml").read_text())["exclude"] == []
 
@@ -258,11 +264,11 @@ def test_speed_cost_sums_the_layers_holding_the_float_nodes_in_a_real_engine():
     assert speed_cost(None, None, nodes) is None
 
 
-def test_quantize_max_loss_prices_the_float_regions_from_profile(case, cli):
+def test_quantize_max_loss_prices_the_float_regions_from_an_earlier_engine(case, cli):
     model, calib, _ = case
     layers = ROOT / "tests" / "fixtures" / "trt86-h100-placed" / "yolo_edgeq.explicit.layers.json"
-    code, out, err = cli("quantize", model, "--calib", calib, "--max-loss", "0.01", "--profile", layers,
-                         "--json")
+    code, out, err = cli("quantize", model, "--calib", calib, *ENTROPY, "--max-loss", "0.01",
+                         "--engine", layers, "--json")
     assert code == 0, err
     speed = json.loads(out)["max_loss"]["speed"]
     assert speed["engine"] == str(layers) and speed["nodes"] == 1 and speed["nodes_found"] == 0
@@ -275,7 +281,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, cli):
     sens = ("sensitivity", model, "--calib", calib)
     _one_line_error(*cli(*sens, "--metric", "nosuchmetric"), "unknown metric 'nosuchmetric'")
     _one_line_error(*cli(*sens, "--metric", "nosuchmodule:f"), "nosuchmodule")
-    _one_line_error(*cli(*sens, "--holdout", d / "missing"), "--holdout", "missing")
+    _one_line_error(*cli(*sens, "--holdout", d / "missing"), "missing", "held-out data not found")
     _one_line_error(*cli(*sens, "--max-regions", "0"), "--max-regions")
     _one_line_error(*cli(*sens, "--budget", "soon"), "--budget soon")
     _one_line_error(*cli(*sens, "--placement", "implicit"), "placement trt or all")
@@ -285,6 +291,6 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, cli):
     q = ("quantize", model, "--calib", calib)
     for x in ("1.5", "-0.1", "1"):
         _one_line_error(*cli(*q, "--max-loss", x), "--max-loss must be in [0, 1)")
-    _one_line_error(*cli(*q, "--profile", holdout), "--max-loss")
-    _one_line_error(*cli(*q, "--max-loss", "0.01", "--profile", d / "no.layers.json"), "no.layers.json")
+    _one_line_error(*cli(*q, "--engine", holdout), "--max-loss")
+    _one_line_error(*cli(*q, "--max-loss", "0.01", "--engine", d / "no.layers.json"), "no.layers.json")
     assert sorted(p.name for p in d.iterdir()) == ["calib", "holdout", "m.onnx"]

@@ -101,7 +101,7 @@ def deploy_cmd(
     runs_dir: RunsDir = Path("runs"),
     calib: Calib = None,
     preprocess: Preprocess = None,
-    calibrator: CalibratorOpt = Calibrator.entropy,
+    calibrator: CalibratorOpt = Calibrator.auto,
     percentile: Percentile = 99.99,
     placement: PlacementOpt = Placement.trt,
     overrides: Overrides = None,

@@ -25,6 +25,7 @@ BUILD = "Build and profile"
 
 
 class Calibrator(str, Enum):
+    auto = "auto"
     entropy = "entropy"
     max = "max"
     percentile = "percentile"
@@ -48,19 +49,29 @@ Preprocess = Annotated[Optional[Path], typer.Option(
     help="Image preprocessing (pipelines/preprocess-imagenet.yaml).")]
 CalibratorOpt = Annotated[Calibrator, typer.Option(
     "--calibrator", metavar="NAME", case_sensitive=False, rich_help_panel=QUANTIZE,
-    help="entropy, max, percentile or mse.")]
+    help="auto, entropy, max, percentile or mse.")]
 Percentile = Annotated[float, typer.Option(
     "--percentile", metavar="P", rich_help_panel=QUANTIZE, help="For --calibrator percentile.")]
-Holdout = Annotated[float, typer.Option(
-    "--holdout", metavar="F", rich_help_panel=QUANTIZE, help="Fraction held out for the accuracy check.")]
+Holdout = Annotated[str, typer.Option(
+    "--holdout", metavar="DIR|F", rich_help_panel=QUANTIZE,
+    help="Held-out data (as --calib), or the fraction of --calib kept out.")]
+MetricOpt = Annotated[str, typer.Option(
+    "--metric", metavar="NAME", rich_help_panel=QUANTIZE,
+    help="auto, classification, detection, mask, sequence, cosine, mod:fn.")]
 MinCosine = Annotated[Optional[float], typer.Option(
     "--min-cosine", metavar="C", rich_help_panel=QUANTIZE,
     help="Accuracy bound: FP32 vs Q/DQ cosine on held-out data.")]
+MinMetric = Annotated[Optional[float], typer.Option(
+    "--min-metric", metavar="X", rich_help_panel=QUANTIZE,
+    help="Accuracy bound on the task metric (1.0 = as FP32).")]
 PlacementOpt = Annotated[Placement, typer.Option(
     "--placement", metavar="MODE", case_sensitive=False, rich_help_panel=QUANTIZE,
     help="trt (8.6 rules), all (every tensor), implicit (its mirror).")]
 Overrides = Annotated[Optional[Path], typer.Option(
     "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
+
+Budget = Annotated[Optional[str], typer.Option(
+    "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m).")]
 
 # -- the target ------------------------------------------------------------------------------------------
 TargetName = Annotated[Optional[str], typer.Option(
@@ -112,22 +123,26 @@ def quantize_options(
     *,
     synthetic: Optional[int] = None,
     preprocess: Optional[Path] = None,
-    calibrator: Calibrator = Calibrator.entropy,
+    calibrator: Calibrator = Calibrator.auto,
     percentile: float = 99.99,
     placement: Placement = Placement.trt,
     overrides: Optional[Path] = None,
-    holdout: float = 0.2,
+    holdout: str | float = 0.2,
+    metric: str = "auto",
     min_cosine: Optional[float] = None,
+    min_metric: Optional[float] = None,
     cache: Optional[Path] = None,
     from_engine: Optional[Path] = None,
 ) -> QuantizeOptions:
     """The one options object of every command that quantizes (the groups above, by value)."""
-    from edgeq.quant.quantize import QuantizeOptions
+    from edgeq.quant.quantize import QuantizeOptions, holdout_option
 
+    fraction, held = holdout_option(holdout)
     return QuantizeOptions(
         calib=calib, synthetic=synthetic, preprocess=preprocess, calibrator=Calibrator(calibrator).value,
-        percentile=percentile, placement=Placement(placement).value, overrides=overrides, holdout=holdout,
-        min_cosine=min_cosine, cache_path=cache, from_engine=from_engine,
+        percentile=percentile, placement=Placement(placement).value, overrides=overrides, holdout=fraction,
+        holdout_data=held, metric=metric, min_cosine=min_cosine, min_metric=min_metric, cache_path=cache,
+        from_engine=from_engine,
     )  # fmt: skip
 
 

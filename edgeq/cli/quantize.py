@@ -17,7 +17,9 @@ from edgeq.cli.options import (
     CalibratorOpt,
     Holdout,
     Json,
+    MetricOpt,
     MinCosine,
+    MinMetric,
     Overrides,
     Percentile,
     Placement,
@@ -41,13 +43,9 @@ from edgeq.findings import Level
 _HELP = (
     "Quantize a float ONNX model to explicit INT8 (Q/DQ) placed so TensorRT 8.6 fuses, and write the "
     "implicit path's calibration cache from the same statistics.\n\n"
-    "The model is cleaned first; the input is never modified. Writes <name>.int8.onnx (explicit: trtexec "
-    "--int8 --onnx), <name>.int8.cache with <name>.int8.fp32.onnx, the cleaned FP32 model whose tensor "
-    "names the cache uses (implicit: trtexec --int8 --calib=... --onnx=<name>.int8.fp32.onnx), and the "
-    "summary <name>.int8.json; then compares FP32 and Q/DQ in onnxruntime on held-out samples "
-    "(--min-cosine makes that a gate, exit 1); --max-loss keeps the regions that cost the most float "
-    "and writes them to <name>.int8.overrides.yaml. Where each Q/DQ goes, and why a tensor stays float, is a "
-    "rule: 'edgeq rules' lists them with their evidence.\n\n" + EXIT_CODES_HELP
+    "Writes <name>.int8.onnx, <name>.int8.cache with <name>.int8.fp32.onnx, and <name>.int8.json; then "
+    "checks Q/DQ against FP32 in onnxruntime on held-out data by the task's metric. 'edgeq rules' explains "
+    "the placement.\n\n" + EXIT_CODES_HELP
 )
 
 
@@ -63,10 +61,12 @@ def quantize_cmd(
     calib: Calib = None,
     synthetic: Synthetic = None,
     preprocess: Preprocess = None,
-    calibrator: CalibratorOpt = Calibrator.entropy,
+    calibrator: CalibratorOpt = Calibrator.auto,
     percentile: Percentile = 99.99,
-    holdout: Holdout = 0.2,
+    holdout: Holdout = "0.2",
+    metric: MetricOpt = "auto",
     min_cosine: MinCosine = None,
+    min_metric: MinMetric = None,
     placement: PlacementOpt = Placement.trt,
     overrides: Overrides = None,
     from_engine: Optional[Path] = typer.Option(
@@ -77,9 +77,9 @@ def quantize_cmd(
         None, "--max-loss", metavar="X", rich_help_panel=QUANTIZE,
         help="Keep the worst regions float until 1 - metric <= X.",
     ),
-    profile: Optional[Path] = typer.Option(
-        None, "--profile", metavar="PATH", rich_help_panel=QUANTIZE,
-        help="An earlier deploy's engine: what the float regions cost.",
+    engine: Optional[Path] = typer.Option(
+        None, "--engine", metavar="PATH", rich_help_panel=QUANTIZE,
+        help="An earlier deploy's run dir or layer JSON: the float regions' time.",
     ),
     json_out: Json = False,
 ) -> int:
@@ -92,12 +92,12 @@ def quantize_cmd(
         raise QuantError("give calibration data: --calib DIR or --synthetic N (one of them)")
     options = quantize_options(
         calib, synthetic=synthetic, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
-        placement=placement, overrides=overrides, holdout=holdout, min_cosine=min_cosine, cache=cache,
-        from_engine=from_engine,
+        placement=placement, overrides=overrides, holdout=holdout, metric=metric, min_cosine=min_cosine,
+        min_metric=min_metric, cache=cache, from_engine=from_engine,
     )  # fmt: skip
     options = replace(options, max_loss=max_loss)
     with progress_display(enabled=not json_out) as progress:
-        result = quantize_file(model, options, output=output, progress=progress, engine=profile)
+        result = quantize_file(model, options, output=output, progress=progress, engine=engine)
     code = code_for(result.ok)
     if json_out:
         print_json({**result.to_dict(), "exit_code": code})
@@ -125,19 +125,10 @@ def _render(result: Any) -> None:
     print_table(t, drop=("notes",))
     if "mirror" in d:
         _render_mirror(d["mirror"])
-    acc = result.accuracy
-    if acc is not None:
-        a = Table(title=f"Accuracy: FP32 vs Q/DQ in onnxruntime ({acc.samples} held-out samples)")
-        for col in ("output", "cosine (mean)", "cosine (worst)", "max abs error", "top-1 agreement"):
-            a.add_column(col, justify="left" if col == "output" else "right", no_wrap=col != "output")
-        for o in acc.outputs:
-            top1 = f"{o.top1:.1%}" if o.top1 is not None else "-"
-            figures = (f"{o.cosine:.6f}", f"{o.min_cosine:.6f}", f"{o.max_abs_error:.4g}", top1)
-            a.add_row(escape(o.name), *figures)
-        print_table(a, drop=("cosine (mean)", "top-1 agreement", "max abs error"))
-        if acc.threshold is not None:
-            style = "green" if acc else "bold red"
-            out.print(f"accuracy gate: [{style}]{escape(str(acc))}[/]")
+    if result.choice is not None and result.choice.auto:
+        _render_choice(result.choice)
+    if result.accuracy is not None:
+        _render_accuracy(result.accuracy)
     if result.max_loss is not None:
         style = "green" if result.max_loss.reached else "bold red"
         out.print(f"[{style}]{escape(result.max_loss.summary())}[/]")
@@ -168,3 +159,41 @@ def _render_mirror(m: dict[str, Any]) -> None:
                   f"'{escape(u['layer'])}': {escape(u['reason'])}")
     for name in m["unmapped_layers"]:
         err.print(f"[yellow]unmapped layer:[/] {escape(name)}")
+
+
+def _render_choice(choice: Any) -> None:
+    t = Table(title="--calibrator auto: each calibrator on the held-out set (one statistics pass)")
+    for col in ("calibrator", "score", "held-out result", "s"):
+        right = col in ("score", "s")
+        t.add_column(col, justify="right" if right else "left", no_wrap=col != "held-out result")
+    for c in choice.candidates:
+        mark = " (kept)" if c.method == choice.method else ""
+        t.add_row(escape(c.method + mark), f"{c.score.value:.6f}", escape(c.score.text), f"{c.seconds:.1f}")
+    print_table(t, drop=("s",))
+    out.print(escape(choice.summary()))
+
+
+def _render_accuracy(acc: Any) -> None:
+    from edgeq.text import number, plural
+
+    a = Table(title=f"Accuracy: FP32 vs Q/DQ in onnxruntime ({plural(acc.samples, 'held-out sample')}"
+                    f"{'; ' + acc.held_out if acc.held_out else ''})")
+    cols = ("output", "cosine (mean)", "cosine (worst)", "worst sample", "max abs error", "top-1 agreement")
+    for col in cols:
+        a.add_column(col, justify="left" if col == "output" else "right", no_wrap=col != "output")
+    for o in acc.outputs:
+        top1 = f"{o.top1:.1%}" if o.top1 is not None else "-"
+        figures = (f"{o.cosine:.6f}", f"{o.min_cosine:.6f}", f"#{o.worst_sample}", number(o.max_abs_error),
+                   top1)
+        a.add_row(escape(o.name), *figures)
+    print_table(a, drop=("cosine (mean)", "top-1 agreement", "max abs error", "worst sample"))
+    task = acc.task
+    if task is not None and task.metric != "cosine":
+        out.print(f"task metric: [bold]{escape(task.metric)}[/] {escape(str(task))} "
+                  f"[dim]({escape(acc.metric_why)})[/]")
+    if acc.threshold is not None or acc.min_metric is not None:
+        style = "green" if acc else "bold red"
+        out.print(f"accuracy gate: [{style}]{escape(str(acc))}[/]")
+    elif acc.far_below:
+        err.print(f"[bold red]warning: accuracy far below FP32:[/] {escape(str(acc))}; --min-metric makes "
+                  "this fail; try another --calibrator, or 'edgeq sensitivity' for the layers to blame")

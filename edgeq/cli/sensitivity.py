@@ -11,11 +11,13 @@ from rich.table import Table
 
 from edgeq.cli.app import app
 from edgeq.cli.options import (
-    QUANTIZE,
+    Budget,
     Calib,
     Calibrator,
     CalibratorOpt,
+    Holdout,
     Json,
+    MetricOpt,
     Overrides,
     Percentile,
     Placement,
@@ -41,25 +43,17 @@ _HELP = (
 def sensitivity_cmd(
     model: Path = typer.Argument(..., help="The float ONNX model."),
     calib: Calib = None,
-    holdout: Optional[Path] = typer.Option(
-        None, "--holdout", metavar="DIR", rich_help_panel=QUANTIZE,
-        help="Held-out samples to score on \\[default: a fifth of --calib].",
-    ),
-    metric: str = typer.Option(
-        "auto", "--metric", metavar="NAME", rich_help_panel=QUANTIZE,
-        help="Task metric: a built-in name, module:function, or auto (guessed from the outputs).",
-    ),
+    holdout: Holdout = "0.2",
+    metric: MetricOpt = "auto",
     preprocess: Preprocess = None,
-    calibrator: CalibratorOpt = Calibrator.entropy,
+    calibrator: CalibratorOpt = Calibrator.auto,
     percentile: Percentile = 99.99,
     placement: PlacementOpt = Placement.trt,
     overrides: Overrides = None,
     max_regions: int = typer.Option(
         20, "--max-regions", metavar="N", help="Score at most N regions (the most clipped).",
     ),
-    budget: Optional[str] = typer.Option(
-        None, "--budget", metavar="TIME", help="Stop starting regions after TIME (90s, 10m).",
-    ),
+    budget: Budget = None,
     output: Optional[Path] = typer.Option(
         None, "-o", "--output", metavar="DIR", help="Where to write \\[default: <model>.sensitivity/].",
     ),
@@ -72,13 +66,10 @@ def sensitivity_cmd(
     if calib is None:
         raise QuantError("sensitivity needs calibration data (--calib DIR)")
     q = quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
-                         placement=placement, overrides=overrides)  # fmt: skip
-    options = SensitivityOptions(q, holdout=holdout, metric=metric, max_regions=max_regions,
+                         placement=placement, overrides=overrides, holdout=holdout,
+                         metric=metric)  # fmt: skip
+    options = SensitivityOptions(q, max_regions=max_regions,
                                  budget_s=parse_budget(budget) if budget is not None else None)  # fmt: skip
-    if metric != "auto":  # a misspelt metric is said before any work
-        from edgeq.quant.metrics import metric_from_spec
-
-        metric_from_spec(metric)
     with progress_display(enabled=not json_out) as progress:
         result = sensitivity_file(model, options, output, progress)
     code = 130 if result.interrupted else 0

@@ -12,6 +12,7 @@ from edgeq.cli.app import app
 from edgeq.cli.options import (
     TARGET,
     AcceptNewHostKey,
+    Budget,
     Calib,
     Calibrator,
     CalibratorOpt,
@@ -48,13 +49,11 @@ def tune_cmd(
         help="trtexec on the target (overrides the target file; implies backend trtexec).",
     ),
     calib: Calib = ...,  # type: ignore[assignment]
-    calibrator: CalibratorOpt = Calibrator.entropy,
+    calibrator: CalibratorOpt = Calibrator.auto,
     percentile: Percentile = 99.99,
     min_cosine: MinCosine = 0.99,
     placement: PlacementOpt = Placement.implicit,
-    budget: str = typer.Option(
-        "20m", "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m)."
-    ),
+    budget: Budget = "20m",
     rounds: int = typer.Option(
         3, "--rounds", metavar="N", min=0, help="Paired re-timing rounds a decision (0: single timings)."
     ),
@@ -76,7 +75,7 @@ def tune_cmd(
                                  "engine)", param_hint="--placement")  # fmt: skip
     quantize = quantize_options(calib, calibrator=calibrator, percentile=percentile, min_cosine=min_cosine,
                                 placement=placement)  # fmt: skip
-    options = TuneOptions(quantize=quantize, out_dir=output, budget_s=parse_budget(budget),
+    options = TuneOptions(quantize=quantize, out_dir=output, budget_s=parse_budget(budget or "20m"),
                           accept_new_host_key=accept_new_host_key, rounds=rounds,
                           fallback=fallback)  # fmt: skip
     tgt = resolve_target(target or "")

@@ -8,7 +8,7 @@ The pipeline file (schema: ``PIPELINE``; paths relative to the current directory
     calib: data/calib               # calibration data, or synthetic: N
     preprocess: pipelines/preprocess-imagenet.yaml
     overrides: model.overrides.yaml
-    quantize: {calibrator: entropy, percentile: 99.99, placement: trt, holdout: 0.2, min_cosine: 0.98}
+    quantize: {calibrator: auto, placement: trt, holdout: data/held, metric: auto, min_metric: 0.95}
     target: orin-agx                # one target, or fleet: FILE, or targets: [...] (as a fleet file's)
     build_once_per_kind: true
     gate: {policy: int8, allow: [/fc/Gemm]}
@@ -42,7 +42,8 @@ from edgeq.remote.targets import GateConfig, gate_from_dict
 
 _QUANTIZE: dict[str, config.Checker] = {
     "calibrator": config.string, "percentile": config.number, "placement": config.string,
-    "holdout": config.number, "min_cosine": config.number,
+    "holdout": lambda v: v if isinstance(v, str) and v.strip() else config.number(v),
+    "metric": config.string, "min_cosine": config.number, "min_metric": config.number,
 }  # fmt: skip
 PIPELINE: dict[str, config.Checker] = {
     "name": config.string,
@@ -159,9 +160,14 @@ def _quantize_options(path: Path, calib: Optional[Path], synthetic: Optional[int
         raise ConfigError(f"{path}: 'quantize': placement implicit is not supported in pipeline and fleet "
                           "files (the host prepares one model before any target builds an implicit engine)",
                           "use 'edgeq deploy/compare/tune --placement implicit' per target, or trt")
+    from edgeq.quant.quantize import holdout_option
+
     try:
+        values = dict(section)
+        if "holdout" in values:
+            values["holdout"], values["holdout_data"] = holdout_option(values["holdout"])
         return QuantizeOptions(calib=calib, synthetic=synthetic, preprocess=preprocess, overrides=overrides,
-                               **section)  # fmt: skip
+                               **values)  # fmt: skip
     except QuantError as e:
         raise ConfigError(f"{path}: 'quantize': {e.message}", e.hint) from None
 

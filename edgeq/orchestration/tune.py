@@ -323,14 +323,14 @@ def tune(
     data = calibration_data(reference, q)
     if len(data) < 2:
         raise QuantError("tune's accuracy bound needs held-out samples", "give at least 2 samples")
-    cal, held, _ = split_data(data, q)
+    cal, held, _ = split_data(data, q, reference)
     assert held is not None  # two samples or more and a holdout in (0, 1)
     # The rules without the float-entry rule: its regions are decisions (float at the start, tried INT8)
     graph = graph_from_model(reference)
     plan = plan_placement(graph, "trt", float_entry=False)
     regions = float_entry_regions(graph, plan)
     if state.data["amax"] is None:
-        state.data["amax"] = calibrate(reference, plan, cal, q, progress)
+        state.data["amax"] = calibrate(reference, plan, cal, q, progress, held)
         state.save()
     amax: dict[str, float] = state.data["amax"]
     cache = cache_ranges(plan, amax, q)

@@ -78,9 +78,10 @@ def calibrate_once(model_path: Path, options: QuantizeOptions, *, holdout: bool 
     data = calibration_data(reference, options)
     held = None
     if holdout:
-        data, held, _ = split_data(data, options)
+        data, held, _ = split_data(data, options, reference)
     plan = plan_placement(graph_from_model(reference), "trt")
-    return Calibrated(reference, plan, calibrate(reference, plan, data, options), _stem(model_path)), held
+    amax = calibrate(reference, plan, data, options, held=held)
+    return Calibrated(reference, plan, amax, _stem(model_path)), held
 
 
 def implicit_variant(cal: Calibrated, out_dir: Path, options: QuantizeOptions) -> Variant:

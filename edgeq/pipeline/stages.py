@@ -211,12 +211,12 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Opt
             acc = q.accuracy.to_dict() if q.accuracy is not None else None
             r.data = {"output": model_file.name, "cache": cache.name, "accuracy": acc,
                       "fp32_model": implicit_model_path(cache).name,
-                      "calibrator": spec.calibrator, "placement": spec.placement,
+                      "calibrator": q.to_dict()["calibrator"], "placement": spec.placement,
                       "overrides": str(spec.overrides) if spec.overrides else None,
                       "excluded": list(q.plan.excluded), "forced": list(q.plan.forced)}
             r.summary = f"{len(q.plan.sites)} activations quantized -> {model_file.name}"
             if not q.ok:
-                raise QuantError(f"quantize: accuracy below min_cosine {spec.min_cosine}: {q.accuracy}",
+                raise QuantError(f"quantize: accuracy below the bound: {q.accuracy}",
                                  "see the quantize stage's accuracy; exclude sensitive layers (overrides)",
                                  exit_code=1)  # fmt: skip
     with rec.stage("lint") as r:

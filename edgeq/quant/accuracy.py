@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     import onnx
     import onnxruntime as ort
 
+    from edgeq.quant.metrics import Metric, TaskScore
+
 
 @dataclass(frozen=True)
 class OutputAccuracy:
@@ -34,40 +36,81 @@ class OutputAccuracy:
     min_cosine: float
     max_abs_error: float
     top1: float | None
+    worst_sample: int = 0  # index into the held-out set of the sample with ``min_cosine``
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "cosine": self.cosine, "min_cosine": self.min_cosine,
-                "max_abs_error": self.max_abs_error, "top1_agreement": self.top1}
+                "worst_sample": self.worst_sample, "max_abs_error": self.max_abs_error,
+                "top1_agreement": self.top1}
+
+
+# Below these a result is "far below FP32": a loud warning without a gate (``--min-cosine``,
+# ``--min-metric``). A task metric's headline is an agreement with FP32 (1.0 = the same), so losing a
+# tenth of it (detections, strings, top-1) is what a user notices; a cosine under 0.98 over an output
+# has always come with visible task loss on the models measured.
+FAR_BELOW = {"cosine": 0.98, "task": 0.90}
 
 
 @dataclass(frozen=True)
 class AccuracyReport:
+    """The accuracy check: per-output figures, and the task metric that decides when one is known.
+
+    ``threshold``: ``--min-cosine``; ``min_metric``: ``--min-metric`` on the task metric's headline;
+    ``held_out``: where the held-out samples came from (a separate set, or a slice of ``--calib``).
+    """
+
     samples: int
     outputs: tuple[OutputAccuracy, ...]
     threshold: float | None = None  # --min-cosine; None: report only
+    task: TaskScore | None = None  # the task metric (or cosine) over the same samples
+    min_metric: float | None = None
+    held_out: str = ""
+    metric_why: str = ""  # why this metric (--metric auto's reading of the outputs)
 
     @property
     def cosine(self) -> float:
-        """The deciding figure: the lowest mean cosine over the outputs."""
+        """The lowest mean cosine over the outputs."""
         return min((o.cosine for o in self.outputs), default=1.0)
 
     @property
     def worst(self) -> OutputAccuracy | None:
         return min(self.outputs, key=lambda o: o.cosine, default=None)
 
+    @property
+    def far_below(self) -> bool:
+        """The result is far below FP32 (see ``FAR_BELOW``): judged by the task metric when there is one."""
+        if self.task is not None and self.task.metric != "cosine":
+            return self.task.value < FAR_BELOW["task"]
+        return self.cosine < FAR_BELOW["cosine"]
+
     def __bool__(self) -> bool:
-        return self.threshold is None or self.cosine >= self.threshold
+        cos_ok = self.threshold is None or self.cosine >= self.threshold
+        metric_ok = self.min_metric is None or self.task is None or self.task.value >= self.min_metric
+        return cos_ok and metric_ok
 
     def __str__(self) -> str:
         w = self.worst
-        figure = f"cosine {self.cosine:.6f}" + (f" on '{w.name}'" if w is not None else "")
-        if self.threshold is None:
-            return f"{figure} over {self.samples} held-out samples"
-        verdict = "passes" if self else "fails"
-        return f"{figure} over {self.samples} held-out samples {verdict} --min-cosine {self.threshold}"
+        samples = f"{self.samples} held-out sample{'s' if self.samples != 1 else ''}"
+        named = w is not None and len(self.outputs) > 1
+        cos = f"cosine {self.cosine:.6f}" + (f" on '{w.name}'" if named and w is not None else "")
+        if self.task is not None and self.task.metric != "cosine":
+            figure = f"{self.task.metric}: {self.task} over {samples}; {cos}"
+        else:
+            figure = f"{cos} over {samples}"
+        gates = []
+        if self.threshold is not None:
+            gates.append(f"--min-cosine {self.threshold}")
+        if self.min_metric is not None:
+            gates.append(f"--min-metric {self.min_metric}")
+        if not gates:
+            return figure
+        return f"{figure} {'passes' if self else 'fails'} {' and '.join(gates)}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "cosine": self.cosine, "min_cosine_gate": self.threshold,
+        return {"samples": self.samples, "held_out": self.held_out, "cosine": self.cosine,
+                "min_cosine_gate": self.threshold, "min_metric_gate": self.min_metric,
+                "task": self.task.to_dict() if self.task is not None else None,
+                "metric_why": self.metric_why, "far_below_fp32": self.far_below,
                 "passed": bool(self), "outputs": [o.to_dict() for o in self.outputs]}
 
 
@@ -75,6 +118,7 @@ class _Acc:
     def __init__(self) -> None:
         self.cos_sum = 0.0
         self.cos_min = 1.0
+        self.worst = 0
         self.n = 0
         self.max_abs = 0.0
         self.top1_hits = 0
@@ -92,7 +136,8 @@ class _Acc:
 
         cos = cosine(r, g)
         self.cos_sum += cos
-        self.cos_min = min(self.cos_min, cos)
+        if cos < self.cos_min:
+            self.cos_min, self.worst = cos, self.n
         self.n += 1
         if r.size:
             self.max_abs = max(self.max_abs, float(np.nanmax(np.abs(r - g))))
@@ -148,6 +193,7 @@ def output_accuracy(reference: list[dict[str, np.ndarray]], candidate: list[dict
             a.cos_min if a.n else 1.0,
             a.max_abs,
             (a.top1_hits / a.top1_rows) if a.classifier and a.top1_rows else None,
+            a.worst,
         )
         for n, a in accs.items()
     )
@@ -180,3 +226,43 @@ def _session(model: onnx.ModelProto, providers: tuple[str, ...] | None) -> ort.I
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     return inference_session(model, opts, providers, purpose="the accuracy check")
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The held-out set with its FP32 reference outputs (run once) and the metric that judges candidates:
+    shared by the accuracy check, ``--calibrator auto``, ``edgeq sensitivity`` and deploy's check of
+    TensorRT's own outputs."""
+
+    data: Any  # the samples (a CalibrationSet or a list of feeds), re-iterable
+    outputs: list[dict[str, np.ndarray]]  # FP32 reference outputs, in ``data``'s order
+    metric: Metric
+    why: str  # why this metric ("--metric detection", or what --metric auto read in the outputs)
+    source: str  # where the samples came from
+
+    def score(self, candidate: list[dict[str, np.ndarray]]) -> TaskScore:
+        return self.metric.score(self.outputs, candidate)
+
+    def report(self, candidate: list[dict[str, np.ndarray]], *, threshold: float | None = None,
+               min_metric: float | None = None) -> AccuracyReport:
+        """The accuracy check of ``candidate`` (outputs on the same samples) against the reference."""
+        return AccuracyReport(len(self.outputs), output_accuracy(self.outputs, candidate), threshold,
+                              self.score(candidate), min_metric, self.source, self.why)
+
+
+def held_out_reference(reference: onnx.ModelProto, data: Any, *, metric: str = "auto", source: str = "",
+                       providers: tuple[str, ...] | None = None, progress: ProgressFn = no_progress
+                       ) -> HeldOut:
+    """Run the FP32 ``reference`` once on ``data`` and resolve ``metric`` (``auto``: read from its
+    outputs, ``guess_metric``)."""
+    from edgeq.quant.metrics import guess_metric, metric_from_spec
+
+    outputs = run_outputs(reference, data, providers=providers, progress=progress, what="FP32 reference")
+    if not outputs:
+        raise QuantError("the held-out set is empty")
+    if metric == "auto":
+        name, why = guess_metric(outputs[0])
+        why = f"--metric auto: {name} ({why})"
+    else:
+        name, why = metric, f"--metric {metric}"
+    return HeldOut(data, outputs, metric_from_spec(name), why, source)

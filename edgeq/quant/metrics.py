@@ -17,6 +17,7 @@ per-sample output dicts, higher is better.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -68,7 +69,8 @@ class TaskScore:
 class Metric(Protocol):
     """A comparison of candidate outputs with reference outputs, sample by sample (same order)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def score(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> TaskScore: ...
 
@@ -153,6 +155,8 @@ class UserMetric:
         except (TypeError, ValueError):
             raise QuantError(f"--metric {self.name} returned {type(got).__name__}, not a number or TaskScore"
                              ) from None
+        if math.isnan(value):
+            raise QuantError(f"--metric {self.name} returned NaN: it must score every candidate")
         return TaskScore(self.name, value, f"{self.name} {value:.4f}")
 
 

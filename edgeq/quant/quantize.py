@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError, first_line
 from edgeq.findings import Finding, ProgressFn, no_progress
-from edgeq.quant.accuracy import AccuracyReport
+from edgeq.quant.accuracy import AccuracyReport, HeldOut
 from edgeq.quant.overrides import Overrides
 from edgeq.quant.placement import PLACEMENTS
 from edgeq.quant.plan import Plan
@@ -32,10 +32,11 @@ if TYPE_CHECKING:
     import onnx
     import onnx_graphsurgeon as gs
 
+    from edgeq.quant.autocalib import Choice
     from edgeq.quant.calibrate import CalibOptions
     from edgeq.quant.data import CalibrationSet
     from edgeq.quant.mirror import MirrorReport
-    from edgeq.quant.sensitivity import FloatChoice
+    from edgeq.quant.sensitivity import KeptFloat
 
 log = logging.getLogger(__name__)
 IMPLICIT = "implicit"  # --placement implicit: the implicit engine built on a target, mirrored
@@ -52,12 +53,15 @@ class QuantizeOptions:
     calib: Path | None = None  # calibration data: a directory or one file (.npy/.npz, images)
     synthetic: int | None = None  # or N random samples (demos)
     preprocess: Path | None = None  # images: the preprocessing spec (YAML)
-    calibrator: str = "entropy"  # entropy | max | percentile | mse
+    calibrator: str = "auto"  # auto (each scored on the held-out set, the best kept) | entropy | max | ...
     percentile: float = 99.99
     placement: str = "trt"  # trt | all | implicit (a target's implicit engine mirrored, or --from-engine's)
     overrides: Path | Overrides | None = None  # the override file (YAML), or overrides already read
-    holdout: float = 0.2  # fraction of the data kept out of calibration for the accuracy check
+    holdout: float = 0.2  # without holdout_data: the fraction of the data kept out of calibration
+    holdout_data: Path | None = None  # --holdout DIR: a separate held-out set (all of --calib calibrates)
+    metric: str = "auto"  # the accuracy check's task metric (edgeq.quant.metrics), auto: read from outputs
     min_cosine: float | None = None  # accuracy gate
+    min_metric: float | None = None  # accuracy gate on the task metric's headline figure
     cache_path: Path | None = None  # write the TensorRT calibration cache here
     cache_all_tensors: bool = True  # cache every activation tensor (implicit path), not just the plan's
     providers: tuple[str, ...] | None = None  # onnxruntime providers; None: CUDA when present, else CPU
@@ -77,6 +81,13 @@ class QuantizeOptions:
             raise QuantError(f"--holdout must be in [0, 1), got {self.holdout}")
         if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
             raise QuantError(f"--min-cosine must be in [-1, 1], got {self.min_cosine}")
+        if self.holdout_data is not None and not Path(self.holdout_data).exists():
+            raise QuantError(f"{self.holdout_data}: held-out data not found", hint="--holdout takes a "
+                             "directory (or file) of held-out samples, or a fraction of --calib")
+        if self.metric != "auto":
+            from edgeq.quant.metrics import metric_from_spec
+
+            metric_from_spec(self.metric)  # an unknown name or unloadable module:function: said first
         if self.max_loss is not None and not 0.0 <= self.max_loss < 1.0:
             raise QuantError(f"--max-loss must be in [0, 1) (1 - the metric; FP32 scores 1), "
                              f"got {self.max_loss}")
@@ -88,9 +99,15 @@ class QuantizeOptions:
 
     def calibration(self) -> CalibOptions:
         """How ranges are computed (``collect_ranges``'s options); an unknown calibrator is refused here."""
+        from edgeq.quant.autocalib import AUTO, AUTO_ORDER
         from edgeq.quant.calibrate import CalibOptions
 
-        return CalibOptions(method=self.calibrator, percentile=self.percentile, providers=self.providers)
+        method = AUTO_ORDER[0] if self.calibrator == AUTO else self.calibrator
+        return CalibOptions(method=method, percentile=self.percentile, providers=self.providers)
+
+    @property
+    def gated(self) -> bool:
+        return self.min_cosine is not None or self.min_metric is not None
 
     def read_overrides(self) -> Overrides | None:
         if self.overrides is None or isinstance(self.overrides, Overrides):
@@ -107,6 +124,21 @@ class QuantizeOptions:
             from edgeq.quant.data import load_preprocess
 
             load_preprocess(self.preprocess)
+
+
+def holdout_option(value: str | float | Path) -> tuple[float, Path | None]:
+    """``--holdout`` (and a pipeline's ``holdout:``): a fraction of ``--calib`` (a number), or a separate
+    held-out set (a path): (fraction, path or None)."""
+    if isinstance(value, (int, float)):
+        return float(value), None
+    text = str(value).strip()
+    try:
+        return float(text), None
+    except ValueError:
+        pass
+    if not text:
+        raise QuantError("--holdout is empty", hint="give a directory of held-out samples or a fraction")
+    return QuantizeOptions.holdout, Path(text)
 
 
 @dataclass(frozen=True)
@@ -126,7 +158,8 @@ class QuantizeResult:
     notes: tuple[str, ...] = ()
     paths: dict[str, str] = field(default_factory=dict)
     mirror: MirrorReport | None = None  # --from-engine: how the engine mapped onto the model
-    max_loss: FloatChoice | None = None  # --max-loss: the regions kept float, the metric before and after
+    choice: Choice | None = None  # the calibrator used (auto: every one tried, with its score)
+    max_loss: KeptFloat | None = None  # --max-loss: the regions kept float, the metric before and after
 
     @property
     def ok(self) -> bool:
@@ -142,6 +175,7 @@ class QuantizeResult:
                 f"{len(plan.commuted)} INT8 by commuting, {len(plan.floats)} left float"
                 + (f" ({why})" if why else ""))
         line += f"; {self.mirror.summary_line()}" if self.mirror is not None else ""
+        line += f"; {self.choice.summary()}" if self.choice is not None and self.choice.auto else ""
         return line + (f"; {self.accuracy}" if self.accuracy is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
@@ -153,7 +187,8 @@ class QuantizeResult:
         return {
             **self.paths,
             "placement": plan.mode,
-            "calibrator": self.options.calibrator,
+            "calibrator": self.choice.method if self.choice is not None else self.options.calibrator,
+            "calibrators": self.choice.to_dict()["candidates"] if self.choice is not None else [],
             "samples": {"calibration": self.calibration_samples, "holdout": self.holdout_samples},
             "quantized": {
                 "activations": len(plan.sites),
@@ -253,46 +288,93 @@ def quantize_model(
     ``prepare_model``, ``plan_for``, ``split_data``, ``calibrate`` and ``cache_ranges``, which
     ``compare --target`` and ``tune`` call for their own placements from the same statistics.
     """
-    from edgeq.graph.io import check_model, graph_from_model, model_from_graph
-    from edgeq.quant.accuracy import compare_accuracy
+    from edgeq.graph.io import graph_from_model
     from edgeq.quant.cache import write_calibration_cache
-    from edgeq.quant.qdq import insert_qdq
 
     reference, changes, findings = prepare_model(model, progress, cleaned=cleaned)
     graph = graph_from_model(reference)
     plan, mirror = plan_for(graph, options)
-    calib, held, notes = split_data(data, options)
-    if options.min_cosine is not None and held is None:
+    calib, held, notes = split_data(data, options, reference)
+    if options.gated and held is None:
         raise QuantError("the accuracy gate needs held-out samples",
-                         hint="give at least 2 samples and --holdout above 0")
+                         hint="give --holdout DIR, or at least 2 samples and a --holdout fraction above 0")
+    choice, held_out, notes = calibrate_and_choose(reference, plan, calib, held, options, notes, progress)
+    kept = None
+    if options.max_loss is not None:  # the worst regions excluded, as --overrides would
+        from edgeq.quant.sensitivity import apply_max_loss
 
-    amax = calibrate(reference, plan, calib, options, progress)
-    choice = None
-    if options.max_loss is not None:  # the plan with the worst regions excluded, as --overrides would
-        from edgeq.quant.sensitivity import max_loss_plan
-
-        if held is None:
-            raise QuantError("--max-loss needs held-out samples", hint="give at least 2 samples")
-        plan, choice = max_loss_plan(reference, amax, held, options, options.max_loss, progress=progress)
-    inserted = insert_qdq(graph, plan, plan.scale_amax(amax))
-    qdq = model_from_graph(graph, like=reference)
-    check_model(qdq, name="quantized model")
-
+        plan, choice, kept = apply_max_loss(reference, choice, held_out, options, progress)
     accuracy = None
-    if held is not None and len(held):
-        accuracy = compare_accuracy(reference, qdq, held, threshold=options.min_cosine,
-                                    providers=options.providers, progress=progress)
+    if held_out is not None and choice.outputs is not None:
+        accuracy = held_out.report(choice.outputs, threshold=options.min_cosine,
+                                   min_metric=options.min_metric)
 
     # Written last: bad held-out data (NaN) raises above and must not leave a cache behind.
-    cache = cache_ranges(plan, amax, options)
+    cache = cache_ranges(plan, choice.amax, options)
     if options.cache_path is not None:
         write_calibration_cache(options.cache_path, cache)
     return QuantizeResult(
-        model=qdq, reference=reference, plan=plan, amax=amax, scales=inserted.scales, cache=cache,
-        accuracy=accuracy, options=options, calibration_samples=len(calib),
-        holdout_samples=len(held) if held is not None else 0, clean_changes=changes,
-        clean_findings=findings, notes=notes, mirror=mirror, max_loss=choice,
+        model=choice.model, reference=reference, plan=plan, amax=choice.amax,
+        scales=qdq_scales(plan, choice.amax), cache=cache, accuracy=accuracy, options=options,
+        calibration_samples=len(calib), holdout_samples=len(held) if held is not None else 0,
+        clean_changes=changes, clean_findings=findings, notes=notes, mirror=mirror, choice=choice,
+        max_loss=kept,
     )
+
+
+def build_qdq(reference: onnx.ModelProto, plan: Plan, amax: dict[str, float]) -> onnx.ModelProto:
+    """The Q/DQ model of ``plan`` with scales from ``amax`` (shared within scale groups); ``reference``
+    is not modified, so each calibrator's candidate is built from the same float model."""
+    from edgeq.graph.io import check_model, graph_from_model, model_from_graph
+    from edgeq.quant.qdq import insert_qdq
+
+    graph = graph_from_model(reference)
+    insert_qdq(graph, plan, plan.scale_amax(amax))
+    qdq = model_from_graph(graph, like=reference)
+    check_model(qdq, name="quantized model")
+    return qdq
+
+
+def qdq_scales(plan: Plan, amax: dict[str, float]) -> dict[str, float]:
+    """Activation tensor -> the Q/DQ scale ``build_qdq`` gives it (the shared amax's ``activation_scale``)."""
+    from edgeq.quant.calibrate import activation_scale
+
+    return {t: activation_scale(a) for t, a in plan.scale_amax(amax).items()}
+
+
+def calibrate_and_choose(
+    reference: onnx.ModelProto, plan: Plan, calib: CalibrationSet, held: CalibrationSet | None,
+    options: QuantizeOptions, notes: tuple[str, ...] = (), progress: ProgressFn = no_progress,
+) -> tuple[Choice, HeldOut | None, tuple[str, ...]]:
+    """One statistics pass over ``calib``, the FP32 reference run once on ``held``, then the calibrator:
+    ``--calibrator auto`` scores each on the held-out task metric and keeps the best (``autocalib``)."""
+    from edgeq.quant.accuracy import held_out_reference
+    from edgeq.quant.autocalib import AUTO, AUTO_ORDER, choose_calibrator, scorer
+    from edgeq.quant.calibrate import collect_histograms
+
+    calib_opts = options.calibration()
+    hists = collect_histograms(reference, calibrated_tensors(plan, options), calib, calib_opts, progress)
+    held_out = None
+    if held is not None and len(held):
+        source = (f"--holdout {options.holdout_data}" if options.holdout_data is not None else
+                  f"{options.holdout:.0%} of --calib (give --holdout DIR for a separate set)")
+        held_out = held_out_reference(reference, held, metric=options.metric, source=source,
+                                      providers=options.providers, progress=progress)
+    methods: tuple[str, ...] = (calib_opts.method,)
+    extra: list[str] = []
+    if options.calibrator == AUTO:
+        if held_out is None:
+            extra.append(f"--calibrator auto needs held-out samples to score: used {calib_opts.method}")
+        elif options.synthetic is not None:
+            extra.append(f"--calibrator auto on synthetic data scores nothing real: used {calib_opts.method}")
+        else:
+            methods = AUTO_ORDER
+    score = None
+    if held_out is not None:
+        score = scorer(held_out.metric, held_out.outputs, held_out.data, options.providers, progress)
+    choice = choose_calibrator(methods, hists, calib_opts, lambda amax: build_qdq(reference, plan, amax),
+                               score, progress)
+    return choice, held_out, (*notes, *extra)
 
 
 def plan_for(graph: gs.Graph, options: QuantizeOptions) -> tuple[Plan, MirrorReport | None]:
@@ -315,13 +397,27 @@ def plan_for(graph: gs.Graph, options: QuantizeOptions) -> tuple[Plan, MirrorRep
     return plan, mirror
 
 
-def split_data(data: CalibrationSet, options: QuantizeOptions
+def split_data(data: CalibrationSet, options: QuantizeOptions, model: onnx.ModelProto | None = None
                ) -> tuple[CalibrationSet, CalibrationSet | None, tuple[str, ...]]:
-    """(the calibration part, the held-out part for the accuracy check or None, notes): ``--holdout``
-    of the samples are held out when there are two or more."""
+    """(the calibration part, the held-out part for the accuracy check or None, notes).
+
+    ``--holdout DIR`` (``options.holdout_data``): that separate set, read for ``model``'s inputs, and all
+    of ``data`` calibrates. Otherwise ``--holdout`` of the samples are held out when there are two or
+    more: the fallback, and said so, since a slice of the calibration data is no test of how the model
+    does on data it was not calibrated on.
+    """
     notes = list(data.notes)
+    if options.holdout_data is not None:
+        from edgeq.quant.data import calibration_set
+
+        if model is None:
+            raise QuantError("--holdout DIR needs the model to read the held-out set for")  # a caller's bug
+        held = calibration_set(model, options.holdout_data, preprocess=options.preprocess)
+        return data, held, tuple(notes)
     if options.holdout > 0 and len(data) >= 2:
         calib, held = data.split(options.holdout)
+        notes.append(f"held-out samples: {len(held)} of --calib's {len(data)}, not calibrated on; "
+                     "--holdout DIR checks on a separate set")
         return calib, held, tuple(notes)
     if options.holdout > 0:
         notes.append("one calibration sample: nothing held out, no accuracy check")
@@ -334,12 +430,11 @@ def calibrated_tensors(plan: Plan, options: QuantizeOptions) -> list[str]:
 
 
 def calibrate(reference: onnx.ModelProto, plan: Plan, data: CalibrationSet, options: QuantizeOptions,
-              progress: ProgressFn = no_progress) -> dict[str, float]:
+              progress: ProgressFn = no_progress, held: CalibrationSet | None = None) -> dict[str, float]:
     """amax per tensor (before scale sharing) by ``--calibrator``, in one pass over ``data``: the Q/DQ
-    scales of any placement of ``reference`` and the implicit calibration cache all come from it."""
-    from edgeq.quant.calibrate import collect_ranges
-
-    return collect_ranges(reference, calibrated_tensors(plan, options), data, options.calibration(), progress)
+    scales of any placement of ``reference`` and the implicit calibration cache all come from it.
+    ``held``: the held-out samples ``--calibrator auto`` scores on (without them auto is entropy)."""
+    return calibrate_and_choose(reference, plan, data, held, options, (), progress)[0].amax
 
 
 def cache_ranges(plan: Plan, amax: dict[str, float], options: QuantizeOptions) -> dict[str, float]:
@@ -409,7 +504,7 @@ def quantize_file(
             if p.resolve() == q.resolve():
                 raise QuantError(f"the {other} and the {what} would both be {q}",
                                  hint="choose another -o/--cache path")
-    given = (src, options.calib, options.preprocess, options.from_engine, engine,
+    given = (src, options.calib, options.preprocess, options.from_engine, engine, options.holdout_data,
              options.overrides if isinstance(options.overrides, (str, Path)) else None)
     inputs = tuple(i for i in given if i is not None)
     for p in (out, cache, fp32, summary, *([kept_float] if kept_float else [])):  # before any work
@@ -418,11 +513,11 @@ def quantize_file(
         from edgeq.quant.mirror import load_engine
 
         load_engine(options.from_engine)
-    if engine is not None:  # nor a bad --profile engine
+    if engine is not None:  # nor a bad --engine
         from edgeq.report.compare_engine import engine_from_path
 
         if options.max_loss is None:
-            raise QuantError("--profile prices the regions --max-loss keeps float", "add --max-loss X")
+            raise QuantError("--engine prices the regions --max-loss keeps float", "add --max-loss X")
         engine_from_path(engine)
     read: list[Path] = []
     model = load_model(src, sources=read)
@@ -436,8 +531,8 @@ def quantize_file(
     if result.max_loss is not None and kept_float is not None:
         from edgeq.quant.sensitivity import overrides_text, speed_cost
 
-        choice = replace(result.max_loss, speed=speed_cost(engine, result.reference, result.max_loss.nodes))
-        result = replace(result, max_loss=choice, paths={**result.paths, "overrides_file": str(kept_float)})
+        priced = replace(result.max_loss, speed=speed_cost(engine, result.reference, result.max_loss.nodes))
+        result = replace(result, max_loss=priced, paths={**result.paths, "overrides_file": str(kept_float)})
     with staged_outputs() as staged:  # all or none: a full disk midway leaves nothing behind
         if result.max_loss is not None and kept_float is not None:
             text = overrides_text(options.read_overrides(), result.max_loss, f"edgeq quantize {src.name}")

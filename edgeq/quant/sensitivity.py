@@ -34,11 +34,13 @@ from edgeq.quant.overrides import Overrides
 from edgeq.unionfind import UnionFind
 
 if TYPE_CHECKING:
+    import numpy as np
     import onnx
     import onnx_graphsurgeon as gs
 
-    from edgeq.quant.data import CalibrationSet
-    from edgeq.quant.metrics import Metric, Outputs, TaskScore
+    from edgeq.quant.accuracy import HeldOut
+    from edgeq.quant.autocalib import Choice
+    from edgeq.quant.metrics import TaskScore
     from edgeq.quant.plan import Plan
     from edgeq.quant.quantize import QuantizeOptions
 
@@ -136,14 +138,12 @@ class Scorer:
     the held-out samples against the FP32 outputs computed once."""
 
     def __init__(self, reference: onnx.ModelProto, options: QuantizeOptions, amax: dict[str, float],
-                 held: CalibrationSet, metric: Metric, reference_outputs: Sequence[Outputs]) -> None:
+                 held: HeldOut) -> None:
         self.reference = reference
         self.options = options
         self.base = options.read_overrides()
         self.amax = amax
         self.held = held
-        self.metric = metric
-        self.reference_outputs = reference_outputs
         self.runs = 0
 
     def plan(self, exclude: Collection[str] = ()) -> tuple[gs.Graph, Plan]:
@@ -153,31 +153,23 @@ class Scorer:
         graph = graph_from_model(self.reference)
         return graph, plan_placement(graph, self.options.placement, with_excluded(self.base, exclude))
 
-    def score(self, exclude: Collection[str] = ()) -> TaskScore:
-        from edgeq.graph.io import model_from_graph
+    def run(self, exclude: Collection[str] = ()) -> tuple[Plan, onnx.ModelProto, list[dict[str, np.ndarray]]]:
+        """(the plan, its Q/DQ model, the model's held-out outputs) with ``exclude`` float."""
         from edgeq.quant.accuracy import run_outputs
-        from edgeq.quant.qdq import insert_qdq
+        from edgeq.quant.quantize import build_qdq
 
-        graph, plan = self.plan(exclude)
+        _, plan = self.plan(exclude)
         missing = [t for t in plan.tensors if t not in self.amax]
         if missing:
             raise QuantError(f"no calibration range for '{missing[0]}': the regions need every float "
                              "activation calibrated")
-        insert_qdq(graph, plan, plan.scale_amax(self.amax))
-        model = model_from_graph(graph, like=self.reference)
-        got = run_outputs(model, self.held, providers=self.options.providers, what="a candidate")
+        model = build_qdq(self.reference, plan, self.amax)
+        got = run_outputs(model, self.held.data, providers=self.options.providers, what="a candidate")
         self.runs += 1
-        return self.metric.score(self.reference_outputs, got)
+        return plan, model, got
 
-
-def resolve_metric(spec: str, reference_outputs: Sequence[Outputs]) -> tuple[Metric, str]:
-    """(the metric, why it was chosen): ``auto`` guesses from the FP32 outputs (``guess_metric``)."""
-    from edgeq.quant.metrics import guess_metric, metric_from_spec
-
-    if spec != "auto":
-        return metric_from_spec(spec), f"--metric {spec}"
-    name, why = guess_metric(reference_outputs[0]) if reference_outputs else ("cosine", "no samples")
-    return metric_from_spec(name), f"auto: {why}"
+    def score(self, exclude: Collection[str] = ()) -> TaskScore:
+        return self.held.score(self.run(exclude)[2])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -205,11 +197,9 @@ class RegionScore:
 @dataclass(frozen=True)
 class SensitivityOptions:
     """``edgeq sensitivity``'s settings: one quantization's (calibration data, calibrator, placement,
-    the user's overrides) plus the held-out set, the metric and the cost bounds."""
+    the user's overrides, the held-out set and the metric) plus the cost bounds."""
 
     quantize: QuantizeOptions
-    holdout: Path | None = None  # a separate held-out set; None: a slice of the calibration data
-    metric: str = "auto"
     max_regions: int | None = MAX_REGIONS
     budget_s: float | None = None
     alone: bool = True  # also score each region alone (the other half of the table)
@@ -219,9 +209,6 @@ class SensitivityOptions:
             raise QuantError(f"--max-regions must be at least 1, got {self.max_regions}")
         if self.budget_s is not None and self.budget_s <= 0:
             raise QuantError(f"--budget must be positive, got {self.budget_s:g} s")
-        if self.holdout is not None and not Path(self.holdout).exists():
-            raise QuantError(f"--holdout {self.holdout}: no such file or directory",
-                             "give the held-out samples (a directory or one file, as --calib)")
         if self.quantize.placement not in ("trt", "all") or self.quantize.from_engine is not None:
             raise QuantError("sensitivity ranks what --overrides can exclude: placement trt or all",
                              "leave out --placement implicit and --from-engine")
@@ -263,46 +250,46 @@ class SensitivityResult:
 @dataclass(frozen=True)
 class Prepared:
     """What every candidate shares: the cleaned model, the base plan and its regions, the ranges, the
-    held-out set and its FP32 outputs, the metric."""
+    held-out set with its FP32 outputs and metric, and the calibrator's all-INT8 outputs."""
 
     scorer: Scorer
     regions: list[QdqRegion]  # in the order they are tried (most clipped first)
-    metric_why: str
+    choice: Choice
     notes: tuple[str, ...]
 
 
 def prepare(model: onnx.ModelProto, options: SensitivityOptions, progress: ProgressFn = no_progress
             ) -> Prepared:
-    """Clean, place, calibrate once, run the FP32 reference once over the held-out set."""
+    """Clean, place, one statistics pass, the FP32 reference run once over the held-out set, the
+    calibrator (``--calibrator auto``: the one quantize would choose), as ``calibrate_and_choose`` does;
+    the histograms are kept to say how much each region's range clips."""
     from edgeq.graph.io import graph_from_model
-    from edgeq.quant.accuracy import run_outputs
-    from edgeq.quant.calibrate import collect_histograms, ranges_from_histograms
-    from edgeq.quant.quantize import calibration_data, plan_for, prepare_model, split_data
+    from edgeq.quant.accuracy import held_out_reference
+    from edgeq.quant.autocalib import AUTO, AUTO_ORDER, choose_calibrator, scorer
+    from edgeq.quant.calibrate import collect_histograms
+    from edgeq.quant.quantize import build_qdq, calibration_data, plan_for, prepare_model, split_data
 
-    q = options.quantize
+    q = replace(options.quantize, cache_all_tensors=True)  # every placement's tensors get a range
     reference, _, _ = prepare_model(model, progress)
     graph = graph_from_model(reference)
     plan, _ = plan_for(graph, q)
     data = calibration_data(reference, q)
-    notes = list(data.notes)
-    if options.holdout is not None:
-        from edgeq.quant.data import calibration_set
-
-        calib, held = data, calibration_set(reference, options.holdout, preprocess=q.preprocess)
-    else:
-        calib, maybe, _ = split_data(data, q)
-        if maybe is None:
-            raise QuantError("no held-out samples to score on", "give --holdout DIR, or 2 samples or more")
-        held = maybe
-        notes.append(f"no --holdout: scored on {len(held)} samples held out of --calib")
-    hists = collect_histograms(reference, list(plan.activations), calib, q.calibration(), progress)
-    amax = ranges_from_histograms(hists, q.calibration())
-    ref_out = run_outputs(reference, held, providers=q.providers, progress=progress, what="FP32 reference")
-    metric, why = resolve_metric(options.metric, ref_out)
-    shared = plan.scale_amax(amax)
+    calib, held, notes = split_data(data, q, reference)
+    if held is None or not len(held):
+        raise QuantError("no held-out samples to score on", "give --holdout DIR, or 2 samples or more")
+    calib_opts = q.calibration()
+    hists = collect_histograms(reference, list(plan.activations), calib, calib_opts, progress)
+    source = f"--holdout {q.holdout_data}" if q.holdout_data is not None else f"{q.holdout:.0%} of --calib"
+    held_out = held_out_reference(reference, held, metric=q.metric, source=source, providers=q.providers,
+                                  progress=progress)  # fmt: skip
+    methods = AUTO_ORDER if q.calibrator == AUTO else (calib_opts.method,)
+    choice = choose_calibrator(methods, hists, calib_opts, lambda amax: build_qdq(reference, plan, amax),
+                               scorer(held_out.metric, held_out.outputs, held, q.providers, progress),
+                               progress)  # fmt: skip
+    shared = plan.scale_amax(choice.amax)
     regions = [replace(r, clip=_clip(r, hists, shared)) for r in qdq_regions(graph, plan)]
     regions.sort(key=lambda r: -r.clip)  # stable: graph order among equals
-    return Prepared(Scorer(reference, q, amax, held, metric, ref_out), regions, why, tuple(notes))
+    return Prepared(Scorer(reference, q, choice.amax, held_out), regions, choice, tuple(notes))
 
 
 def _clip(region: QdqRegion, hists: Any, shared: dict[str, float]) -> float:
@@ -316,11 +303,12 @@ def sensitivity(model: onnx.ModelProto, options: SensitivityOptions, progress: P
     (``interrupted``)."""
     started = time.monotonic()
     prep = prepare(model, options, progress)
-    scorer = prep.scorer
-    all_int8 = scorer.score()
-    result = SensitivityResult(scorer.metric.name, prep.metric_why, len(scorer.reference_outputs), all_int8,
-                               [], regions=len(prep.regions), notes=list(prep.notes),
-                               calibrator=options.quantize.calibrator)
+    scorer, held = prep.scorer, prep.scorer.held
+    assert prep.choice.outputs is not None  # scored on the held-out set
+    all_int8 = held.score(prep.choice.outputs)
+    notes = [*prep.notes, *([prep.choice.summary()] if prep.choice.auto else [])]
+    result = SensitivityResult(held.metric.name, held.why, len(held.outputs), all_int8, [],
+                               regions=len(prep.regions), notes=notes, calibrator=prep.choice.method)
     todo = prep.regions
     if options.max_regions is not None and len(todo) > options.max_regions:
         result.skipped += [(r, f"--max-regions {options.max_regions}") for r in todo[options.max_regions:]]
@@ -383,7 +371,7 @@ def sensitivity_file(path: str | Path, options: SensitivityOptions, out_dir: str
 
 
 @dataclass(frozen=True)
-class FloatChoice:
+class KeptFloat:
     """``--max-loss``: the regions kept float so the metric's loss against FP32 is at most ``max_loss``."""
 
     max_loss: float
@@ -415,7 +403,7 @@ class FloatChoice:
         if not self.regions:
             return "speed cost: none (no region float)"
         if self.speed is None:
-            return "speed cost: unmeasured (give an earlier deploy's engine with --profile)"
+            return "speed cost: unmeasured (give an earlier deploy's run with --engine)"
         return self.speed.line()
 
     def to_dict(self) -> dict[str, Any]:
@@ -461,7 +449,7 @@ def speed_cost(engine: str | Path | None, reference: onnx.ModelProto | None, nod
 
     e = engine_from_path(engine, onnx_model=reference)
     if e.report is None:
-        raise QuantError(f"--profile {engine}: a failed build, no layers to price", "give a built engine")
+        raise QuantError(f"--engine {engine}: a failed build, no layers to price", "give a built engine")
     wanted = set(nodes)
     hit = [rl for rl in e.report.layers if wanted & set(rl.onnx_nodes)]
     found = wanted & {n for rl in hit for n in rl.onnx_nodes}
@@ -485,21 +473,22 @@ def rank_regions(scorer: Scorer, regions: Sequence[QdqRegion], all_int8: TaskSco
 
 
 def float_until(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float,
-                max_regions: int | None = MAX_REGIONS, progress: ProgressFn = no_progress) -> FloatChoice:
+                max_regions: int | None = MAX_REGIONS, progress: ProgressFn = no_progress,
+                before: TaskScore | None = None) -> KeptFloat:
     """Exclude the worst regions until ``1 - score <= max_loss``: rank them (all-but-one each), add them
     in that order keeping only those that raise the score (each re-checked with those already float),
     then drop any that the target no longer needs (re-checked again), so no region stays float for
     nothing."""
     if not 0.0 <= max_loss < 1.0:
         raise QuantError(f"--max-loss must be in [0, 1), got {max_loss}")
-    before = scorer.score()
-    runs0 = scorer.runs - 1
+    runs0 = scorer.runs
+    before = before if before is not None else scorer.score()
 
     def ok(s: TaskScore) -> bool:
         return 1.0 - s.value <= max_loss + 1e-12
 
     if ok(before):
-        return FloatChoice(max_loss, before, before, (), 0, 1)
+        return KeptFloat(max_loss, before, before, (), 0, scorer.runs - runs0)
     ranked = rank_regions(scorer, regions, before, max_regions, progress)
     kept: list[QdqRegion] = []
     best = before
@@ -521,28 +510,34 @@ def float_until(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float,
             if ok(got):
                 kept, best = rest, got
     progress("--max-loss", len(ranked), len(ranked))
-    return FloatChoice(max_loss, before, best, tuple(kept), len(ranked), scorer.runs - runs0)
+    return KeptFloat(max_loss, before, best, tuple(kept), len(ranked), scorer.runs - runs0)
 
 
-def max_loss_plan(reference: onnx.ModelProto, amax: dict[str, float], held: CalibrationSet,
-                  options: QuantizeOptions, max_loss: float, metric: str = "auto",
-                  progress: ProgressFn = no_progress) -> tuple[Plan, FloatChoice]:
-    """``quantize --max-loss``: (the plan with the chosen regions excluded, the choice)."""
-    from edgeq.quant.accuracy import run_outputs
-
+def apply_max_loss(reference: onnx.ModelProto, choice: Choice, held: HeldOut | None, options: QuantizeOptions,
+                   progress: ProgressFn = no_progress) -> tuple[Plan, Choice, KeptFloat]:
+    """``quantize --max-loss``: (the plan with the regions kept float excluded, the calibrator's choice
+    with that plan's model and held-out outputs, what was kept float), from the calibration ``choice``
+    made and the held-out set its accuracy check uses."""
+    if options.max_loss is None:
+        raise QuantError("apply_max_loss without --max-loss")  # a caller's bug
+    if held is None or choice.outputs is None:
+        raise QuantError("--max-loss needs held-out samples to score on",
+                         hint="give --holdout DIR, or at least 2 samples and a --holdout fraction above 0")
     if options.placement not in ("trt", "all") or options.from_engine is not None:
         raise QuantError("--max-loss excludes regions as --overrides does: placement trt or all",
                          "leave out --placement implicit and --from-engine")
-    ref_out = run_outputs(reference, held, providers=options.providers, progress=progress,
-                          what="FP32 reference")
-    scorer = Scorer(reference, options, amax, held, resolve_metric(metric, ref_out)[0], ref_out)
+    scorer = Scorer(reference, options, choice.amax, held)
     graph, plan = scorer.plan()
     # Every region is ranked (one held-out run each): quantize keeps no histograms to say which clip.
-    choice = float_until(scorer, qdq_regions(graph, plan), max_loss, None, progress)
-    return scorer.plan(choice.nodes)[1], choice
+    kept = float_until(scorer, qdq_regions(graph, plan), options.max_loss, None, progress,
+                       before=held.score(choice.outputs))
+    if not kept.regions:
+        return plan, choice, kept
+    plan, model, outputs = scorer.run(kept.nodes)
+    return plan, replace(choice, model=model, outputs=outputs), kept
 
 
-def overrides_text(base: Overrides | None, choice: FloatChoice, command: str = "edgeq quantize") -> str:
+def overrides_text(base: Overrides | None, choice: KeptFloat, command: str = "edgeq quantize") -> str:
     """The override file that replays ``choice`` (``--overrides``; ``deploy`` and ``tune`` read it the
     same way): the user's own patterns, then the regions ``--max-loss`` kept float."""
     import yaml
