@@ -294,3 +294,48 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, cli):
     _one_line_error(*cli(*q, "--engine", holdout), "--max-loss")
     _one_line_error(*cli(*q, "--max-loss", "0.01", "--engine", d / "no.layers.json"), "no.layers.json")
     assert sorted(p.name for p in d.iterdir()) == ["calib", "holdout", "m.onnx"]
+
+
+def test_tune_reads_the_same_override_file_and_its_gate_allows_those_nodes(tmp_path, monkeypatch, cli):
+    """The file --max-loss writes replays in tune: the rules' start with those nodes float, their Q/DQ and
+    weight DQs absent from the tuned model, and the precision gate's allowlist naming them (a stand-in
+    trtexec replaying a recorded engine on a ``host: local`` target: orchestration, not TensorRT)."""
+    import sys
+
+    from test_tune import _q_tensors
+    from trtexec_tune import tune_trtexec
+
+    from edgeq import zoo
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "targets").mkdir()
+    model = tmp_path / "net.onnx"
+    onnx.save(zoo.resnet_like(layers=(1, 1, 1)), str(model))
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(4):
+        np.save(calib / f"s{i}.npy", rng.random((1, 3, 64, 64), dtype=np.float32))
+    (tmp_path / "bin").mkdir()
+    trtexec = tune_trtexec(tmp_path / "bin", {})
+    target = {"host": "local", "work_dir": str(tmp_path / "remote"), "python": sys.executable,
+              "tensorrt": "8.6", "backend": "trtexec", "trtexec": str(trtexec),
+              "timeouts": {"connect": 10, "command": 60}}  # fmt: skip
+    (tmp_path / "targets" / "here.yaml").write_text(yaml.safe_dump(target))
+    fc = "/fc/Gemm"
+    ov = tmp_path / "net.int8.overrides.yaml"
+    ov.write_text(yaml.safe_dump({"version": 1, "exclude": [fc]}))
+    code, out, err = cli("tune", model, "--target", "here", "--calib", calib, "--min-cosine", "0.9",
+                         "--overrides", ov, "--budget", "1s", "--json")  # fmt: skip
+    d = json.loads(out)
+    assert "Traceback" not in err and d["start_from"]["placement"] == "rules", err
+    assert fc in d["gate"]["precision"]["allowed_wider"]
+    tuned = onnx.load(d["files"]["model"])
+    gemm = next(n for n in tuned.graph.node if n.name == fc)
+    assert gemm.input[1] == "fc.weight" and gemm.input[0] not in _q_tensors(Path(d["files"]["model"]))
+    (mark := tmp_path / "o2.yaml").write_text("exclude: [/nothing/*]\n")
+    code, out, err = cli("tune", model, "--target", "here", "--calib", calib, "--overrides", mark,
+                         "-o", tmp_path / "other")  # fmt: skip
+    _one_line_error(code, out, err, "matches no node")
+    assert not (tmp_path / "other").exists()
