@@ -339,3 +339,13 @@ def test_tune_reads_the_same_override_file_and_its_gate_allows_those_nodes(tmp_p
                          "-o", tmp_path / "other")  # fmt: skip
     _one_line_error(code, out, err, "matches no node")
     assert not (tmp_path / "other").exists()
+
+
+def test_a_written_exclude_names_exactly_its_node_whatever_characters_the_name_holds():
+    from edgeq.quant.overrides import Overrides
+    from edgeq.quant.sensitivity import exact_pattern
+
+    names = ["/m/cv[1]/Conv", "/m/cv?/Conv*", "re:/m/.*", "/m/cv1/Conv", "re:x", "/m/cvX/Conv"]
+    for name in names[:5]:
+        excluded, _ = Overrides(exclude=(exact_pattern(name),)).resolve(names)
+        assert excluded == {name}, name

@@ -115,13 +115,8 @@ def qdq_regions(graph: gs.Graph, plan: Plan) -> list[QdqRegion]:
 def exact_pattern(name: str) -> str:
     """An ``--overrides`` pattern matching exactly ``name`` (glob characters and a ``re:`` prefix
     escaped), so a written override file names nodes as they are."""
-    import fnmatch
-
     escaped = "".join(f"[{c}]" if c in "*?[" else c for c in name)
-    if escaped.startswith("re:"):
-        escaped = "[r]" + escaped[1:]
-    assert fnmatch.fnmatchcase(name, escaped)
-    return escaped
+    return "[r]" + escaped[1:] if escaped.startswith("re:") else escaped
 
 
 def with_excluded(base: Overrides | None, nodes: Collection[str], source: str = "sensitivity") -> Overrides:
@@ -145,13 +140,18 @@ class Scorer:
         self.amax = amax
         self.held = held
         self.runs = 0
+        self._graph: gs.Graph | None = None
 
     def plan(self, exclude: Collection[str] = ()) -> tuple[gs.Graph, Plan]:
+        """(the graph placement read, the plan): placement only reads the graph, so one serves them all
+        (``build_qdq`` inserts into a copy of its own)."""
         from edgeq.graph.io import graph_from_model
         from edgeq.quant.placement import plan_placement
 
-        graph = graph_from_model(self.reference)
-        return graph, plan_placement(graph, self.options.placement, with_excluded(self.base, exclude))
+        if self._graph is None:
+            self._graph = graph_from_model(self.reference)
+        return self._graph, plan_placement(self._graph, self.options.placement,
+                                           with_excluded(self.base, exclude))
 
     def run(self, exclude: Collection[str] = ()) -> tuple[Plan, onnx.ModelProto, list[dict[str, np.ndarray]]]:
         """(the plan, its Q/DQ model, the model's held-out outputs) with ``exclude`` float."""
@@ -248,7 +248,7 @@ class SensitivityResult:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class Setup:
     """What every candidate shares: the cleaned model, the base plan and its regions, the ranges, the
     held-out set with its FP32 outputs and metric, and the calibrator's all-INT8 outputs."""
 
@@ -259,7 +259,7 @@ class Prepared:
 
 
 def prepare(model: onnx.ModelProto, options: SensitivityOptions, progress: ProgressFn = no_progress
-            ) -> Prepared:
+            ) -> Setup:
     """Clean, place, one statistics pass, the FP32 reference run once over the held-out set, the
     calibrator (``--calibrator auto``: the one quantize would choose), as ``calibrate_and_choose`` does;
     the histograms are kept to say how much each region's range clips."""
@@ -289,7 +289,7 @@ def prepare(model: onnx.ModelProto, options: SensitivityOptions, progress: Progr
     shared = plan.scale_amax(choice.amax)
     regions = [replace(r, clip=_clip(r, hists, shared)) for r in qdq_regions(graph, plan)]
     regions.sort(key=lambda r: -r.clip)  # stable: graph order among equals
-    return Prepared(Scorer(reference, q, choice.amax, held_out), regions, choice, tuple(notes))
+    return Setup(Scorer(reference, q, choice.amax, held_out), regions, choice, tuple(notes))
 
 
 def _clip(region: QdqRegion, hists: Any, shared: dict[str, float]) -> float:
