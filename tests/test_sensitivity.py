@@ -28,7 +28,8 @@ CULPRIT = "/c/Conv"  # reads the clipped tensor 'rb'
 ENTROPY = ("--calibrator", "entropy", "--metric", "cosine")  # TensorRT's calibrator, the one that clips
 
 
-def outlier_model(path: Path) -> Path:
+def outlier_model(path: Path, second: bool = False) -> Path:
+    """``second``: a copy of branch B (``/f/Conv`` reads ``rf``, output ``out_f``) clipped the same way."""
     rng = np.random.default_rng(1)
     wa = rng.standard_normal((8, 4, 3, 3)) * 0.3
     we = rng.standard_normal((8, 8, 3, 3)) * 0.2
@@ -53,9 +54,15 @@ def outlier_model(path: Path) -> Path:
         conv("Relu", ["cb"], ["rb"], name="/b/Relu"),
         conv("Conv", ["rb", "wc", "bc"], ["out_b"], name=CULPRIT),
     ]
+    outputs = ["out_a", "out_b"]
+    if second:
+        nodes += [conv("Conv", ["input", "wb", "bb"], ["cf"], name="/g/Conv"),
+                  conv("Relu", ["cf"], ["rf"], name="/g/Relu"),
+                  conv("Conv", ["rf", "wc", "bc"], ["out_f"], name="/f/Conv")]
+        outputs.append("out_f")
     graph = helper.make_graph(
         nodes, "outlier", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 8, 8]) for n in ("out_a", "out_b")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 8, 8]) for n in outputs],
         [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in weights.items()],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -183,7 +190,8 @@ def test_max_loss_keeps_the_culprit_float_and_the_override_file_replays_it(case,
     code, out, err = cli("quantize", model, "--calib", calib, *ENTROPY, "--max-loss", "0.01",
                          "-o", d / "a.onnx")
     assert code == 0, err
-    assert "--max-loss 0.01 reached: 1 region(s) float" in out and "speed cost: unmeasured" in out
+    assert f"--max-loss 0.01 reached: 1 region(s) float (1 node(s): {CULPRIT})" in out
+    assert "speed cost: unmeasured" in out
     s = json.loads((d / "a.json").read_text())
     ml = s["max_loss"]
     assert ml["reached"] and ml["nodes"] == [CULPRIT]
@@ -199,6 +207,18 @@ def test_max_loss_keeps_the_culprit_float_and_the_override_file_replays_it(case,
     replayed = json.loads((d / "b.json").read_text())
     assert replayed["overrides"] == s["overrides"] and replayed["activations"] == s["activations"]
     assert onnx.load(d / "b.onnx").graph == onnx.load(d / "a.onnx").graph
+
+
+def test_max_loss_tries_a_region_the_first_ranking_hid(tmp_path, cli):
+    """Two branches clipped alike, judged by their worse output: floating either alone recovers nothing
+    (the other still fails), so both rank at zero; the greedy pass re-checks each with the other float."""
+    model = outlier_model(tmp_path / "m.onnx", second=True)
+    calib = samples(tmp_path / "calib", 16, 0)
+    code, out, err = cli("quantize", model, "--calib", calib, *ENTROPY, "--max-loss", "0.01", "--json")
+    assert code == 0, (out, err)
+    ml = json.loads(out)["max_loss"]
+    assert ml["reached"] and sorted(ml["nodes"]) == ["/c/Conv", "/f/Conv"]
+    assert 1 - ml["before"]["value"] > 0.05
 
 
 def test_max_loss_keeps_the_users_own_overrides_and_adds_nothing_when_already_met(case, cli):

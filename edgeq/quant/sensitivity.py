@@ -391,9 +391,9 @@ class KeptFloat:
         return tuple(n for r in self.regions for n in r.nodes)
 
     def summary(self) -> str:
-        names = ", ".join(r.name for r in self.regions[:4]) + (
-            f", ... {len(self.regions) - 4} more" if len(self.regions) > 4 else "")
-        went = (f"{len(self.regions)} region(s) float ({len(self.nodes)} nodes: {names})" if self.regions
+        nodes = self.nodes
+        names = ", ".join(nodes[:4]) + (f", ... {len(nodes) - 4} more" if len(nodes) > 4 else "")
+        went = (f"{len(self.regions)} region(s) float ({len(nodes)} node(s): {names})" if self.regions
                 else "no region float")
         verdict = "reached" if self.reached else "NOT reached"
         return (f"--max-loss {self.max_loss:g} {verdict}: {went}; {self.before.text} -> {self.after.text} "
@@ -459,26 +459,28 @@ def speed_cost(engine: str | Path | None, reference: onnx.ModelProto | None, nod
     return SpeedCost(str(engine), len(hit), len(found), len(wanted), ms, total)
 
 
-def rank_regions(scorer: Scorer, regions: Sequence[QdqRegion], all_int8: TaskScore,
-                 max_regions: int | None = MAX_REGIONS, progress: ProgressFn = no_progress
-                 ) -> list[tuple[QdqRegion, float]]:
-    """(region, recovered) for the first ``max_regions`` (most clipped first), most recovered first."""
+def rank_regions(scorer: Scorer, regions: Sequence[QdqRegion], max_regions: int | None = MAX_REGIONS,
+                 progress: ProgressFn = no_progress) -> list[tuple[QdqRegion, TaskScore]]:
+    """(region, the score with every other region INT8) for the first ``max_regions``, best first: the
+    region whose float recovers most leads."""
     todo = list(regions)[:max_regions] if max_regions is not None else list(regions)
     ranked = []
     progress("ranking regions", 0, len(todo))
     for i, r in enumerate(todo):
-        ranked.append((r, scorer.score(r.nodes).value - all_int8.value))
+        ranked.append((r, scorer.score(r.nodes)))
         progress("ranking regions", i + 1, len(todo))
-    return sorted(ranked, key=lambda x: -x[1])
+    return sorted(ranked, key=lambda x: -x[1].value)
 
 
 def float_until(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float,
                 max_regions: int | None = MAX_REGIONS, progress: ProgressFn = no_progress,
                 before: TaskScore | None = None) -> KeptFloat:
-    """Exclude the worst regions until ``1 - score <= max_loss``: rank them (all-but-one each), add them
-    in that order keeping only those that raise the score (each re-checked with those already float),
-    then drop any that the target no longer needs (re-checked again), so no region stays float for
-    nothing."""
+    """Exclude the worst regions until ``1 - score <= max_loss``: rank them (all-but-one each), then add
+    them in that order, each re-checked with those already float and kept unless it lowers the score
+    (one that recovered nothing alone is still tried and a tie is kept: two branches judged by the worse
+    of them each recover nothing alone), stopping at the target; then drop, last added first, any kept
+    region the target no longer needs (re-checked again), so no region stays float for nothing. At most
+    three held-out runs per region."""
     if not 0.0 <= max_loss < 1.0:
         raise QuantError(f"--max-loss must be in [0, 1), got {max_loss}")
     runs0 = scorer.runs
@@ -489,18 +491,16 @@ def float_until(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float,
 
     if ok(before):
         return KeptFloat(max_loss, before, before, (), 0, scorer.runs - runs0)
-    ranked = rank_regions(scorer, regions, before, max_regions, progress)
+    ranked = rank_regions(scorer, regions, max_regions, progress)
     kept: list[QdqRegion] = []
     best = before
     progress("--max-loss", 0, len(ranked))
-    for i, (region, recovered) in enumerate(ranked):
+    for i, (region, alone) in enumerate(ranked):
         if ok(best):
             break
         progress("--max-loss", i + 1, len(ranked))
-        if recovered <= 0:
-            continue
-        got = scorer.score([n for r in (*kept, region) for n in r.nodes])
-        if got.value > best.value:
+        got = alone if not kept else scorer.score([n for r in (*kept, region) for n in r.nodes])
+        if got.value >= best.value:
             kept.append(region)
             best = got
     if ok(best):
