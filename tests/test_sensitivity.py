@@ -312,6 +312,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, cli):
     for x in ("1.5", "-0.1", "1"):
         _one_line_error(*cli(*q, "--max-loss", x), "--max-loss must be in [0, 1)")
     _one_line_error(*cli(*q, "--engine", holdout), "--max-loss")
+    _one_line_error(*cli(*q, "--max-loss", "0.1", "--from-engine", holdout), "placement trt or all")
     _one_line_error(*cli(*q, "--max-loss", "0.01", "--engine", d / "no.layers.json"), "no.layers.json")
     assert sorted(p.name for p in d.iterdir()) == ["calib", "holdout", "m.onnx"]
 

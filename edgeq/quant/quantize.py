@@ -91,6 +91,9 @@ class QuantizeOptions:
         if self.max_loss is not None and not 0.0 <= self.max_loss < 1.0:
             raise QuantError(f"--max-loss must be in [0, 1) (1 - the metric; FP32 scores 1), "
                              f"got {self.max_loss}")
+        if self.max_loss is not None and (self.placement == IMPLICIT or self.from_engine is not None):
+            raise QuantError("--max-loss keeps regions float as --overrides does: placement trt or all",
+                             hint="leave out --placement implicit and --from-engine")
         self.calibration()  # the calibrator and its percentile
 
     @property

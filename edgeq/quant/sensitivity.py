@@ -9,7 +9,8 @@ the fix is to keep that part float, which a user can only do knowing which part 
 The unit is what ``--overrides``' ``exclude`` takes, so a result is directly usable: a region is one
 scale group of the plan (Q/DQ sites sharing one scale, through the data movement they commute across)
 together with the nodes that read it in INT8; groups read by one node are one region. Excluding a
-region's nodes leaves its tensors and its nodes' weights float, and nothing else; a weighted node whose
+region's nodes leaves its tensors and its nodes' weights float (and what a placement pattern anchored
+at one of them placed: the placement decides, as it would for the user's file); a weighted node whose
 input stays float anyway is a region of its own (its weights). Every candidate is the plan
 ``quantize --overrides`` would place with those nodes excluded, scaled from ONE calibration pass (every
 float activation is calibrated, so any placement has its ranges) and scored on the held-out samples
@@ -18,6 +19,7 @@ against ONE run of the FP32 reference: a region's "recovered" figure is exactly 
 Cost: two onnxruntime runs of the held-out set per region (alone and all-but-one). Regions are tried in
 the order their calibrated range clips most (largest ``max |x| / amax`` first, from the same histograms),
 so a cap (``max_regions``, a time budget) keeps the likely culprits and says what it skipped.
+``--max-loss`` ranks every region (one run each) and needs at most two more runs per region.
 """
 
 from __future__ import annotations
@@ -523,9 +525,6 @@ def apply_max_loss(reference: onnx.ModelProto, choice: Choice, held: HeldOut | N
     if held is None or choice.outputs is None:
         raise QuantError("--max-loss needs held-out samples to score on",
                          hint="give --holdout DIR, or at least 2 samples and a --holdout fraction above 0")
-    if options.placement not in ("trt", "all") or options.from_engine is not None:
-        raise QuantError("--max-loss excludes regions as --overrides does: placement trt or all",
-                         "leave out --placement implicit and --from-engine")
     scorer = Scorer(reference, options, choice.amax, held)
     graph, plan = scorer.plan()
     # Every region is ranked (one held-out run each): quantize keeps no histograms to say which clip.
