@@ -70,6 +70,9 @@ PlacementOpt = Annotated[Placement, typer.Option(
 Overrides = Annotated[Optional[Path], typer.Option(
     "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
 
+Budget = Annotated[Optional[str], typer.Option(
+    "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m).")]
+
 # -- the target ------------------------------------------------------------------------------------------
 TargetName = Annotated[Optional[str], typer.Option(
     "--target", "-t", metavar="NAME", rich_help_panel=TARGET, help="targets/NAME.yaml, or a target file.")]

@@ -12,11 +12,13 @@ from edgeq.cli.app import app
 from edgeq.cli.options import (
     TARGET,
     AcceptNewHostKey,
+    Budget,
     Calib,
     Calibrator,
     CalibratorOpt,
     Json,
     MinCosine,
+    Overrides,
     Percentile,
     Placement,
     PlacementOpt,
@@ -52,9 +54,8 @@ def tune_cmd(
     percentile: Percentile = 99.99,
     min_cosine: MinCosine = 0.99,
     placement: PlacementOpt = Placement.implicit,
-    budget: str = typer.Option(
-        "20m", "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m)."
-    ),
+    overrides: Overrides = None,
+    budget: Budget = "20m",
     rounds: int = typer.Option(
         3, "--rounds", metavar="N", min=0, help="Paired re-timing rounds a decision (0: single timings)."
     ),
@@ -74,9 +75,11 @@ def tune_cmd(
     if placement == Placement.all:
         raise typer.BadParameter("tune starts from trt (the rules) or implicit (the mirror of the implicit "
                                  "engine)", param_hint="--placement")  # fmt: skip
+    if overrides is not None and fallback:  # nodes kept float on purpose: the rules' start honours them
+        placement = Placement.trt
     quantize = quantize_options(calib, calibrator=calibrator, percentile=percentile, min_cosine=min_cosine,
-                                placement=placement)  # fmt: skip
-    options = TuneOptions(quantize=quantize, out_dir=output, budget_s=parse_budget(budget),
+                                placement=placement, overrides=overrides)  # fmt: skip
+    options = TuneOptions(quantize=quantize, out_dir=output, budget_s=parse_budget(budget or "20m"),
                           accept_new_host_key=accept_new_host_key, rounds=rounds,
                           fallback=fallback)  # fmt: skip
     tgt = resolve_target(target or "")

@@ -44,6 +44,7 @@ from edgeq.pipeline.stages import (
     ProfileSettings,
     conclude,
     direct_agent,
+    gate_policy,
     on_target,
     prepare_host,
     probe,
@@ -312,7 +313,7 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
                               remote_name=f"{fleet_dir.name}-{run_dir.name}", probed=probed)
             facts = resume.board_facts(found)
             update(gpu=found.gpu, kind=found.kind)
-            conclude(rec, prepared.model, policy)
+            conclude(rec, prepared.model, gate_policy(policy, prepared.stages))
     except Interrupted as e:  # Ctrl-C: its remote command killed, the run directory says how far it got
         stopped = f"stopped during {row.stage}"
         row.exit_code = e.exit_code
