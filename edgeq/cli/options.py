@@ -35,6 +35,7 @@ class Placement(str, Enum):
     trt = "trt"
     all = "all"
     implicit = "implicit"
+    auto = "auto"  # decided on the target, cached (deploy's default; edgeq.orchestration.auto)
 
 
 # -- quantization: what quantize, deploy, compare, tune, fleet and release calibrate on, and how -----------
@@ -58,7 +59,8 @@ MinCosine = Annotated[Optional[float], typer.Option(
     help="Accuracy bound: FP32 vs Q/DQ cosine on held-out data.")]
 PlacementOpt = Annotated[Placement, typer.Option(
     "--placement", metavar="MODE", case_sensitive=False, rich_help_panel=QUANTIZE,
-    help="trt (8.6 rules), all (every tensor), implicit (its mirror).")]
+    help="trt (8.6 rules), all (every tensor), implicit (its mirror), auto (deploy: decided on the target, "
+    "cached).")]
 Overrides = Annotated[Optional[Path], typer.Option(
     "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
 
@@ -121,9 +123,13 @@ def quantize_options(
     cache: Optional[Path] = None,
     from_engine: Optional[Path] = None,
 ) -> QuantizeOptions:
-    """The one options object of every command that quantizes (the groups above, by value)."""
+    """The one options object of every command that quantizes (the groups above, by value). ``auto`` is
+    decided on a target (deploy resolves it before this); anywhere else it is a usage error."""
     from edgeq.quant.quantize import QuantizeOptions
 
+    if placement == Placement.auto:
+        raise typer.BadParameter("--placement auto is decided on a target by edgeq deploy; give trt, all or "
+                                 "implicit here", param_hint="--placement")  # fmt: skip
     return QuantizeOptions(
         calib=calib, synthetic=synthetic, preprocess=preprocess, calibrator=Calibrator(calibrator).value,
         percentile=percentile, placement=Placement(placement).value, overrides=overrides, holdout=holdout,

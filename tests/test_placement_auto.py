@@ -1,0 +1,146 @@
+"""``edgeq deploy --placement auto`` (the default with a float model and --calib): the target decides the
+placement once per (model, calibration, TensorRT version, GPU) and the placement cache remembers it.
+
+Whole deploys over a real OpenSSH sshd on 127.0.0.1 (or ``host: local`` where the transport is not the
+point), with the trtexec stand-in of tests/trtexec_tune.py answering with real TensorRT 8.6 recordings
+(ResNet-50, tests/fixtures/trt86-h100-placed: implicit and edgeq's explicit engine, the same 57 layers).
+The stand-in writes which ONNX each build received, so the tests see which engines were built. A failed
+explicit build replays a real failing TensorRT 8.6.0 build log (tests/fixtures/trt86-h200). Orchestration,
+cache and fallbacks, not TensorRT.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from trtexec_tune import builds, tune_trtexec
+
+from edgeq import zoo
+from edgeq.fs import sha256_file
+
+H200 = Path(__file__).parent / "fixtures" / "trt86-h200"
+SKIP2 = "/layer2/layer2.0/downsample/downsample.0/Conv_output_0"  # a residual skip of ResNet-50
+H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+ORIN = {"name": "Orin", "compute_capability": "8.7"}
+
+
+def _workspace(root: Path, trtexec: Path, sshd=None, gpu=H100) -> str:
+    """A target file for the stand-in (over ``sshd`` when given, else ``host: local``)."""
+    t = {"work_dir": str(root / "remote"), "python": sys.executable, "tensorrt": "8.6", "backend": "trtexec",
+         "trtexec": str(trtexec), "gpu": gpu, "timeouts": {"connect": 10, "command": 60}}  # fmt: skip
+    if sshd is None:
+        t["host"] = "local"
+    else:
+        t.update(host=sshd.host, port=sshd.port, user=sshd.user, identity_file=str(sshd.identity_file),
+                 known_hosts=str(sshd.known_hosts))  # fmt: skip
+    (root / "targets").mkdir(exist_ok=True)
+    (root / "targets" / "board.yaml").write_text(yaml.safe_dump(t))
+    return "board"
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "bin").mkdir()
+    model = zoo.resnet50(size=32)
+    onnx.save(model, str(tmp_path / "net.onnx"))
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        np.save(calib / f"s{i}.npy", rng.random((1, 3, 32, 32), dtype=np.float32))
+    return tmp_path
+
+
+def _deploy(cli, root: Path, *more) -> tuple[int, dict, str]:
+    code, out, err = cli("deploy", root / "net.onnx", "--target", "board", "--calib", root / "calib",
+                         "--iterations", "1", "--duration", "0", *more, "--json")  # fmt: skip
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def _implicit_builds(trtexec: Path) -> int:
+    return sum(any(a.startswith("--calib=") for a in b) for b in builds(trtexec))
+
+
+def _shipped(trtexec: Path, i: int) -> onnx.ModelProto:
+    argv = builds(trtexec)[i]
+    return onnx.load(next(a.split("=", 1)[1] for a in argv if a.startswith("--onnx=")))
+
+
+def _qdq(model: onnx.ModelProto) -> dict[str, float]:
+    """Activation tensor -> the scale of its QuantizeLinear (the Q/DQ model's placement and scales)."""
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    return {n.input[0]: float(init[n.input[1]]) for n in model.graph.node
+            if n.op_type == "QuantizeLinear" and n.input[0] not in init}  # fmt: skip
+
+
+def _entries(root: Path) -> list[Path]:
+    return sorted((root / "cache" / "edgeq" / "placement").glob("*.json"))
+
+
+@pytest.mark.sshd
+def test_first_deploy_decides_and_caches_the_second_builds_only_the_explicit_engine(root, cli, sshd):
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec, sshd)
+    code, d, err = _deploy(cli, root)
+    assert code == 0, err
+    auto = d["placement"]
+    # decided on the target: implicit (the FP32 model with the calibration cache), then its mirror
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False]
+    assert auto["kept"] == "explicit" and not auto["from_cache"] and not auto["cache"]["hit"]
+    assert d["relative_gate"]["passed"] and auto["evidence"]["ratio"] >= 0.98
+    assert isinstance(auto["implicit_build_seconds"], float)  # the decision's cost, said
+    # one cache entry, keyed by the four things, in the user cache
+    (entry,) = _entries(root)
+    e = json.loads(entry.read_text())
+    assert e["key"] == {"model_sha256": sha256_file(root / "net.onnx"), "calibration_sha256":
+                        auto["key"]["calibration_sha256"], "tensorrt": "8.6.0", "gpu": H100["name"],
+                        "compute_capability": "9.0"}  # fmt: skip
+    assert auto["cache"]["path"] == str(entry) and e["kept"] == "explicit"
+    first = _qdq(_shipped(trtexec, 1))
+    int8 = {t: v for t, v in e["tensors"].items() if v["precision"] == "int8" and v["qdq"]}
+    assert set(int8) == set(first) and len(first) == 55  # tensors (71 edges: some read twice)
+    assert all(int8[t]["scale"] == pytest.approx(s, rel=1e-6) for t, s in first.items())
+    # the evidence: both engines' layer JSON and the ratio
+    assert Path(e["evidence"]["layers"]["implicit"]).is_file() and Path(e["evidence"]["layers"]["explicit"]).is_file()
+
+    # the second deploy of the same model to the same kind of target: the explicit engine only
+    code, out, err = cli("deploy", root / "net.onnx", "--target", "board", "--calib", root / "calib",
+                         "--iterations", "1", "--duration", "0")  # fmt: skip
+    assert code == 0, err
+    assert len(builds(trtexec)) == 3 and _implicit_builds(trtexec) == 1
+    text = " ".join(out.split())
+    assert "placement from cache" in text and "no implicit engine built" in text
+    assert "placement cache hit" in text
+    assert _qdq(_shipped(trtexec, 2)) == first  # the same Q/DQ model: the cached placement and scales
+    assert _entries(root) == [entry]
+
+
+def test_another_gpu_or_tensorrt_version_misses_the_cache(root, cli):
+    """The entry of one GPU is not another's: changing the GPU decides again, into a second entry; the
+    key of another TensorRT version (same model, data and GPU) is another entry's path too."""
+    from edgeq.orchestration.placement_cache import PlacementCache, PlacementKey
+
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec, gpu=H100)
+    code, d, err = _deploy(cli, root, "--placement-cache", root / "pc")
+    assert code == 0, err
+    (h100,) = sorted((root / "pc").glob("*.json"))
+    _workspace(root, trtexec, gpu=ORIN)
+    code, d, err = _deploy(cli, root, "--placement-cache", root / "pc")
+    assert code == 0 and not d["placement"]["from_cache"], err
+    assert _implicit_builds(trtexec) == 2  # decided again
+    assert d["placement"]["key"]["gpu"] == "Orin" and d["placement"]["key"]["compute_capability"] == "8.7"
+    assert len(sorted((root / "pc").glob("*.json"))) == 2 and h100.is_file()
+    key = PlacementKey(**d["placement"]["key"])
+    cache = PlacementCache(root / "pc")
+    assert cache.get(key).hit
+    other = PlacementKey(**{**d["placement"]["key"], "tensorrt": "8.6.1"})
+    assert not cache.get(other).hit and cache.get(other).warning is None
