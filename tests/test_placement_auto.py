@@ -109,7 +109,9 @@ def test_first_deploy_decides_and_caches_the_second_builds_only_the_explicit_eng
     assert set(int8) == set(first) and len(first) == 55  # tensors (71 edges: some read twice)
     assert all(int8[t]["scale"] == pytest.approx(s, rel=1e-6) for t, s in first.items())
     # the evidence: both engines' layer JSON and the ratio
-    assert Path(e["evidence"]["layers"]["implicit"]).is_file() and Path(e["evidence"]["layers"]["explicit"]).is_file()
+    layers = e["evidence"]["layers"]
+    assert Path(layers["implicit"]).is_file() and Path(layers["explicit"]).is_file()
+    assert e["evidence"]["ratio"] == auto["evidence"]["ratio"] and e["evidence"]["relative_gate"]["passed"]
 
     # the second deploy of the same model to the same kind of target: the explicit engine only
     code, out, err = cli("deploy", root / "net.onnx", "--target", "board", "--calib", root / "calib",
@@ -144,3 +146,70 @@ def test_another_gpu_or_tensorrt_version_misses_the_cache(root, cli):
     assert cache.get(key).hit
     other = PlacementKey(**{**d["placement"]["key"], "tensorrt": "8.6.1"})
     assert not cache.get(other).hit and cache.get(other).warning is None
+
+
+def _failing_explicit(bin_dir: Path, trtexec: Path, log: Path) -> Path:
+    """A trtexec whose explicit builds (``--onnx=`` without ``--calib=``) replay a real failing TensorRT
+    8.6.0 build (its log, exit 1); everything else is the stand-in's. Calls go to the same calls file."""
+    script = bin_dir / "trtexec-failing"
+    script.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\nargv = sys.argv\n"
+        "if any(a.startswith('--onnx=') for a in argv) and not any(a.startswith('--calib=') for a in argv):\n"
+        f"    open({str(trtexec) + '.calls.jsonl'!r}, 'a').write(json.dumps(argv) + '\\n')\n"
+        f"    sys.stdout.write(open({str(log)!r}).read())\n    sys.exit(1)\n"
+        f"os.execv({str(trtexec)!r}, [{str(trtexec)!r}, *argv[1:]])\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_a_failed_explicit_build_ships_the_implicit_engine_and_says_so(root, cli):
+    """The mirror's build fails with a TensorRT internal error (a recorded 8.6.0 log): the deploy does not
+    fail; it keeps the implicit engine, names the build log's first error, and caches that decision, so
+    the next deploy builds the implicit engine alone and tries no explicit build."""
+    trtexec = tune_trtexec(root / "bin", {})
+    log = H200 / "yolo_ortfb.explicit.build.log"
+    _workspace(root, _failing_explicit(root / "bin", trtexec, log))
+    code, d, err = _deploy(cli, root)
+    assert code == 0, err
+    auto = d["placement"]
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False]
+    assert auto["kept"] == "implicit" and auto["evidence"]["ratio"] is None
+    first = "Could not find any implementation for node PWN(PWN(/stem/stem.0/stem.0.2/Sigmoid)"
+    assert auto["reason"].startswith("the explicit build failed on board: " + first)
+    assert auto["evidence"]["explicit_build_error"].startswith(first)
+    assert Path(d["run_dir"]) == Path(auto["evidence"]["runs"]["implicit"])  # the shipped run: implicit
+    assert any(n.startswith("kept implicit: the explicit build failed") for n in auto["notes"])
+    (entry,) = _entries(root)
+    assert json.loads(entry.read_text())["kept"] == "implicit"
+
+    code, out, err = cli("deploy", root / "net.onnx", "--target", "board", "--calib", root / "calib",
+                         "--iterations", "1", "--duration", "0")  # fmt: skip
+    assert code == 0, err
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, True]
+    text = " ".join(out.split())
+    assert "placement from cache" in text and "kept implicit: the explicit build failed on board" in text
+
+
+def test_a_corrupt_cache_entry_is_ignored_with_a_warning(root, cli):
+    """An entry that does not read (here: cut short) is no reason to fail: one warning, the placement is
+    decided again and the entry replaced by a whole one."""
+    from edgeq.orchestration.placement_cache import PlacementCache, PlacementKey, calibration_digest
+    from edgeq.quant.quantize import QuantizeOptions
+
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec)
+    calib = calibration_digest(QuantizeOptions(calib=root / "calib"))  # deploy's defaults
+    key = PlacementKey(sha256_file(root / "net.onnx"), calib, "8.6.0", H100["name"], "9.0")
+    path = PlacementCache(root / "pc").path(key)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"format": 1, "key": {"model_sha256": "')
+    code, d, err = _deploy(cli, root, "--placement-cache", root / "pc")
+    assert code == 0 and "Traceback" not in err, err
+    auto = d["placement"]
+    assert auto["cache"]["path"] == str(path) and not auto["from_cache"]
+    assert auto["cache"]["warning"].startswith(f"placement cache: {path}: unreadable entry ignored")
+    assert any(n.startswith("warning: placement cache") for n in auto["notes"])
+    assert _implicit_builds(trtexec) == 1  # decided again
+    assert json.loads(path.read_text())["key"]["model_sha256"] == key.model_sha256
+    assert PlacementCache(root / "pc").get(key).hit
