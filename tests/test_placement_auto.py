@@ -213,3 +213,21 @@ def test_a_corrupt_cache_entry_is_ignored_with_a_warning(root, cli):
     assert _implicit_builds(trtexec) == 1  # decided again
     assert json.loads(path.read_text())["key"]["model_sha256"] == key.model_sha256
     assert PlacementCache(root / "pc").get(key).hit
+
+
+def test_an_explicit_engine_below_the_ratio_ships_the_implicit_engine(root, cli):
+    """The mirror's engine times 0.91x implicit (the stand-in slows every engine that quantizes a residual
+    skip by 10%): the implicit engine is kept, with the relative gate's failure as the reason."""
+    trtexec = tune_trtexec(root / "bin", {SKIP2: 0.1})
+    _workspace(root, trtexec)
+    code, d, err = _deploy(cli, root)
+    assert code == 0, err
+    auto = d["placement"]
+    # the recorded runs: explicit 2114.07 qps, implicit 2087.33 qps; the explicit one slowed by 1.1
+    assert auto["kept"] == "implicit"
+    assert auto["evidence"]["ratio"] == pytest.approx(2114.07 / 1.1 / 2087.33, abs=0.005)
+    assert "relative gate" in auto["reason"] and "[slower-than-baseline]" in auto["reason"]
+    assert auto["evidence"]["relative_gate"]["passed"] is False and d["relative_gate"] is None
+    assert Path(d["run_dir"]) == Path(auto["evidence"]["runs"]["implicit"])
+    (entry,) = _entries(root)
+    assert json.loads(entry.read_text())["kept"] == "implicit"

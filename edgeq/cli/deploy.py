@@ -49,13 +49,8 @@ from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn
 
 _DEPLOY_HELP = (
-    "Build and prove an engine on a target: clean, quantize (float model + --calib), lint, upload, probe, "
-    "build, inspect, profile, report, gate, into runs/<model>-<target>-<time>/; the target's gate unless "
-    "--gate. --placement auto (the default with a float model and --calib): the target decides once per "
-    "model, calibration, TensorRT and GPU (implicit engine built, mirrored, explicit kept at >= 0.98x "
-    "implicit, else implicit kept), the decision kept in the placement cache (--placement-cache DIR; default "
-    "~/.cache/edgeq/placement) and reused with no implicit build. --placement implicit: mirror the implicit "
-    "engine, gate relative to it; trt: the 8.6 rules."
+    "Build and prove an engine on a target into runs/<model>-<target>-<time>/: clean, quantize, lint, "
+    "upload, probe, build, inspect, profile, report, the target's gate (or --gate); placement auto."
     "\n\n" + EXIT_CODES_HELP
 )
 
@@ -111,7 +106,7 @@ def deploy_cmd(
     placement: PlacementOpt = Placement.auto,
     placement_cache: Optional[Path] = typer.Option(
         None, "--placement-cache", metavar="DIR", rich_help_panel=QUANTIZE,
-        help="--placement auto's cache \\[default: ~/.cache/edgeq/placement].",
+        help="auto's cache \\[default: ~/.cache/edgeq/placement].",
     ),
     overrides: Overrides = None,
     gate: Gate = None,
