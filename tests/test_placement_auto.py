@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -231,3 +232,65 @@ def test_an_explicit_engine_below_the_ratio_ships_the_implicit_engine(root, cli)
     assert Path(d["run_dir"]) == Path(auto["evidence"]["runs"]["implicit"])
     (entry,) = _entries(root)
     assert json.loads(entry.read_text())["kept"] == "implicit"
+
+
+@pytest.mark.sshd
+def test_fleet_validate_decides_once_per_board_kind(boards, servers, root, cli):
+    """Three loopback boards, two kinds (two H100s, one Orin by their target files): the first board of each
+    kind decides (one implicit build per kind), every board of a kind gets the same Q/DQ model, fleet.json
+    holds each kind's decision and the release bundle carries it with its evidence. (A decision read from
+    the cache goes through deploy's path, tested above.)"""
+    fleet_targets = []
+    stand_ins = {}
+    for i, (server, gpu) in enumerate(zip(servers, (H100, H100, ORIN)), start=1):
+        name = f"board{i}"
+        (root / name).mkdir()
+        stand_ins[name] = tune_trtexec(root / name, {})
+        t = {"host": server.host, "port": server.port, "user": server.user,
+             "identity_file": str(server.identity_file), "known_hosts": str(server.known_hosts),
+             "work_dir": str(root / f"remote-{name}"), "python": sys.executable, "tensorrt": "8.6",
+             "backend": "trtexec", "trtexec": str(stand_ins[name]), "gpu": gpu,
+             "timeouts": {"connect": 10, "command": 60}}  # fmt: skip
+        (root / "targets").mkdir(exist_ok=True)
+        (root / "targets" / f"{name}.yaml").write_text(yaml.safe_dump(t))
+        fleet_targets.append(f"targets/{name}.yaml")
+    fleet = root / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"workers": 3, "targets": fleet_targets}))
+    args = ("fleet", "validate", root / "net.onnx", "--fleet", fleet, "--calib", root / "calib",
+            "--duration", "0", "--iterations", "1", "--json")  # fmt: skip
+    code, out, err = cli(*args)
+    assert code == 0, err
+    res = json.loads(out)
+    rows = {r["target"]: r for r in res["targets"]}
+    assert all(r["status"] == "passed" for r in rows.values()), rows
+    implicit = {n: _implicit_builds(t) for n, t in stand_ins.items()}
+    assert implicit["board1"] + implicit["board2"] == 1 and implicit["board3"] == 1  # one decision a kind
+    h100 = "board1" if implicit["board1"] else "board2"
+    assert rows["board1"]["placement"] == rows["board2"]["placement"] == f"explicit (decided on {h100})"
+    assert rows["board3"]["placement"] == "explicit (decided on board3)"
+    # the boards of one kind were given the same Q/DQ model (each row's build is that board's last)
+    shipped = {n: _qdq(_shipped(t, len(builds(t)) - 1)) for n, t in stand_ins.items()}
+    assert shipped["board1"] == shipped["board2"] and len(shipped["board1"]) == 55
+    fleet_json = json.loads((Path(res["fleet_dir"]) / "fleet.json").read_text())
+    kinds = fleet_json["placements"]
+    assert sorted(kinds) == ["sm8.7-trt8.6.0", "sm9.0-trt8.6.0"]
+    for k in kinds.values():
+        assert k["kept"] == "explicit" and not k["from_cache"] and k["evidence"]["ratio"] >= 0.98
+        assert Path(k["evidence"]["layers"]["implicit"]).is_file()
+        assert (Path(res["fleet_dir"]) / k["model_file"]).is_file()
+    assert len(_entries(root)) == 2
+    # the release bundle carries each kind's decision and its evidence (both engines' layer JSON, the ratio)
+    bundle = root / "net.tar.gz"
+    code, _, err = cli("release", "--from", res["fleet_dir"], "-o", bundle)
+    assert code == 0, err
+    with tarfile.open(bundle) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+        record = json.load(tar.extractfile("placement/sm9.0-trt8.6.0/placement.json"))
+        names = set(tar.getnames())
+    assert manifest["placements"]["sm9.0-trt8.6.0"]["kept"] == "explicit"
+    assert record["decided_on"] == h100 and record["key"]["gpu"] == H100["name"]
+    assert record["evidence"]["ratio"] == kinds["sm9.0-trt8.6.0"]["evidence"]["ratio"]
+    assert {f"placement/{k}/{e}.layers.json" for k in kinds for e in ("implicit", "explicit")} <= names
+    assert str(root) not in json.dumps(record)  # no machine-local path
+    # two kinds, two Q/DQ models: the other kind's model travels beside its placement
+    assert any(n.startswith("placement/sm8.7-trt8.6.0/") and n.endswith(".onnx") for n in names)

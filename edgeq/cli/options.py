@@ -59,7 +59,7 @@ MinCosine = Annotated[Optional[float], typer.Option(
     help="Accuracy bound: FP32 vs Q/DQ cosine on held-out data.")]
 PlacementOpt = Annotated[Placement, typer.Option(
     "--placement", metavar="MODE", case_sensitive=False, rich_help_panel=QUANTIZE,
-    help="trt (rules), all, implicit (mirror), auto (deploy).")]
+    help="trt (rules), all, implicit, auto (target).")]
 Overrides = Annotated[Optional[Path], typer.Option(
     "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -45,7 +46,9 @@ from edgeq.remote.runner import EventFn
 from edgeq.remote.targets import Target
 
 if TYPE_CHECKING:
+    from edgeq.pipeline.stages import Prepared, Probe
     from edgeq.report.compare_gate import RelativeGate
+    from edgeq.report.policy import Policy
 
 AUTO_MIN_RATIO = 0.98  # the explicit engine is kept at >= 0.98x implicit (paired medians)
 WHAT = "--placement auto"
@@ -231,11 +234,19 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
                         Path(m.pair.calib_cache or "").read_text(), m.floats.nodes, m.floats.by_design,
                         m.floats.reformats, evidence)  # fmt: skip
     out = AutoDeploy(m.run_dir, result, decision, False, lookup, uncached, key, decided, m.implicit)
+    out.files.update(_kept_files(kept, m.model, m.pair.model, m.pair.calib_cache))
     if key is not None:
         out.files["cache_entry"] = str(cache.put(key, decision))
     out.files["summary"] = str(m.run_dir / "placement.json")
     atomic_write_text(m.run_dir / "placement.json", json.dumps(out.to_dict(), indent=2, default=str) + "\n")
     return out
+
+
+def _kept_files(kept: str, qdq: Path, fp32: Path, calib_cache: Optional[Path]) -> dict[str, str]:
+    """The model every board of the kind is given: the Q/DQ model, or the FP32 model and its cache."""
+    if kept == "explicit":
+        return {"model": str(qdq)}
+    return {"model": str(fp32), "calib_cache": str(calib_cache)}
 
 
 def _from_cache(model: Path, target: Target, options: DeployOptions, key: PlacementKey, lookup: Lookup, *,
@@ -253,6 +264,7 @@ def _from_cache(model: Path, target: Target, options: DeployOptions, key: Placem
     run_dir = new_run_dir(Path(options.runs_dir), Path(model), target.name)
     settings = options.profile if options.profile.fp16 is not None else replace(options.profile, fp16=True)
     common = replace(options, runs_dir=run_dir, profile=settings)
+    qdq = fp32 = calib_cache = run_dir
     if decision.kept == "explicit":
         plan = decision.to_plan()
         qdq = placed_variant(Calibrated(reference, plan, decision.amax, stem), plan, "mirror", run_dir).model
@@ -266,6 +278,97 @@ def _from_cache(model: Path, target: Target, options: DeployOptions, key: Placem
         result = deploy(fp32, target, replace(common, gate="none", calib_cache=calib_cache),
                         progress=progress, on_event=on_event)  # fmt: skip
     out = AutoDeploy(run_dir, result, decision, True, lookup, "", key)
+    if decision.kept == "explicit":
+        out.files["model"] = str(qdq)
+    else:
+        out.files.update(model=str(fp32), calib_cache=str(calib_cache))
     out.files["summary"] = str(run_dir / "placement.json")
     atomic_write_text(run_dir / "placement.json", json.dumps(out.to_dict(), indent=2, default=str) + "\n")
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# fleet validate: one decision per board kind
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KindPlacement:
+    """What every board of one kind is given under auto: the kept model, prepared once, and the gate
+    the decision implies (implicit's own float nodes allowlisted; a kept implicit engine: no INT8 gate)."""
+
+    kind: str
+    decided_on: str  # the board that decided (or read the cache)
+    decided: AutoDeploy
+    prepared: Prepared
+
+    def policy(self, target: Target, gate: Optional[str], allow: tuple[str, ...],
+               require_fusion: Optional[bool]) -> Policy:  # fmt: skip
+        from edgeq.orchestration.deploy import policy_for
+
+        d = self.decided.decision
+        if d.kept == "implicit":
+            return policy_for(target, "none", allow, require_fusion)
+        policy = policy_for(target, gate, (*allow, *d.allowlisted, *d.float_entry_nodes), require_fusion)
+        if d.implicit_reformats:
+            policy = policy.replace(forbid_interior_reformats=False)
+        return policy
+
+    def cell(self) -> str:
+        """The fleet matrix's words for it: what was kept, where it was decided, from the cache or not."""
+        how = "from cache" if self.decided.from_cache else f"decided on {self.decided_on}"
+        return f"{self.decided.kept} ({how})"
+
+    def to_dict(self, base: Path) -> dict[str, Any]:
+        import os
+
+        d = self.decided.to_dict()
+        return {"kind": self.kind, "decided_on": self.decided_on, "kept": d["kept"], "reason": d["reason"],
+                "from_cache": d["from_cache"], "key": d["key"], "cache": d["cache"],
+                "implicit_build_seconds": d["implicit_build_seconds"], "evidence": d["evidence"],
+                "run_dir": os.path.relpath(self.decided.run_dir, base),
+                "model_file": os.path.relpath(self.prepared.model_file, base),
+                "cache_file": os.path.relpath(self.prepared.implicit_cache, base)
+                if self.prepared.implicit_cache else None}  # fmt: skip
+
+
+class KindPlacements:
+    """``fleet validate`` under auto: the first board of each kind (compute capability + TensorRT) decides,
+    through the placement cache; the other boards of the kind wait for it and get the same model. A kind
+    whose decision failed fails its other boards with that error rather than trying again on each."""
+
+    def __init__(self, model: Path, options: DeployOptions, auto: AutoOptions, out_dir: Path,
+                 progress: ProgressFn = no_progress) -> None:  # fmt: skip
+        self.model, self.options, self.auto, self.out_dir = Path(model), options, auto, Path(out_dir)
+        self.progress = progress
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self.kinds: dict[str, KindPlacement] = {}
+        self._failed: dict[str, EdgeqError] = {}
+
+    def for_board(self, target: Target, found: Probe) -> KindPlacement:
+        from edgeq.pipeline.rundir import slug
+        from edgeq.pipeline.stages import prepare_host
+
+        kind = found.kind or f"target-{slug(target.name)}"  # unknown GPU or TensorRT: decided alone
+        with self._guard:
+            lock = self._locks.setdefault(kind, threading.Lock())
+        with lock:
+            if kind in self.kinds:
+                return self.kinds[kind]
+            if kind in self._failed:
+                e = self._failed[kind]
+                raise EdgeqError(f"placement of kind {kind}: {e.message}", e.hint, exit_code=e.exit_code)
+            where = self.out_dir / slug(kind)
+            try:
+                decided = deploy_auto(self.model, target, replace(self.options, runs_dir=where), self.auto,
+                                      progress=self.progress)  # fmt: skip
+                files = decided.files
+                cache = Path(files["calib_cache"]) if "calib_cache" in files else None
+                placed = replace(self.options.quantize, calib=None, synthetic=None)  # quantized already
+                prepared = prepare_host(Path(files["model"]), where / "host", placed, calib_cache=cache)
+            except EdgeqError as e:
+                self._failed[kind] = e
+                raise
+            self.kinds[kind] = KindPlacement(kind, target.name, decided, prepared)
+            return self.kinds[kind]
