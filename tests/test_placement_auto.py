@@ -294,3 +294,27 @@ def test_fleet_validate_decides_once_per_board_kind(boards, servers, root, cli):
     assert str(root) not in json.dumps(record)  # no machine-local path
     # two kinds, two Q/DQ models: the other kind's model travels beside its placement
     assert any(n.startswith("placement/sm8.7-trt8.6.0/") and n.endswith(".onnx") for n in names)
+
+
+def test_a_pipeline_file_with_placement_auto_decides_at_the_targets_stage(root, cli):
+    """``placement: auto`` in a pipeline file (``placement: implicit`` stays refused there): the host stage
+    only cleans and lints, the target decides, and the release ships the decided Q/DQ model (one kind: it
+    is the bundle's model) with the decision."""
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec)
+    pipeline = root / "p.yaml"
+    pipeline.write_text(yaml.safe_dump({
+        "model": str(root / "net.onnx"), "calib": str(root / "calib"), "target": "board",
+        "quantize": {"placement": "auto"}, "profile": {"duration": 0, "iterations": 1},
+        "release": {"output": str(root / "p.tar.gz")}}))  # fmt: skip
+    code, _, err = cli("run", pipeline, "--json")
+    assert code == 0, err
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, False]
+    with tarfile.open(root / "p.tar.gz") as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+        (shipped,) = [n for n in tar.getnames() if n.startswith("model/")]
+        model = onnx.load_from_string(tar.extractfile(shipped).read())
+    assert manifest["placements"]["sm9.0-trt8.6.0"]["kept"] == "explicit"
+    assert _qdq(model) == _qdq(_shipped(trtexec, 2))  # the bundle's model is the one the board built
+    host = json.loads((root / "runs" / "pipeline-p" / "host" / "stages.json").read_text())
+    assert {s["name"]: s["status"] for s in host["stages"]}["quantize"] == "skipped"
