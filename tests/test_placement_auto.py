@@ -12,6 +12,7 @@ cache and fallbacks, not TensorRT.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tarfile
 from pathlib import Path
@@ -266,8 +267,12 @@ def test_fleet_validate_decides_once_per_board_kind(boards, servers, root, cli):
     implicit = {n: _implicit_builds(t) for n, t in stand_ins.items()}
     assert implicit["board1"] + implicit["board2"] == 1 and implicit["board3"] == 1  # one decision a kind
     h100 = "board1" if implicit["board1"] else "board2"
-    assert rows["board1"]["placement"] == rows["board2"]["placement"] == f"explicit (decided on {h100})"
-    assert rows["board3"]["placement"] == "explicit (decided on board3)"
+    assert rows["board1"]["placement"] == rows["board2"]["placement"]
+    # what each kind kept, its ratio, where it was decided and what that cost
+    assert re.fullmatch(rf"explicit 1\.01\d*x \(decided on {h100}, implicit build [0-9.]+ s\)",
+                        rows["board1"]["placement"]), rows["board1"]["placement"]  # fmt: skip
+    assert re.fullmatch(r"explicit 1\.01\d*x \(decided on board3, implicit build [0-9.]+ s\)",
+                        rows["board3"]["placement"]), rows["board3"]["placement"]  # fmt: skip
     # the boards of one kind were given the same Q/DQ model (each row's build is that board's last)
     shipped = {n: _qdq(_shipped(t, len(builds(t)) - 1)) for n, t in stand_ins.items()}
     assert shipped["board1"] == shipped["board2"] and len(shipped["board1"]) == 55
@@ -318,3 +323,19 @@ def test_a_pipeline_file_with_placement_auto_decides_at_the_targets_stage(root, 
     assert _qdq(model) == _qdq(_shipped(trtexec, 2))  # the bundle's model is the one the board built
     host = json.loads((root / "runs" / "pipeline-p" / "host" / "stages.json").read_text())
     assert {s["name"]: s["status"] for s in host["stages"]}["quantize"] == "skipped"
+
+
+def test_a_cache_that_cannot_be_read_or_written_is_a_warning_not_a_failure(root, cli):
+    """--placement-cache naming a file: the lookup and the write each say so once; the deploy goes on
+    (here the explicit build fails too, so the implicit engine is shipped, and nothing is cached)."""
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, _failing_explicit(root / "bin", trtexec, H200 / "yolo_ortfb.explicit.build.log"))
+    blocker = root / "not-a-dir"
+    blocker.write_text("x")
+    code, d, err = _deploy(cli, root, "--placement-cache", blocker)
+    assert code == 0 and "Traceback" not in err, err
+    cache = d["placement"]["cache"]
+    assert cache["warning"].startswith("placement cache: ") and "ignored" in cache["warning"]
+    written = cache["write_warning"]
+    assert written.startswith("placement cache: cannot write") and written.endswith("not cached")
+    assert blocker.read_text() == "x" and d["placement"]["kept"] == "implicit"

@@ -75,6 +75,7 @@ class AutoDeploy:
     decided: Optional[ImplicitDeploy] = None  # this run decided with an explicit engine built
     implicit_run: Optional[DeployResult] = None  # this run built the implicit engine
     files: dict[str, str] = field(default_factory=dict)
+    cache_warning: Optional[str] = None  # the decision could not be written to the cache
 
     @property
     def kept(self) -> str:
@@ -92,7 +93,8 @@ class AutoDeploy:
 
     def notes(self) -> list[str]:
         ev = self.decision.evidence
-        said = [f"warning: {self.lookup.warning}"] if self.lookup is not None and self.lookup.warning else []
+        warned = [self.lookup.warning if self.lookup is not None else None, self.cache_warning]
+        said = [f"warning: {w}" for w in warned if w]
         ratio = f", explicit {ev['ratio']}x implicit" if ev.get("ratio") is not None else ""
         secs = ev.get("implicit_build_seconds")
         if self.from_cache:
@@ -107,7 +109,9 @@ class AutoDeploy:
         said.append(f"kept {self.kept}: {self.decision.reason}")
         if self.lookup is not None:
             hit = "hit" if self.from_cache else "miss"
-            where = self.lookup.path if self.from_cache else f"written to {self.files.get('cache_entry')}"
+            entry = self.files.get("cache_entry")
+            where = f"written to {entry}" if entry else "not written"
+            where = str(self.lookup.path) if self.from_cache else where
             said.append(f"placement cache {hit} ({self.key.describe() if self.key else ''}): {where}")
         else:
             said.append(f"placement cache not used: {self.uncached}")
@@ -122,6 +126,7 @@ class AutoDeploy:
                 "from_cache": self.from_cache, "key": asdict(self.key) if self.key else None,
                 "cache": {"path": str(self.lookup.path) if self.lookup else None,
                           "hit": self.from_cache, "warning": self.lookup.warning if self.lookup else None,
+                          "write_warning": self.cache_warning,
                           "not_used": self.uncached or None},
                 "implicit_build_seconds": None if self.from_cache else
                 self.decision.evidence.get("implicit_build_seconds"),
@@ -236,7 +241,11 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
     out = AutoDeploy(m.run_dir, result, decision, False, lookup, uncached, key, decided, m.implicit)
     out.files.update(_kept_files(kept, m.model, m.pair.model, m.pair.calib_cache))
     if key is not None:
-        out.files["cache_entry"] = str(cache.put(key, decision))
+        try:
+            out.files["cache_entry"] = str(cache.put(key, decision))
+        except OSError as e:  # a cache that cannot be written costs the next deploy a decision, no more
+            out.cache_warning = (f"placement cache: cannot write {cache.path(key)} ({e.strerror or e}); "
+                                 "not cached")
     out.files["summary"] = str(m.run_dir / "placement.json")
     atomic_write_text(m.run_dir / "placement.json", json.dumps(out.to_dict(), indent=2, default=str) + "\n")
     return out
@@ -316,8 +325,11 @@ class KindPlacement:
 
     def cell(self) -> str:
         """The fleet matrix's words for it: what was kept, where it was decided, from the cache or not."""
-        how = "from cache" if self.decided.from_cache else f"decided on {self.decided_on}"
-        return f"{self.decided.kept} ({how})"
+        ev = self.decided.decision.evidence
+        ratio = f" {ev['ratio']}x" if ev.get("ratio") is not None else ""
+        how = "from cache" if self.decided.from_cache else \
+            f"decided on {self.decided_on}, implicit build {ev.get('implicit_build_seconds')} s"
+        return f"{self.decided.kept}{ratio} ({how})"
 
     def to_dict(self, base: Path) -> dict[str, Any]:
         import os

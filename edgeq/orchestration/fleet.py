@@ -508,7 +508,7 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "reachable": {True: "yes", False: "no", None: "-"}[r.reachable],
             "TensorRT": r.tensorrt or "-",
             "GPU (sm)": gpu_cell(r),
-            "build": r.build or "-",
+            "build": (r.build or "-") + (f"; placement {r.placement}" if r.placement else ""),
             "gate": {True: "passed", False: "FAILED", None: "-"}[r.gate],
             "p50 ms": text.ms(r.latency_p50_ms),
             "p99 ms": text.ms(r.latency_p99_ms),
