@@ -158,7 +158,7 @@ def deploy_cmd(
         if auto:
             from edgeq.orchestration.auto import AutoOptions, auto_applies, deploy_auto
 
-            auto = auto_applies(model, options)  # a Q/DQ model is deployed as given
+            auto = auto_applies(model, options.quantize)  # a Q/DQ model is deployed as given
         if auto:
             decided = deploy_auto(model, tgt, options, AutoOptions(cache_dir=placement_cache),
                                   progress=progress, on_event=event)  # fmt: skip

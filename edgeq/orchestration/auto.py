@@ -47,6 +47,7 @@ from edgeq.remote.targets import Target
 
 if TYPE_CHECKING:
     from edgeq.pipeline.stages import Prepared, Probe
+    from edgeq.quant.quantize import QuantizeOptions
     from edgeq.report.compare_gate import RelativeGate
     from edgeq.report.policy import Policy
 
@@ -117,6 +118,8 @@ class AutoDeploy:
             said.append(f"placement cache not used: {self.uncached}")
         if self.decided is not None:
             said += [n for n in self.decided.notes() if not n.startswith("implicit engine:")]
+        if "summary" in self.files:
+            said.append(f"decision and evidence: {self.files['summary']}")
         return said
 
     def to_dict(self) -> dict[str, Any]:
@@ -135,12 +138,12 @@ class AutoDeploy:
                 "files": self.files, "notes": self.notes()}  # fmt: skip
 
 
-def auto_applies(model: Path, options: DeployOptions) -> bool:
+def auto_applies(model: Path, quantize: QuantizeOptions) -> bool:
     """A float model with calibration data: there is a placement to decide (else deploy as given)."""
     from edgeq.graph.io import load_model
     from edgeq.pipeline.stages import has_qdq
 
-    return options.quantize.has_data and Path(model).is_file() and not has_qdq(load_model(model))
+    return quantize.has_data and Path(model).is_file() and not has_qdq(load_model(model))
 
 
 def explicit_build_failure(run_dir: Optional[Path], error: EdgeqError) -> str:
@@ -272,7 +275,8 @@ def _from_cache(model: Path, target: Target, options: DeployOptions, key: Placem
     stem = Path(model).name.removesuffix(".onnx")
     run_dir = new_run_dir(Path(options.runs_dir), Path(model), target.name)
     settings = options.profile if options.profile.fp16 is not None else replace(options.profile, fp16=True)
-    common = replace(options, runs_dir=run_dir, profile=settings)
+    placed = replace(options.quantize, calib=None, synthetic=None)  # the entry's scales: nothing to calibrate
+    common = replace(options, runs_dir=run_dir, profile=settings, quantize=placed)
     qdq = fp32 = calib_cache = run_dir
     if decision.kept == "explicit":
         plan = decision.to_plan()

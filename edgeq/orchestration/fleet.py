@@ -201,10 +201,15 @@ def _changed(runner: Runner, target: Target, run: _Run, prior: resume.Prior
              ) -> tuple[Optional[str], dict[str, Optional[str]], Probe]:
     """Probe the board on the run's connection (the agent is in its upload cache already): what changed
     since ``prior`` (None: nothing), its facts now, and the probe (a rebuild does not probe again)."""
-    up = runner.put(run.agent.path, target.remote_path("cache"))
-    found = probe(direct_agent(runner, target, up.remote_path), target)
+    found = _probe_board(runner, target, run)
     facts = resume.board_facts(found)
     return resume.changed_facts(prior.recorded_facts(target), facts), facts, found
+
+
+def _probe_board(runner: Runner, target: Target, run: _Run) -> Probe:
+    """The board's probe on the run's connection (the agent is in its upload cache already)."""
+    up = runner.put(run.agent.path, target.remote_path("cache"))
+    return probe(direct_agent(runner, target, up.remote_path), target)
 
 
 def _reuse(target: Target, run: _Run, row: Row, prior: resume.Prior, facts: dict[str, Optional[str]],
@@ -258,8 +263,7 @@ def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_ro
             try:
                 if found is None:
                     update(stage="placement")
-                    found = probe(direct_agent(runner, target, runner.put(run.agent.path, target.remote_path(
-                        "cache")).remote_path), target)  # fmt: skip
+                    found = _probe_board(runner, target, run)
                 placement = run.placements.for_board(target, found)
             except EdgeqError as e:
                 _failed_before_run(row, e, started, run, on_row)
@@ -302,8 +306,8 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
         rec.log.line(f"{row.rebuilt}: rebuilt (it passed with these inputs on the board as it was then)")
     cause, facts = None, None
     try:
-        policy = (placement or _Policies).policy(target, options.gate, options.gate_allow,
-                                                 options.gate_require_fusion)
+        gate = (options.gate, options.gate_allow, options.gate_require_fusion)
+        policy = placement.policy(target, *gate) if placement is not None else policy_for(target, *gate)
         with rec.finishing():
             found = on_target(runner, target, prepared, rec, run.agent, options.profile, run.shared,
                               remote_name=f"{fleet_dir.name}-{run_dir.name}", probed=probed)
@@ -327,15 +331,6 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
     update()
 
 
-class _Policies:
-    """A board's gate without --placement auto: the target's, --gate over it, the fleet's allowlist."""
-
-    @staticmethod
-    def policy(target: Target, gate: Optional[str], allow: tuple[str, ...], require_fusion: Optional[bool]
-               ) -> Any:  # fmt: skip
-        return policy_for(target, gate, allow, require_fusion)
-
-
 def validate(
     model: Path,
     fleet: Fleet,
@@ -350,6 +345,7 @@ def validate(
     Errors of the model itself (unreadable, refused by lint, bad calibration data) stop the run before
     any target is contacted, as in ``deploy``.
     """
+    from edgeq.orchestration.auto import auto_applies
     from edgeq.orchestration.deploy import check_model_path
 
     started = time.monotonic()
@@ -360,7 +356,7 @@ def validate(
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip
     resume.mark_run(fleet_dir, fleet.path, model)
-    auto = options.auto is not None and _auto_applies(model, options)
+    auto = options.auto is not None and auto_applies(model, options.quantize)
     # under auto the host only cleans and lints: each board kind's placement quantizes
     spec = replace(options.quantize, calib=None, synthetic=None) if auto else options.quantize
     prepared = prepare_host(model, fleet_dir / "host", spec, progress)
@@ -368,13 +364,6 @@ def validate(
     options = options if auto else replace(options, auto=None)  # a Q/DQ model or no data: nothing to decide
     return validate_prepared(model, prepared, fleet, fleet_dir, options, on_row=on_row, created=stamp,
                              resume_from=earlier, started=started)
-
-
-def _auto_applies(model: Path, options: FleetOptions) -> bool:
-    from edgeq.orchestration.auto import auto_applies
-    from edgeq.orchestration.deploy import DeployOptions
-
-    return auto_applies(model, DeployOptions(quantize=options.quantize))
 
 
 def check_gates(fleet: Fleet, options: FleetOptions) -> None:

@@ -72,10 +72,7 @@ def calibration_digest(options: QuantizeOptions) -> str:
 
     h = hashlib.sha256()
     if options.calib is not None:
-        calib = Path(options.calib)
-        files = sorted(p for p in calib.rglob("*") if p.is_file()) if calib.is_dir() else [calib]
-        for p in files:
-            h.update(f"{p.relative_to(calib) if p != calib else p.name}:{sha256_file(p)}\n".encode())
+        hash_data_files(h, Path(options.calib))
     settings: dict[str, Any] = {"synthetic": options.synthetic, "calibrator": options.calibrator,
                                 "holdout": options.holdout,
                                 "preprocess": sha256_file(options.preprocess) if options.preprocess else None}
@@ -83,6 +80,16 @@ def calibration_digest(options: QuantizeOptions) -> str:
         settings["percentile"] = options.percentile  # what only that calibrator reads
     h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()
+
+
+def hash_data_files(h: Any, calib: Path) -> None:
+    """Feed the calibration data's files (each one's relative name and sha256, in order) into ``h``: what
+    the placement cache's key and tune's resume fingerprints read of the data."""
+    from edgeq.fs import sha256_file
+
+    files = sorted(p for p in calib.rglob("*") if p.is_file()) if calib.is_dir() else [calib]
+    for p in files:
+        h.update(f"{p.relative_to(calib) if p != calib else p.name}:{sha256_file(p)}".encode())
 
 
 def key_for(model: Path, options: QuantizeOptions, found: Probe) -> tuple[Optional[PlacementKey], str]:

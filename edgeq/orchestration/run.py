@@ -279,13 +279,6 @@ def _model_stage(spec: PipelineSpec, work: Path) -> tuple[Path, str, Optional[Ha
     return work / f"{name}.onnx", key(zoo=name, options=spec.model_options, edgeq=__version__), None
 
 
-def _auto_applies(model: Path, quantize: QuantizeOptions) -> bool:
-    from edgeq.orchestration.auto import auto_applies
-    from edgeq.orchestration.deploy import DeployOptions
-
-    return auto_applies(model, DeployOptions(quantize=quantize))
-
-
 def _build_zoo(spec: PipelineSpec, out: Path) -> None:
     from edgeq import zoo
     from edgeq.graph.io import save_model
@@ -334,7 +327,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     again); ``limit``: an Ansible host pattern over the targets; ``max_fail``: start no more after N
     failures."""
     from edgeq.fs import ensure_dir
-    from edgeq.orchestration.auto import AutoOptions
+    from edgeq.orchestration.auto import AutoOptions, auto_applies
     from edgeq.orchestration.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.pipeline.rundir import slug
 
@@ -372,7 +365,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     source = source or Hashed(_digest(model_path))  # the one hash of the model the stages below use
 
     # prepare: clean -> quantize -> lint (placement auto: clean and lint; each board kind quantizes)
-    auto = spec.auto and _auto_applies(model_path, spec.quantize)
+    auto = spec.auto and auto_applies(model_path, spec.quantize)
     host_spec = replace(spec.quantize, calib=None, synthetic=None) if auto else spec.quantize
     options = replace(options, auto=AutoOptions() if auto else None)
     k = key(model=model_key, model_file=source, quantize=vars(spec.quantize), auto=auto, edgeq=__version__)
