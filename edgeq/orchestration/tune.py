@@ -166,12 +166,10 @@ def _fingerprints(model: Path, calib: Path, target: Target, options: TuneOptions
     """What a state file's measurements depend on: the model, the data, the target and the settings; one
     per start (``--placement`` trt or implicit), to tell a run of the other start when resuming."""
     from edgeq.fs import sha256_file
+    from edgeq.orchestration.placement_cache import hash_data_files
 
     h = hashlib.sha256(sha256_file(model).encode())
-    calib = Path(calib)
-    files = sorted(p for p in calib.rglob("*") if p.is_file()) if calib.is_dir() else [calib]
-    for p in files:
-        h.update(f"{p.relative_to(calib) if p != calib else p.name}:{sha256_file(p)}".encode())
+    hash_data_files(h, Path(calib))
     q = options.quantize
     settings: list[Any] = [target.name, target.host, target.trtexec, q.calibrator, q.holdout,
                            options.min_cosine]

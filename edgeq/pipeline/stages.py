@@ -239,13 +239,13 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Opt
 
 
 def prepare_host(model_path: Path, host_dir: Path, spec: QuantizeOptions,
-                 progress: ProgressFn = no_progress) -> Prepared:
+                 progress: ProgressFn = no_progress, calib_cache: Optional[Path] = None) -> Prepared:
     """``prepare`` once into a new ``host_dir`` with its own records, for a fleet's targets to share
-    (``fleet validate``, ``edgeq run`` and the fleet bench alike)."""
-    Path(host_dir).mkdir()
+    (``fleet validate``, ``edgeq run`` and the fleet bench alike; a board kind's placement under auto)."""
+    Path(host_dir).mkdir(parents=True)
     rec = Recorder(Path(host_dir), progress=progress, stages=HOST_STAGES, task="prepare")
     with rec.finishing():
-        return prepare(model_path, rec, spec)
+        return prepare(model_path, rec, spec, calib_cache=calib_cache)
 
 
 # --------------------------------------------------------------------------------------------------
