@@ -26,6 +26,15 @@ def ensure_dir(path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def output_file(value: str) -> Path:
+    """An output file as the user typed it (the CLI's ``-o``): a path ending in a separator names a
+    directory, which ``Path`` would silently turn into a file of that name; refused before any work."""
+    if value.endswith(("/", os.sep)) or value in (".", ".."):
+        raise EdgeqError(f"{value}: names a directory, not a file to write to",
+                         hint="give a file path, e.g. " + os.path.join(value, "model.onnx"))
+    return Path(value)
+
+
 def check_writable(dest: str | os.PathLike[str], *, inputs: tuple[str | os.PathLike[str], ...] = ()) -> Path:
     """Fail before the work, not after it: ``dest`` must be a new or regular file in a writable
     directory, and none of ``inputs`` (edgeq never overwrites what it reads)."""

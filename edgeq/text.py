@@ -8,10 +8,16 @@ from typing import Optional
 def plural(n: int, word: str, many: Optional[str] = None) -> str:
     """``"1 error"``, ``"8 warnings"``, ``"2 boundary reformats"``: the count and its word, agreeing.
 
-    ``many`` for irregular plurals (``plural(n, "copy", "copies")``)."""
+    ``many`` for irregular plurals (``plural(n, "copy", "copies")``). Never "error(s)": the count is
+    known, so is the word."""
+    return f"{n} {noun(n, word, many)}"
+
+
+def noun(n: int, word: str, many: Optional[str] = None) -> str:
+    """The word alone, agreeing with ``n`` (a count printed elsewhere: a tile, a table cell)."""
     if n == 1:
-        return f"{n} {word}"
-    return f"{n} {many if many is not None else word + 's'}"
+        return word
+    return many if many is not None else word + "s"
 
 
 def qps(value: Optional[float]) -> str:
@@ -58,3 +64,28 @@ def number(value: Optional[float], decimals: int = 6) -> str:
         return f"<{floor:.{decimals}f}" if value > 0 else f">-{floor:.{decimals}f}"
     places = min(decimals, max(0, 3 - math.floor(math.log10(magnitude))))
     return f"{value:.{places}f}"
+
+
+def short_path(path: str, width: int) -> str:
+    """A path as a title shows it, in at most ``width`` characters where it can be: relative to the
+    working directory when under it, else its last components after ``…/``. The file name stays whole
+    (a name is what a user copies), so one longer than ``width`` is returned alone."""
+    import os
+
+    if len(path) <= width:
+        return path
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        rel = path
+    if not rel.startswith(".."):
+        path = rel
+        if len(path) <= width:
+            return path
+    parts = path.split(os.sep)
+    kept = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(part) + 1 + len(kept) + 2 > width:
+            break
+        kept = f"{part}{os.sep}{kept}"
+    return f"…{os.sep}{kept}"

@@ -38,7 +38,8 @@ from edgeq.remote import zipapp as za
 
 ALLOWED_THIRD_PARTY = {"tensorrt", "pycuda", "cuda"}
 # The modules of backend ``python`` beside its entry point ``trt_backend``.
-PYTHON_BACKEND = ("trt_build", "trt_calibrator", "trt_common", "trt_cuda", "trt_engine", "trt_profile")
+PYTHON_BACKEND = ("trt_build", "trt_calibrator", "trt_common", "trt_cuda", "trt_engine", "trt_infer",
+                  "trt_profile")
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +189,7 @@ def test_usage_errors_exit_2_with_json(agent):
     code, obj, _ = run_agent(agent, "frobnicate")
     assert code == 2 and obj["error"]["stage"] == "usage"
     code, obj, _ = run_agent(agent)
-    assert code == 2 and "probe, build, inspect or profile" in obj["error"]["message"]
+    assert code == 2 and "probe, build, inspect, profile or infer" in obj["error"]["message"]
 
 
 def test_bad_tactic_source_is_a_usage_error(agent, tmp_path):

@@ -144,3 +144,47 @@ def test_quantize_on_a_full_disk_leaves_no_output(tmp_path: Path, cli, monkeypat
     finally:
         if disk == "tmpfs":
             subprocess.run(["umount", str(full)], capture_output=True, timeout=20)
+
+
+# -- an output that names a directory: refused before any work ----------------------------------------
+@pytest.mark.parametrize("command", [("clean",), ("quantize", "--synthetic", "2")], ids=["clean", "quantize"])
+@pytest.mark.parametrize("existing", [True, False], ids=["existing-dir", "new-dir"])
+def test_output_naming_a_directory_is_refused_before_any_work(tmp_path: Path, cli, command, existing) -> None:
+    """``-o out/`` names a directory, whether or not it exists yet: one line, exit 2, before the clean
+    runs (no stage finished), and never a file called ``out`` (Path drops the slash)."""
+    src = tmp_path / "m.onnx"
+    src.write_bytes(_relu([1, 4]).SerializeToString())
+    if existing:
+        (tmp_path / "out").mkdir()
+    before = _files(tmp_path)
+    code, out, err = cli(*command, src, "-o", f"{tmp_path / 'out'}{os.sep}")
+    (line,) = _errors(err)
+    assert code == 2 and "Traceback" not in out + err
+    assert "directory" in line and "out" in line
+    assert "done" not in err  # no stage ran: the output was checked first
+    assert _files(tmp_path) == before and (not existing or _files(tmp_path / "out") == set())
+
+
+# -- Ctrl-C: one "interrupted" line, exit 130, no outputs -------------------------------------------------
+def test_ctrl_c_during_quantize_says_interrupted(tmp_path: Path) -> None:
+    """A real SIGINT to a real ``edgeq quantize`` while it calibrates: typer alone exits 130 silently."""
+    import signal
+    import sys
+
+    src = tmp_path / "r.onnx"
+    onnx.save(zoo.build("resnet"), str(src))
+    argv = [sys.executable, "-c", "from edgeq.cli import main; main()", "quantize", str(src),
+            "--synthetic", "100000", "-o", str(tmp_path / "r.int8.onnx")]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stderr is not None
+        first = p.stderr.readline()  # "clean: done": the model is cleaned, calibration has begun
+        assert "clean: done" in first, first
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, (out, err)
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
+    assert _files(tmp_path) == {"r.onnx"}  # nothing written, no staging left

@@ -346,27 +346,30 @@ def test_qdq_to_int8_activation_pairs(zp: int, exact: bool) -> None:
         assert [(x.rule, x.level, x.nodes) for x in f] == [("qdq-uint8", Level.ERROR, ("x_Q", "x_DQ"))]
 
 
-def test_uint8_pair_matching_of_qdq_to_int8_and_torch_qint8_pairs() -> None:
-    """Both uint8 matchers: qdq_to_int8 takes Q -> DQ only; torch_qint8_pairs also sees through
-    PyTorch's Cast(to=UINT8), and by default keeps only pairs with that Cast (the exporter's mark)."""
-    n1, i1, d1 = qdq_act("x", 0.05, 128, np.uint8, cast_to=TensorProto.UINT8, tag="c128")
-    n2, i2, d2 = qdq_act("x", 0.05, 0, np.uint8, cast_to=TensorProto.UINT8, tag="c0")
-    n3, i3, d3 = qdq_act("x", 0.05, 0, np.uint8, tag="p0")
+@pytest.mark.parametrize("stub", [np.int8, np.uint8], ids=["qint8-stub", "quint8-stub"])
+def test_uint8_pair_matching_of_qdq_to_int8_and_torch_qint8_pairs(stub) -> None:
+    """qdq_to_int8 takes Q -> DQ only; torch_qint8_pairs takes the exporter's Q -> Cast(to=UINT8) -> DQ
+    chains, any zero-point, where the tensor is qint8 in PyTorch: an int8 quantize stub upstream. Behind a
+    uint8 stub (a quint8 model) the same chains are what PyTorch computed and are not listed."""
+    to = TensorProto.INT8 if stub == np.int8 else TensorProto.UINT8
+    n0, i0, d0 = qdq_act("x", 0.05, 0, stub, cast_to=to, tag="stub")
+    relu = helper.make_node("Relu", [d0], ["r"], name="relu")
+    n1, i1, d1 = qdq_act("r", 0.05, 128, np.uint8, cast_to=TensorProto.UINT8, tag="c128")
+    n2, i2, d2 = qdq_act("r", 0.05, 0, np.uint8, cast_to=TensorProto.UINT8, tag="c0")
+    n3, i3, d3 = qdq_act("r", 0.05, 0, np.uint8, tag="p0")
     m = model(
-        [*n1, *n2, *n3, helper.make_node("Sum", [d1, d2, d3], ["y"], name="sum")],
+        [*n0, relu, *n1, *n2, *n3, helper.make_node("Sum", [d1, d2, d3], ["y"], name="sum")],
         [vi("x", [1, 16])],
         [vi("y", [1, 16])],
-        [*i1, *i2, *i3],
+        [*i0, *i1, *i2, *i3],
     )
-    assert apply(passes.qdq_to_int8, m)[1] == []  # a Cast between Q and DQ: not a pair for it
-
-    def names(exporter_cast: bool) -> list[tuple[str, list[str]]]:
-        graph = graph_from_model(infer_shapes(m))
-        pairs = torch_qint8_pairs(graph, exporter_cast=exporter_cast)
-        return [(q.name, [r.name for r in rs]) for q, rs in pairs]
-
-    assert names(True) == [("c0_Q", ["c0_Cast", "c0_DQ"])]
-    assert names(False) == [("c0_Q", ["c0_Cast", "c0_DQ"]), ("p0_Q", ["p0_DQ"])]
+    assert apply(passes.qdq_to_int8, m)[1] == []  # a Cast between Q and DQ, or zero-point 0: not exact
+    graph = graph_from_model(infer_shapes(m))
+    pairs = sorted((q.name, [r.name for r in rs]) for q, rs in torch_qint8_pairs(graph))
+    if stub == np.int8:
+        assert pairs == [("c0_Q", ["c0_Cast", "c0_DQ"]), ("c128_Q", ["c128_Cast", "c128_DQ"])]
+    else:
+        assert pairs == []
 
 
 def test_qdq_to_int8_rebases_constant_weights_when_exact() -> None:

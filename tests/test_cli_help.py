@@ -3,6 +3,7 @@ rule text lives in 'edgeq rules' and edgeq/docs/trt86-rules.md, not in the help.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -71,3 +72,32 @@ def test_an_option_many_commands_take_is_declared_once() -> None:
     shared = {n: d for n, d in seen.items() if n not in OWN_MEANING}
     assert {"--calibrator", "--calib", "--target", "--gate", "--json"} <= set(shared)
     assert {n: d for n, d in shared.items() if len(d) > 1} == {}
+
+
+# typer's type labels and Python's type names: what a help must not show a TensorRT user
+TYPE_NAMES = re.compile(
+    r"<(?:int|integer|float|str|text|path|bool|boolean|list|tuple|dict|choice|file|filename|uuid)\b[^>]*>"
+    r"|\b(?:list|tuple|dict|Optional|Union)\[|\bPath\]",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=[" ".join(p) or "edgeq" for p, _ in COMMANDS])
+def test_help_shows_no_python_type_names(path: list[str], cli, monkeypatch) -> None:
+    """``--verbose -v <int>``, ``PATH... <list[Path]>``, ``--atol <float>``: every command's help, walked."""
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    code, out, err = cli(*path, "--help")
+    assert code == 0, err
+    assert TYPE_NAMES.findall(out) == [], out
+
+
+def test_verbose_is_a_count(cli, monkeypatch) -> None:
+    """-v, -vv: a flag repeated, as its help says; no number after it."""
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    _, out, _ = cli("--help")
+    (line,) = [ln for ln in out.splitlines() if "--verbose" in ln]
+    assert "-vv" in line and "<" not in line and "[default" not in line
+    code, _, err = cli("-vv", "rules", "qdq-uint8")
+    assert code == 0, err
+    code, _, err = cli("-v", "2", "rules")  # a number after it: the usage error says what -v is
+    assert code == 2 and "-v takes no number" in err and "-vv debug" in err

@@ -236,6 +236,23 @@ def test_bad_input_is_one_line_exit_2(tmp_path, cli):
         )
 
 
+def test_engines_of_different_models_are_refused(tmp_path, cli):
+    """ResNet-50 against YOLO gave "0.33x" and "49 fused only in the baseline" without a word (and
+    --gate relative exit 1): one line naming why, exit 2, in report --onnx's words (a different model?)."""
+    resnet = FIXTURES / "resnet50.implicit.layers.json"
+    yolo = EDGEQ / "yolo_edgeq.explicit.layers.json"
+    for gate in ((), ("--gate", "relative")):
+        code, out, err = cli("compare", "--engines", resnet, yolo, *gate)
+        (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert code == 2 and out == "" and "Traceback" not in err
+        assert "yolo_edgeq.explicit: 119 of 119 ONNX node names" in line and "(a different model?)" in line
+        assert "resnet50.implicit" in line
+    # one model's engines still compare: implicit against onnxruntime's explicit, and the other way round
+    ortfb = FIXTURES / "resnet50_ortfb.explicit.layers.json"
+    assert cli("compare", "--engines", resnet, ortfb)[0] == 0
+    assert cli("compare", "--engines", ortfb, resnet)[0] == 0
+
+
 def test_report_html_leads_with_the_engine_strip_and_violations_by_region(tmp_path, cli):
     page = tmp_path / "report.html"
     stem = EDGEQ / "yolo_edgeq.explicit"

@@ -515,9 +515,10 @@ def qdq_model(path: Path) -> Path:
 def trtexec_target(tmp_path, monkeypatch, ssh_server):
     """targets/replay.yaml: the loopback sshd with ``backend: trtexec`` and ``trtexec:`` the stand-in.
 
-    Yields ``make(build=Recorded, run=Recorded, relative=False, keys=None) -> (root, model, remote work
-    dir, stand-in)``. ``relative``: the work_dir is relative to the login home, as in the shipped target
-    files (a unique directory there, removed afterwards); else an absolute one under tmp_path. ``keys``:
+    Yields ``make(build=Recorded, run=Recorded, relative=False, keys=None, outputs_shift=0) -> (root,
+    model, remote work dir, stand-in)``. ``relative``: the work_dir is relative to the login home, as in
+    the shipped target files (a unique directory there, removed afterwards); else an absolute one under
+    tmp_path. ``outputs_shift``: added to the stand-in's --exportOutput values. ``keys``:
     more target file keys.
     """
     import pwd
@@ -537,10 +538,12 @@ def trtexec_target(tmp_path, monkeypatch, ssh_server):
         run: Recorded = Recorded(FIXTURES / f"{ORTFB}.run.log"),
         relative: bool = False,
         keys: dict | None = None,
+        outputs_shift: float = 0.0,
     ):
         trtexec = replay_trtexec(
             bin_dir, build=build, run=run,
             layers=FIXTURES / f"{ORTFB}.layers.json", profile=FIXTURES / f"{ORTFB}.profile.json",
+            outputs_shift=outputs_shift,
         )  # fmt: skip
         # unique in the shared login home: two runs of the suite at once must not share a work dir
         unique = f".edgeq-test-{tmp_path.name}-{uuid.uuid4().hex[:8]}"
@@ -606,7 +609,7 @@ def test_replayed_trtexec_deploy_runs_every_stage_and_the_int8_gate_fails(trtexe
     st = _stages(run_dir)
     assert {n: s["status"] for n, s in st.items()} == {
         "clean": "ok", "quantize": "skipped", "lint": "ok", "upload": "ok", "probe": "ok", "build": "ok",
-        "inspect": "ok", "profile": "ok", "report": "ok", "gate": "failed",
+        "inspect": "ok", "profile": "ok", "accuracy": "skipped", "report": "ok", "gate": "failed",
     }  # fmt: skip
     for name in ("engine.plan", "layers.json", "profile.json", "report.json", "report.html", "timings.json",
                  "stages.json", "probe.json", "deploy.log"):  # fmt: skip
@@ -621,7 +624,7 @@ def test_replayed_trtexec_deploy_runs_every_stage_and_the_int8_gate_fails(trtexe
     assert st["build"]["data"]["engine_bytes"] == len(ENGINE_PLACEHOLDER)
     timings = json.loads((run_dir / "timings.json").read_text())
     assert timings["latency_ms"]["median"] == _real_latency_median(FIXTURES / f"{ORTFB}.run.log")
-    assert set(timings["stages"]) == set(st) - {"quantize"}  # skipped: the model has Q/DQ already
+    assert set(timings["stages"]) == set(st) - {"quantize", "accuracy"}  # skipped: Q/DQ already, no --holdout
     assert "[I] Engine built in 303.457 sec." in (run_dir / "deploy.log").read_text()  # the target's log
 
     # the gate: one offending layer, named once, in one line with its rule

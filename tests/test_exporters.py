@@ -83,6 +83,75 @@ def test_torch_qint8_repair_reproduces_pytorch_exactly(torch_qint8) -> None:
             assert zps[n.input[2]].dtype == np.int8 and not zps[n.input[2]].any()
 
 
+# --------------------------------------------------------------------------------------------------
+# Real PyTorch 2.11 eager-mode exports and PyTorch's own outputs (tests/fixtures/torch-eager, make.py)
+# --------------------------------------------------------------------------------------------------
+
+TORCH_EAGER = os.path.join(os.path.dirname(__file__), "fixtures", "torch-eager")
+
+
+def torch_eager(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray], float]:
+    """(the file torch.onnx.export wrote, the batches and PyTorch's quantized outputs on them, one step
+    of the output: the scale of the DequantizeLinear that writes it)."""
+    model = onnx.load(os.path.join(TORCH_EAGER, f"{name}.onnx"))
+    data = dict(np.load(os.path.join(TORCH_EAGER, f"{name}.npz")))
+    data["input_wide"] = data["input"] * np.float32(3)  # past the calibrated range (make.py: x * 3.0)
+    values = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t)
+              for n in model.graph.node if n.op_type == "Constant"}
+    (last,) = [n for n in model.graph.node if n.output[0] == model.graph.output[0].name]
+    assert last.op_type == "DequantizeLinear"
+    return model, data, float(values[last.input[1]])
+
+
+def off_pytorch(model: onnx.ModelProto, data: dict[str, np.ndarray]) -> list[float]:
+    """max |onnxruntime - PyTorch| on the test batch and on it x3."""
+    name = model.graph.input[0].name
+    return [float(np.abs(run_model(model, {name: data[x]})["output"] - data[y]).max())
+            for x, y in (("input", "quantized"), ("input_wide", "quantized_wide"))]
+
+
+def test_clean_torch_qint8_on_a_quint8_export_keeps_what_pytorch_computed() -> None:
+    """fbgemm's default qconfig (quint8): the exported file is within one output step of PyTorch. Its
+    uint8 zero-point 0 chains (after a ReLU) are quint8: the repair made them int8 and clamped at 127
+    (11 steps off PyTorch past the calibrated range) while verification said PASSED against that."""
+    model, data, step = torch_eager("torch_eager_fbgemm")
+    assert max(off_pytorch(model, data)) <= 1.01 * step  # the file as exported: what PyTorch computed
+    r = clean_model(model, CleanOptions(torch_qint8=True))
+    assert "qdq_torch_qint8" not in {c.pass_name for c in r.changes}
+    assert max(off_pytorch(r.model, data)) <= 1.01 * step
+    assert r.verification is not None and r.verification and r.verification.max_abs == 0.0
+    assert any(n.startswith("reference: the input itself") for n in r.verification.notes)
+    plain = clean_model(model)  # and no advice to repair what is right
+    assert "qdq-torch-qint8" not in {f.rule for f in plain.findings}
+    assert {f.rule for f in plain.findings} == {"qdq-uint8"}  # TensorRT still needs int8: re-quantize
+    assert not any("--torch-qint8" in f.fix for f in plain.findings)
+    assert "qdq-torch-qint8" not in {f.rule for f in lint_model(model)}
+
+
+def test_clean_torch_qint8_on_a_qint8_export_reproduces_pytorch() -> None:
+    """qnnpack's symmetric qconfig (qint8 activations, affine: zero-points -128..38): the exporter wrote
+    every tensor after the int8 stub as uint8 (-128 -> 128), 0.27 off PyTorch; read back as int8, one
+    output step. Without the flag, clean turned the uint8 128 ones into int8 0 (exact to the file) and
+    named only the rest."""
+    model, data, step = torch_eager("torch_eager_qnnpack_qint8")
+    assert min(off_pytorch(model, data)) > 50 * step  # the premise: the file is not what PyTorch computed
+    plain = clean_model(model)
+    (torch,) = [f for f in plain.findings if f.rule == "qdq-torch-qint8"]
+    stub = "/quant/QuantizeLinear"
+    uint8_q = {n.name for n in model.graph.node if n.op_type == "QuantizeLinear" and n.name != stub}
+    assert len(uint8_q) == 15 and uint8_q < set(torch.nodes)  # every tensor after the stub
+    assert len(torch.nodes) == 33 and "--torch-qint8" in torch.fix  # 15 Q and their 18 DQ
+    assert {f.rule for f in lint_model(model) if f.rule.startswith("qdq-torch")} == {"qdq-torch-qint8"}
+    r = clean_model(model, CleanOptions(torch_qint8=True))
+    (repair,) = [c for c in r.changes if c.pass_name == "qdq_torch_qint8"]
+    assert set(repair.nodes) == set(torch.nodes)
+    assert max(off_pytorch(r.model, data)) <= 1.01 * step
+    assert r.verification is not None and r.verification and r.verification.max_abs == 0.0
+    assert any("repair applied" in n for n in r.verification.notes)
+    # what is left is TensorRT's to refuse, said as such: qint8 zero-points other than 0
+    assert {f.rule for f in r.findings} == {"qdq-asymmetric"}
+
+
 def test_lint_and_clean_give_the_same_advice_for_torch_qint8(torch_qint8) -> None:
     exported, _ = torch_qint8
     found = lint_model(exported)

@@ -196,7 +196,14 @@ def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, 
 
 
 @pytest.mark.sshd
-def test_max_fail_stops_starting_boards_and_they_count_as_failed(boards, servers, cli):
+def test_max_fail_stops_starting_boards_and_they_count_as_failed(boards, servers, cli, monkeypatch):
+    """Skipped boards make the run fail (exit 1) but are not failures themselves: the matrix says
+    skipped, JUnit ``<skipped/>`` (issue 27.9: they read FAILED and ``<failure type="skipped">``)."""
+    import time
+    import types
+
+    monkeypatch.setattr("edgeq.remote.ssh.time", types.SimpleNamespace(sleep=lambda s: None,
+                                                                       monotonic=time.monotonic))
     root = boards
     members = make_members(root, servers)
     fleet = write_fleet(root, members, reformat_layer())
@@ -212,13 +219,20 @@ def test_max_fail_stops_starting_boards_and_they_count_as_failed(boards, servers
         assert rows[b]["status"] == "skipped" and "skipped (max-fail" in rows[b]["error"]
     assert _runs(members[1]) == _runs(members[2]) == 0
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite.get("failures") == "3"
-    kinds = sorted(f.get("type") for f in suite.findall("testcase/failure"))
-    assert kinds == ["skipped", "skipped", "target"]
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "2")
+    assert [f.get("type") for f in suite.findall("testcase/failure")] == ["target"]
+    skipped = {tc.get("name"): tc.find("skipped") for tc in suite.findall("testcase")}
+    assert skipped["board1"] is None
+    assert [skipped[b].get("message") for b in ("board2", "board3")] == ["skipped (max-fail)"] * 2
     from edgeq.orchestration.fleet import FleetResult, Row, matrix
 
     cells = matrix(FleetResult(root, model, [Row(**r) for r in rows.values()], "now"))
     assert [c["result"] for c in cells][1:] == ["skipped (max-fail)", "skipped (max-fail)"]
+    code, out, err = cli("fleet", "validate", model, "--fleet", fleet, "--workers", "1", "--max-fail", "1",
+                         "--duration", "0")  # fmt: skip
+    matrix_rows = {ln.split()[1]: ln for ln in out.splitlines() if re.match(r"\W+board\d", ln)}
+    assert code == 1 and "FAILED" in matrix_rows["board1"], out
+    assert all("skipped" in matrix_rows[b] and "FAILED" not in matrix_rows[b] for b in ("board2", "board3"))
     # a skipped board has no record: the next run (board1 back) runs all three
     servers[0].ensure_running()
     code, out, err = cli("fleet", "validate", model, "--fleet", fleet, "--json", "--duration", "0")

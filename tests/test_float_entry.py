@@ -328,6 +328,6 @@ def test_a_slower_mirror_says_how_much_of_it_q_dq_cannot_express(shufflenet, tmp
     slower = judged["slower-than-baseline"]
     assert "wider-than-baseline" not in judged and float(slower.split("x ")[0].split()[-1]) < 0.95
     excused = len(relative_gate(diff, by_design=plan.float_nodes).excused)
-    assert excused > 12 and f"{excused} node(s) run float by design" in slower and "float-entry" in slower
+    assert excused > 12 and f"{excused} nodes run float by design" in slower and "float-entry" in slower
     plain = dict(relative_gate(diff).failures)["slower-than-baseline"]
     assert "float-entry" not in plain and "wider-than-baseline" in dict(relative_gate(diff).failures)

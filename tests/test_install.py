@@ -9,11 +9,15 @@ the symlink on disk too.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -92,9 +96,11 @@ def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli):
     # current and history stay v1's), and boards 2 and 3 are not touched
     code, out, err = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--duration", "0")
     assert code == 1 and "Traceback" not in out + err, (out, err)
-    assert "canary failed on board1: stopped; 2 other board(s) not touched" in out
+    assert "canary failed on board1: stopped; 2 other boards not touched" in out
     assert f"board1: failed, {name2} (was {name1})" in out and f"current left at {name1}" in out
     assert "below --min-ratio 0.9" in err
+    (row,) = [line for line in out.splitlines() if line.startswith("board1: failed")]
+    assert row.count("qps") == 1 and row.count("1234") == 1 and "below --min-ratio 0.9" in row  # once
     code, out, _ = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--json",
                        "--duration", "0")  # fmt: skip
     res = json.loads(out)
@@ -272,6 +278,123 @@ def test_a_switch_or_rollback_whose_current_changed_meanwhile_is_refused(fleet, 
     assert current(members[0]) == "net-other"
 
 
+def _running(program) -> bool:
+    """Is a process running ``program`` (a board's trtexec stand-in) still alive? From /proc."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(program).encode() in cmdline.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _wait_for(predicate, seconds=60.0):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.mark.sshd
+def test_ctrl_c_during_install_switches_no_board_after_it_and_says_what_each_kept(fleet, servers):
+    """Issue 27.1: a real SIGINT to a real ``edgeq release install`` while board1 has switched and boards 2
+    and 3 are timing the new engine (their trtexec sleeping 20 s): it stops within seconds, boards 2 and
+    3 keep v1 (no switch after the interrupt; their trtexec killed on the board), one line per board
+    says what it kept, exit 130, and no /tmp/edgeq-install-* is left (TMPDIR is the test's own)."""
+    root, members, fleet_file = fleet
+    v1, name1 = make_bundle(root, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
+    v2, name2 = make_bundle(root, "v2", created="2026-02-01T00:00:00Z", engine_mib=1)
+    from edgeq.cli import run
+
+    assert run(["release", "install", str(v1), "--fleet", str(fleet_file), "--duration", "0"]) == 0
+    make_members(root, servers, slow={"board2": 20.0, "board3": 20.0})  # their trtexec, rewritten
+    tmp = root / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", "from edgeq.cli import main; main()", "release",
+                             "install", str(v2), "--fleet", str(fleet_file), "--duration", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        timing = [f"--loadEngine={m.work_dir / 'releases' / name2 / 'engine.plan'}" for m in members]
+        _wait_for(lambda: current(members[0]) == name2 and all(
+            any(timing[i] in argv for argv in calls(members[i].trtexec)) for i in (1, 2)))
+        assert [glob.glob(str(tmp / "edgeq-install-*"))] != [[]]  # the install's own, while it runs
+        interrupted = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    stopped_in = time.monotonic() - interrupted
+    assert proc.returncode == 130 and "Traceback" not in out + err, (out, err)
+    assert stopped_in < 10, stopped_in  # not the 20 s the boards' trtexec sleeps
+    assert [current(m) for m in members] == [name2, name1, name1]
+    assert [history(m) for m in members] == [[name1, name2], [name1], [name1]]
+    lines = {ln.split(":", 1)[0]: ln for ln in out.splitlines() if ln.startswith("board")}
+    assert lines["board1"].startswith(f"board1: installed, {name2} (was {name1})"), out
+    for b in ("board2", "board3"):
+        assert lines[b].startswith(f"{b}: interrupted, {name2} (was {name1})"), out
+        assert lines[b].endswith(f"stopped during inspect, current left at {name1}"), out
+    assert "interrupted: 1/3 boards finished; no board was started or switched after Ctrl-C" in out
+    assert not any(_running(m.trtexec) for m in members[1:])  # killed on the boards, not left running
+    assert os.listdir(tmp) == []
+
+
+@pytest.fixture
+def no_backoff(monkeypatch):
+    """Every connection attempt is real; the backoff between them is not waited out."""
+    import types
+
+    monkeypatch.setattr("edgeq.remote.ssh.time", types.SimpleNamespace(sleep=lambda s: None,
+                                                                       monotonic=time.monotonic))
+
+
+@pytest.mark.sshd
+def test_a_board_never_reached_reads_current_unknown_not_none(fleet, servers, cli, no_backoff):
+    """Issue 27.8: it read "current left at (none)" while the board ran v1. What it runs was never read."""
+    root, members, fleet_file = fleet
+    v1, name1 = make_bundle(root, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
+    v2, _ = make_bundle(root, "v2", created="2026-02-01T00:00:00Z", engine_mib=1)
+    code, _, _ = cli("release", "install", v1, "--fleet", fleet_file, "--limit", "board3", "--duration", "0")
+    assert code == 0
+    servers[2].stop()
+    code, out, err = cli("release", "install", v2, "--fleet", fleet_file, "--limit", "board3")
+    assert code == 1, (out, err)
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("board3:")]
+    assert line.endswith("current unknown (unreachable: connection refused)") and "(none)" not in line, line
+    code, out, _ = cli("release", "install", v2, "--fleet", fleet_file, "--limit", "board3", "--json")
+    (row,) = json.loads(out)["rows"]
+    assert (row["seen"], row["cause"], row["kept"]) == (False, "connection refused",
+                                                        "current unknown (unreachable: connection refused)")
+    servers[2].ensure_running()
+    assert current(members[2]) == name1
+
+
+@pytest.mark.sshd
+def test_install_max_fail_starts_no_board_after_n_failures_and_says_skipped(fleet, servers, cli, no_backoff):
+    """Issue 27.20: ``release install --max-fail`` as ``fleet validate``'s (one mechanism,
+    edgeq.orchestration.pool): one board at a time, board1 unreachable -> boards 2 and 3 are skipped,
+    never touched (no release directory on them), and said so, not FAILED."""
+    root, members, fleet_file = fleet
+    v1, name1 = make_bundle(root, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
+    servers[0].stop()
+    code, out, err = cli("release", "install", v1, "--fleet", fleet_file, "--workers", "1", "--max-fail", "1",
+                         "--json")  # fmt: skip
+    assert code == 1, (out, err)
+    rows = {r["target"]: r for r in json.loads(out)["rows"]}
+    assert rows["board1"]["status"] == "failed" and rows["board1"]["cause"] == "connection refused"
+    for b in ("board2", "board3"):
+        assert rows[b]["status"] == "skipped" and rows[b]["error"] == "not started: max-fail: 1 failed"
+        assert rows[b]["kept"] == "not touched"
+    assert not (members[1].work_dir / "releases").exists() and not (members[2].work_dir / "releases").exists()
+    code, out, _ = cli("release", "install", v1, "--fleet", fleet_file, "--workers", "1", "--max-fail", "1")
+    assert code == 1 and "board2: skipped, " in out and "FAILED" not in out, out
+    servers[0].ensure_running()
+    code, out, err = cli("release", "install", v1, "--fleet", fleet_file, "--max-fail", "1",
+                         "--duration", "0")  # fmt: skip
+    assert code == 0 and [current(m) for m in members] == [name1] * 3, (out, err)
+
+
 def _keys(root):
     keys = {}
     for who in ("alice", "mallory"):
@@ -380,7 +503,7 @@ def test_a_fleet_with_allowed_signers_installs_only_trusted_bundles(fleet, cli):
     no_signers = root / "plain.yaml"
     no_signers.write_text("targets: ['targets/board*.yaml']\n")
     code, _, err = cli("release", "install", root / "flip.tar.gz", "--fleet", no_signers)
-    assert code == 1 and ("does not verify" in err or "corrupt bundle" in err), err
+    assert code == 2 and ("does not verify" in err or "corrupt bundle" in err), err  # refused, as above
     code, _, err = cli("release", "install", root / "nope.tar.gz", "--fleet", fleet_file)
     assert code == 2 and "nope.tar.gz: no such bundle" in err
     assert [current(m) for m in members] == [None] * 3  # nothing reached a board
@@ -394,6 +517,53 @@ def test_a_fleet_with_allowed_signers_installs_only_trusted_bundles(fleet, cli):
     (root / "fleet2.yaml").write_text("targets: [targets/board1.yaml]\nallowed_signers: nope\n")
     code, _, err = cli("fleet", "status", "--fleet", root / "fleet2.yaml")
     assert code == 2 and "allowed_signers" in err and "does not exist" in err
+
+
+def test_a_bundle_refused_before_any_board_exits_2_and_names_the_users_file(tmp_path, cli, monkeypatch):
+    """Not a bundle (an ONNX model), unsigned, edited and re-hashed, or damaged in transit: refused before
+    any board is touched, exit 2 whether or not the fleet names allowed_signers (one cause, one code), the
+    message naming the file the user gave (``unsigned.tar.gz.sig``, not the private copy's name). The
+    boards are 127.0.0.1 ports nothing listens on: contacting one would fail its row (exit 1)."""
+    from fleet_helpers import qdq_model
+
+    monkeypatch.chdir(tmp_path)
+    keys, _ = _keys(tmp_path)
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "b1.yaml").write_text(
+        f"host: 127.0.0.1\nport: 1\nuser: me\nuse_agent: true\nknown_hosts: {tmp_path / 'kh'}\n")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("targets: ['targets/b1.yaml']\n")
+    signed = tmp_path / "signed.yaml"
+    signed.write_text(plain.read_text() + "allowed_signers: allowed_signers\n")
+    bundle, _ = make_bundle(tmp_path, "unsigned", created="2026-01-01T00:00:00Z", engine_mib=1)
+
+    code, out, err = cli("release", "install", bundle, "--fleet", signed)
+    assert code == 2 and f"{bundle}: not signed (no unsigned.tar.gz.sig beside it)" in err, (out, err)
+    assert "bundle.tar.gz" not in err.replace("unsigned.tar.gz", "")
+
+    model = qdq_model(tmp_path / "model.onnx")
+    for fleet in (plain, signed):
+        code, out, err = cli("release", "install", model, "--fleet", fleet)
+        assert code == 2 and f"{model}: not a .tar.gz bundle" in err, (fleet, out, err)
+        assert "corrupt" not in err and "damaged" not in err and len(err.strip().splitlines()) == 1
+
+    good = tmp_path / "good.tar.gz"
+    good.write_bytes(bundle.read_bytes())
+    assert cli("release", "sign", good, "--key", keys["alice"])[0] == 0
+    bad = _tamper(good, tmp_path / "bad.tar.gz")  # edited, its hashes recomputed: only a signature tells
+    flipped = bytearray(good.read_bytes())
+    flipped[len(flipped) // 2] ^= 1
+    flip = tmp_path / "flip.tar.gz"
+    flip.write_bytes(bytes(flipped))
+    for b in (bad, flip):
+        (tmp_path / f"{b.name}.sig").write_bytes((tmp_path / "good.tar.gz.sig").read_bytes())
+    # (the edited bundle without allowed_signers verifies, the manifest agreeing with itself: only a
+    # signature catches it, test_sign_verify_and_the_tamper_and_rehash_attack)
+    runs = {(b.name, f.name): cli("release", "install", b, "--fleet", f) for b, f in
+            ((bad, signed), (flip, plain), (flip, signed))}  # fmt: skip
+    assert {k: code for k, (code, _, _) in runs.items()} == dict.fromkeys(runs, 2), runs
+    assert "does not match" in runs["bad.tar.gz", "signed.yaml"][2]
+    assert "corrupt bundle" in runs["flip.tar.gz", "plain.yaml"][2]
 
 
 # -- the agent's side, without SSH ---------------------------------------------------------------------------

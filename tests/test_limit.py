@@ -86,3 +86,24 @@ def test_a_file_of_patterns_stands_where_it_is_named(tmp_path, monkeypatch):
         with pytest.raises(EdgeqError) as e:
             select(HOSTS, pattern)
         assert said in e.value.message and e.value.exit_code == 2
+
+
+def test_an_empty_limit_is_refused_by_every_command_before_any_board(tmp_path, monkeypatch, cli):
+    """``--limit "$BOARDS"`` with BOARDS unset: refused (exit 2), never the whole fleet. The boards are
+    127.0.0.1 ports nothing listens on: a command that went on to contact them would exit 1."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "targets").mkdir()
+    for i in (1, 2):
+        (tmp_path / "targets" / f"b{i}.yaml").write_text(
+            f"host: 127.0.0.1\nport: 1\nuser: me\nuse_agent: true\nknown_hosts: {tmp_path / 'kh'}\n")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("targets: ['targets/b*.yaml']\n")
+    (tmp_path / "p.yaml").write_text("name: p\nmodel: m.onnx\nfleet: fleet.yaml\n")
+    for args in (("release", "rollback", "--fleet", fleet), ("fleet", "status", "--fleet", fleet),
+                 ("release", "install", "b.tar.gz", "--fleet", fleet),
+                 ("fleet", "validate", "m.onnx", "--fleet", fleet), ("run", "p.yaml")):  # fmt: skip
+        for empty in ("", "  "):
+            code, out, err = cli(*args, "--limit", empty)
+            assert code == 2 and "the pattern is empty" in err, (args, out, err)
+            assert len(err.strip().splitlines()) == 1 and not out.strip(), (args, err)
+    assert not [p for p in tmp_path.glob("runs/**/*") if p.is_file()]  # no run was started

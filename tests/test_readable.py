@@ -9,6 +9,7 @@ zoo's, the engines are the recorded TensorRT 8.6 ones in tests/fixtures/trt86-h2
 from __future__ import annotations
 
 import io
+import json
 import logging
 import re
 import shutil
@@ -92,6 +93,30 @@ def test_lint_fits_80_columns_piped(ort_qdq, cli, at80) -> None:
     assert "1 error, 8 warnings; fail" in out  # was "1 error, 8 warning" (17)
 
 
+def test_lint_at_80_columns_still_names_the_nodes_of_each_finding(tmp_path, cli, at80) -> None:
+    """Piped, the nodes column does not fit: each finding names its nodes above its message instead
+    (an error that named no node: "Mish is not in the ... operator table (1 node)")."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8])
+    mish = "/bait/backbone.stage3.block2/act/Mish"  # a name as exporters write them: no column for it at 80
+    nodes = [onnx.helper.make_node("Mish", ["x"], ["m"], name=mish),
+             onnx.helper.make_node("Relu", ["m"], ["y"], name="/bait/Relu")]
+    model = onnx.helper.make_model(onnx.helper.make_graph(nodes, "g", [x], [y]),
+                                   opset_imports=[onnx.helper.make_opsetid("", 18)], ir_version=8)
+    path = tmp_path / "bait.onnx"
+    onnx.save(model, str(path))
+    code, out, err = cli("lint", path)
+    assert code == 1, err
+    assert max(_width(line) for line in out.splitlines()) <= WIDTH, out
+    (row,) = [line for line in out.splitlines() if "│ op-unsupported" in line]
+    assert f"nodes: {mish}" in row, out  # on the finding's own row, whole
+    monkeypatch = pytest.MonkeyPatch()
+    with monkeypatch.context() as m:  # wide enough: the nodes column, as before
+        m.setenv("COLUMNS", "160")
+        _, wide, _ = cli("lint", path)
+    assert mish in wide and f"nodes: {mish}" not in wide and "┃ nodes" in wide
+
+
 def test_report_fits_80_columns_piped_and_names_the_failing_layer_whole(cli, at80) -> None:
     stem = FIXTURES / "resnet50_ortfb.explicit"
     code, out, err = cli("report", f"{stem}.layers.json", "--profile", f"{stem}.profile.json")
@@ -101,6 +126,111 @@ def test_report_fits_80_columns_piped_and_names_the_failing_layer_whole(cli, at8
     # 17: the layer name a user copies into gate.allow, whole (it is 97 characters; it was cut at 87)
     (line,) = violations
     assert f"'{REFORMAT}'" in line
+
+
+def test_report_shortens_a_long_path_in_its_first_line(tmp_path, cli, at80, monkeypatch) -> None:
+    """An engine deep in a directory tree (a checkout 60+ characters deep): the first line still fits,
+    the file name whole; relative to the working directory where that is shorter."""
+    deep = tmp_path / "a-checkout-directory-with-a-rather-long-name" / "and-one-more-level-deep" / "fixtures"
+    deep.mkdir(parents=True)
+    for f in FIXTURES.glob("resnet50_ortfb.explicit.*"):
+        shutil.copy(f, deep / f.name)
+    layers = deep / "resnet50_ortfb.explicit.layers.json"
+    assert len(str(layers)) > WIDTH
+    code, out, err = cli("report", layers)
+    assert code == 1, err
+    first = out.splitlines()[0]
+    assert _width(first) <= WIDTH and first.startswith("…/")
+    assert "/fixtures/resnet50_ortfb.explicit.layers.json: " in first
+    monkeypatch.chdir(deep.parent)
+    _, out, _ = cli("report", layers)
+    assert out.splitlines()[0].startswith("fixtures/resnet50_ortfb.explicit.layers.json: ")
+
+
+def _matmul_model(path: Path) -> Path:
+    """Two MatMuls on a 3-D activation (per-tensor weights on 8.6: no output-channel axis), no Concat."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    w1, w2 = (onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+              for s, n in (((8, 16), "w1"), ((16, 4), "w2")))
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 4])
+    nodes = [onnx.helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             onnx.helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             onnx.helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    g = onnx.helper.make_graph(nodes, "mm", [x], [y], [w1, w2])
+    onnx.save(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8),
+              str(path))
+    return path
+
+
+def test_quantize_summary_notes_say_what_was_done(tmp_path, cli, at80) -> None:
+    """The notes were fixed strings: "per-channel on the output-channel axis" for per-tensor MatMul
+    weights (axis None in the JSON), "place-concat-shared-scale" with no Concat, old rule ids."""
+    from edgeq.graph import registry
+    from edgeq.quant.rules import RULES
+
+    src = _matmul_model(tmp_path / "mm.onnx")
+    code, out, err = cli("quantize", src, "--synthetic", "8")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "mm.int8.json").read_text())
+    assert [w["axis"] for w in summary["weights"]] == [None, None]
+    (weights,) = [line for line in out.splitlines() if "weights (int8 + DQ)" in line]
+    assert "per-tensor" in weights and "per-channel" not in weights
+    (shared,) = [line for line in out.splitlines() if "shared scale groups" in line]
+    assert "concat" not in shared
+    old_ids = set(registry.aliases())  # place-commute, place-concat-shared-scale, ...
+    assert {"place-commute", "place-concat-shared-scale"} <= old_ids
+
+    def named_old_ids(text: str) -> list[str]:
+        return [i for i in old_ids if re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", text)]
+
+    assert named_old_ids(out) == [], out
+    code, out, err = cli("quantize", zoo_model(tmp_path), "--synthetic", "8", "-o", tmp_path / "r.onnx")
+    assert code == 0, err
+    (weights,) = [line for line in out.splitlines() if "weights (int8 + DQ)" in line]
+    assert "per-channel on the output-channel axis" in weights  # convolutions: as before
+    (moved,) = [line for line in out.splitlines() if "INT8 by commuting" in line]
+    assert "data-movement" in moved and "data-movement" in RULES and named_old_ids(out) == []
+
+
+def zoo_model(tmp_path: Path) -> Path:
+    path = tmp_path / "resnet.onnx"
+    onnx.save(zoo.build("resnet"), str(path))
+    return path
+
+
+def test_one_of_a_thing_reads_in_the_singular(tmp_path, cli, at80) -> None:
+    """Issue 27 item 16: "1 held-out samples", "All 1 violations", "1 in 1 regions", "94 weights
+    layers", "1 problem(s)", "(1 node(s))": one plural helper (edgeq.text.plural / noun) everywhere."""
+    from edgeq.release.bundle import Problem, Verification
+
+    # the HTML report of an engine with one violation (onnxruntime's ResNet-50: one interior reformat)
+    page = tmp_path / "r.html"
+    stem = FIXTURES / "resnet50_ortfb.explicit"
+    code, _, err = cli("report", f"{stem}.layers.json", "--profile", f"{stem}.profile.json", "--html", page)
+    assert code == 1, err
+    html = page.read_text()
+    assert "Violations by region (1 in 1 region)" in html and "The violation, in engine order" in html
+    assert "weights layers" not in html and "weight layers" in html and "1 violations" not in html
+    # quantize with one held-out sample
+    code, out, err = cli("quantize", zoo_model(tmp_path), "--synthetic", "5", "-o", tmp_path / "q.onnx")
+    assert code == 0, err
+    assert "(1 held-out sample;" in out and "held-out samples" not in out
+    # a bundle with one problem
+    missing = Problem("missing", "reports/x.json", "not in the bundle")
+    one = Verification(Path("b.tar.gz"), None, (missing,), 3)
+    assert "FAILED: 1 problem (missing)" in one.summary()
+    # lint: one node
+    mish = onnx.helper.make_node("Mish", ["x"], ["y"], name="m")
+    vi = [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 4]) for n in "xy"]
+    model = onnx.helper.make_model(onnx.helper.make_graph([mish], "g", vi[:1], vi[1:]),
+                                   opset_imports=[onnx.helper.make_opsetid("", 18)], ir_version=8)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    _, out, _ = cli("lint", tmp_path / "m.onnx", "--json")
+    messages = [f["message"] for f in json.loads(out)["findings"]]
+    assert any("(1 node)" in m for m in messages) and not any("(s)" in m for m in messages), messages
 
 
 def _engine_dirs(root: Path) -> list[Path]:

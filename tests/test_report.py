@@ -539,6 +539,25 @@ def test_html_is_self_contained_and_escaped():
     assert "FAILED" in page and "interior-reformat" in page
 
 
+def test_html_where_the_time_goes_adds_up_with_a_row_for_weight_copies():
+    """ResNet-50 (onnxruntime's QDQ export): its 47 weight-copy layers take 16.9% of the profiled time
+    (the report's note); the shares left them out and read 97.6% + 2.4%."""
+    r = report_of("resnet50_ortfb.explicit", with_profile=True)
+    page = render_html(r, apply_gate(r, POLICIES["int8"]))
+    section = page[page.index("<h2>Where the time goes</h2>"):]
+    section = section[: section.index("</table>")]
+    rows = re.findall(r"</span> ([^<]+)</td><td>(\d+)</td><td>([\d.]+) µs</td><td>([\d.]+)%</td>", section)
+    shares = {label: float(pct) for label, _, _, pct in rows}
+    assert abs(sum(shares.values()) - 100.0) <= 0.3, shares
+    copies = [rl for rl in r.layers if rl.kind == LayerKind.WEIGHTS and rl.time_ms]
+    (counted,) = [int(n) for label, n, _, _ in rows if label == "weight copies"]
+    assert counted == len(copies) == 47
+    note = next(n for n in r.notes if "weight-copy layers" in n)
+    assert f"{shares['weight copies']:.1f}% of the profiled time" in note  # the note and the table agree
+    total_us = sum(float(us) for _, _, us, _ in rows)
+    assert abs(total_us - r.profile_total_ms * 1000) <= 0.05 * len(rows)
+
+
 def test_cli_html_never_overwrites_an_input_and_refuses_a_directory(tmp_path, cli):
     # QA: `--html layers.json` overwrote the engine's layer file with HTML; `--html DIR` was a traceback.
     import shutil

@@ -164,3 +164,29 @@ def test_a_connection_dropped_during_targets_check_names_the_probe(project, sshd
     line = _error_line(err)
     assert code == 1 and f"{sshd.user}@{sshd.host}:{sshd.port} dropped during the probe stage" in line
     assert str(python) not in line
+
+
+@pytest.mark.sshd
+@pytest.mark.parametrize("host, said", [
+    ("orin+nano", "unknown host name orin+nano: Name or service not known"),  # the resolver's NXDOMAIN
+    ("orin..lab", "'orin..lab' is not a valid host name (label empty or too long)"),  # was a traceback
+])
+def test_a_host_name_that_does_not_resolve_is_the_users_no_retry_exit_2(project, sshd, cli, monkeypatch,
+                                                                        host, said):
+    """Issue 27.17: retried 4 times (7 s) and exit 1, as if the board were down. Both names fail in this
+    machine's own resolver (glibc refuses '+' in a host name without asking a DNS server; Python's IDNA
+    codec an empty label), so no network is needed. Any sleep between attempts is recorded, not waited."""
+    import time
+    import types
+
+    slept: list[float] = []
+    monkeypatch.setattr("edgeq.remote.ssh.time", types.SimpleNamespace(sleep=slept.append,
+                                                                       monotonic=time.monotonic))
+    _target(project, "typo", sshd, host=host)
+    results = _every_command(cli, "typo")
+    assert {code for code, _ in results.values()} == {2}, results
+    assert len({words for _, words in results.values()}) == 1, results
+    assert f"cannot connect to {sshd.user}@{host}:{sshd.port}: {said}" in results["deploy"][1]
+    assert "attempt" not in results["deploy"][1] and slept == []  # asked once
+    (row,) = json.loads((next(Path("runs").glob("fleet-*")) / "fleet.json").read_text())["targets"]
+    assert row["reachable"] is False and row["cause"] == "unknown host name" and row["exit_code"] == 2

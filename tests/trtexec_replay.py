@@ -8,6 +8,13 @@ times and checks NOTHING: it proves edgeq's orchestration (argv and quoting over
 log parsing, file transfer, report, gate), not TensorRT. The "engine" it writes for ``--saveEngine`` is
 a placeholder (the recorded engines are not in the fixtures).
 
+``--exportOutput`` (with ``--loadInputs``): the outputs are NOT TensorRT's. The stand-in remembers which
+``--onnx`` each ``--saveEngine`` came from, runs that ONNX model in onnxruntime on the raw input files,
+and writes the outputs in trtexec 8.6's ``exportJSONOutput`` layout (samples/common/sampleReporting.cpp;
+values as C++'s default ``operator<<`` prints them: ``%g``, 6 significant digits). ``outputs_shift``
+is added to them first, so a test can show an engine whose outputs drift from the Q/DQ model's. This
+proves edgeq's transfer of inputs and outputs, its parsing of the format and its scoring, not TensorRT.
+
 Which recording answers depends on the argv, as trtexec's own modes do: ``--help`` prints the banner
 every trtexec run starts with (``&&&& RUNNING TensorRT.trtexec [TensorRT v8600] # ...``, version taken
 from the recorded log) and exits 0, as trtexec 8.6's ``main`` does; ``--onnx=`` replays the build
@@ -39,6 +46,12 @@ if "--help" in argv[1:] or "-h" in argv[1:]:
     print(CONFIG["banner"] + " # " + " ".join(argv), flush=True)
     sys.exit(0)
 mode = "build" if "onnx" in flags else "run"
+engines_file = CONFIG["calls"] + ".engines.json"
+if mode == "build" and "saveEngine" in flags:
+    known = json.load(open(engines_file)) if os.path.exists(engines_file) else {{}}
+    known[os.path.abspath(flags["saveEngine"])] = os.path.abspath(flags["onnx"])
+    with open(engines_file, "w") as f:
+        json.dump(known, f)
 rec = CONFIG[mode]
 if rec is None:
     sys.stderr.write("trtexec stand-in: no recorded %s run to replay\\n" % mode)
@@ -55,6 +68,34 @@ if rec["exit_code"] == 0:
     for flag in ("exportLayerInfo", "exportProfile"):
         if flag in flags and CONFIG[flag]:
             shutil.copyfile(CONFIG[flag], flags[flag])
+    if "exportOutput" in flags:
+        import numpy as np
+        import onnxruntime as ort
+        onnx_path = json.load(open(engines_file))[os.path.abspath(flags["loadEngine"])]
+        sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+        files = {{}}
+        for spec in flags.get("loadInputs", "").split(","):
+            name, path = spec[1:].split("':", 1)  # the agent quotes every name: 'name':path
+            files[name] = path
+        types = {{"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int32,
+                 "tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(uint8)": np.uint8,
+                 "tensor(int8)": np.int8}}
+        feed = {{}}
+        for i in sess.get_inputs():
+            raw = np.fromfile(files[i.name], dtype=types[i.type]).reshape(i.shape)
+            feed[i.name] = raw.astype(np.int64) if i.type == "tensor(int64)" else raw
+        names = [o.name for o in sess.get_outputs()]
+        with open(flags["exportOutput"], "w") as f:
+            f.write("[\\n")
+            sep = "  "
+            for name, value in zip(names, sess.run(names, feed)):
+                value = np.asarray(value, dtype=np.float64) + CONFIG["outputs_shift"]
+                f.write(sep + '{{ "name" : "' + name + '"\\n')
+                sep = ", "
+                f.write("  " + sep + '"dimensions" : "' + "x".join(str(d) for d in value.shape) + '"\\n')
+                values = sep.join("%g" % v for v in value.ravel())
+                f.write("  " + sep + '"values" : [ ' + values + " ]\\n  }}\\n")
+            f.write("]\\n")
 time.sleep(CONFIG["sleep"])
 if rec["kill_parent"]:
     os.kill(os.getppid(), rec["kill_parent"])  # the agent that ran it, killed on the target
@@ -96,13 +137,15 @@ def replay_trtexec(
     sleep: float = 0,
     name: str = "trtexec",
     engine_bytes: Optional[int] = None,
+    outputs_shift: float = 0.0,
 ) -> Path:
     """Write the stand-in executable ``directory/name`` and return its path.
 
     ``build`` answers ``--onnx=`` invocations, ``run`` answers ``--loadEngine=`` ones; ``layers`` and
     ``profile`` are the recorded JSON copied to ``--exportLayerInfo`` / ``--exportProfile`` on a
     successful run; ``sleep`` seconds pass before it exits (for timeout tests). ``engine_bytes``: the
-    placeholder engine's size (as large as the recorded engine; 0 writes none).
+    placeholder engine's size (as large as the recorded engine; 0 writes none). ``outputs_shift``:
+    added to every ``--exportOutput`` value (the ONNX model's outputs in onnxruntime).
     """
     recordings = [r for r in (build, run) if r is not None]
     if not recordings:
@@ -118,6 +161,7 @@ def replay_trtexec(
         "engine": ENGINE_PLACEHOLDER.decode(),
         "sleep": sleep,
         "engine_bytes": engine_bytes,
+        "outputs_shift": outputs_shift,
     }
     script.write_text(_SCRIPT.format(python=sys.executable, config=json.dumps(config)))
     script.chmod(0o755)

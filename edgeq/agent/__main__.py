@@ -1,4 +1,4 @@
-"""Agent command line: ``python edgeq-agent.pyz COMMAND ...``: probe, build, inspect, profile; install,
+"""Agent command line: ``python edgeq-agent.pyz COMMAND ...``: probe, build, inspect, profile, infer; install,
 switch, rollback, status for installed releases (``releases``).
 
 Protocol: every invocation writes exactly ONE JSON object to stdout, nothing else::
@@ -11,7 +11,7 @@ Logs (TensorRT's logger, trtexec's output) stream on stderr. While a command run
 points at stderr, so no library can corrupt the JSON by printing. Subprocesses run with timeouts.
 
 Exit codes: 0 ok; 1 the command failed on the target (stage names where: import, cuda, launch, parse,
-build, inspect, profile, input, output; a ``--timeout`` names the command); 2 usage error (stage
+build, inspect, profile, infer, input, output; a ``--timeout`` names the command); 2 usage error (stage
 "usage"); 3 an agent bug (stage "internal"); 130 interrupted (stage "interrupted").
 Option names are trtexec's where they mean the same thing.
 
@@ -41,7 +41,7 @@ from .common import (
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
-COMMANDS = ("probe", "build", "inspect", "profile", *releases.COMMANDS)
+COMMANDS = ("probe", "build", "inspect", "profile", "infer", *releases.COMMANDS)
 
 
 def agent_version():
@@ -110,6 +110,12 @@ def make_parser():
         action="store_true",
         help="time the engine without host<->device copies (the Python backend never copies)",
     )
+    infer = sub.add_parser("infer", help="run the engine on held-out inputs (.npz), write its outputs (.npz)")
+    common(infer)
+    infer.add_argument("--loadEngine", required=True)
+    infer.add_argument("--loadInputs", required=True, help=".npz: one array per input, samples on axis 0")
+    infer.add_argument("--exportOutput", required=True, help=".npz: one array per output, samples on axis 0")
+    infer.add_argument("--useDLACore", type=int)
     releases.add_arguments(sub, common)  # installed releases: install, switch, rollback, status
     return p
 
@@ -124,12 +130,12 @@ def envelope(command, result=None, error=None):
 
 
 def _check_inputs(args):
-    for attr in ("onnx", "calib", "loadEngine"):
+    for attr in ("onnx", "calib", "loadEngine", "loadInputs"):
         path = getattr(args, attr, None)
         if path and not os.path.isfile(path):
             raise AgentError("input", "%s not found: %s" % (attr, path))
     # Output directories are created (the timing cache's too: the first build on a target writes it).
-    for attr in ("saveEngine", "exportLayerInfo", "exportProfile", "timingCacheFile"):
+    for attr in ("saveEngine", "exportLayerInfo", "exportProfile", "exportOutput", "timingCacheFile"):
         path = getattr(args, attr, None)
         if path:
             parent = os.path.dirname(os.path.abspath(path))
@@ -168,7 +174,8 @@ def run_command(args, log):
         return releases.COMMANDS[args.command](args)
 
     _check_inputs(args)
-    outputs = [getattr(args, a, None) for a in ("saveEngine", "exportLayerInfo", "exportProfile")]
+    written = ("saveEngine", "exportLayerInfo", "exportProfile", "exportOutput")
+    outputs = [getattr(args, a, None) for a in written]
     try:
         return _run_backend(args, log)
     except AgentError as e:
@@ -262,7 +269,7 @@ def main(argv=None):
         args = make_parser().parse_args(argv)
         command = args.command
         if command is None:
-            raise UsageError("a command is required: probe, build, inspect or profile; for installed "
+            raise UsageError("a command is required: probe, build, inspect, profile or infer; for installed "
                              "releases install, switch, rollback or status")
         if args.backend == "python":
             watchdog = Watchdog(args.timeout, emergency, command).start()

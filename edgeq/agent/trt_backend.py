@@ -4,7 +4,7 @@ pycuda when installed, else libcudart through ctypes, which JetPack always has).
 
 ``trt_common``: importing TensorRT, logger, Builder, atomic writes; ``trt_build`` and
 ``trt_calibrator``: ``build``; ``trt_engine``: loading an engine, ``inspect``; ``trt_profile`` and
-``trt_cuda``: ``profile`` on device buffers.
+``trt_cuda``: ``profile`` on device buffers; ``trt_infer``: ``infer`` on them.
 
 Every TensorRT call in them is checked against the TensorRT 8.5/8.6 Python bindings
 (NVIDIA/TensorRT ``python/src/infer/pyCore.cpp``, ``pyInt8.cpp``, ``parsers/pyOnnx.cpp``) and the
@@ -25,9 +25,10 @@ from .common import AgentError
 from .trt_build import build
 from .trt_common import create_builder, load_tensorrt, make_logger
 from .trt_engine import inspect
+from .trt_infer import infer
 from .trt_profile import profile
 
-__all__ = ["build", "inspect", "probe", "profile"]
+__all__ = ["build", "infer", "inspect", "probe", "profile"]
 
 
 def probe(log):

@@ -1,8 +1,10 @@
-"""Device buffers and a CUDA stream for ``profile``, from whichever CUDA binding the target has:
-cuda-python, pycuda, or libcudart through ctypes (JetPack always has the last).
+"""Device buffers and a CUDA stream for ``profile`` and ``infer``, from whichever CUDA binding the target
+has: cuda-python, pycuda, or libcudart through ctypes (JetPack always has the last).
 
 Kept apart from TensorRT code: three interchangeable bindings behind one small interface
-(``alloc``, ``sync``, ``handle``); each imports its binding only when tried.
+(``alloc``, ``sync``, ``handle``, and ``upload`` / ``download`` for ``infer``'s host<->device copies);
+each imports its binding only when tried. Copies are synchronous ``cudaMemcpy`` (legacy default
+stream): done when the call returns, ordered after the ``sync`` that ends an execution.
 """
 
 from .common import AgentError, load_libcudart
@@ -38,6 +40,19 @@ class _CudaPython:
         self._check(err, "cudaMemset")
         return int(ptr)
 
+    def upload(self, ptr, data):
+        host = _host_buffer(data)
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        (err,) = self._rt.cudaMemcpy(ptr, _address(host), len(data), kind)
+        self._check(err, "cudaMemcpy(HostToDevice, %d)" % len(data))
+
+    def download(self, ptr, nbytes):
+        host = _host_buffer(nbytes)
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        (err,) = self._rt.cudaMemcpy(_address(host), ptr, nbytes, kind)
+        self._check(err, "cudaMemcpy(DeviceToHost, %d)" % nbytes)
+        return host.raw[:nbytes]
+
     def sync(self):
         (err,) = self._rt.cudaStreamSynchronize(self._stream)
         self._check(err, "cudaStreamSynchronize")
@@ -72,6 +87,14 @@ class _PyCuda:
         self._keep.append(buf)  # a DeviceAllocation frees its memory when collected
         return int(buf)
 
+    def upload(self, ptr, data):
+        self._cuda.memcpy_htod(ptr, data)  # dest: a DeviceAllocation or an int pointer (pycuda.driver)
+
+    def download(self, ptr, nbytes):
+        host = bytearray(nbytes)
+        self._cuda.memcpy_dtoh(host, ptr)  # dest: any writable buffer
+        return bytes(host)
+
     def sync(self):
         self._stream.synchronize()
 
@@ -92,6 +115,7 @@ class _LibCudart:
             ("cudaMalloc", [ptr_t(c_void_p), c_size_t]),
             ("cudaMemset", [c_void_p, c_int, c_size_t]),
             ("cudaStreamSynchronize", [c_void_p]),
+            ("cudaMemcpy", [c_void_p, c_void_p, c_size_t, c_int]),  # kind: 1 HostToDevice, 2 DeviceToHost
         ):
             getattr(lib, fn).argtypes = args
             getattr(lib, fn).restype = c_int
@@ -119,6 +143,32 @@ class _LibCudart:
 
     def sync(self):
         self._check(self._lib.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+
+    def upload(self, ptr, data):
+        host = _host_buffer(data)
+        err = self._lib.cudaMemcpy(ptr, _address(host), len(data), 1)
+        self._check(err, "cudaMemcpy(HostToDevice, %d)" % len(data))
+
+    def download(self, ptr, nbytes):
+        host = _host_buffer(nbytes)
+        err = self._lib.cudaMemcpy(_address(host), ptr, nbytes, 2)
+        self._check(err, "cudaMemcpy(DeviceToHost, %d)" % nbytes)
+        return host.raw[:nbytes]
+
+
+def _host_buffer(data_or_size):
+    """A ctypes char array: a copy of ``data`` (bytes), or ``size`` zero bytes to copy into."""
+    import ctypes
+
+    if isinstance(data_or_size, int):
+        return (ctypes.c_char * max(1, data_or_size))()
+    return (ctypes.c_char * max(1, len(data_or_size))).from_buffer_copy(bytes(data_or_size) or b"\0")
+
+
+def _address(host):
+    import ctypes
+
+    return ctypes.addressof(host)
 
 
 def open_cuda():

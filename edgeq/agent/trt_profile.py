@@ -7,24 +7,26 @@ Split from ``trt_engine`` (loading, inspecting) because timing brings in CUDA bu
 import json
 import time
 
+from .arrays import TRT_TYPES
 from .common import AgentError, percentiles
 from .trt_common import first_error, load_tensorrt, make_logger, write_atomic
 from .trt_cuda import open_cuda
 from .trt_engine import create_context, load_engine
 
-# Bytes per element by DataType member name, for bindings whose DataType lacks ``itemsize``.
-# 8.6 members: FLOAT, HALF, INT8, INT32, BOOL, UINT8, FP8 (8.6.1 Python API, ``tensorrt.DataType``).
-_ITEMSIZE = {"FLOAT": 4, "HALF": 2, "INT8": 1, "INT32": 4, "BOOL": 1, "UINT8": 1, "FP8": 1}
+
+def type_name(dtype):
+    """A ``tensorrt.DataType``'s member name ("FLOAT"), the key of ``arrays.TRT_TYPES``."""
+    return getattr(dtype, "name", None) or str(dtype).rsplit(".", 1)[-1]
 
 
 def _itemsize(dtype):
     size = getattr(dtype, "itemsize", None)  # DataType.itemsize (8.6.1 Python API)
     if isinstance(size, int) and size > 0:
         return size
-    name = getattr(dtype, "name", None) or str(dtype).rsplit(".", 1)[-1]
-    if name not in _ITEMSIZE:
+    name = type_name(dtype)
+    if name not in TRT_TYPES:  # bytes per element, for bindings whose DataType lacks ``itemsize``
         raise AgentError("profile", "unknown TensorRT data type %s" % (dtype,))
-    return _ITEMSIZE[name]
+    return TRT_TYPES[name][1]
 
 
 def tensor_bytes(shape, itemsize, vectorized_dim=-1, components=1):

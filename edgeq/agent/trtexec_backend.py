@@ -131,6 +131,33 @@ def profile_argv(
     return argv
 
 
+def infer_argv(trtexec, engine, inputs, output_json, dla_core=None):
+    """trtexec argv that runs an engine once on the given input files and writes its outputs as JSON.
+
+    ``inputs``: ``[(binding name, file of raw bytes)]`` for ``--loadInputs`` (8.6 syntax
+    ``'name':file,...``: names quoted, so a name with ``:`` is whole; a ``,`` or ``'`` cannot be said
+    in it, nor a ``,`` in a path: sampleOptions.cpp splits the list on ``,``). One timed iteration,
+    no warm-up: the outputs are the point, not the time.
+    """
+    specs = []
+    for name, path in inputs:
+        if "," in name or "'" in name:
+            raise ValueError("input %r: trtexec's --loadInputs cannot name a tensor with ',' or \"'\"" % name)
+        if "," in path:
+            raise ValueError("%s: trtexec's --loadInputs cannot take a path with ','" % path)
+        specs.append("'%s':%s" % (name, path))
+    return [
+        trtexec,
+        "--loadEngine=" + engine,
+        *_dla_args(dla_core, False),
+        "--loadInputs=" + ",".join(specs),
+        "--exportOutput=" + output_json,
+        "--warmUp=0",
+        "--iterations=1",
+        "--duration=0",
+    ]
+
+
 def _dla_args(dla_core, allow_gpu_fallback):
     if dla_core is None:
         return []
@@ -376,6 +403,73 @@ def profile(args, log):
         "wall_seconds": round(elapsed, 3),
         "tensorrt": version_from_banner(lines),
     }, warnings)
+
+
+def infer(args, log):
+    """Run the engine on each held-out sample (one trtexec run each: trtexec takes one set of input
+    files) and stack the outputs it exported. trtexec's JSON says no data type: outputs come back as
+    float64, which holds every value trtexec printed (6 significant digits) exactly."""
+    from . import infer as shared
+    from .arrays import ArrayError, floats, parse_export_output
+
+    inputs = shared.load_inputs(args.loadInputs)
+    # The binding types TensorRT 8.6 gives ONNX inputs (INT64 -> INT32, DOUBLE -> FLOAT).
+    types = {"f4": "FLOAT", "f8": "FLOAT", "f2": "HALF", "i4": "INT32", "i8": "INT32", "i1": "INT8",
+             "b1": "BOOL", "u1": "UINT8"}  # fmt: skip
+    bindings = []
+    for name, arr in inputs.items():
+        trt_type = types.get(arr.descr[1:])
+        if trt_type is None:
+            raise AgentError("input", "input %r: %s has no TensorRT binding type" % (name, arr.descr))
+        bindings.append(shared.Binding(name, arr.shape[1:], trt_type, True))
+    feeds = shared.samples_for(bindings, inputs)
+    if not feeds:
+        raise AgentError("input", "%s holds no samples" % args.loadInputs)
+    work = args.exportOutput + ".d"
+    os.makedirs(work, exist_ok=True)
+    files = [(b.name, os.path.join(work, "input%d.bin" % k)) for k, b in enumerate(bindings)]
+    out_json = os.path.join(work, "outputs.json")
+    started = time.monotonic()
+    exported = []  # per sample: [(name, shape, values)]
+    warnings = []
+    try:
+        for i, feed in enumerate(feeds):
+            for name, path in files:
+                with open(path, "wb") as f:
+                    f.write(feed[name])
+            if os.path.exists(out_json):
+                os.unlink(out_json)
+            argv = infer_argv(args.trtexec, args.loadEngine, files, out_json, dla_core=args.useDLACore)
+            lines, _, code = _run(argv, log, args.timeout, "infer", allow_passed=True)
+            if code and i == 0:
+                warnings.append(check_passed_outputs("infer", code, lines, []))  # the JSON is read next
+            _expect_file(out_json, "infer", lines)
+            with open(out_json, "r", encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            try:
+                exported.append(parse_export_output(text, "trtexec --exportOutput (sample %d)" % i))
+            except ArrayError as e:
+                raise AgentError("infer", str(e), log=lines) from None
+            log.write("[I] infer: sample %d/%d done" % (i + 1, len(feeds)))
+    finally:
+        for path in [p for _, p in files] + [out_json]:
+            if os.path.exists(path):
+                os.unlink(path)
+        if os.path.isdir(work) and not os.listdir(work):
+            os.rmdir(work)
+    first = [(name, shape) for name, shape, _ in exported[0]] if exported else []
+    for i, outs in enumerate(exported):
+        if [(name, shape) for name, shape, _ in outs] != first:
+            raise AgentError("infer", "sample %d: trtexec exported other outputs than for sample 0" % i)
+    outputs = {}
+    for k, (name, shape) in enumerate(first):
+        values = [v for outs in exported for v in outs[k][2]]
+        outputs[name] = floats(values, (len(exported), *tuple(shape)))
+    shared.write_outputs(args.exportOutput, outputs)
+    seconds = round(time.monotonic() - started, 3)
+    reply = shared.result(args.exportOutput, outputs, len(feeds), seconds=seconds,
+                          tensorrt=version_from_banner(lines))
+    return _with_warnings(reply, warnings)
 
 
 def _split(text):

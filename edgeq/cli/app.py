@@ -19,7 +19,7 @@ from rich.table import Table
 from typer.core import TyperCommand, TyperGroup
 
 from edgeq import __version__
-from edgeq.cli.output import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, err, out
+from edgeq.cli.output import EXIT_CODES_HELP, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, err, out
 from edgeq.errors import EdgeqError
 
 app = typer.Typer(
@@ -48,7 +48,10 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-vv for debug)."),
+    verbose: int = typer.Option(
+        0, "--verbose", "-v", count=True, show_default=False,
+        help="More log output: -v info, -vv debug (repeat the flag; it takes no number).",
+    ),
 ) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -81,7 +84,7 @@ def _whole_option_names() -> Iterator[None]:
 
 class _Help:
     """edgeq's help, as TensorRT/Ansible/OpenSSH users read help: ``MODEL`` in the usage line (not typer's
-    ``{model}``), no ``<bool>`` after a plain flag, option names never truncated."""
+    ``{model}``), no Python type names (``_no_type_names``), option names never truncated."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces: list[str] = super().collect_usage_pieces(ctx)  # type: ignore[misc]
@@ -89,10 +92,36 @@ class _Help:
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         for param in self.get_params(ctx):  # type: ignore[attr-defined]
-            if getattr(param, "is_flag", False) and not getattr(param, "count", False):
-                param.metavar = ""  # typer prints the metavar instead of "<bool>"
+            _no_type_names(param)
         with _whole_option_names():
             super().format_help(ctx, formatter)  # type: ignore[misc]
+
+
+def _no_type_names(param: Any) -> None:
+    """typer 0.29 prints a type beside each parameter (``<int>``, ``<path>``, ``<list[Path]>``): a flag
+    or a count (``-v``, ``-vv``) takes no value and shows none; an argument's name already says what it
+    is (``PATH...``); an option shows its metavar, its name in capitals where none was declared."""
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        param.metavar = ""  # typer prints the metavar instead of "<bool>" / "<int>"
+    elif param.param_type_name == "argument":
+        if param.metavar is None:  # "MODEL", as in the usage line
+            param.metavar = (param.name or "arg").upper() + ("..." if param.nargs != 1 else "")
+        param.display_type_rich = lambda ctx: None  # its name is what it is
+    elif param.metavar is None:
+        param.metavar = (param.name or "value").upper()
+
+
+class _Interrupted(Exception):
+    """Ctrl-C inside a command. typer turns a KeyboardInterrupt into a silent exit 130; raised as this
+    instead, ``run`` says "interrupted" once, for every command."""
+
+
+class _SaysInterrupted:
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)  # type: ignore[misc]
+        except KeyboardInterrupt:
+            raise _Interrupted from None
 
 
 def _usage_piece(piece: str) -> str:
@@ -110,11 +139,12 @@ def _usage_piece(piece: str) -> str:
 
 def _with_help(cls: Any, base: type) -> type:
     cls = cls if isinstance(cls, type) else base
-    return cls if issubclass(cls, _Help) else type(f"Edgeq{cls.__name__}", (_Help, cls), {})
+    return cls if issubclass(cls, _Help) else type(f"Edgeq{cls.__name__}", (_Help, _SaysInterrupted, cls), {})
 
 
 def _use_edgeq_help(typer_app: typer.Typer) -> None:
-    """Every command and group, those other modules register included, gets edgeq's help (``_Help``)."""
+    """Every command and group, those other modules register included, gets edgeq's help (``_Help``) and
+    its Ctrl-C line (``_SaysInterrupted``)."""
     typer_app.info.cls = _with_help(typer_app.info.cls, TyperGroup)
     for command in typer_app.registered_commands:
         command.cls = _with_help(command.cls, TyperCommand)
@@ -131,20 +161,28 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     except EdgeqError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
         return e.exit_code
-    except (typer.Abort, KeyboardInterrupt):
+    except (_Interrupted, typer.Abort, KeyboardInterrupt):
         err.print("interrupted")
-        return 130
+        return EXIT_INTERRUPTED
     except typer.Exit as e:
         return e.exit_code
     except typer.TyperException as e:
         # Usage errors: one line plus the hint to ask for help.
-        msg = e.format_message()
+        msg = e.format_message() + _count_hint(argv)
         see = f"edgeq {_subcommand(argv)}--help"
         if msg.strip():  # bare 'edgeq' has printed the help already: no empty error line under it
             err.print(f"[bold red]error:[/] {escape(msg)}  (see '{see}')", highlight=False)
         code = getattr(e, "exit_code", EXIT_USAGE)
         return EXIT_USAGE if code in (None, 2) else int(code)
     return rv if isinstance(rv, int) else EXIT_OK
+
+
+def _count_hint(argv: Optional[Sequence[str]]) -> str:
+    """``edgeq -v 2 rules``: the 2 read as a command. -v is a count: say so."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    if any(a in ("-v", "--verbose") and b.isdigit() for a, b in zip(args, args[1:])):
+        return " (-v takes no number: repeat it, -v info, -vv debug)"
+    return ""
 
 
 def _subcommand(argv: Optional[Sequence[str]]) -> str:

@@ -21,8 +21,12 @@ from edgeq.cli.options import (
     Duration,
     Fp16,
     Gate,
+    Holdout,
     Iterations,
     Json,
+    MetricOpt,
+    MinCosine,
+    MinMetric,
     Overrides,
     Percentile,
     Placement,
@@ -47,12 +51,22 @@ from edgeq.cli.output import (
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn
 
-_DEPLOY_HELP = (
-    "Build and prove an engine on a target: clean, quantize (float model + --calib), lint, upload, probe, "
-    "build, inspect, profile, report, gate, into runs/<model>-<target>-<time>/; the target's gate unless "
-    "--gate. --placement implicit: mirror the implicit engine, gate relative to it."
-    "\n\n" + EXIT_CODES_HELP
-)
+# One screen (tests/test_cli_help.py) leaves room for the exit codes only: what deploy does (its stages
+# and run directory, --holdout and --gate accuracy) is in the README ("A typical session", "Accuracy on
+# the target") and in `edgeq --help`'s line (short_help).
+_DEPLOY_HELP = EXIT_CODES_HELP
+
+
+def _split_gate(gate: Optional[str]) -> tuple[Optional[str], bool]:
+    """--gate NAME[,accuracy]: (the precision gate's policy name or None, whether accuracy gates)."""
+    if gate is None:
+        return None, False
+    names = [n.strip() for n in gate.split(",") if n.strip()]
+    policies = [n for n in names if n != "accuracy"]
+    if len(policies) > 1:
+        raise typer.BadParameter(f"one precision gate at most, got {', '.join(policies)}",
+                                 param_hint="--gate")
+    return (policies[0] if policies else None), "accuracy" in names
 
 
 def _stage_table(stages: Sequence[Any]) -> Table:
@@ -93,7 +107,8 @@ def _relative_to_baseline(result: Any, target: Any, accept_new_host_key: bool, p
     return relative_gate(diff_pair(base, engine_of_run(result)))
 
 
-@app.command("deploy", help=_DEPLOY_HELP, short_help="Build, profile and gate an engine on a target.")
+@app.command("deploy", help=_DEPLOY_HELP,
+             short_help="Build, profile and gate an engine on a target; --holdout: its accuracy there.")
 def deploy_cmd(
     model: Path = typer.Argument(..., help="The ONNX model: Q/DQ (explicit INT8) or float."),
     target: TargetName = ...,  # type: ignore[assignment]
@@ -113,6 +128,11 @@ def deploy_cmd(
     pipeline: Optional[Path] = typer.Option(
         None, "--pipeline", metavar="YAML", rich_help_panel=GATE, help="A pipeline file: its gate allowlist."
     ),
+    # None: quantize's defaults (0.2, auto), not printed, so each option stays on one line of --help
+    holdout: Holdout = None,  # type: ignore[assignment]
+    metric: MetricOpt = None,  # type: ignore[assignment]
+    min_cosine: MinCosine = None,
+    min_metric: MinMetric = None,
     fp16: Fp16 = None,
     iterations: Iterations = 10,
     duration: Duration = 3.0,
@@ -122,6 +142,7 @@ def deploy_cmd(
     from edgeq.orchestration.run import load_pipeline
     from edgeq.remote.targets import resolve_target
 
+    gate, accuracy_gate = _split_gate(gate)
     if placement == Placement.implicit and calib is None:
         raise typer.BadParameter("--placement implicit needs a float model and --calib (the implicit engine "
                                  "and its mirror come from one calibration)", param_hint="--calib")
@@ -134,11 +155,14 @@ def deploy_cmd(
             allow, require_fusion = pl.gate.allow, pl.gate.require_fusion
     options = DeployOptions(
         quantize=quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
-                                  placement=placement, overrides=overrides),
+                                  placement=placement, overrides=overrides,
+                                  holdout=0.2 if holdout is None else holdout, metric=metric or "auto",
+                                  min_cosine=min_cosine, min_metric=min_metric),
         accept_new_host_key=accept_new_host_key, gate_allow=allow,
         gate=_baseline_gate(gate, "implicit" if placement == Placement.implicit else baseline, calib),
         gate_require_fusion=require_fusion, runs_dir=runs_dir,
         profile=profile_settings(fp16, iterations, duration),
+        accuracy_gate=accuracy_gate,
     )  # fmt: skip
 
     def event(line: str) -> None:
@@ -158,6 +182,7 @@ def deploy_cmd(
             relative = _relative_to_baseline(result, tgt, accept_new_host_key, progress) if baseline else None
     code = EXIT_OK if result.gate_passed and (relative is None or relative) else EXIT_CHECK_FAILED
     gate_result = result.finished.gate if result.finished is not None else None
+    accuracy = result.finished.accuracy if result.finished is not None else None
     if json_out:
         print_json(
             {
@@ -165,6 +190,7 @@ def deploy_cmd(
                 "stages": [vars(s) for s in result.stages],
                 "timings": result.timings,
                 "gate": gate_result.to_dict() if gate_result is not None else None,
+                "accuracy": accuracy.to_dict() if accuracy is not None else None,
                 "relative_gate": relative.to_dict() if relative is not None else None,
                 **({"implicit": mirrored.to_dict()} if mirrored is not None else {}),
                 "exit_code": code,
@@ -178,10 +204,35 @@ def deploy_cmd(
         out.print(f"[cyan]implicit:[/] {escape(note)}", highlight=False)
     if gate_result is not None:
         print_verdict(gate_result)
+    if accuracy is not None:
+        _print_accuracy(accuracy)
     if relative is not None:
         print_verdict(relative)
     out.print(f"run directory: [bold]{escape(str(result.run_dir))}[/]")
     return code
+
+
+def _print_accuracy(acc: Any) -> None:
+    """The accuracy section: the verdict line (green, red, or a yellow warning when TensorRT is far below
+    FP32 or onnxruntime's prediction and no gate says so), then TensorRT's figures beside the prediction."""
+    if acc.gated and not acc.passed:
+        style, head = "bold red", "accuracy FAILED"
+    elif acc.far_below:
+        style, head = "bold yellow", "accuracy WARNING"
+    else:
+        style, head = ("green", "accuracy passed") if acc.gated else ("default", "accuracy")
+    out.print(f"[{style}]{escape(head)}[/]: {acc.samples} held-out samples ({escape(acc.source)}), metric "
+              f"{escape(acc.metric)} ({escape(acc.why)})", highlight=False)
+    pairs = [(acc.engine, acc.predicted)] + ([] if acc.metric == "cosine" else [(acc.engine_cosine,
+                                                                                 acc.predicted_cosine)])
+    for got, want in pairs:
+        beside = f"   onnxruntime Q/DQ: {escape(str(want))}" if want is not None else ""
+        out.print(f"  TensorRT: {escape(str(got))}{beside}", highlight=False)
+    if acc.agreement is not None:
+        out.print(f"  TensorRT vs onnxruntime Q/DQ: {escape(acc.agreement_text())}", highlight=False)
+    failures = acc.failures()
+    for line in failures or acc.problems():
+        out.print(f"  [{'bold red' if failures else 'bold yellow'}]{escape(line)}[/]", highlight=False)
 
 
 targets_app = typer.Typer(help="Target files (targets/*.yaml): list them, check one against its machine.")
@@ -228,8 +279,9 @@ def targets_list_cmd() -> int:
     help="Connect to a target (host key checked against its known_hosts), ship the edgeq agent, probe it "
     "(TensorRT version, GPU, compute capability, DLA cores, free memory and disk, Python) and compare with "
     "the file's 'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 "
-    "unreachable, no TensorRT or not what the file expects; 2 the target file is invalid, or the host key "
-    "or the login is refused (unknown/changed key, wrong identity file).",
+    "unreachable, no TensorRT or not what the file expects; 2 the target file is invalid, its host name "
+    "does not resolve (not retried), or the host key or the login is refused (unknown/changed key, wrong "
+    "identity file).",
 )
 def targets_check_cmd(
     name: str = typer.Argument(..., help="Target name (targets/NAME.yaml) or a YAML path."),

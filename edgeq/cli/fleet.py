@@ -43,6 +43,7 @@ from edgeq.cli.output import (
     out,
     print_json,
     print_table,
+    print_wrapped,
     progress_display,
     width_of,
 )
@@ -53,7 +54,7 @@ fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a 
 app.add_typer(fleet_app, name="fleet")
 
 _ROW_STYLE = {"pending": "dim", "running": "cyan", "passed": "green", "failed": "bold red",
-              "skipped": "yellow"}
+              "skipped": "yellow", "interrupted": "bold yellow"}
 
 
 def _live_rows(rows: dict[str, Any]) -> Table:
@@ -66,9 +67,15 @@ def _live_rows(rows: dict[str, Any]) -> Table:
     return t
 
 
+def _verdict(r: Any) -> str:
+    """The matrix's last cell: passed, FAILED, or why the board has no verdict (skipped, interrupted)."""
+    word = "FAILED" if r.status == "failed" else r.status
+    return f"[{_ROW_STYLE.get(r.status, '')}]{escape(word)}[/]"
+
+
 def _fleet_matrix(result: Any) -> Table:
-    """The matrix, a row a target; a failed row says FAILED, its reason goes on one line below the table
-    (``_print_matrix``), not folded into a 40-line cell."""
+    """The matrix, a row a target; a failed row says FAILED (a skipped one skipped), its reason goes on
+    one line below the table (``_print_matrix``), not folded into a 40-line cell."""
     from edgeq.orchestration.fleet import matrix
 
     cells = matrix(result)
@@ -78,8 +85,7 @@ def _fleet_matrix(result: Any) -> Table:
         right = col in numeric
         t.add_column(col, no_wrap=right or col == "result", justify="right" if right else "left")
     for row, r in zip(cells, result.rows):
-        verdict = "[green]passed[/]" if r.passed else "[red]FAILED[/]"
-        t.add_row(*(escape(v) for v in list(row.values())[:-1]), verdict)
+        t.add_row(*(escape(v) for v in list(row.values())[:-1]), _verdict(r))
     return t
 
 
@@ -89,12 +95,24 @@ _MATRIX_DROP = ("report", "p99 ms", "TensorRT", "reachable", "build", "GPU (sm)"
 
 
 def _print_matrix(result: Any, already: Any = frozenset()) -> None:
-    """The matrix fitted to the terminal, then each failed target's reason once, on its own line (not
-    again for targets whose line ``_row_finished`` already printed)."""
-    print_table(_fleet_matrix(result), drop=_MATRIX_DROP, one_line=True)
+    """The matrix fitted to the terminal, saying which columns did not fit and where to see them, then
+    each failed target's reason once, on its own line (not again for targets whose line
+    ``_row_finished`` already printed)."""
+    from rich.measure import Measurement
+
+    table = _fleet_matrix(result)
+    columns = [str(c.header) for c in table.columns]
+    whole = Measurement.get(out, out.options.update_width(1 << 16), _fleet_matrix(result)).maximum
+    print_table(table, drop=_MATRIX_DROP, one_line=True)  # drops columns from ``table`` until it fits
+    shown = {str(c.header) for c in table.columns}
+    left_out = [c for c in columns if c not in shown]
+    if left_out:
+        print_wrapped(f"[dim]not shown at {width_of(out)} columns: {', '.join(left_out)} (--json has "
+                      f"every column; so does a terminal {whole} wide, or COLUMNS={whole} when piped)[/]")
     for r in result.rows:
         if not r.passed and r.target not in already:
-            out.print(f"  [bold red]{escape(r.target)}:[/] {escape(r.error or r.gate_summary or 'failed')}")
+            style = _ROW_STYLE.get(r.status, "bold red")
+            out.print(f"  [{style}]{escape(r.target)}:[/] {escape(r.error or r.gate_summary or 'failed')}")
 
 
 _printed: set[str] = set()  # targets whose end ``_row_finished`` printed in this command
@@ -102,7 +120,7 @@ _printed: set[str] = set()  # targets whose end ``_row_finished`` printed in thi
 
 def _row_finished(row: Any) -> None:
     """Piped (CI logs): one line per target as it ends; its reason is then not repeated under the matrix."""
-    if row.status in ("passed", "failed", "skipped"):
+    if row.status in ("passed", "failed", "skipped", "interrupted"):
         from edgeq.orchestration.fleet import rerun_note
 
         style = _ROW_STYLE.get(row.status, "")
@@ -149,9 +167,10 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
 
 @fleet_app.command(
     "validate",
-    help="One model on every target of a fleet (a fleet YAML or an Ansible inventory) at once: a matrix "
-    "of reachability, TensorRT, GPU, build, gate, latency. A failed target fails its row only; a re-run "
-    "reuses the targets that passed unchanged. Exit: 0 all passed; 1 a target failed; 2 bad input.",
+    help="One model on every target of a fleet at once: a matrix of "
+    "reachability, TensorRT, GPU, build, gate, latency. A failed target fails its row only; a re-run "
+    "reuses those that passed unchanged; Ctrl-C keeps those that finished. Exit: 0 all passed; 1 a "
+    "target failed; 2 bad input; 130 Ctrl-C.",
     short_help="One model on every target of a fleet at once.",
 )
 def fleet_validate_cmd(
@@ -193,9 +212,14 @@ def fleet_validate_cmd(
         return code
     _print_matrix(result, _printed)
     passed = sum(r.passed for r in result.rows)
+    where = f"fleet directory: [bold]{escape(str(result.fleet_dir))}[/]"
+    if result.interrupted:  # fleet.json (and --junit) hold the targets that finished
+        finished = sum(r.status in ("passed", "failed") for r in result.rows)
+        out.print(f"[bold yellow]interrupted[/]: {finished}/{len(result.rows)} targets finished ({passed} "
+                  f"passed); {where}")  # fmt: skip
+        return code
     style = "green" if result.passed else "bold red"
-    out.print(f"[{style}]{passed}/{len(result.rows)} targets passed[/]; fleet directory: "
-              f"[bold]{escape(str(result.fleet_dir))}[/]")  # fmt: skip
+    out.print(f"[{style}]{passed}/{len(result.rows)} targets passed[/]; {where}")
     return code
 
 
@@ -260,6 +284,8 @@ def release_create_cmd(
         result = run_fleet(model, fleet, options, live=not json_out)
         if not json_out:
             _print_matrix(result, _printed)
+        if result.interrupted:
+            return int(result.exit_code)
         from_dir = result.fleet_dir
     manifest = build_bundle(from_dir, output)
     if json_out:
@@ -299,7 +325,7 @@ def _render_manifest(m: dict[str, Any]) -> None:
     "edgeq-release) against that file (git's allowed-signers format); \\[signature] when it is unsigned, "
     "untrusted or does not match.\n\n"
     "Exit codes: 0 the bundle is intact (and signed by a listed key); 1 a problem was found (or the archive "
-    "is corrupt); 2 no such file.",
+    "is corrupt); 2 no such file, or not a .tar.gz bundle at all.",
     short_help="Check a bundle against its manifest (and who signed it, with --allowed-signers).",
 )
 def release_verify_cmd(

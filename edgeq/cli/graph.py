@@ -25,6 +25,7 @@ from edgeq.cli.output import (
     render_findings,
 )
 from edgeq.findings import Level
+from edgeq.fs import output_file
 from edgeq.text import plural
 
 
@@ -64,18 +65,21 @@ def _render_changes(changes: Sequence[Any]) -> None:
 def clean_cmd(
     model: Path = typer.Argument(..., help="The ONNX model (with its external data beside it)."),
     output: Optional[Path] = typer.Option(
-        None, "-o", "--output", metavar="PATH", help="The cleaned model \\[default: <name>.clean.onnx]."
+        None, "-o", "--output", metavar="PATH", parser=output_file,
+        help="The cleaned model \\[default: <name>.clean.onnx]."
     ),
-    opset: int = typer.Option(17, "--opset", help="Highest opset (7-17 for 8.6); higher ones are converted."),
+    opset: int = typer.Option(
+        17, "--opset", metavar="N", help="Highest opset (7-17 for 8.6); higher ones are converted."
+    ),
     verify: bool = typer.Option(True, "--verify/--no-verify", help="Compare input and output (onnxruntime)."),
-    atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance for --verify."),
-    rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance for --verify."),
+    atol: float = typer.Option(1e-4, "--atol", metavar="TOL", help="Absolute tolerance for --verify."),
+    rtol: float = typer.Option(1e-3, "--rtol", metavar="TOL", help="Relative tolerance for --verify."),
     skip: Optional[list[str]] = typer.Option(
         None, "--skip", metavar="PASS", help="Do not run this pass (repeatable; the passes above)."
     ),
     torch_qint8: bool = typer.Option(
-        False, "--torch-qint8", help="Repair PyTorch's qint8 export: uint8 zero-point 0 becomes int8 "
-        "zero-point 0, what PyTorch computed ('edgeq rules qdq-torch-qint8')."
+        False, "--torch-qint8", help="Repair PyTorch's qint8 export: the uint8 zero-points of its qint8 "
+        "tensors read back as int8, what PyTorch computed ('edgeq rules qdq-torch-qint8')."
     ),
     json_out: Json = False,
 ) -> int:
@@ -132,10 +136,13 @@ _LINT_HELP = (
 @app.command("lint", help=_LINT_HELP, short_help="What TensorRT 8.6 will refuse or not fuse, before any GPU.")
 def lint_cmd(
     model: Path = typer.Argument(..., help="The ONNX model (with its external data beside it)."),
-    trt: str = typer.Option("8.6", "--trt", help="TensorRT version to check against (supported: 8.6)."),
+    trt: str = typer.Option(
+        "8.6", "--trt", metavar="VERSION", help="TensorRT version to check against (supported: 8.6)."
+    ),
     json_out: Json = False,
     fail_on: FailOn = typer.Option(
-        FailOn.warning, "--fail-on", case_sensitive=False, help="Exit 1 on a finding at this level or above."
+        FailOn.warning, "--fail-on", metavar="LEVEL", case_sensitive=False,
+        help="Exit 1 on a finding at this level or above: error, warning, info or never."
     ),
     rule: Optional[list[str]] = typer.Option(
         None, "--rule", metavar="ID", help="Run only this rule (repeatable; ids: 'edgeq rules')."

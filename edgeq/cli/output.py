@@ -24,6 +24,7 @@ from edgeq.findings import Finding, Level, ProgressFn
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
 
 EXIT_CODES_HELP = "Exit codes: 0 ok; 1 a check, a gate or the target failed; 2 a usage or input error."
 
@@ -180,30 +181,24 @@ def precision_cell(p: Optional[str]) -> str:
 def render_findings(findings: Sequence[Finding], title: str = "Findings", max_per_rule: int = 5) -> None:
     """One row per finding, at most ``max_per_rule`` per rule (a model with 60 SiLUs gives 60 alike
     rows); each rule's source once, below the table, so rows stay short. Nothing when there are none:
-    the caller's summary line says so, once."""
+    the caller's summary line says so, once. Where a nodes column does not fit (80 columns, piped), each
+    finding names its nodes above its message instead: an error always says where it is."""
     if not findings:
         return
-    t = Table(title=title, show_lines=True, expand=False)
-    t.add_column("level", no_wrap=True)
-    t.add_column("rule", no_wrap=True)
-    t.add_column("nodes", overflow="fold", max_width=48)
-    t.add_column("problem / fix", overflow="fold", min_width=30)
+    shown: list[Finding] = []
     sources: dict[str, str] = {}
     per_rule: dict[str, int] = {}
     for f in findings:
         per_rule[f.rule] = per_rule.get(f.rule, 0) + 1
         if per_rule[f.rule] > max_per_rule > 0:
             continue
-        shown = [escape(n) for n in f.nodes[:3]]
-        nodes = "\n".join(shown) + (f"\n[dim](+{len(f.nodes) - 3} more)[/]" if len(f.nodes) > 3 else "")
-        t.add_row(
-            f"[{_LEVEL_STYLE[f.level]}]{f.level.value}[/]",
-            f.rule,
-            nodes,
-            f"{escape(f.message)}\n[dim]fix:[/] {escape(f.fix)}",
-        )
+        shown.append(f)
         sources.setdefault(f.rule, f.source)
-    print_table(t, drop=("nodes",))  # the message names the nodes too; --json lists them all
+    width = width_of(out)
+    t = fit_table(_findings_table(shown, title, nodes_column=True), width, out, drop=("nodes",))
+    if "nodes" not in {str(c.header) for c in t.columns}:
+        t = fit_table(_findings_table(shown, title, nodes_column=False), width, out)
+    out.print(t, width=width, soft_wrap=False)
     hidden = {r: n - max_per_rule for r, n in per_rule.items() if n > max_per_rule > 0}
     if hidden:
         more = ", ".join(f"{n} {r}" for r, n in hidden.items())
@@ -211,6 +206,26 @@ def render_findings(findings: Sequence[Finding], title: str = "Findings", max_pe
     out.print("[dim]sources:[/]")
     for rule, source in sources.items():
         out.print(f"  [dim]{rule}: {escape(source)}[/]")
+
+
+def _findings_table(findings: Sequence[Finding], title: str, nodes_column: bool) -> Table:
+    t = Table(title=title, show_lines=True, expand=False)
+    t.add_column("level", no_wrap=True)
+    t.add_column("rule", no_wrap=True)
+    if nodes_column:
+        t.add_column("nodes", overflow="fold", max_width=48)
+    t.add_column("problem / fix", overflow="fold", min_width=30)
+    for f in findings:
+        names = [escape(n) for n in f.nodes[:3]]
+        more = f"[dim](+{len(f.nodes) - 3} more)[/]" if len(f.nodes) > 3 else ""
+        problem = f"{escape(f.message)}\n[dim]fix:[/] {escape(f.fix)}"
+        level = f"[{_LEVEL_STYLE[f.level]}]{f.level.value}[/]"
+        if nodes_column:
+            t.add_row(level, f.rule, "\n".join([*names, more] if more else names), problem)
+        else:
+            where = f"[dim]nodes:[/] {', '.join(names)}{' ' + more if more else ''}\n" if names else ""
+            t.add_row(level, f.rule, where + problem)
+    return t
 
 
 @contextmanager

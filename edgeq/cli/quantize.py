@@ -39,6 +39,8 @@ from edgeq.cli.output import (
     render_findings,
 )
 from edgeq.findings import Level
+from edgeq.fs import output_file
+from edgeq.text import plural
 
 _HELP = (
     "Quantize a float ONNX model to explicit INT8 (Q/DQ) placed so TensorRT 8.6 fuses, and write the "
@@ -53,7 +55,8 @@ _HELP = (
 def quantize_cmd(
     model: Path = typer.Argument(..., help="The float ONNX model (with its external data beside it)."),
     output: Optional[Path] = typer.Option(
-        None, "-o", "--output", metavar="PATH", help="The Q/DQ model \\[default: <name>.int8.onnx]."
+        None, "-o", "--output", metavar="PATH", parser=output_file,
+        help="The Q/DQ model \\[default: <name>.int8.onnx]."
     ),
     cache: Optional[Path] = typer.Option(
         None, "--cache", metavar="PATH", help="The calibration cache \\[default: -o's name, .cache]."
@@ -114,10 +117,13 @@ def _render(result: Any) -> None:
     t.add_column("what", style="bold", no_wrap=True)
     t.add_column("count", justify="right", no_wrap=True)
     t.add_column("notes", overflow="fold")
-    t.add_row("activation Q/DQ pairs", str(q["activations"]), "per-tensor int8, zero-point 0")
-    t.add_row("weights (int8 + DQ)", str(q["weights"]), "per-channel on the output-channel axis")
-    t.add_row("INT8 by commuting", str(q["int8_by_commute"]), "place-commute: Q/DQ move across them")
-    t.add_row("shared scale groups", str(q["scale_groups_shared"]), "place-concat-shared-scale")
+    t.add_row("activation Q/DQ pairs", str(q["activations"]),
+              "per-tensor int8, zero-point 0" if q["activations"] else "")
+    t.add_row("weights (int8 + DQ)", str(q["weights"]), _weights_note(q["weights_by_axis"]))
+    t.add_row("INT8 by commuting", str(q["int8_by_commute"]),
+              "data-movement: Q/DQ move across them" if q["int8_by_commute"] else "")
+    t.add_row("shared scale groups", str(q["scale_groups_shared"]),
+              ", ".join(f"{n} {rule}" for rule, n in q["scale_groups_by_rule"].items()))
     t.add_row("left in float", str(d["float"]["count"]), "see below", end_section=True)
     for rule_id, n in d["float"]["by_rule"].items():
         first = d["rules"].get(rule_id, {}).get("description", "").split(". ")[0]
@@ -146,13 +152,23 @@ def _render(result: Any) -> None:
                  "replays them)" if "overrides_file" in d else ""))
 
 
+def _weights_note(by_axis: dict[str, int]) -> str:
+    """What was done to the weights, as the summary JSON records it (each weight's axis)."""
+    if set(by_axis) == {"per-channel"}:
+        return "per-channel on the output-channel axis"
+    if set(by_axis) == {"per-tensor"}:
+        return "per-tensor (8.6 has no output-channel axis for them)"
+    return ", ".join(f"{n} {how}" for how, n in by_axis.items())
+
+
 def _render_mirror(m: dict[str, Any]) -> None:
     out.print(f"mirrored {m['int8_edges']} INT8 edges ({m['float_edges']} read in float) from "
               f"{escape(m['engine'])}: {m['mapped_layers']} of {m['named_layers']} named layers map")
     if m.get("float_entry"):
         from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
 
-        out.print(f"{m['float_entry_edges']} of the INT8 edges left float: {len(m['float_entry'])} region(s) "
+        out.print(f"{m['float_entry_edges']} of the INT8 edges left float: "
+                  f"{plural(len(m['float_entry']), 'region')} "
                   f"the engine entered {QUANTIZING_REFORMAT}")
     for u in m["unmapped"]:
         err.print(f"[yellow]unmapped:[/] {escape(u['tensor'])} read {u['precision'] or '?'} by "
@@ -174,7 +190,7 @@ def _render_choice(choice: Any) -> None:
 
 
 def _render_accuracy(acc: Any) -> None:
-    from edgeq.text import number, plural
+    from edgeq.text import number
 
     a = Table(title=f"Accuracy: FP32 vs Q/DQ in onnxruntime ({plural(acc.samples, 'held-out sample')}"
                     f"{'; ' + acc.held_out if acc.held_out else ''})")
@@ -189,7 +205,7 @@ def _render_accuracy(acc: Any) -> None:
     print_table(a, drop=("cosine (mean)", "top-1 agreement", "max abs error", "worst sample"))
     task = acc.task
     if task is not None and task.metric != "cosine":
-        out.print(f"task metric: [bold]{escape(task.metric)}[/] {escape(str(task))} "
+        out.print(f"task metric ([bold]{escape(task.metric)}[/]): {escape(str(task))} "
                   f"[dim]({escape(acc.metric_why)})[/]")
     if acc.threshold is not None or acc.min_metric is not None:
         style = "green" if acc else "bold red"

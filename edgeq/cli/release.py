@@ -11,11 +11,21 @@ import typer
 from rich.markup import escape
 
 from edgeq.cli.fleet import fleet_app, release_app
-from edgeq.cli.options import AcceptNewHostKey, Duration, Fleet, Gate, Iterations, Json, Limit, Workers
+from edgeq.cli.options import (
+    AcceptNewHostKey,
+    Duration,
+    Fleet,
+    Gate,
+    Iterations,
+    Json,
+    Limit,
+    MaxFail,
+    Workers,
+)
 from edgeq.cli.output import EXIT_OK, err, out, print_json
 
 _STYLE = {"pending": "dim", "running": "cyan", "installed": "green", "ok": "green", "failed": "bold red",
-          "not run": "yellow"}  # fmt: skip
+          "not run": "yellow", "skipped": "yellow", "interrupted": "bold yellow"}  # fmt: skip
 
 
 @release_app.command(
@@ -44,7 +54,10 @@ def release_sign_cmd(
 
 
 def _line(action: str, r: Any) -> str:
-    """One board in words: what it runs (or was given), what it ran before, and why it failed."""
+    """One board in words: what it runs (or was given), what it ran before, why it failed, and what it
+    kept (``install.kept``)."""
+    from edgeq.orchestration.install import kept
+
     said = [f"[{_STYLE.get(r.status, '')}]{escape(r.status)}[/]"]
     if action == "install":
         said.append(escape(r.version or "-") + (f" (was {escape(r.previous)})" if r.previous else ""))
@@ -65,8 +78,8 @@ def _line(action: str, r: Any) -> str:
             said.append(f"signed by {escape(str(r.release['signer']))}")
     if r.error:
         said.append(escape(r.error))
-    if action == "install" and r.status == "failed" and r.switched is None and r.stage != "switch":
-        said.append(f"current left at {escape(r.previous or '(none)')}")
+    if action != "status":
+        said.append(escape(kept(r)))
     return f"{escape(r.target)}: " + ", ".join(x for x in said if x)
 
 
@@ -77,7 +90,7 @@ def _render(result: Any) -> None:
 
 def _on_row(json_out: bool) -> Any:
     def show(row: Any) -> None:
-        if not json_out and row.status in ("installed", "ok", "failed"):
+        if not json_out and row.status in ("installed", "ok", "failed", "skipped", "interrupted"):
             style = _STYLE.get(row.status, "")
             err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(row.error or '')}")
 
@@ -90,23 +103,26 @@ def _finish(result: Any, json_out: bool) -> int:
         print_json({**result.to_dict(), "exit_code": code})
         return code
     _render(result)
+    if result.interrupted:  # one line per board above says what it kept
+        done = sum(r.status not in ("not run", "interrupted", "pending") for r in result.rows)
+        out.print(f"[bold yellow]interrupted[/]: {done}/{len(result.rows)} boards finished; no board was "
+                  f"started or switched after Ctrl-C")  # fmt: skip
     return code
 
 
 @release_app.command(
     "install",
-    help="Install a bundle on the boards of a fleet: per board, the engine built for its kind (GPU and "
-    "TensorRT version as the manifest records; a board no engine fits is refused), uploaded resumably, "
-    "its sha256 checked on the board, unpacked into <work_dir>/releases/<version>/, "
-    "loaded and timed there; only a board that passed is switched to it (releases/current, atomically, and "
-    "only while current is still what this install read at its start: another install meanwhile fails "
-    "the row): "
-    "a board whose gate fails or whose throughput is below --min-ratio x the bundle's recorded figure "
-    "fails and keeps its current version. --canary N installs on the first N boards first and stops if "
-    "any fails. The "
-    "bundle is verified first; with 'allowed_signers:' in the fleet file an unsigned or untrusted bundle "
-    "is refused.\n\nExit codes: 0 installed on every board; 1 a board failed (or a canary: the rest "
-    "untouched); 2 bad input, an unsigned or untrusted bundle, host key, login.",
+    help="Install a bundle on a fleet's boards. Per board: the engine built for its GPU and TensorRT, "
+    "uploaded resumably, sha256-checked, unpacked into <work_dir>/releases/<version>/, loaded and timed "
+    "there; only a board whose gate passes and whose qps is at least --min-ratio x the bundle's is "
+    "switched to it (releases/current, atomically). A failing or unreachable board keeps its current. "
+    "--canary N is the safe default for a fleet: the first N boards first, the rest only if they all "
+    "passed (without it every board tries the bundle at once); --max-fail N starts no board after N "
+    "failures. Ctrl-C switches no board after it; each board's line says what it kept. With "
+    "'allowed_signers:' in the fleet file only bundles its keys signed are installed.\n\n"
+    "Exit codes: 0 installed on every board; 1 a board failed (or a canary); 2 the bundle refused before "
+    "any board (not a .tar.gz bundle, damaged, edited, unsigned, untrusted), bad input, host key, login; "
+    "130 interrupted.",
     short_help="Install a bundle on a fleet (canary, checked on each board).",
 )
 def release_install_cmd(
@@ -114,9 +130,10 @@ def release_install_cmd(
     fleet: Fleet = ...,  # type: ignore[assignment]
     limit: Limit = None,
     canary: int = typer.Option(0, "--canary", metavar="N", min=0,
-                               help="Install on the first N boards first; stop if any fails."),
+                               help="First N boards first; the rest if all pass."),
+    max_fail: MaxFail = None,
     min_ratio: float = typer.Option(0.9, "--min-ratio", metavar="R", min=0,
-                                    help="A board's qps must be at least R x the bundle's recorded qps."),
+                                    help="A board's qps >= R x the bundle's recorded."),
     gate: Gate = None,
     iterations: Iterations = 10,
     duration: Duration = 3.0,
@@ -129,18 +146,21 @@ def release_install_cmd(
     from edgeq.pipeline.stages import ProfileSettings
 
     assert fleet is not None  # required
-    options = InstallOptions(limit=limit, canary=canary, min_ratio=min_ratio, gate=gate, workers=workers,
-                             accept_new_host_key=accept_new_host_key,
+    options = InstallOptions(limit=limit, canary=canary, max_fail=max_fail, min_ratio=min_ratio, gate=gate,
+                             workers=workers, accept_new_host_key=accept_new_host_key,
                              profile=ProfileSettings(iterations=iterations, duration=duration))  # fmt: skip
     result = install(bundle, load_fleet(fleet), options, on_row=_on_row(json_out))
     code = _finish(result, json_out)
-    if json_out:
+    if json_out or result.interrupted:
         return code
     done = sum(r.ok for r in result.rows)
     if result.stopped:
+        from edgeq.text import plural
+
         failed = ", ".join(r.target for r in result.rows if r.status == "failed")
         out.print(f"[bold red]canary failed on {escape(failed)}: stopped; "
-                  f"{len(result.rows) - len(result.canary)} other board(s) not touched[/]")  # fmt: skip
+                  f"{plural(len(result.rows) - len(result.canary), 'other board')} "
+                  "not touched[/]")  # fmt: skip
     else:
         style = "green" if result.passed else "bold red"
         out.print(f"[{style}]{result.version}: installed on {done}/{len(result.rows)} boards[/]"

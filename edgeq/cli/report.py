@@ -37,8 +37,9 @@ from edgeq.cli.output import (
     print_wrapped,
     progress_display,
     visible,
+    width_of,
 )
-from edgeq.text import plural, qps
+from edgeq.text import plural, qps, short_path
 
 _REPORT_HELP = (
     "Show what a TensorRT engine runs, from its layer information (trtexec --exportLayerInfo "
@@ -56,8 +57,9 @@ def _render_report(report: Any, gate: Any, all_layers: bool) -> None:
 
     kinds = ", ".join(f"{n} {k}" for k, n in report.kind_counts().items())
     precisions = ", ".join(f"{n} {p}" for p, n in sorted(report.compute_precisions().items()))
+    title = short_path(report.source, max(24, width_of(out) - 30))  # the first line: a long path, cut
     print_wrapped(
-        f"[bold]{visible(report.source)}[/]: {report.mode} quantization, {len(report.layers)} layers "
+        f"[bold]{visible(title)}[/]: {report.mode} quantization, {len(report.layers)} layers "
         f"({kinds}); compute: {precisions or 'n/a'}"
     )
     flagged: dict[int, list[str]] = {}

@@ -125,7 +125,12 @@ def clean_model(
             reference, work, atol=options.atol, rtol=options.rtol, seed=options.seed, widen_half=True
         )
     if verification is not None and options.torch_qint8:
-        note = "reference: the input with only the --torch-qint8 repair applied (what PyTorch computed)"
+        if any(c.pass_name == "qdq_torch_qint8" for c in changes):
+            note = ("reference: the input with only the --torch-qint8 repair applied (PyTorch's qint8 "
+                    "arithmetic)")
+        else:
+            note = ("reference: the input itself: --torch-qint8 found no PyTorch qint8 tensor written as "
+                    "uint8 (a quint8 export's Q/DQ are PyTorch's), nothing repaired")
         verification = dataclasses.replace(verification, notes=(*verification.notes, note))
     progress("clean", total, total)
     return CleanResult(work, changes, findings, verification, tuple(p.name for p in passes))
@@ -191,8 +196,8 @@ def _torch_qint8_nodes(model: onnx.ModelProto) -> frozenset[str]:
 
 
 def _torch_repaired(model: onnx.ModelProto, options: CleanOptions) -> onnx.ModelProto:
-    """The input with only the --torch-qint8 repair applied: what PyTorch computed, the reference that
-    verification holds every other (exact) change to."""
+    """The input with only the --torch-qint8 repair applied: PyTorch's qint8 arithmetic, the reference
+    that verification holds every other (exact) change to (the input itself where nothing was qint8)."""
     from edgeq.graph.passes.qdq import qdq_torch_qint8
 
     graph, _ = _import(model)
@@ -233,30 +238,29 @@ def fit_findings(
     The Q/DQ forms are the registry's (``edgeq.graph.trt86.qdq``: the same checks lint runs), each said
     with what to do now that clean's passes could not repair it. ``torch_qint8`` names the Q/DQ nodes
     that were PyTorch's qint8 export pattern in the input (cleaning removed the Casts that mark it):
-    those are reported as what they are, with the repair flag, rather than as uint8 Q/DQ to re-quantize.
+    all of them are reported as what they are, with the repair flag, rather than as uint8 Q/DQ to
+    re-quantize (or not at all where an exact pass made a uint8 128 int8 0: still not PyTorch's values).
     """
     from edgeq.graph import registry
     from edgeq.graph.io import graph_from_model, opset_of
+    from edgeq.graph.trt86.qdq import torch_qint8_message
 
     with quiet_graphsurgeon():
         graph = graph_from_model(model)
     out: list[Finding] = []
-    named: set[str] = set()
+    named: set[str] = set(torch_qint8)
+    if torch_qint8:  # all of them: a uint8 128 that cleaning made int8 0 is still not what PyTorch computed
+        nodes = tuple(sorted(torch_qint8))
+        out.append(_fit(registry.pattern("qdq-torch-qint8"), nodes, torch_qint8_message(len(nodes))))
     for f in registry.lint(graph, registry.ids("qdq")):
-        nodes = tuple(n for n in f.nodes if n not in named)
-        if not nodes:
+        if f.rule == "qdq-torch-qint8":
+            continue  # the input's, above: cleaning removed the Casts that mark them
+        rest = tuple(n for n in f.nodes if n not in named)
+        if not rest:
             continue  # one problem per node (a uint8 zero-point 5 is not also 'asymmetric')
-        named.update(nodes)
-        torch = tuple(n for n in nodes if n in torch_qint8)
-        rest = tuple(n for n in nodes if n not in torch_qint8)
-        if torch and f.rule in ("qdq-uint8", "qdq-asymmetric"):
-            out.append(_fit(registry.pattern("qdq-torch-qint8"), torch,
-                            f"{len(torch)} Q/DQ node(s) carry the uint8 zero-point 0 that PyTorch's exporter "
-                            "writes for qint8 tensors: the file clamps negative values to 0 where PyTorch "
-                            "did not"))
-        if rest:
-            out.append(_fit(registry.pattern(f.rule), rest, f.message if rest == f.nodes else
-                            f"{len(rest)} of: {f.message}"))
+        named.update(rest)
+        out.append(_fit(registry.pattern(f.rule), rest, f.message if rest == f.nodes else
+                        f"{len(rest)} of: {f.message}"))
     opset = opset_of(model)
     if opset > options.opset and "convert_opset" not in already:
         out.append(Finding(Level.ERROR, "convert_opset",

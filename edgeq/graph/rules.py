@@ -39,6 +39,7 @@ from edgeq.graph.patterns import (
     iter_nodes,
     node_label,
 )
+from edgeq.text import noun, plural
 
 if TYPE_CHECKING:
     import onnx
@@ -84,7 +85,7 @@ def check_op_unsupported(graph: gs.Graph) -> list[Finding]:
     out = [
         _finding(
             "op-unsupported",
-            f"{op} is not in the TensorRT 8.6 ONNX parser's operator table ({len(nodes)} node(s))",
+            f"{op} is not in the TensorRT 8.6 ONNX parser's operator table ({plural(len(nodes), 'node')})",
             nodes,
         )
         for op, nodes in missing.items()
@@ -92,7 +93,8 @@ def check_op_unsupported(graph: gs.Graph) -> list[Finding]:
     out += [
         _finding(
             "op-unsupported",
-            f"custom operator {op} ({len(nodes)} node(s)): TensorRT 8.6 parses it only through a plugin "
+            f"custom operator {op} ({plural(len(nodes), 'node')}): TensorRT 8.6 parses it only through a "
+            "plugin "
             f"registered as '{op.split('::')[1]}'",
             nodes,
             level=Level.WARNING,
@@ -143,7 +145,7 @@ def check_op_type_unsupported(graph: gs.Graph) -> list[Finding]:
     out = [
         _finding(
             "op-type-unsupported",
-            f"{op} reads {name}, a type TensorRT 8.6 does not support ({len(nodes)} node(s))",
+            f"{op} reads {name}, a type TensorRT 8.6 does not support ({plural(len(nodes), 'node')})",
             nodes,
             level=Level.ERROR,
         )
@@ -153,7 +155,7 @@ def check_op_type_unsupported(graph: gs.Graph) -> list[Finding]:
         _finding(
             "op-type-unsupported",
             f"{op} reads {name}; the 8.6 table lists {', '.join(sorted(listed_types[op]))} "
-            f"for {op} ({len(nodes)} node(s))",
+            f"for {op} ({plural(len(nodes), 'node')})",
             nodes,
         )
         for (op, name), nodes in unlisted.items()
@@ -269,7 +271,8 @@ def check_int64_weights(graph: gs.Graph) -> list[Finding]:
         out.append(
             _finding(
                 "int64-weights",
-                f"{len(clamped)} INT64 constant(s) hold values outside INT32: TensorRT 8.6 clamps "
+                f"{plural(len(clamped), 'INT64 constant')} {noun(len(clamped), 'holds', 'hold')} values "
+                "outside INT32: TensorRT 8.6 clamps "
                 "them when it casts to INT32",
                 clamped,
                 level=Level.WARNING,
@@ -279,7 +282,8 @@ def check_int64_weights(graph: gs.Graph) -> list[Finding]:
         out.append(
             _finding(
                 "int64-weights",
-                f"{len(foldable)} INT64 constant(s) feed computations (unfolded shape arithmetic): "
+                f"{plural(len(foldable), 'INT64 constant')} {noun(len(foldable), 'feeds', 'feed')} "
+                "computations (unfolded shape arithmetic): "
                 "TensorRT 8.6 casts them to INT32 with a warning",
                 foldable,
             )
@@ -434,7 +438,8 @@ def select_rules(rules: Iterable[str] | None = None) -> list[Rule]:
     wanted = list(dict.fromkeys(registry.canonical(r) for r in rules))
     unknown = [r for r in wanted if r not in RULES_BY_ID]
     if unknown:
-        raise EdgeqError(f"unknown rule id(s): {', '.join(unknown)}", hint=f"known: {', '.join(RULES_BY_ID)}")
+        raise EdgeqError(f"unknown {noun(len(unknown), 'rule id')}: {', '.join(unknown)}",
+                         hint=f"known: {', '.join(RULES_BY_ID)}")
     return [r for r in RULES if r.id in wanted]
 
 

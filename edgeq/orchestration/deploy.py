@@ -1,11 +1,15 @@
 """``edgeq deploy``: the pipeline's stages (``edgeq.pipeline.stages``) composed for one model on one target.
 
-clean -> (quantize) -> lint -> upload -> probe -> build -> inspect -> profile -> report -> gate, with
+clean -> (quantize) -> lint -> upload -> probe -> build -> inspect -> profile -> (accuracy) -> report ->
+gate, with
 every artefact and every stage's outcome in one run directory (``runs/<model>-<target>-<timestamp>/``):
 ``stages.json`` (each stage's status, seconds and one-line summary, rewritten after every stage),
 ``deploy.log`` (stage lines plus the target's log stream), the cleaned (and quantized) ONNX, the lint
 findings, ``probe.json``, the engine, the inspector's ``layers.json``, ``profile.json``,
-``timings.json`` and the report (``report.json``, ``report.html``). The stages' ``finish_run`` is the
+``timings.json`` and the report (``report.json``, ``report.html``); with ``--holdout``, the held-out
+inputs shipped (``holdout-inputs.npz``), the engine's outputs on them (``engine-outputs.npz``) and their
+score against FP32 beside onnxruntime's Q/DQ prediction (``accuracy.json``, ``edgeq.pipeline.accuracy``).
+The stages' ``finish_run`` is the
 host-only second half (report + gate from the fetched files), usable offline on any earlier run's files.
 
 On the target, everything lives under the target file's ``work_dir``: ``cache/<sha256>/<name>`` (the
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import EdgeqError, GraphError
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.pipeline.accuracy import AccuracyPlan, HeldOutSet
 from edgeq.pipeline.rundir import Recorder, StageRecord, new_run_dir, no_event
 from edgeq.pipeline.stages import (
     ProfileSettings,
@@ -58,6 +63,9 @@ class DeployOptions:
     profile: ProfileSettings = field(default_factory=ProfileSettings)  # FP16 fallback and trtexec timing
     cache_dir: Optional[Path] = None  # where the agent zipapp is built (default: the user cache)
     calib_cache: Optional[Path] = None  # implicit INT8: a float model built with this calibration cache
+    # --gate accuracy: TensorRT's own accuracy on the held-out set gates the run (--holdout DIR, or
+    # quantize.min_metric / min_cosine, run the engine on it too)
+    accuracy_gate: bool = False
 
 
 @dataclass
@@ -69,7 +77,8 @@ class DeployResult:
 
     @property
     def gate_passed(self) -> bool:
-        return self.finished is not None and bool(self.finished.gate)
+        """The precision gate and, with --holdout, the accuracy verdict."""
+        return self.finished is not None and self.finished.passed
 
     def stage(self, name: str) -> StageRecord:
         return next(s for s in self.stages if s.name == name)
@@ -133,16 +142,49 @@ def deploy(
     # Usage errors before a run directory exists: the gate name and the target's key files.
     policy = deploy_policy(options, target)
     options.quantize.check_inputs()
+    holdout = holdout_inputs(model, options)
     if not target.is_local:
         target.ssh_config(options.accept_new_host_key)  # key files checked before a run directory exists
     rec = Recorder(new_run_dir(Path(options.runs_dir), model, target.name), on_event, progress)
     with rec.finishing():
         prepared = prepare(model, rec, options.quantize, calib_cache=options.calib_cache)
+        plan = accuracy_plan(prepared, holdout, options) if holdout is not None else None
         with target_runner(target, options.accept_new_host_key) as runner:
             on_target(runner, target, prepared, rec, build_agent(options.cache_dir or agent_cache_dir()),
-                      options.profile)  # fmt: skip
+                      options.profile, accuracy=plan)  # fmt: skip
         finished = conclude(rec, prepared.model, gate_policy(policy, prepared.stages))
     return DeployResult(rec.run_dir, rec.stages, finished, rec.timings)
+
+
+def holdout_inputs(model: Path, options: DeployOptions) -> Optional[HeldOutSet]:
+    """The held-out samples the engine will run on, indexed and checked against the model's inputs before
+    a run directory exists (a bad directory or shape is a usage error); None when not asked for."""
+    from edgeq.pipeline.accuracy import holdout_for, wants_target_check
+
+    if not wants_target_check(options.quantize, options.accuracy_gate):
+        return None
+    from edgeq.graph.io import load_model
+
+    return holdout_for(load_model(model), options.quantize, options.accuracy_gate)
+
+
+def accuracy_plan(prepared: Any, holdout: HeldOutSet, options: DeployOptions) -> AccuracyPlan:
+    """The FP32 reference and the Q/DQ prediction for the engine ``prepared`` builds: a model quantized
+    here is scored against the cleaned float model it came from; a Q/DQ model handed in against its float
+    graph (``without_qdq``); a float model (FP16 or implicit INT8 engine) against itself, with no
+    onnxruntime prediction (there is no Q/DQ model to run)."""
+    from edgeq.pipeline.accuracy import without_qdq
+
+    if prepared.reference is not None:
+        reference = prepared.reference
+    elif prepared.qdq:
+        reference = without_qdq(prepared.model)
+    else:
+        reference = prepared.model
+    q = options.quantize
+    return AccuracyPlan(holdout, reference, prepared.model if prepared.qdq else None, metric=q.metric,
+                        min_metric=q.min_metric, min_cosine=q.min_cosine, gate=options.accuracy_gate,
+                        providers=q.providers)  # fmt: skip
 
 
 def check_target(

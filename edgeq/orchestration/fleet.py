@@ -9,6 +9,10 @@ throughput, report); ``junit_xml`` renders it for CI (one testcase per target).
 Engines are not portable across GPUs or TensorRT versions, but are across identical boards: with
 ``build_once_per_kind`` the first target of a kind (compute capability + TensorRT version) builds and
 the others load that engine (``Probe.kind``).
+
+The boards run through ``edgeq.orchestration.pool`` (workers, ``--max-fail``, Ctrl-C, shared with
+``release install``): after Ctrl-C no board starts, the running ones stop at their next wait (the remote
+build killed), and ``fleet.json`` records the boards that finished, ``interrupted`` set.
 """
 
 from __future__ import annotations
@@ -16,11 +20,10 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import shutil
-import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -28,9 +31,11 @@ from edgeq import __version__, text
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import sha256_file
+from edgeq.interrupt import EXIT_INTERRUPTED, Interrupted
 from edgeq.orchestration import resume
 from edgeq.orchestration.deploy import policy_for
 from edgeq.orchestration.fleet_file import Fleet
+from edgeq.orchestration.pool import INTERRUPTED, BoardPool
 from edgeq.pipeline.rundir import Recorder, model_stem, new_run_dir, slug, write_json
 from edgeq.pipeline.stages import (
     KindEngines,
@@ -76,7 +81,8 @@ class FleetOptions:
 @dataclass
 class Row:
     """One target's line of the matrix; ``status`` is pending | running | passed | failed | skipped
-    (not started: ``--max-fail`` was reached; a failure for the exit code)."""
+    (not started: ``--max-fail`` was reached; exit 1, but not a failure of this target) | interrupted
+    (Ctrl-C stopped it, or came before it started)."""
 
     target: str
     destination: str
@@ -116,15 +122,19 @@ class FleetResult:
     created: str
     host_stages: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0  # the run's wall time (the rows ran at once: their sum is more)
+    interrupted: bool = False  # Ctrl-C: the rows that finished before it are what this run proved
 
     @property
     def passed(self) -> bool:
-        return bool(self.rows) and all(r.passed for r in self.rows)
+        return bool(self.rows) and all(r.passed for r in self.rows) and not self.interrupted
 
     @property
     def exit_code(self) -> int:
-        """0 when every target passed, else the highest of the rows' (a failure's cause exits as it
-        would from ``deploy``: 2 for a host key, a login or a target file, 1 for the rest)."""
+        """0 when every target passed, 130 when interrupted, else the highest of the rows' (a failure's
+        cause exits as it would from ``deploy``: 2 for a host key, a login or a target file, 1 for the
+        rest)."""
+        if self.interrupted:
+            return EXIT_INTERRUPTED
         return 0 if self.passed else max([1, *(r.exit_code for r in self.rows)])
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,6 +144,7 @@ class FleetResult:
             "created": self.created,
             "edgeq": __version__,
             "passed": self.passed,
+            "interrupted": self.interrupted,
             "seconds": self.seconds,
             "host_stages": self.host_stages,
             "targets": [asdict(r) for r in self.rows],
@@ -169,7 +180,8 @@ def _fill(row: Row, rec: Recorder, target: Target) -> None:
 
 @dataclass
 class _Run:
-    """What the boards of one run share: the lock on rows, the failures so far, the resume keys."""
+    """What the boards of one run share: the pool (its lock on rows, failures so far, Ctrl-C), the
+    resume keys."""
 
     fleet_dir: Path
     options: FleetOptions
@@ -177,8 +189,7 @@ class _Run:
     shared: Optional[KindEngines]
     keys: dict[str, str]
     priors: dict[str, resume.Prior]
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    failures: int = 0
+    pool: BoardPool
 
 
 def _reusable(target: Target, run: _Run) -> Optional[resume.Prior]:
@@ -216,7 +227,7 @@ def _reuse(target: Target, run: _Run, row: Row, prior: resume.Prior, facts: dict
 
 
 def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_row: RowFn) -> None:
-    options, lock = run.options, run.lock
+    options, lock = run.options, run.pool.lock
 
     def update(**cells: Any) -> None:
         with lock:
@@ -225,18 +236,25 @@ def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_ro
             on_row(row)
 
     with lock:
-        stop = options.max_fail is not None and run.failures >= options.max_fail
-    if stop:
-        update(status="skipped", error=f"skipped (max-fail: {run.failures} failed)", exit_code=1)
+        why_not = run.pool.not_started()
+    if why_not == INTERRUPTED:
+        update(status="interrupted", error="not started", exit_code=EXIT_INTERRUPTED)
+        return
+    if why_not is not None:
+        update(status="skipped", error=f"skipped ({why_not})", exit_code=1)
         return
     prior = _reusable(target, run)
     started = time.monotonic()
     update(status="running", stage="connect" if prior is None else "probe")
-    with target_runner(target, options.accept_new_host_key) as runner:  # one connection, opened lazily
+    # one connection, opened lazily; Ctrl-C (the pool's stop) ends what runs on it
+    with target_runner(target, options.accept_new_host_key, run.pool.stop) as runner:
         found: Optional[Probe] = None
         if prior is not None:
             try:
                 why, facts, found = _changed(runner, target, run, prior)
+            except Interrupted:
+                _interrupted(row, started, run, on_row)
+                return
             except EdgeqError as e:  # unreachable, or no longer what its target file says
                 _failed_before_run(row, e, started, run, on_row)
                 return
@@ -252,12 +270,20 @@ def _failed_before_run(row: Row, e: EdgeqError, started: float, run: _Run, on_ro
     """A board that passed before could not be probed: failed now, its earlier record kept (not
     overwritten), so a later run reuses it once the board answers as it did."""
     cause = cause_of(e)
-    with run.lock:
+    with run.pool.lock:
         row.error, row.exit_code, row.status, row.stage = str(e), e.exit_code, "failed", ""
         row.reachable = cause.answered if cause is not None else True
         row.cause = cause.name if cause is not None else None
         row.seconds = round(time.monotonic() - started, 3)
-        run.failures += 1
+        run.pool.failures += 1
+        on_row(row)
+
+
+def _interrupted(row: Row, started: float, run: _Run, on_row: RowFn) -> None:
+    """Ctrl-C stopped the board before its run directory was made (its earlier record kept)."""
+    with run.pool.lock:
+        row.status, row.error, row.exit_code = "interrupted", f"stopped during {row.stage}", EXIT_INTERRUPTED
+        row.stage, row.seconds = "", round(time.monotonic() - started, 3)
         on_row(row)
 
 
@@ -265,7 +291,7 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
                   update: Callable[..., None], started: float, probed: Optional[Probe] = None
                   ) -> None:  # fmt: skip
     """The target's half of the pipeline into a fresh board directory, recorded for the next run."""
-    fleet_dir, options, lock = run.fleet_dir, run.options, run.lock
+    fleet_dir, options, lock = run.fleet_dir, run.options, run.pool.lock
 
     def event(line: str) -> None:
         if line.endswith(": started"):
@@ -279,7 +305,7 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
     rec.copy(prepared.stages)
     if row.rebuilt:
         rec.log.line(f"{row.rebuilt}: rebuilt (it passed with these inputs on the board as it was then)")
-    cause, facts = None, None
+    cause, facts, stopped = None, None, None
     try:
         policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
         with rec.finishing():
@@ -288,6 +314,9 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
             facts = resume.board_facts(found)
             update(gpu=found.gpu, kind=found.kind)
             conclude(rec, prepared.model, gate_policy(policy, prepared.stages))
+    except Interrupted as e:  # Ctrl-C: its remote command killed, the run directory says how far it got
+        stopped = f"stopped during {row.stage}"
+        row.exit_code = e.exit_code
     except EdgeqError as e:
         row.error, row.exit_code = str(e), e.exit_code
         cause = cause_of(e)
@@ -297,10 +326,12 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
             row.cause, row.reachable = cause.name, cause.answered
         row.seconds = round(time.monotonic() - started, 3)
         row.status = "passed" if row.error is None and row.gate else "failed"
-        if row.error is None and not row.gate:
+        if stopped is not None:
+            row.status, row.error = "interrupted", stopped
+        elif row.error is None and not row.gate:
             row.error, row.exit_code = row.gate_summary or "gate failed", 1
         row.stage = ""
-        run.failures += not row.passed
+        run.pool.failures += row.status == "failed"
         resume.record(run_dir, asdict(row), run.keys[target.name], facts)
     update()
 
@@ -368,17 +399,14 @@ def validate_prepared(
         on_row(r)
     model_digest = ":".join(sha256_file(p) for p in (prepared.model_file, prepared.cache_file) if p)
     keys = {t.name: resume.board_key(t, model_digest, options.settings()) for t in fleet.targets}
+    pool = BoardPool(max(1, min(options.workers or fleet.workers, len(rows))), options.max_fail)
     run = _Run(fleet_dir, options, agent, KindEngines() if options.build_once_per_kind else None, keys,
-               {} if options.fresh else resume.priors(resume_from, [t.name for t in fleet.targets]))
-    workers = max(1, min(options.workers or fleet.workers, len(rows)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgeq-fleet") as pool:
-        futures = [pool.submit(_validate_one, t, prepared, run, r, on_row)
-                   for t, r in zip(fleet.targets, rows)]
-        for f in futures:
-            f.result()  # anything but an EdgeqError is a bug: its traceback surfaces here
+               {} if options.fresh else resume.priors(resume_from, [t.name for t in fleet.targets]), pool)
+    pool.run([partial(_validate_one, t, prepared, run, r, on_row) for t, r in zip(fleet.targets, rows)],
+             "edgeq-fleet")  # fmt: skip
     result = FleetResult(
         fleet_dir, model, rows, stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), [asdict(s) for s in prepared.stages],
-        round(time.monotonic() - started, 3),
+        round(time.monotonic() - started, 3), pool.interrupted,
     )
     write_json(fleet_dir / "fleet.json", {
         **result.to_dict(),
@@ -389,21 +417,28 @@ def validate_prepared(
     return result
 
 
+NOT_TRIED = ("skipped", "interrupted")  # rows that did not run to a verdict: neither passed nor failed
+
+
 def junit_xml(result: FleetResult, suite: str = "edgeq fleet validate") -> str:
-    """JUnit XML as CI systems read it: testsuites > testsuite > testcase (failure on a failed row)."""
+    """JUnit XML as CI systems read it: testsuites > testsuite > testcase (failure on a failed row,
+    ``<skipped/>`` on a board not started after --max-fail or stopped by Ctrl-C)."""
     import xml.etree.ElementTree as ET
 
-    failures = sum(not r.passed for r in result.rows)
-    root = ET.Element("testsuites", tests=str(len(result.rows)), failures=str(failures), errors="0")
+    skipped = sum(r.status in NOT_TRIED for r in result.rows)
+    failures = sum(not r.passed for r in result.rows) - skipped
+    root = ET.Element("testsuites", tests=str(len(result.rows)), failures=str(failures), errors="0",
+                      skipped=str(skipped))  # fmt: skip
     ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(result.rows)), failures=str(failures),
-                       errors="0", skipped="0", timestamp=result.created,
+                       errors="0", skipped=str(skipped), timestamp=result.created,
                        time=f"{result.seconds:.3f}")  # fmt: skip
     for r in result.rows:
         tc = ET.SubElement(ts, "testcase", classname=f"edgeq.fleet.{slug(result.model.name)}", name=r.target,
                            time=f"{r.seconds:.3f}")  # fmt: skip
-        if not r.passed:
+        if r.status in NOT_TRIED:
+            ET.SubElement(tc, "skipped", message=_result(r)[:500])
+        elif not r.passed:
             kind = "gate" if r.gate is False and r.reachable else "target"
-            kind = "skipped" if r.status == "skipped" else kind
             fail = ET.SubElement(tc, "failure", message=(r.error or "failed")[:500], type=kind)
             fail.text = "\n".join(f"{k}: {v}" for k, v in asdict(r).items() if v not in (None, ""))
         lines = [f"{label}: {v}" for label, v in (("run directory", r.run_dir), ("report", r.report)) if v]
@@ -434,6 +469,8 @@ def _result(r: Row) -> str:
         return f"passed ({note})" if note else "passed"
     if r.status == "skipped":
         return "skipped (max-fail)"
+    if r.status == "interrupted":
+        return f"interrupted ({r.error or 'Ctrl-C'})"
     return f"FAILED: {r.error or ''}" + (f" ({note})" if note else "")
 
 
@@ -458,5 +495,5 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
     ]
 
 
-__all__: Sequence[str] = ("FleetOptions", "FleetResult", "Row", "junit_xml", "matrix", "rerun_note",
-                          "validate")
+__all__: Sequence[str] = ("NOT_TRIED", "FleetOptions", "FleetResult", "Row", "junit_xml", "matrix",
+                          "rerun_note", "validate")

@@ -59,8 +59,9 @@ class Fleet:
     allowed_signers: Optional[Path] = None
 
     def limited(self, pattern: Optional[str]) -> Fleet:
-        """The fleet cut to the targets ``pattern`` selects (``--limit``, Ansible's host patterns)."""
-        if not pattern:
+        """The fleet cut to the targets ``pattern`` selects (``--limit``, Ansible's host patterns); None:
+        the whole fleet. An empty pattern (an unset shell variable) is refused, never read as "all"."""
+        if pattern is None:
             return self
         from edgeq.orchestration.limit import select
 

@@ -12,8 +12,11 @@ before the switch, keeps running what it ran. The switch is compare-and-swap: th
 while ``current`` is still what this install read when it started (``--expect``, under the releases
 dir's flock), so of two operators installing on one board at once the later switch is refused and
 that board's row fails, naming what ``current`` became; ``rollback`` does the same. ``canary`` boards
-go first; if one fails, no other board is touched. The board-side steps are the agent's
-(``edgeq.agent.releases``), so ``fleet status`` reads what each board runs from the board itself.
+go first; if one fails, no other board is touched; ``max_fail``: no board is started once that many
+failed (``edgeq.orchestration.pool``, shared with ``fleet validate``). Ctrl-C switches no board after it:
+each board's work stops at its next wait, and its row says what the board kept. The board-side steps
+are the agent's (``edgeq.agent.releases``), so ``fleet status`` reads what each board runs from the
+board itself.
 """
 
 from __future__ import annotations
@@ -23,30 +26,38 @@ import re
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from edgeq.errors import EdgeqError, RemoteError
+from edgeq.interrupt import EXIT_INTERRUPTED, Interrupted
 from edgeq.orchestration.fleet_file import MAX_WORKERS, Fleet
+from edgeq.orchestration.pool import INTERRUPTED, BoardPool
 from edgeq.pipeline.stages import ProfileSettings, direct_agent, inspect, probe, profile, report_and_gate
-from edgeq.release.bundle import ReleaseError, read_bundle, verify
+from edgeq.release.bundle import ReleaseError, check_gzip, read_bundle, verify
 from edgeq.release.sign import Signer, check_signed, signature_path
+from edgeq.remote.causes import CAUSES, cause_of
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.runner import Runner, target_runner
 from edgeq.remote.targets import Target
 
 RELEASES = "releases"  # under each target's work_dir
+# A bundle install will not use exits 2 whatever the reason (not a bundle, damaged, edited, unsigned,
+# untrusted, a signature that does not match): it is the operator's input, refused before any board is
+# touched, as every bad input is. 1 stays what it means for install: a board tried it and failed.
+# (``release verify`` is the check itself: there a problem found is its result, exit 1.)
+REFUSED = 2
 
 
 @dataclass(frozen=True)
 class InstallOptions:
     limit: Optional[str] = None  # Ansible host pattern (edgeq.orchestration.limit)
     canary: int = 0  # boards installed (and checked) first; any failure stops the rest
+    max_fail: Optional[int] = None  # start no board after this many failures (edgeq.orchestration.pool)
     min_ratio: float = 0.9  # a board's measured qps / the bundle's recorded qps, at least
     accept_new_host_key: bool = False
     workers: Optional[int] = None  # None: the fleet file's
@@ -57,8 +68,9 @@ class InstallOptions:
 
 @dataclass
 class BoardRow:
-    """One board's line; ``status``: pending | running | installed | failed | not run (install),
-    ok | failed (rollback, status)."""
+    """One board's line; ``status``: pending | running | installed | failed | not run (a canary failed,
+    or Ctrl-C came before it started) | skipped (--max-fail) | interrupted (Ctrl-C stopped it) for
+    install; ok | failed | not run | skipped | interrupted for rollback and status."""
 
     target: str
     destination: str
@@ -67,6 +79,8 @@ class BoardRow:
     kind: Optional[str] = None
     version: Optional[str] = None  # what was installed (install), or current (status, rollback)
     previous: Optional[str] = None  # current before this command
+    seen: bool = False  # ``previous`` was read from the board (else what it runs is not known here)
+    cause: Optional[str] = None  # why the board could not be used (edgeq.remote.causes), when known
     switched: Optional[bool] = None  # install: current now points at the new version (only once it passed)
     throughput_qps: Optional[float] = None
     recorded_qps: Optional[float] = None
@@ -95,18 +109,39 @@ class FleetAction:
     signer: Optional[str] = None
     canary: list[str] = field(default_factory=list)
     stopped: bool = False  # a canary failed: the other boards were not touched
+    interrupted: bool = False  # Ctrl-C: no board was started or switched after it
 
     @property
     def passed(self) -> bool:
-        return bool(self.rows) and all(r.ok for r in self.rows)
+        return bool(self.rows) and all(r.ok for r in self.rows) and not self.interrupted
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
         return 0 if self.passed else max([1, *(r.exit_code for r in self.rows)])
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "version": self.version, "signer": self.signer, "canary": self.canary,
-                "stopped": self.stopped, "passed": self.passed, "rows": [asdict(r) for r in self.rows]}
+                "stopped": self.stopped, "interrupted": self.interrupted, "passed": self.passed,
+                "rows": [{**asdict(r), "kept": kept(r)} for r in self.rows]}
+
+
+def kept(row: BoardRow) -> str:
+    """What a board runs after this command, as far as edgeq knows ("" when its row says it: switched,
+    rolled back, or the switch itself failed). Read from the board at the start, so a board that never
+    answered is unknown, not "(none)"."""
+    if row.ok or row.switched or row.stage in ("switch", "rollback"):
+        return ""
+    if row.status in ("not run", "skipped"):
+        return "not touched"
+    if row.seen:
+        return f"current left at {row.previous or '(none)'}"
+    cause = CAUSES.get(row.cause or "")
+    if cause is not None and not cause.answered:  # "unreachable", or how: "connection refused"
+        how = "" if cause.name == "unreachable" else f": {cause.name}"
+        return f"current unknown (unreachable{how})"
+    return f"current unknown ({row.cause or 'not read'})"
 
 
 RowFn = Callable[[BoardRow], None]
@@ -156,21 +191,23 @@ def load_bundle(bundle: Path, fleet: Fleet, work: Path) -> Loaded:
     bundle = Path(bundle)
     if not bundle.is_file():
         read_bundle(bundle)  # its one-line error: no such bundle, or a directory
-    copy = work / "bundle.tar.gz"
+    copy = work / "bundle" / bundle.name  # its own name: a message about BUNDLE.sig names the user's file
+    copy.parent.mkdir()
     shutil.copyfile(bundle, copy)
     if signature_path(bundle).is_file():
         shutil.copyfile(signature_path(bundle), signature_path(copy))
     try:
+        check_gzip(copy)  # a model or an engine given by mistake: said as such, signed or not
         signer = check_signed(copy, fleet.allowed_signers)  # before anything else is read
         checked = verify(copy)
         files = read_bundle(copy)
-    except EdgeqError as e:  # said of the user's file, not of the private copy
+    except EdgeqError as e:  # said of the user's file, not of the private copy; refused: exit 2
         named = [None if t is None else t.replace(str(copy), str(bundle)) for t in (e.message, e.hint)]
-        raise type(e)(named[0] or "", named[1], exit_code=e.exit_code) from None
+        raise type(e)(named[0] or "", named[1], exit_code=REFUSED) from None
     if not checked or checked.manifest is None:
         first = checked.problems[0] if checked.problems else "no manifest"
         raise ReleaseError(f"{bundle}: not installed: it does not verify ({first})",
-                           f"see 'edgeq release verify {bundle}'", exit_code=1)  # fmt: skip
+                           f"see 'edgeq release verify {bundle}'", exit_code=REFUSED)  # fmt: skip
     manifest = checked.manifest
     engines: dict[str, Path] = {}
     for kind, entry in sorted((manifest.get("engines") or {}).items()):
@@ -229,8 +266,9 @@ class _Board:
     """A board's connection, agent and row, for one command."""
 
     def __init__(self, runner: Runner, target: Target, agent_pyz: Any, row: BoardRow,
-                 update: Callable[..., None]) -> None:  # fmt: skip
+                 update: Callable[..., None], pool: BoardPool) -> None:  # fmt: skip
         self.runner, self.target, self.row, self.update = runner, target, row, update
+        self.stop = pool.stop
         up = runner.put(agent_pyz.path, target.remote_path("cache"))
         self.call = direct_agent(runner, target, up.remote_path)
         self.root = releases_dir(target)
@@ -242,14 +280,15 @@ class _Board:
 def _install_one(board: _Board, loaded: Loaded, options: InstallOptions, progress: BoardProgress,
                  work: Path) -> None:  # fmt: skip
     target, update = board.target, board.update
-    update(stage="probe")
+    update(stage="status")
+    seen = board.agent("status").get("current")  # what the switch expects current still to be
+    update(previous=seen, seen=True, stage="probe")
     found = probe(board.call, target)
     kind = pick_engine(loaded, target, found.compute_capability, found.tensorrt, found.gpu)
     engine = loaded.engines[kind]
     entry = loaded.manifest["engines"][kind]
     sha = next(f["sha256"] for f in loaded.manifest["files"] if f["path"] == entry["path"])
-    seen = board.agent("status").get("current")  # what the switch expects current still to be
-    update(kind=kind, previous=seen, stage="upload")
+    update(kind=kind, stage="upload")
     up = board.runner.put(engine, target.remote_path("cache"),
                           progress=lambda task, done, total: progress(target.name, task, done, total))
     update(uploaded_bytes=up.bytes_sent, stage="install")
@@ -260,8 +299,10 @@ def _install_one(board: _Board, loaded: Loaded, options: InstallOptions, progres
     board.agent("install", f"--version={loaded.version}", f"--engine={up.remote_path}", f"--sha256={sha}",
                 "--meta=" + json.dumps(meta, sort_keys=True))  # fmt: skip
     _check_installed(board, loaded, kind, recorded, options, work)  # a failure leaves current alone
+    board.stop.check()  # Ctrl-C came: no switch after it
     update(stage="switch")
-    switched = board.agent("switch", f"--version={loaded.version}", f"--expect={seen or ''}")
+    with board.stop.shielded():  # begun before Ctrl-C: milliseconds, atomic on the board, said as done
+        switched = board.agent("switch", f"--version={loaded.version}", f"--expect={seen or ''}")
     update(switched=bool(switched.get("changed")))
 
 
@@ -288,8 +329,7 @@ def _check_installed(board: _Board, loaded: Loaded, kind: str, recorded: Optiona
         raise RemoteError(f"the gate failed on the installed engine: {gate.summary()}",
                           "the release does not run here as it did when validated", exit_code=1)  # fmt: skip
     if ratio is not None and ratio < options.min_ratio:
-        raise RemoteError(f"{qps:g} qps, {ratio:.2f}x the bundle's {recorded:g} qps (below "
-                          f"--min-ratio {options.min_ratio:g})",
+        raise RemoteError(f"below --min-ratio {options.min_ratio:g}",  # the row says the figures, once
                           "is the board throttled (nvpmodel, jetson_clocks) or busy?",
                           exit_code=1)  # fmt: skip
     if ratio is None and recorded:
@@ -304,39 +344,49 @@ def _check_installed(board: _Board, loaded: Loaded, kind: str, recorded: Optiona
 BoardFn = Callable[[_Board], None]
 
 
-def _run_boards(targets: Sequence[Target], rows: list[BoardRow], fn: BoardFn, *, workers: int,
+def _run_boards(targets: Sequence[Target], rows: list[BoardRow], fn: BoardFn, pool: BoardPool, *,
                 accept_new_host_key: bool, cache_dir: Optional[Path], on_row: RowFn, ok: str) -> None:
-    """``fn`` on each board at once (``workers`` at a time); a board's EdgeqError fails its row only."""
+    """``fn`` on each board at once (``pool``: workers, --max-fail, Ctrl-C); a board's EdgeqError
+    fails its row only, Ctrl-C ends it as "interrupted"."""
     from edgeq.remote.zipapp import build_agent
 
     agent_pyz = build_agent(cache_dir or agent_cache_dir())
-    lock = threading.Lock()
 
     def one(target: Target, row: BoardRow) -> None:
         def update(**cells: Any) -> None:
-            with lock:
+            with pool.lock:
                 for k, v in cells.items():
                     setattr(row, k, v)
                 on_row(row)
 
+        with pool.lock:
+            why = pool.not_started()
+        if why is not None:  # Ctrl-C or --max-fail came first: this board is not touched
+            status = "not run" if why == INTERRUPTED else "skipped"
+            update(status=status, error=f"not started: {why}", exit_code=1)
+            return
         started = time.monotonic()
         update(status="running", stage="connect")
         try:
-            with target_runner(target, accept_new_host_key) as runner:
-                fn(_Board(runner, target, agent_pyz, row, update))
+            with target_runner(target, accept_new_host_key, pool.stop) as runner:
+                fn(_Board(runner, target, agent_pyz, row, update, pool))
+        except Interrupted:
+            row.status, row.error = "interrupted", f"stopped during {row.stage}"
+            row.exit_code = EXIT_INTERRUPTED
         except EdgeqError as e:
+            cause = cause_of(e)
             row.error, row.exit_code = str(e), e.exit_code
-        with lock:
-            row.status = ok if row.error is None else "failed"
+            row.cause = cause.name if cause is not None else None
+        with pool.lock:
+            if row.status != "interrupted":
+                row.status = ok if row.error is None else "failed"
+            pool.failures += row.status == "failed"
             row.seconds = round(time.monotonic() - started, 3)
             if row.error is None:
                 row.stage = ""
             on_row(row)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(targets) or 1)),
-                            thread_name_prefix="edgeq-install") as pool:  # fmt: skip
-        for f in [pool.submit(one, t, r) for t, r in zip(targets, rows)]:
-            f.result()  # anything but an EdgeqError is a bug: its traceback surfaces here
+    pool.run([partial(one, t, r) for t, r in zip(targets, rows)], "edgeq-install")
 
 
 def _rows(targets: Sequence[Target], on_row: RowFn) -> list[BoardRow]:
@@ -346,18 +396,21 @@ def _rows(targets: Sequence[Target], on_row: RowFn) -> list[BoardRow]:
     return rows
 
 
-def _workers(fleet: Fleet, options_workers: Optional[int], n: int) -> int:
-    return max(1, min(options_workers or fleet.workers or MAX_WORKERS, max(n, 1)))
+def _pool(fleet: Fleet, options: InstallOptions, n: int) -> BoardPool:
+    workers = max(1, min(options.workers or fleet.workers or MAX_WORKERS, max(n, 1)))
+    return BoardPool(workers, options.max_fail)
 
 
 def install(bundle: Path, fleet: Fleet, options: InstallOptions = InstallOptions(), *,
             on_row: RowFn = _no_row, progress: BoardProgress = _no_progress) -> FleetAction:  # fmt: skip
-    """Install ``bundle`` on the fleet (``options.limit`` of it), canary boards first."""
+    """Install ``bundle`` on the fleet (``options.limit`` of it), canary boards first. Ctrl-C: the result
+    says ``interrupted`` (no board started or switched after it); the temporary files are removed."""
     if options.min_ratio < 0:
         raise EdgeqError(f"--min-ratio {options.min_ratio:g}: must be 0 or more")
     if options.canary < 0:
         raise EdgeqError(f"--canary {options.canary}: must be 0 or more")
     targets = fleet.limited(options.limit).targets
+    pool = _pool(fleet, options, len(targets))
     with tempfile.TemporaryDirectory(prefix="edgeq-install-") as tmp:
         work = Path(tmp)
         loaded = load_bundle(Path(bundle), fleet, work)
@@ -373,19 +426,21 @@ def install(bundle: Path, fleet: Fleet, options: InstallOptions = InstallOptions
             _install_one(board, loaded, options, progress, work)
 
         def run(ts: Sequence[Target], rs: list[BoardRow]) -> None:
-            _run_boards(ts, rs, fn, workers=_workers(fleet, options.workers, len(ts)), ok="installed",
-                        accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
-                        on_row=on_row)  # fmt: skip
+            _run_boards(ts, rs, fn, pool, ok="installed", accept_new_host_key=options.accept_new_host_key,
+                        cache_dir=options.cache_dir, on_row=on_row)  # fmt: skip
 
         if n:
             run(targets[:n], rows[:n])
-            if not all(r.ok for r in rows[:n]):
-                result.stopped = True
+            if not all(r.ok for r in rows[:n]) or pool.interrupted:
+                result.stopped = not pool.interrupted
+                why = INTERRUPTED if pool.interrupted else "a canary board failed"
                 for r in rows[n:]:
-                    r.status, r.error, r.exit_code = "not run", "not installed: a canary board failed", 1
+                    r.status, r.error, r.exit_code = "not run", f"not started: {why}", 1
                     on_row(r)
+                result.interrupted = pool.interrupted
                 return result
         run(targets[n:], rows[n:])
+    result.interrupted = pool.interrupted
     return result
 
 
@@ -398,14 +453,17 @@ def rollback(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row
     def fn(board: _Board) -> None:
         board.update(stage="status")
         seen = board.agent("status").get("current")
-        board.update(previous=seen, stage="rollback")
-        back = board.agent("rollback", f"--expect={seen or ''}")  # refused if current changed meanwhile
+        board.update(previous=seen, seen=True)
+        board.stop.check()  # Ctrl-C came: no switch after it
+        board.update(stage="rollback")
+        with board.stop.shielded():
+            back = board.agent("rollback", f"--expect={seen or ''}")  # refused if current changed meanwhile
         board.update(previous=back.get("previous"), version=back.get("current"))
 
-    _run_boards(targets, rows, fn, workers=_workers(fleet, options.workers, len(targets)), ok="ok",
-                accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
-                on_row=on_row)  # fmt: skip
-    return FleetAction("rollback", rows)
+    pool = _pool(fleet, options, len(targets))
+    _run_boards(targets, rows, fn, pool, ok="ok", accept_new_host_key=options.accept_new_host_key,
+                cache_dir=options.cache_dir, on_row=on_row)  # fmt: skip
+    return FleetAction("rollback", rows, interrupted=pool.interrupted)
 
 
 def status(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row: RowFn = _no_row
@@ -421,10 +479,11 @@ def status(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row: 
         board.update(version=got.get("current"), previous=got.get("previous"), kind=release.get("kind"),
                      history=list(got.get("history") or []), release=got.get("release"))  # fmt: skip
 
-    _run_boards(targets, rows, fn, workers=_workers(fleet, options.workers, len(targets)), ok="ok",
-                accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
-                on_row=on_row)  # fmt: skip
-    return FleetAction("status", rows)
+    pool = _pool(fleet, options, len(targets))
+    _run_boards(targets, rows, fn, pool, ok="ok", accept_new_host_key=options.accept_new_host_key,
+                cache_dir=options.cache_dir, on_row=on_row)  # fmt: skip
+    return FleetAction("status", rows, interrupted=pool.interrupted)
 
 
-__all__: Sequence[str] = ("BoardRow", "FleetAction", "InstallOptions", "install", "rollback", "status")
+__all__: Sequence[str] = ("BoardRow", "FleetAction", "InstallOptions", "install", "kept", "rollback",
+                          "status")

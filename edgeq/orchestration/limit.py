@@ -115,7 +115,8 @@ def select(hosts: Mapping[str, set[str]], pattern: str) -> list[str]:
     """
     terms = [x for t in split_pattern(pattern) for x in (_from_file(t) if t.startswith("@") else [t])]
     if not terms:
-        raise LimitError("--limit: the pattern is empty", "give host names, groups or globs (see --help)")
+        raise LimitError(f"--limit '{pattern}': the pattern is empty (an unset shell variable?)",
+                         "name hosts, groups or globs; leave --limit out for the whole fleet")
     groups = _members(hosts)
     union = [t for t in terms if t[0] not in "!&"]
     inter = [t[1:] for t in terms if t[0] == "&"]

@@ -339,7 +339,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     if spec.fleet is not None:  # usage errors (targets, gate) before any work
         fleet = _fleet(spec, work).limited(limit)
         check_gates(fleet, options)
-    elif limit:
+    elif limit is not None:
         raise ConfigError(f"{spec.path}: --limit needs targets ('target', 'fleet' or 'targets')")
     state = _State(work)
     result = RunResult(work)
@@ -399,7 +399,8 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         result.fleet = fr
         passed = sum(r.passed for r in fr.rows)
         state.done("targets", k, [work / "fleet.json"], passed=fr.passed)
-        outcome("targets", "ran" if fr.passed else "failed", f"{passed}/{len(fr.rows)} targets passed")
+        said = f"{passed}/{len(fr.rows)} targets passed" + ("; interrupted" if fr.interrupted else "")
+        outcome("targets", "ran" if fr.passed else "failed", said)
         if not fr.passed:
             result.passed = False
             if spec.release is not None:

@@ -24,7 +24,8 @@ from edgeq.remote.runner import EventFn, Runner
 if TYPE_CHECKING:
     from edgeq.remote.targets import Target
 
-STAGES = ("clean", "quantize", "lint", "upload", "probe", "build", "inspect", "profile", "report", "gate")
+STAGES = ("clean", "quantize", "lint", "upload", "probe", "build", "inspect", "profile", "accuracy", "report",
+          "gate")
 AgentFn = Callable[..., dict[str, Any]]
 
 

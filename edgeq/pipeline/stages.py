@@ -39,8 +39,10 @@ from edgeq.remote.protocol import (
 )
 from edgeq.remote.runner import Runner
 from edgeq.remote.targets import Target
+from edgeq.text import plural
 
 if TYPE_CHECKING:
+    from edgeq.pipeline.accuracy import AccuracyPlan, EngineAccuracy
     from edgeq.quant.quantize import QuantizeOptions
     from edgeq.report.fusion import FusionReport
     from edgeq.report.gate import GateResult
@@ -64,6 +66,7 @@ class Prepared:
     cache_file: Optional[Path] = None
     stages: tuple[StageRecord, ...] = ()
     implicit_cache: Optional[Path] = None  # implicit INT8: the float model built with this calibration cache
+    reference: Any = None  # the cleaned FP32 model a quantize stage started from (None: not quantized here)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,12 @@ class RunReport:
     gate: GateResult
     report_json: Path
     report_html: Path
+    accuracy: Optional[EngineAccuracy] = None  # the engine's outputs on the held-out set, scored
+
+    @property
+    def passed(self) -> bool:
+        """The precision gate and, when measured, the accuracy verdict."""
+        return bool(self.gate) and (self.accuracy is None or self.accuracy.passed)
 
 
 @dataclass(frozen=True)
@@ -192,8 +201,8 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Opt
     with rec.stage("clean") as r:
         cleaned, model_file = clean(model_path, out)
         model, changes = cleaned.model, len(cleaned.changes)
-        r.summary, r.data = f"{changes} change(s)", {"output": model_file.name, "changes": changes}
-    qdq, cache = has_qdq(model), None
+        r.summary, r.data = plural(changes, "change"), {"output": model_file.name, "changes": changes}
+    qdq, cache, reference = has_qdq(model), None, None
     if qdq:
         rec.skip(
             "quantize", "the model already has Q/DQ nodes" + (" (--calib ignored)" if spec.has_data else "")
@@ -206,6 +215,7 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Opt
         from edgeq.quant.quantize import implicit_model_path
 
         with rec.stage("quantize") as r:
+            reference = model
             model, model_file, cache, q = quantize(model, stem, out, spec, rec.progress, cleaned=True)
             qdq = has_qdq(model)
             acc = q.accuracy.to_dict() if q.accuracy is not None else None
@@ -221,11 +231,11 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Opt
                                  exit_code=1)  # fmt: skip
     with rec.stage("lint") as r:
         errors, findings = lint(model, out)
-        r.summary = f"{errors} error(s), {findings - errors} other finding(s)"
+        r.summary = f"{plural(errors, 'error')}, {plural(findings - errors, 'other finding')}"
         r.data = {"errors": errors, "findings": findings}
     records = tuple(StageRecord(**asdict(rec.log.stage(n))) for n in HOST_STAGES)
     implicit = Path(calib_cache) if calib_cache is not None and not qdq else None
-    return Prepared(model, model_file, qdq, cache, records, implicit)
+    return Prepared(model, model_file, qdq, cache, records, implicit, reference)
 
 
 def prepare_host(model_path: Path, host_dir: Path, spec: QuantizeOptions,
@@ -390,9 +400,11 @@ def on_target(
     shared: Optional[KindEngines] = None,
     remote_name: Optional[str] = None,
     probed: Optional[Probe] = None,
+    accuracy: Optional[AccuracyPlan] = None,
 ) -> Probe:
-    """upload -> probe -> build (or reuse the kind's engine) -> inspect -> profile; files into the run dir.
-    ``probed``: the board's probe, already taken on this connection (a resumed run's check), not repeated."""
+    """upload -> probe -> build (or reuse the kind's engine) -> inspect -> profile -> accuracy; files into
+    the run dir. ``probed``: the board's probe, already taken on this connection (a resumed run's check),
+    not repeated. ``accuracy``: the engine run on held-out inputs and scored (else the stage is skipped)."""
     run_dir = rec.run_dir
     remote_run = target.remote_path("runs", remote_name or run_dir.name)
     with rec.stage("upload") as r:
@@ -463,6 +475,14 @@ def on_target(
         lat = (prof.get("latency_ms") or {}).get("median")
         r.summary = f"median {lat} ms, {prof.get('throughput_qps')} qps"
         _warnings(rec, r, "profile", prof)
+    if accuracy is None:
+        rec.skip("accuracy", "no --holdout: the engine's outputs were not checked")
+        return found
+    from edgeq.pipeline.accuracy import measure
+
+    with rec.stage("accuracy") as r:
+        acc = measure(runner, agent, target, engine_remote, remote_run, accuracy, run_dir, _dla(target))
+        r.summary, r.data = acc.summary(), acc.to_dict()
     return found
 
 
@@ -486,18 +506,24 @@ def finish_run(
     onnx_model: Any,
     policy: Policy,
 ) -> RunReport:
-    """Report + gate from an engine's inspector JSON and profile (as fetched from the target).
+    """Report + gate from an engine's inspector JSON and profile (as fetched from the target), and the
+    run's ``accuracy.json`` when the engine's accuracy was measured.
 
     Writes ``report.json`` and ``report.html`` into ``run_dir``; the verdict is returned, not raised.
     """
+    from edgeq.pipeline.accuracy import accuracy_html, read_accuracy
     from edgeq.report.render import render_html, report_to_dict
 
     report, gate = report_and_gate(Path(layers_json), Path(profile_json) if profile_json else None,
                                    onnx_model, policy)  # fmt: skip
-    rj = write_json(Path(run_dir) / "report.json", report_to_dict(report, gate))
+    acc = read_accuracy(run_dir)
+    data = report_to_dict(report, gate)
+    if acc is not None:
+        data["accuracy"] = acc.to_dict()
+    rj = write_json(Path(run_dir) / "report.json", data)
     rh = Path(run_dir) / "report.html"
-    atomic_write_text(rh, render_html(report, gate))
-    return RunReport(report=report, gate=gate, report_json=rj, report_html=rh)
+    atomic_write_text(rh, render_html(report, gate, [accuracy_html(acc)] if acc is not None else []))
+    return RunReport(report=report, gate=gate, report_json=rj, report_html=rh, accuracy=acc)
 
 
 def report_and_gate(layers: Any, profile_src: Any, model: Any, policy: Policy) -> tuple[Any, Any]:
@@ -531,6 +557,9 @@ def conclude(rec: Recorder, model: Any, policy: Policy) -> RunReport:
     with rec.stage("gate") as r:
         r.summary = finished.gate.summary()
         r.data = {"passed": bool(finished.gate)}
-        if not finished.gate:
+        if finished.accuracy is not None:
+            r.summary += "; " + finished.accuracy.summary()
+            r.data["accuracy_passed"] = finished.accuracy.passed
+        if not finished.passed:
             r.status = "failed"
     return finished

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError, first_line
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.text import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -90,7 +91,7 @@ class AccuracyReport:
 
     def __str__(self) -> str:
         w = self.worst
-        samples = f"{self.samples} held-out sample{'s' if self.samples != 1 else ''}"
+        samples = plural(self.samples, "held-out sample")
         named = w is not None and len(self.outputs) > 1
         cos = f"cosine {self.cosine:.6f}" + (f" on '{w.name}'" if named and w is not None else "")
         if self.task is not None and self.task.metric != "cosine":

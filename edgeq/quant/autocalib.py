@@ -16,7 +16,7 @@ pass. Candidates are scored in ``AUTO_ORDER``; a tie (within ``TIE``) keeps the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -86,15 +86,25 @@ def choose_calibrator(
     build: Callable[[dict[str, float]], onnx.ModelProto],
     score: Callable[[onnx.ModelProto], tuple[TaskScore, list[dict[str, np.ndarray]]]] | None,
     progress: ProgressFn = no_progress,
+    needed: Collection[str] | None = None,
 ) -> Choice:
     """Ranges for each of ``methods`` from the same histograms, each turned into a model by ``build``
     and scored by ``score`` (its held-out task metric and outputs); the highest score wins.
 
+    ``needed``: the tensors ``build`` reads (the plan's Q/DQ sites). Candidates compute ranges for those
+    only; the winner's are completed for every histogram (the implicit cache covers all activations),
+    so each extra candidate costs its range searches over the Q/DQ tensors, not over every activation.
     With one method, or no ``score`` (nothing held out), the first method is used unscored.
     """
     from dataclasses import replace
 
     from edgeq.quant.calibrate import ranges_from_histograms
+
+    part = hists if needed is None else {t: h for t, h in hists.items() if t in set(needed)}
+
+    def complete(amax: dict[str, float], method: str) -> dict[str, float]:
+        rest = {t: h for t, h in hists.items() if t not in amax}
+        return {**amax, **ranges_from_histograms(rest, replace(options, method=method))} if rest else amax
 
     if score is None or len(methods) == 1:
         amax = ranges_from_histograms(hists, replace(options, method=methods[0]))
@@ -106,7 +116,7 @@ def choose_calibrator(
     progress("auto: scoring calibrators", 0, len(methods))
     for i, method in enumerate(methods):
         t0 = time.perf_counter()
-        amax = ranges_from_histograms(hists, replace(options, method=method))
+        amax = ranges_from_histograms(part, replace(options, method=method))
         model = build(amax)
         result, outputs = score(model)
         cand = Candidate(method, result, time.perf_counter() - t0)
@@ -115,7 +125,7 @@ def choose_calibrator(
             best = (cand, amax, model, outputs)
         progress("auto: scoring calibrators", i + 1, len(methods))
     assert best is not None
-    return Choice(best[0].method, best[1], best[2], best[3], tuple(tried))
+    return Choice(best[0].method, complete(best[1], best[0].method), best[2], best[3], tuple(tried))
 
 
 def scorer(metric: Metric, reference_outputs: list[dict[str, np.ndarray]], held: Any,

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from edgeq.errors import QuantError, first_line
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.text import noun
 
 if TYPE_CHECKING:
     import numpy as np
@@ -289,13 +290,26 @@ def quantization_mse(hist: np.ndarray, hist_max: float, amaxes: np.ndarray, *, z
 
 
 def amax_mse(hist: np.ndarray, hist_max: float, num_quant_bins: int = 128, *, zeros: int = 0) -> float:
-    """The upper bin edge in ``[num_quant_bins, len(hist)]`` with the least quantization MSE."""
+    """The upper bin edge in ``[num_quant_bins, len(hist)]`` with the least quantization MSE.
+
+    Coarse to fine: every ``MSE_STEP``-th edge first, then every edge within one step of the best of
+    those. The MSE curve over the edges is smooth at this resolution (1/8 of a percent of the range), so
+    this finds the exhaustive search's minimum to within 1% of its MSE (tested against brute force) at
+    an eighth of the cost: ``--calibrator auto`` computes every calibrator's ranges for every tensor.
+    """
     import numpy as np
 
     nb = len(hist)
-    cand = np.arange(num_quant_bins, nb + 1) * (hist_max / nb)
-    mse = quantization_mse(hist, hist_max, cand, zeros=zeros)
-    return float(cand[int(np.argmin(mse))])
+    edges = np.arange(num_quant_bins, nb + 1)
+    width = hist_max / nb
+    coarse = edges[::MSE_STEP]
+    best = int(coarse[int(np.argmin(quantization_mse(hist, hist_max, coarse * width, zeros=zeros)))])
+    fine = edges[(edges >= best - MSE_STEP) & (edges <= best + MSE_STEP)]
+    mse = quantization_mse(hist, hist_max, fine * width, zeros=zeros)
+    return float(fine[int(np.argmin(mse))] * width)
+
+
+MSE_STEP = 8
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -352,7 +366,7 @@ def collect_histograms(
     produced = {o for n in model.graph.node for o in n.output}
     unknown = [t for t in tensors if t not in produced and t not in graph_inputs and t not in inits]
     if unknown:
-        raise QuantError(f"tensor(s) not in the model: {', '.join(unknown[:5])}")
+        raise QuantError(f"{noun(len(unknown), 'tensor')} not in the model: {', '.join(unknown[:5])}")
     hists = {t: TensorHistogram(options.num_bins) for t in tensors}
     for t in tensors:
         if t in inits and t not in produced:
@@ -427,8 +441,13 @@ def collect_ranges(
 
 
 def ranges_from_histograms(hists: Mapping[str, TensorHistogram], options: CalibOptions) -> dict[str, float]:
-    """amax per tensor from collected histograms: cheap, so several methods can share one pass."""
-    return {t: h.compute_amax(options) for t, h in hists.items()}
+    """amax per tensor from collected histograms, tensors in parallel (numpy releases the GIL in the
+    entropy and mse searches): several methods can share one statistics pass."""
+    if len(hists) < 8:
+        return {t: h.compute_amax(options) for t, h in hists.items()}
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        amax = list(pool.map(lambda h: h.compute_amax(options), hists.values()))
+    return dict(zip(hists, amax))
 
 
 def inference_session(
@@ -481,5 +500,5 @@ def _session(model: onnx.ModelProto, outputs: list[str], options: CalibOptions) 
         del model.graph.output[n_before:]
     missing = set(outputs) - {o.name for o in sess.get_outputs()}
     if missing:
-        raise QuantError(f"onnxruntime does not expose tensor(s) {sorted(missing)[:5]}")
+        raise QuantError(f"onnxruntime does not expose {noun(len(missing), 'tensor')} {sorted(missing)[:5]}")
     return sess

@@ -70,7 +70,7 @@ class Metric(Protocol):
     """A comparison of candidate outputs with reference outputs, sample by sample (same order)."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str: ...  # read-only: the frozen dataclasses below implement it
 
     def score(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> TaskScore: ...
 
@@ -191,3 +191,390 @@ def guess_metric(sample: Outputs) -> tuple[str, str]:
         if why:
             return name, why
     return "cosine", "no task recognised from the outputs"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Task metrics: each judges one output (the first float output of the shape its task has), compares
+# what the task's user sees (top-1 class, kept detections, mask pixels, read strings), and registers
+# a factory in METRICS with its options and a conservative guess in GUESSES.
+# ---------------------------------------------------------------------------------------------------
+
+
+def _options(name: str, given: Mapping[str, float], defaults: Mapping[str, float]) -> dict[str, float]:
+    """``defaults`` overridden by ``given``; an option the metric does not take is an input error."""
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise QuantError(f"metric {name} has no option '{unknown[0]}'",
+                         hint=f"its options: {', '.join(sorted(defaults)) or 'none'}")
+    out = {k: float(given.get(k, v)) for k, v in defaults.items()}
+    return out
+
+
+def _pick(name: str, sample: Outputs, fits: Callable[[tuple[int, ...]], bool], shape: str) -> str:
+    """The output a task metric judges: the first float output whose shape fits the task."""
+    import numpy as np
+
+    for n in float_outputs(sample):
+        if fits(tuple(np.shape(sample[n]))):
+            return n
+    found = ", ".join(f"'{n}' {tuple(np.shape(a))}" for n, a in sample.items()) or "none"
+    raise QuantError(f"metric {name} needs an output of shape {shape}; the model's outputs: {found}",
+                     hint="choose another --metric (cosine fits any model)")
+
+
+def _pct(x: float) -> str:
+    p = 100.0 * x
+    return f"{p:.0f}%" if abs(p - round(p)) < 0.05 else f"{p:.1f}%"
+
+
+def _sole_output(sample: Outputs) -> tuple[str, np.ndarray] | None:
+    """The model's only float output, or None: a guess judges single-output models only, so a metric
+    never silently ignores a second head."""
+    import numpy as np
+
+    names = float_outputs(sample)
+    return (names[0], np.asarray(sample[names[0]])) if len(names) == 1 else None
+
+
+def _softmax_rows(a: np.ndarray, axis: int = -1) -> bool:
+    """Probabilities along ``axis``: every value in [0, 1] and every row summing to 1."""
+    import numpy as np
+
+    return bool(a.size and np.isfinite(a).all() and a.min() >= 0.0 and a.max() <= 1.0
+                and np.allclose(a.sum(axis=axis), 1.0, atol=1e-3))
+
+
+# Classification --------------------------------------------------------------------------------------
+
+
+def _is_scores(shape: tuple[int, ...]) -> bool:
+    return len(shape) == 2 and shape[1] >= 2
+
+
+@dataclass(frozen=True)
+class ClassificationMetric:
+    """Top-1 agreement with FP32 over (N, classes) outputs (the headline), and top-k: the FP32 top-1
+    class among the candidate's k best. Logits or probabilities alike: only the ranking counts."""
+
+    name: str = "classification"
+    top_k: int = 5
+
+    def score(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> TaskScore:
+        import numpy as np
+
+        check_pairs(reference, candidate)
+        if not reference:
+            return TaskScore(self.name, 1.0, "no held-out samples")
+        out = _pick(self.name, reference[0], _is_scores, "(N, classes)")
+        per_sample, hits, hits_k, rows = [], 0, 0, 0
+        classes = int(np.shape(reference[0][out])[1])
+        k = min(self.top_k, classes)
+        for r, c in zip(reference, candidate):
+            ref, got = np.asarray(r[out]), np.asarray(c[out])
+            want = ref.argmax(axis=1)
+            top1 = got.argmax(axis=1) == want
+            topk = (np.argsort(-got, axis=1, kind="stable")[:, :k] == want[:, None]).any(axis=1)
+            hits, hits_k, rows = hits + int(top1.sum()), hits_k + int(topk.sum()), rows + len(want)
+            per_sample.append(float(top1.mean()) if len(want) else 1.0)
+        top1_rate = hits / rows if rows else 1.0
+        figures = {"top1": top1_rate, "rows": float(rows)}
+        text = f"top-1 agreement {_pct(top1_rate)} ({hits} of {rows})"
+        if classes > k:  # top-k over k or fewer classes always agrees
+            figures[f"top{k}"] = hits_k / rows if rows else 1.0
+            text += f", top-{k} {_pct(figures[f'top{k}'])}"
+        return TaskScore(self.name, top1_rate, text, figures, tuple(per_sample))
+
+
+def guess_classification(sample: Outputs) -> str | None:
+    """Softmax rows (N, classes): a classifier. Raw logits are not guessed (a feature vector or a
+    regression head has that shape too); ``--metric classification`` takes them."""
+    sole = _sole_output(sample)
+    if sole is None or not _is_scores(sole[1].shape) or not _softmax_rows(sole[1]):
+        return None
+    return f"output '{sole[0]}' {sole[1].shape} holds probabilities over {sole[1].shape[1]} classes"
+
+
+# Detection (YOLOv8-style) ----------------------------------------------------------------------------
+
+
+def _is_yolo(shape: tuple[int, ...]) -> bool:
+    return len(shape) == 3 and shape[1] >= 5 and shape[2] > shape[1]
+
+
+def _iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of every xyxy box in ``a`` (n, 4) with every one in ``b`` (m, 4)."""
+    import numpy as np
+
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.clip(rb - lt, 0.0, None).prod(axis=2)
+    area_a = np.clip(a[:, 2:] - a[:, :2], 0.0, None).prod(axis=1)
+    area_b = np.clip(b[:, 2:] - b[:, :2], 0.0, None).prod(axis=1)
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou: float, max_det: int = 300
+        ) -> np.ndarray:
+    """Indices kept by per-class non-maximum suppression, best score first (ultralytics' way: boxes of
+    different classes are offset apart so one pass suppresses within a class only)."""
+    import numpy as np
+
+    if not len(boxes):
+        return np.zeros(0, dtype=np.int64)
+    offset = boxes + (classes.astype(np.float64) * (float(np.abs(boxes).max()) + 1.0))[:, None]
+    order = np.argsort(-scores, kind="stable")
+    keep: list[int] = []
+    while order.size and len(keep) < max_det:
+        i = int(order[0])
+        keep.append(i)
+        rest = order[1:]
+        order = rest[_iou_matrix(offset[i:i + 1], offset[rest])[0] <= iou]
+    return np.asarray(keep, dtype=np.int64)
+
+
+def yolo_detections(pred: np.ndarray, score: float, nms_iou: float, max_det: int = 300
+                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per image of a (N, 4 + classes, anchors) output: (xyxy boxes, scores, classes) after the score
+    threshold and per-class NMS, as ultralytics decodes YOLOv8 (best class per anchor)."""
+    import numpy as np
+
+    out = []
+    for p in np.asarray(pred, dtype=np.float64):
+        cls_scores = p[4:]
+        cls = cls_scores.argmax(axis=0)
+        conf = cls_scores[cls, np.arange(cls_scores.shape[1])]
+        sel = conf >= score
+        cx, cy, w, h = p[:4, sel]
+        boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+        keep = nms(boxes, conf[sel], cls[sel], nms_iou, max_det)
+        out.append((boxes[keep], conf[sel][keep], cls[sel][keep]))
+    return out
+
+
+def match_detections(ref: tuple[np.ndarray, np.ndarray, np.ndarray],
+                     got: tuple[np.ndarray, np.ndarray, np.ndarray], iou: float) -> int:
+    """How many reference detections the candidate keeps: greedy one-to-one matching, best reference
+    score first, to the unmatched candidate box of the same class with the highest IoU >= ``iou``."""
+    import numpy as np
+
+    if not len(ref[0]) or not len(got[0]):
+        return 0
+    m = _iou_matrix(ref[0], got[0])
+    m[ref[2][:, None] != got[2][None, :]] = 0.0
+    kept = 0
+    for i in np.argsort(-ref[1], kind="stable"):
+        j = int(m[i].argmax())
+        if m[i, j] >= iou:
+            kept += 1
+            m[:, j] = 0.0
+    return kept
+
+
+@dataclass(frozen=True)
+class DetectionMetric:
+    """YOLOv8-style detections: the share of FP32's detections (score >= ``score`` after per-class NMS at
+    ``nms_iou``) that the candidate, decoded the same way, keeps at IoU >= ``iou`` with the same class.
+    The candidate meets the same score threshold: a detection that drops below it is lost to the
+    user too. A sample's figure is matched / max(FP32's, the candidate's detections), so detections the
+    candidate invents count against it there (and in the ``extra`` figure)."""
+
+    name: str = "detection"
+    score_threshold: float = 0.25
+    iou: float = 0.5
+    nms_iou: float = 0.7  # ultralytics' predict default; nudenet and YOLOv5 use 0.45
+    max_det: int = 300
+
+    def score(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> TaskScore:
+        check_pairs(reference, candidate)
+        if not reference:
+            return TaskScore(self.name, 1.0, "no held-out samples")
+        out = _pick(self.name, reference[0], _is_yolo, "(N, 4 + classes, anchors)")
+        total = kept = extra = 0
+        per_sample = []
+        for r, c in zip(reference, candidate):
+            refs = yolo_detections(r[out], self.score_threshold, self.nms_iou, self.max_det)
+            gots = yolo_detections(c[out], self.score_threshold, self.nms_iou, self.max_det)
+            n_ref = sum(len(d[0]) for d in refs)
+            n_got = sum(len(d[0]) for d in gots)
+            k = sum(match_detections(a, b, self.iou) for a, b in zip(refs, gots))
+            total, kept, extra = total + n_ref, kept + k, extra + n_got - k
+            per_sample.append(k / max(n_ref, n_got) if max(n_ref, n_got) else 1.0)
+        value = kept / total if total else 1.0
+        text = (f"{_pct(value)} of FP32 detections kept ({kept} of {total})" if total
+                else "FP32 detects nothing on the held-out set (score >= "
+                     f"{self.score_threshold:g}): nothing to keep")
+        if extra:
+            text += f", {extra} new"
+        return TaskScore(self.name, value, text,
+                         {"kept": float(kept), "fp32_detections": float(total), "extra": float(extra)},
+                         tuple(per_sample))
+
+
+def guess_detection(sample: Outputs) -> str | None:
+    """(N, 4 + classes, anchors) with class scores in [0, 1] and pixel-sized, non-negative boxes: a
+    YOLOv8 export (its decode head applied). A raw head (logits, grid-shaped) is not guessed."""
+    import numpy as np
+
+    sole = _sole_output(sample)
+    if sole is None or not _is_yolo(sole[1].shape):
+        return None
+    a = sole[1]
+    scores, boxes = a[:, 4:], a[:, :4]
+    if not (np.isfinite(a).all() and scores.min() >= 0.0 and scores.max() <= 1.0):
+        return None
+    if boxes.min() < 0.0 or boxes.max() <= 1.0 or a.shape[2] < 21 or _softmax_rows(scores, axis=1):
+        return None
+    return (f"output '{sole[0]}' {a.shape} looks like YOLOv8's: 4 box coordinates and {a.shape[1] - 4} "
+            f"class scores for {a.shape[2]} anchors")
+
+
+# Masks -------------------------------------------------------------------------------------------------
+
+
+def _is_map(shape: tuple[int, ...]) -> bool:
+    return len(shape) == 4 and shape[1] == 1 and shape[2] >= 8 and shape[3] >= 8
+
+
+@dataclass(frozen=True)
+class MaskMetric:
+    """IoU of the masks FP32 and the candidate give at ``threshold`` (a DB text detector's binarisation:
+    0.3), per sample; a sample where both masks are empty scores 1.0 (the answer is the same: nothing
+    there), one empty and one not 0.0. The headline is the mean over samples."""
+
+    name: str = "mask"
+    threshold: float = 0.3
+
+    def score(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> TaskScore:
+        import numpy as np
+
+        check_pairs(reference, candidate)
+        if not reference:
+            return TaskScore(self.name, 1.0, "no held-out samples")
+        out = _pick(self.name, reference[0], _is_map, "(N, 1, H, W)")
+        per_sample = []
+        for r, c in zip(reference, candidate):
+            a, b = np.asarray(r[out]) > self.threshold, np.asarray(c[out]) > self.threshold
+            union = int(np.count_nonzero(a | b))
+            per_sample.append(np.count_nonzero(a & b) / union if union else 1.0)
+        value = float(np.mean(per_sample))
+        empty = sum(1 for r in reference if not (np.asarray(r[out]) > self.threshold).any())
+        text = f"mask IoU {value:.3f} (min {min(per_sample):.2f}) at {self.threshold:g}"
+        return TaskScore(self.name, value, text, {"iou": value, "min_iou": min(per_sample),
+                                                  "empty_fp32_masks": float(empty)}, tuple(per_sample))
+
+
+def guess_mask(sample: Outputs) -> str | None:
+    """(N, 1, H, W) probabilities: a segmentation or text-probability map (a sigmoid output). Logit maps
+    and multi-class maps are not guessed."""
+    sole = _sole_output(sample)
+    if sole is None or not _is_map(sole[1].shape):
+        return None
+    a = sole[1]
+    import numpy as np
+
+    if not (np.isfinite(a).all() and a.min() >= 0.0 and a.max() <= 1.0):
+        return None
+    return f"output '{sole[0]}' {a.shape} is a one-channel probability map"
+
+
+# Sequences (CTC) ---------------------------------------------------------------------------------------
+
+
+def _is_sequence(shape: tuple[int, ...]) -> bool:
+    return len(shape) == 3 and shape[2] >= 3
+
+
+def ctc_greedy(probs: np.ndarray, blank: int = 0) -> list[np.ndarray]:
+    """Greedy CTC decode of (N, T, C) scores: per row, the best class per step with repeats collapsed
+    and ``blank`` dropped (PaddleOCR's ``CTCLabelDecode``), as class indices."""
+    import numpy as np
+
+    best = np.asarray(probs).argmax(axis=2)
+    new = np.ones(best.shape, dtype=bool)
+    new[:, 1:] = best[:, 1:] != best[:, :-1]
+    return [row[keep & (row != blank)] for row, keep in zip(best, new)]
+
+
+def edit_distance(a: np.ndarray, b: np.ndarray) -> int:
+    """Levenshtein distance of two index sequences; one numpy row per element of ``a``."""
+    import numpy as np
+
+    if not len(a) or not len(b):
+        return max(len(a), len(b))
+    cols = np.arange(len(b) + 1)
+    prev = cols.copy()
+    for i, x in enumerate(a, start=1):
+        t = np.empty_like(prev)
+        t[0] = i
+        t[1:] = np.minimum(prev[1:] + 1, prev[:-1] + (b != x))
+        prev = np.minimum.accumulate(t - cols) + cols  # insertions: new[j] = min(t[j], new[j-1] + 1)
+    return int(prev[-1])
+
+
+@dataclass(frozen=True)
+class SequenceMetric:
+    """CTC greedy decodes of (N, T, classes) outputs: the share of strings identical to FP32's (the
+    headline) and the character error rate against FP32's strings (figure ``cer``). A candidate that
+    reads nothing where FP32 reads text misses, at CER 100% for that string."""
+
+    name: str = "sequence"
+    blank: int = 0
+
+    def score(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> TaskScore:
+        check_pairs(reference, candidate)
+        if not reference:
+            return TaskScore(self.name, 1.0, "no held-out samples")
+        out = _pick(self.name, reference[0], _is_sequence, "(N, T, classes)")
+        same = rows = errors = chars = empty = 0
+        per_sample = []
+        for r, c in zip(reference, candidate):
+            sample_err = sample_chars = 0
+            for a, b in zip(ctc_greedy(r[out], self.blank), ctc_greedy(c[out], self.blank)):
+                d = edit_distance(a, b)
+                rows += 1
+                same += int(d == 0)
+                empty += int(len(a) > 0 and len(b) == 0)
+                sample_err, sample_chars = sample_err + d, sample_chars + len(a)
+            errors, chars = errors + sample_err, chars + sample_chars
+            per_sample.append(max(0.0, 1.0 - sample_err / sample_chars) if sample_chars
+                              else float(sample_err == 0))
+        value = same / rows if rows else 1.0
+        cer = errors / chars if chars else float(errors > 0)
+        text = f"{same} of {rows} strings as FP32 reads them ({_pct(value)}), CER {100 * cer:.1f}%"
+        if empty:
+            text += f", {empty} read as empty"
+        return TaskScore(self.name, value, text, {"agreement": value, "cer": cer, "strings": float(rows),
+                                                  "empty": float(empty)}, tuple(per_sample))
+
+
+def guess_sequence(sample: Outputs) -> str | None:
+    """(N, T, classes) with softmax over classes at every step and several steps: a CTC recogniser's
+    output (PP-OCR, CRNN exports apply the softmax)."""
+    sole = _sole_output(sample)
+    if sole is None or not _is_sequence(sole[1].shape) or sole[1].shape[1] < 2:
+        return None
+    if not _softmax_rows(sole[1], axis=2):
+        return None
+    return (f"output '{sole[0]}' {sole[1].shape} holds probabilities over {sole[1].shape[2]} symbols "
+            f"for {sole[1].shape[1]} steps (CTC, blank 0)")
+
+
+METRICS.update({
+    "classification": lambda o: ClassificationMetric(
+        top_k=int(_options("classification", o, {"top_k": 5})["top_k"])),
+    "detection": lambda o: _detection(_options("detection", o, {"score": 0.25, "iou": 0.5, "nms_iou": 0.7,
+                                                                 "max_det": 300})),
+    "mask": lambda o: MaskMetric(threshold=_options("mask", o, {"threshold": 0.3})["threshold"]),
+    "sequence": lambda o: SequenceMetric(blank=int(_options("sequence", o, {"blank": 0})["blank"])),
+})
+
+
+def _detection(o: Mapping[str, float]) -> DetectionMetric:
+    return DetectionMetric(score_threshold=o["score"], iou=o["iou"], nms_iou=o["nms_iou"],
+                           max_det=int(o["max_det"]))
+
+
+# Order matters only where shapes overlap: a (N, T, C) softmax is a sequence, not detections.
+GUESSES.extend([("classification", guess_classification), ("sequence", guess_sequence),
+                ("detection", guess_detection), ("mask", guess_mask)])

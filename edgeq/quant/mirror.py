@@ -40,6 +40,7 @@ from edgeq.quant.placement import weight_axis
 from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
 from edgeq.quant.regions import float_entry
 from edgeq.quant.rules import WEIGHTED_OPS, rule
+from edgeq.text import plural
 from edgeq.unionfind import UnionFind
 
 if TYPE_CHECKING:
@@ -94,8 +95,8 @@ class MirrorReport:
         text = (f"mirrored {self.int8_edges} INT8 edges ({self.float_edges} float) from {self.source}: "
                 f"{self.mapped_layers} of {self.named_layers} named layers map")
         if self.float_entry:
-            text += (f"; {self.float_entry_edges} of the INT8 edges left float in {len(self.float_entry)} "
-                     f"region(s) the engine entered {QUANTIZING_REFORMAT}")
+            text += (f"; {self.float_entry_edges} of the INT8 edges left float in "
+                     f"{plural(len(self.float_entry), 'region')} the engine entered {QUANTIZING_REFORMAT}")
         if self.unmapped:
             names = ", ".join(u.tensor for u in self.unmapped[:3])
             text += f"; {len(self.unmapped)} tensors unmapped ({names})"

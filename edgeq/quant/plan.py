@@ -80,6 +80,26 @@ class Plan:
     def commuted_in(self, gid: str) -> list[str]:
         return [t for t in self.commuted if self.group_ids.get(t) == gid]
 
+    def weights_by_axis(self) -> dict[str, int]:
+        """How the weights were quantized: ``{"per-channel": n, "per-tensor": m}`` (axis None: 8.6 allows
+        only per-tensor there, e.g. a MatMul whose weight is not 2-D), zero counts left out."""
+        per_channel = sum(w.axis is not None for w in self.weights)
+        counts = {"per-channel": per_channel, "per-tensor": len(self.weights) - per_channel}
+        return {k: n for k, n in counts.items() if n}
+
+    def shared_groups_by_rule(self) -> dict[str, int]:
+        """Scale groups of more than one tensor, by the rule that made them share: ``concat-scale`` (a
+        Concat's inputs), ``concat-conv`` (a Concat input's own Q/DQ for its convolution), else
+        ``data-movement`` (Q/DQ moved across a MaxPool, Reshape, ...: one scale on both sides)."""
+        counts: dict[str, int] = {}
+        for gid, members in self.groups.items():
+            if len(members) < 2 and not self.commuted_in(gid):
+                continue
+            rules = {s.rule for s in self.sites if s.group == gid}
+            why = next((r for r in ("concat-scale", "concat-conv") if r in rules), "data-movement")
+            counts[why] = counts.get(why, 0) + 1
+        return dict(sorted(counts.items()))
+
     def float_by_rule(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for f in self.floats:

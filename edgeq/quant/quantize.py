@@ -196,8 +196,10 @@ class QuantizeResult:
             "quantized": {
                 "activations": len(plan.sites),
                 "weights": len(plan.weights),
+                "weights_by_axis": plan.weights_by_axis(),
                 "int8_by_commute": len(plan.commuted),
                 "scale_groups_shared": len(shared),
+                "scale_groups_by_rule": plan.shared_groups_by_rule(),
             },
             "float": {"count": len(plan.floats), "by_rule": plan.float_by_rule()},
             "activations": [
@@ -376,7 +378,7 @@ def calibrate_and_choose(
     if held_out is not None:
         score = scorer(held_out.metric, held_out.outputs, held_out.data, options.providers, progress)
     choice = choose_calibrator(methods, hists, calib_opts, lambda amax: build_qdq(reference, plan, amax),
-                               score, progress)
+                               score, progress, needed=plan.tensors)
     return choice, held_out, (*notes, *extra)
 
 

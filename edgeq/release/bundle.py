@@ -31,6 +31,7 @@ from edgeq import __version__
 from edgeq.errors import EdgeqError
 from edgeq.fs import atomic_path
 from edgeq.pipeline.rundir import slug
+from edgeq.text import noun, plural
 
 FORMAT = "edgeq-release/1"
 MANIFEST = "manifest.json"
@@ -104,7 +105,8 @@ def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
                            "give the directory 'edgeq fleet validate' printed") from None
     if not fleet.get("passed"):
         failed = [t["target"] for t in fleet.get("targets", []) if t.get("status") != "passed"]
-        raise ReleaseError(f"{fleet_dir}: not released: target(s) {', '.join(failed)} did not pass",
+        raise ReleaseError(f"{fleet_dir}: not released: {noun(len(failed), 'target')} {', '.join(failed)} "
+                           "did not pass",
                            "fix them (or drop them from the fleet) and validate again", exit_code=1)
     files: dict[str, bytes] = {}
     model = fleet_dir / fleet["model_file"]
@@ -226,11 +228,25 @@ class Verification:
         if self:
             return f"{self.bundle}: OK, {self.checked} files match manifest.json (sha256 and size)"
         kinds = sorted({p.kind for p in self.problems})
-        return f"{self.bundle}: FAILED: {len(self.problems)} problem(s) ({', '.join(kinds)})"
+        return f"{self.bundle}: FAILED: {plural(len(self.problems), 'problem')} ({', '.join(kinds)})"
+
+
+GZIP_MAGIC = b"\x1f\x8b"  # RFC 1952's ID1 ID2
+_A_BUNDLE = "give the .tar.gz 'edgeq release' wrote"
+
+
+def check_gzip(path: Path) -> None:
+    """An ONNX model, an engine or a plain tar given as a bundle is the wrong file (exit 2), said before
+    anything is made of its bytes (install checks this before its signature)."""
+    with open(path, "rb") as f:
+        if f.read(len(GZIP_MAGIC)) != GZIP_MAGIC:
+            raise ReleaseError(f"{path}: not a .tar.gz bundle (not gzip data)", _A_BUNDLE)
 
 
 def read_bundle(path: Path) -> dict[str, bytes]:
-    """Every regular file of a bundle; a file that is not a readable tar.gz is a ReleaseError."""
+    """Every regular file of a bundle. A file that is no tar.gz at all (a model, an engine) is the
+    wrong input (ReleaseError, exit 2); a tar.gz whose bytes do not read back is damaged (exit 1: what
+    ``release verify`` reports as a problem found)."""
     path = Path(path)
     if path.is_dir():
         raise ReleaseError(f"{path}: is a directory, not a bundle",
@@ -238,18 +254,25 @@ def read_bundle(path: Path) -> dict[str, bytes]:
                            f"'edgeq release --from {path} -o B.tar.gz')")  # fmt: skip
     if not path.is_file():
         raise ReleaseError(f"{path}: no such bundle", "give the .tar.gz 'edgeq release' wrote")
-    out: dict[str, bytes] = {}
+    check_gzip(path)
+    raw = path.read_bytes()
     try:
         # Whole-file gunzip first: it checks the gzip CRC, which reading the tar stream may stop short of.
-        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(path.read_bytes())), mode="r:") as tar:
+        data = gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as e:
+        raise ReleaseError(f"{path}: corrupt bundle: the archive does not read back ({e})",
+                           "the file was damaged in transit or edited; fetch it again", exit_code=1) from None
+    out: dict[str, bytes] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             for m in tar.getmembers():
                 if not m.isfile():
                     raise ReleaseError(f"{path}: entry '{m.name}' is not a regular file", exit_code=1)
                 f = tar.extractfile(m)
                 out[m.name] = f.read() if f is not None else b""
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-        raise ReleaseError(f"{path}: corrupt bundle: the archive does not read back ({e})",
-                           "the file was damaged in transit or edited; fetch it again", exit_code=1) from None
+    except (tarfile.TarError, OSError, EOFError) as e:  # gzip's CRC held: what was compressed is no tar
+        raise ReleaseError(f"{path}: not a .tar.gz bundle (gzip data, but not a tar archive: {e})",
+                           _A_BUNDLE) from None
     return out
 
 

@@ -16,7 +16,8 @@ from typing import Optional
 @dataclass(frozen=True)
 class Cause:
     name: str  # what a fleet row's "cause" says
-    exit_code: int  # 2: the user's to fix (known_hosts, keys, the target file); 1: the target or its network
+    exit_code: int  # 2: the user's to fix (known_hosts, keys, the target file, its host name); 1: the target
+    # or its network
     answered: bool  # the target's sshd answered: it is reachable, it refused us (or we refused it)
 
 
@@ -26,6 +27,7 @@ CAUSES: dict[str, Cause] = {
         Cause("host key unknown", 2, True),
         Cause("host key changed", 2, True),
         Cause("authentication refused", 2, True),
+        Cause("unknown host name", 2, False),  # a typo in the target file: asking again will not fix it
         Cause("connection refused", 1, False),
         Cause("unreachable", 1, False),
         Cause("connection dropped", 1, True),

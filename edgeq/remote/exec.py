@@ -236,6 +236,9 @@ class CommandRunner(SSHLink):
                     "its remote process group was killed",
                     "raise the timeout (command_timeout in the target file)",
                 )
+            if self.stop is not None and self.stop.requested:  # Ctrl-C (edgeq.interrupt): not left running
+                self._kill_group(out.pgid, chan)
+                self.check_stop()
             if not busy:
                 select.select([chan], [], [], 0.05)
         out.feed(b"", final=True)

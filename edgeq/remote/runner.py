@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 from edgeq.findings import ProgressFn, no_progress
 
 if TYPE_CHECKING:
+    from edgeq.interrupt import Stop
     from edgeq.remote.sshconfig import SSHConfig
     from edgeq.remote.targets import Target
 
@@ -75,11 +76,12 @@ class SSHRunner:
 
 
 @contextmanager
-def ssh_runner(config: SSHConfig) -> Iterator[SSHRunner]:
-    """A lazily connecting SSH ``Runner``, closed at the end of the block."""
+def ssh_runner(config: SSHConfig, stop: Optional[Stop] = None) -> Iterator[SSHRunner]:
+    """A lazily connecting SSH ``Runner``, closed at the end of the block; ``stop``: Ctrl-C seen by the
+    main thread ends its commands and uploads (edgeq.interrupt)."""
     from edgeq.remote.transport import Connection
 
-    with Connection(config) as conn:
+    with Connection(config, stop) as conn:
         yield SSHRunner(conn)
 
 
@@ -91,8 +93,9 @@ class LocalRunner:
 
     destination = "local"
 
-    def __init__(self, home: Optional[Path] = None) -> None:
+    def __init__(self, home: Optional[Path] = None, stop: Optional[Stop] = None) -> None:
         self.home = Path(home) if home is not None else Path.home()
+        self.stop = stop
 
     def _path(self, remote: str) -> Path:
         p = Path(remote).expanduser()
@@ -152,7 +155,7 @@ class LocalRunner:
         for r in readers:
             r.start()
         try:
-            proc.wait(timeout=timeout)
+            self._wait(proc, timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -170,6 +173,33 @@ class LocalRunner:
             raise RemoteError(f"local: {argv[0]} {res.status}", "".join(err_lines[-3:]).strip() or None)
         return res
 
+    def _wait(self, proc: Any, timeout: Optional[float]) -> None:
+        """``proc.wait(timeout)``, ended early by Ctrl-C (``stop``): the process is terminated (then
+        killed), as the SSH runner kills a remote command's process group."""
+        import subprocess
+        import time
+
+        from edgeq.remote.exec import KILL_GRACE_S
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout or 0)
+            try:
+                proc.wait(timeout=0.1 if left is None else min(0.1, left))
+                return
+            except subprocess.TimeoutExpired:
+                pass
+            if self.stop is not None and self.stop.requested:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=KILL_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                self.stop.check()
+
     def get(self, remote: str, local: Path) -> None:
         import shutil
 
@@ -180,10 +210,12 @@ class LocalRunner:
 
 
 @contextmanager
-def target_runner(target: Target, accept_new_host_key: bool = False) -> Iterator[Runner]:
-    """The ``Runner`` a target file asks for: this machine for ``host: local``, else SSH."""
+def target_runner(target: Target, accept_new_host_key: bool = False, stop: Optional[Stop] = None
+                  ) -> Iterator[Runner]:
+    """The ``Runner`` a target file asks for: this machine for ``host: local``, else SSH; ``stop``: a
+    Ctrl-C the main thread saw ends its commands (edgeq.interrupt)."""
     if target.is_local:
-        yield LocalRunner()
+        yield LocalRunner(stop=stop)
         return
-    with ssh_runner(target.ssh_config(accept_new_host_key)) as runner:
+    with ssh_runner(target.ssh_config(accept_new_host_key), stop) as runner:
         yield runner

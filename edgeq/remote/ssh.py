@@ -27,6 +27,7 @@ from typing import Any, Callable, TypeVar
 
 from edgeq.errors import RemoteError
 from edgeq.fs import atomic_path
+from edgeq.interrupt import Stop
 from edgeq.remote.causes import CAUSES
 from edgeq.remote.hostkeys import (
     HostKeyChanged,
@@ -58,6 +59,14 @@ class ConnectionFailed(RemoteError):
     """Could not reach the target (after retries), or the connection dropped."""
 
     cause = "unreachable"
+    exit_code = CAUSES[cause].exit_code
+
+
+class UnknownHostName(ConnectionFailed):
+    """The target's host name does not resolve (or is no host name at all): the target file's to fix, so
+    it is said at once, not retried."""
+
+    cause = "unknown host name"
     exit_code = CAUSES[cause].exit_code
 
 
@@ -158,8 +167,9 @@ def connections_opened() -> dict[str, int]:
 class SSHLink:
     """A lazy SSH connection (Fabric-style: connects on first use); use as a context manager."""
 
-    def __init__(self, config: SSHConfig) -> None:
+    def __init__(self, config: SSHConfig, stop: Stop | None = None) -> None:
         self.config = config
+        self.stop = stop  # Ctrl-C seen by the main thread (edgeq.interrupt): wait no longer, retry nothing
         self._client: Any = None
         self._sftp: Any = None
         self._jump: SSHLink | None = None
@@ -191,6 +201,11 @@ class SSHLink:
         t = self._client.get_transport()
         return t is not None and t.is_active()
 
+    def check_stop(self) -> None:
+        """Raise ``Interrupted`` once Ctrl-C was pressed (edgeq.interrupt), where an operation waits."""
+        if self.stop is not None:
+            self.stop.check()
+
     def connect(self) -> None:
         """Connect now (normally implicit): retries with exponential backoff on network errors only."""
         self._transport()
@@ -209,10 +224,16 @@ class SSHLink:
             except (HostKeyUnknown, HostKeyChanged, AuthenticationFailed):
                 raise
             except Exception as exc:
+                if _unknown_name(exc):
+                    raise UnknownHostName(
+                        f"cannot connect to {cfg.destination}: {_describe(exc, cfg)}",
+                        "check the host name in the target file (or the inventory's ansible_host)",
+                    ) from None
                 if not _is_drop(exc):
                     raise
                 last = exc
                 log.info("connect to %s failed (%s), try %d/%d", cfg.destination, exc, attempt + 1, attempts)
+                self.check_stop()
                 if attempt + 1 < attempts:
                     time.sleep(cfg.backoff * 2**attempt)
         if _refused(last):
@@ -371,6 +392,7 @@ class SSHLink:
                 last = exc
             self._drop()
             log.info("%s interrupted (%s), try %d/%d", what, last, attempt + 1, attempts)
+            self.check_stop()
             if attempt + 1 < attempts:
                 time.sleep(cfg.backoff * 2**attempt)
         raise ConnectionFailed(f"{what} failed: connection dropped ({attempts} attempt(s))", dropped_hint)
@@ -463,6 +485,16 @@ def _auth_failed(cfg: SSHConfig, exc: BaseException) -> AuthenticationFailed:
     )
 
 
+def _unknown_name(exc: BaseException) -> bool:
+    """The resolver answered that the name does not exist (EAI_NONAME, EAI_NODATA), or it is no valid
+    host name (Python's IDNA codec refuses "orin..lab"). EAI_AGAIN (no DNS server answered) is the
+    network's: retried like any other network error."""
+    if isinstance(exc, UnicodeError):
+        return True
+    names = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, n)}
+    return isinstance(exc, socket.gaierror) and exc.errno in names
+
+
 def _refused(exc: BaseException | None) -> bool:
     """Did every address of the target refuse the TCP connection? (paramiko's NoValidConnectionsError
     says "[Errno None] Unable to connect to port N on HOST" for it, keeping each address's error.)"""
@@ -481,6 +513,8 @@ def _describe(exc: BaseException | None, cfg: SSHConfig | None = None) -> str:
     where = f"{cfg.host}:{cfg.port}" if cfg is not None else "the target"
     if isinstance(exc, socket.gaierror):
         return f"unknown host name {cfg.host if cfg is not None else ''}: {exc.strerror or exc}"
+    if isinstance(exc, UnicodeError):
+        return f"'{cfg.host if cfg is not None else ''}' is not a valid host name ({exc.__cause__ or exc})"
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return f"no answer from {where}" + (f" within {cfg.connect_timeout:g} s" if cfg is not None else "")
     errors = getattr(exc, "errors", None)

@@ -303,6 +303,7 @@ class Uploader(CommandRunner):
                         exit_code=1,
                     )
                 else:
+                    self.check_stop()  # Ctrl-C while another upload holds the lock
                     select.select([chan], [], [], 0.1)
                 if not waiting and any(p.startswith("wait") for p in out.parts):
                     waiting = True
@@ -441,6 +442,7 @@ class Uploader(CommandRunner):
             done = offset
             progress(task, done, size)
             while done < size:
+                self.check_stop()  # Ctrl-C: the .part kept so far is where the next upload resumes
                 block = f.read(min(READ_CHUNK, size - done))
                 if not block:
                     raise RemoteError(f"{local} shrank during the upload", "run again once it is written")

@@ -23,6 +23,7 @@ from edgeq.report.compare_engine import FILES_HINT, Engine, EngineStats, fused_g
 from edgeq.report.compare_regions import Region, region_members, region_side
 from edgeq.report.explain import Explanation, Links, compute_nodes, explain, lint_explanations, merged
 from edgeq.report.fusion import LayerKind
+from edgeq.report.layernames import different_model, foreign_names, mostly_foreign
 
 # --------------------------------------------------------------------------------------------------
 # The comparison
@@ -179,6 +180,22 @@ def diff_pair(base: Engine, cand: Engine, findings: Sequence[Any] = ()) -> PairD
     )
 
 
+def _same_model(base: Engine, cand: Engine) -> None:
+    """Refuse engines of different models: their diff ("0.33x", "49 fused only in the baseline") means
+    nothing. Most of the candidate's compute nodes missing from the baseline's names is the sign, the
+    one ``report --onnx`` gives for an engine against a model (``layernames.different_model``)."""
+    if base.report is None or cand.report is None:
+        return
+    known = {n for rl in base.report.layers for n in rl.onnx_nodes}
+    names = list(dict.fromkeys(n for rl in cand.report.of_kind(LayerKind.COMPUTE) for n in compute_nodes(rl)))
+    foreign = foreign_names(names, known)
+    if mostly_foreign(foreign, len(names)):
+        raise ReportError(
+            f"{cand.name}: {different_model(foreign, len(names), f'the baseline {base.name}')}",
+            hint="compare engines of one ONNX model: its implicit, explicit and FP16 builds",
+        )
+
+
 def compare_engines(engines: Sequence[Engine], findings: Sequence[Any] = ()) -> Comparison:
     """Every built engine against ``engines[0]`` (the baseline); failed builds stay rows of their own."""
     if len(engines) < 2:
@@ -195,6 +212,8 @@ def compare_engines(engines: Sequence[Engine], findings: Sequence[Any] = ()) -> 
             f"{base.name}: the baseline did not build ({base.error}); nothing to compare against",
             hint="put a built engine first (the implicit INT8 one)",
         )
+    for e in engines[1:]:
+        _same_model(base, e)
     notes = []
     timed = [e for e in engines if e.built and e.run is not None]
     if 0 < len(timed) < sum(e.built for e in engines):

@@ -12,6 +12,7 @@ from typing import Any, Optional
 from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
 from edgeq.report.compare import Comparison, PairDiff, Ratio, WiderNode
 from edgeq.report.policy import Rule
+from edgeq.text import noun, plural
 
 DEFAULT_MIN_RATIO = 0.97
 
@@ -131,8 +132,8 @@ def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO, by_desig
     elif r < min_ratio:
         why = f"throughput {r:.3f}x the baseline's ({diff.ratio.source}), minimum {min_ratio:g}"
         if excused:  # part of the gap may be what no Q/DQ placement can close on 8.6: say where to look
-            why += (f"; {len(excused)} node(s) run float by design where the baseline entered them "
-                    f"{QUANTIZING_REFORMAT}; edgeq tune tries them INT8")
+            why += (f"; {plural(len(excused), 'node')} {noun(len(excused), 'runs', 'run')} float by design "
+                    f"where the baseline entered them {QUANTIZING_REFORMAT}; edgeq tune tries them INT8")
         fails.append(("slower-than-baseline", why))
     return RelativeGate(diff.candidate, diff.baseline, min_ratio, tuple(fails), diff.ratio, excused)
 

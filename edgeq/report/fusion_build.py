@@ -21,7 +21,13 @@ from edgeq.report.fusion import (
     view_of,
 )
 from edgeq.report.layerkinds import LayerLinks, is_dq, is_q, layer_kinds
-from edgeq.report.layernames import REFORMAT_FOR, layer_nodes, op_from_node_name
+from edgeq.report.layernames import (
+    REFORMAT_FOR,
+    different_model,
+    layer_nodes,
+    nodes_from_metadata,
+    op_from_node_name,
+)
 from edgeq.report.parse import PRECISION_RANK, EngineLayer, EngineLayers, Profile, Tensor
 
 if TYPE_CHECKING:
@@ -255,10 +261,8 @@ def build_report(
             model_name, onnx_ops, onnx_order, report_layers, tuple(dict.fromkeys(unknown))
         )
         if onnx_map.unknown:
-            notes.append(
-                f"{len(onnx_map.unknown)} ONNX node names in the engine are not in {model_name} "
-                "(a different model?)"
-            )
+            named = {n for lay in layers.layers for n in nodes_from_metadata(lay.metadata)}
+            notes.append(different_model(onnx_map.unknown, len(named), model_name))
     return FusionReport(
         source=layers.source,
         detailed=True,

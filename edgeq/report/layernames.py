@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Container, Iterable, Sequence
 
 from edgeq.report.parse import EngineLayer
 
@@ -108,3 +109,24 @@ def layer_nodes(lay: EngineLayer, onnx_ops: dict[str, str], unknown: list[str]) 
     if meta:
         return meta
     return tuple(p for p in pieces if not _SYNTHETIC.search(p))
+
+
+def foreign_names(names: Iterable[str], known: Container[str]) -> tuple[str, ...]:
+    """The ONNX node names an engine carries that ``known`` (a model's nodes, another engine's) lacks,
+    each once: what says two files are not of one model."""
+    return tuple(dict.fromkeys(n for n in names if n not in known))
+
+
+def different_model(foreign: Sequence[str], total: int, other: str) -> str:
+    """The one sentence for names of another model: ``report --onnx``'s note and ``compare``'s refusal."""
+    from edgeq.text import plural
+
+    verb = "is" if len(foreign) == 1 else "are"
+    names = plural(total, "ONNX node name")
+    return f"{len(foreign)} of {names} in the engine {verb} not in {other} (a different model?)"
+
+
+def mostly_foreign(foreign: Sequence[str], total: int) -> bool:
+    """Most names foreign: a different model, not a placement's extra Q/DQ or copy names. Engines of
+    one model share every compute node (the recorded ResNet-50 and YOLO engines: all or none)."""
+    return total > 0 and 2 * len(foreign) > total

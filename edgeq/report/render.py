@@ -7,6 +7,7 @@ control characters (U+001E between fused ONNX node names in 8.6) and arbitrary O
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
@@ -22,6 +23,7 @@ from edgeq.report.views import (
     legend,
     stacked_bar,
 )
+from edgeq.text import noun, plural
 
 SCHEMA = "edgeq-report/1"
 
@@ -217,7 +219,8 @@ def _picture(report: FusionReport, gate: Optional[GateResult]) -> str:
     from edgeq.report.explain import group_violations
 
     flagged = [v.layer for v in gate.violations] if gate is not None else []
-    timed = "width = share of the profiled time" if report.timed else "equal widths: no profile given"
+    timed = ("width = share of the time its activation layers take (weight copies: below)" if report.timed
+             else "equal widths: no profile given")
     parts = [f"<h2>The engine, layer by layer ({timed})</h2>", engine_strip(report, flagged), legend()]
     rows = breakdown(report)
     total_ms = sum(ms or 0.0 for _, _, ms, _ in rows)
@@ -255,15 +258,23 @@ def _picture(report: FusionReport, gate: Optional[GateResult]) -> str:
                 f'<td>{t}</td><td class="name nodes">{nodes}</td></tr>'
             )
         parts.append(
-            f"<h2>Violations by region ({len(gate.violations)} in {len(groups)} regions)</h2>"
+            f"<h2>Violations by region ({len(gate.violations)} in {plural(len(groups), 'region')})</h2>"
             "<table><tr><th>region</th><th>violations</th><th>placement rule that explains it</th>"
             "<th>time</th><th>ONNX nodes</th></tr>" + "".join(trs) + "</table>"
         )
     return "\n".join(parts)
 
 
-def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
-    """One self-contained HTML page: verdict, summary, layers with precision colours and time bars."""
+_KIND_WORD = {"weights": "weight"}  # "94 weight layers", not "94 weights layers"
+
+
+def _all_violations(n: int) -> str:
+    return "The violation" if n == 1 else f"All {n} violations"
+
+
+def render_html(report: FusionReport, gate: Optional[GateResult] = None, sections: Sequence[str] = ()) -> str:
+    """One self-contained HTML page: verdict, summary, layers with precision colours and time bars;
+    ``sections``: more HTML after the verdict (the engine's accuracy on the target)."""
     flagged: dict[int, list[str]] = {}
     allowed: dict[int, str] = {}
     if gate is not None:
@@ -288,7 +299,7 @@ def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
     if gate is not None:
         if gate.violations:
             parts.append(
-                f"<details><summary>All {len(gate.violations)} violations, in engine order</summary>"
+                f"<details><summary>{_all_violations(len(gate.violations))}, in engine order</summary>"
                 '<ul class="viol">'
                 + "".join(f"<li>{esc(v)}</li>" for v in gate.violations)
                 + "</ul></details>"
@@ -299,8 +310,9 @@ def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
         )
     for note in report.notes:
         parts.append(f'<div class="verdict info">{esc(note)}</div>')
+    parts.extend(sections)
 
-    tiles = [(str(n), f"{k} layers") for k, n in report.kind_counts().items()]
+    tiles = [(str(n), noun(n, f"{_KIND_WORD.get(k, k)} layer")) for k, n in report.kind_counts().items()]
     tiles += [(str(n), f"{p} compute") for p, n in sorted(report.compute_precisions().items())]
     tiles.append((str(len(report.boundary_reformats())), "boundary reformats"))
     tiles.append((str(len(report.interior_reformats())), "interior reformats"))
@@ -339,7 +351,8 @@ def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
     )
     main_rows = [rl for rl in report.layers if rl.kind not in (LayerKind.WEIGHTS,)]
     weight_rows = [rl for rl in report.layers if rl.kind == LayerKind.WEIGHTS]
-    parts.append(f"<h2>Layers ({len(main_rows)} shown, {len(weight_rows)} weight layers below)</h2>")
+    below = plural(len(weight_rows), "weight layer")
+    parts.append(f"<h2>Layers ({len(main_rows)} shown, {below} below)</h2>")
     parts.append(
         "<table>"
         + header
@@ -348,7 +361,7 @@ def render_html(report: FusionReport, gate: Optional[GateResult] = None) -> str:
     )
     if weight_rows:
         parts.append(
-            f"<details><summary>{len(weight_rows)} weight layers (not gated: "
+            f"<details><summary>{plural(len(weight_rows), 'weight layer')} (not gated: "
             f"{esc(EXEMPTIONS['weights'])})</summary><table>"
             + header
             + "".join(_layer_row(rl, max_ms, flagged, allowed) for rl in weight_rows)

@@ -138,18 +138,11 @@ def qdq_float32(model: onnx.ModelProto, options: CleanOptions) -> tuple[onnx.Mod
 
 
 
-def _uint8_pairs(
-    graph: gs.Graph, zero_point: int, *, through_cast: bool
-) -> list[tuple[gs.Node, list[gs.Node], list[gs.Node]]]:
-    """``(q, casts, dqs)``: each QuantizeLinear with a given uint8 zero-point of all ``zero_point`` whose
-    readers are all DequantizeLinear with such a zero-point (an absent one reads as 0), none a graph output.
-
-    ``through_cast``: a reader ``Cast(to=UINT8)`` (PyTorch's exporter writes one) is looked through, its
-    DQs taken as the pair's. One matcher, so ``qdq_to_int8`` and ``qdq_torch_qint8`` agree on what a uint8
-    Q/DQ pair is.
-    """
+def _uint8_pairs(graph: gs.Graph, zero_point: int) -> list[tuple[gs.Node, list[gs.Node]]]:
+    """``(q, dqs)``: each QuantizeLinear with a given uint8 zero-point of all ``zero_point`` whose
+    readers are all DequantizeLinear with such a zero-point (an absent one reads as 0), none a graph
+    output."""
     import numpy as np
-    import onnx
 
     def fits(zp: np.ndarray | None) -> bool:
         return zp is not None and zp.dtype == np.uint8 and bool(np.all(zp == zero_point))
@@ -159,32 +152,99 @@ def _uint8_pairs(
         if q.op != "QuantizeLinear" or not q.outputs or opt_input(q, 2) is None or not fits(_zp_values(q)):
             continue
         qout = q.outputs[0]
-        casts: list[gs.Node] = []
-        dqs: list[gs.Node] = []
-        ok = qout not in graph.outputs and bool(qout.outputs)
-        for r in qout.outputs:
-            if through_cast and r.op == "Cast" and r.attrs.get("to") == onnx.TensorProto.UINT8 and r.outputs:
-                casts.append(r)
-                dqs.extend(r.outputs[0].outputs)
-                ok = ok and bool(r.outputs[0].outputs) and r.outputs[0] not in graph.outputs
-            else:
-                dqs.append(r)
+        dqs = list(qout.outputs)
+        ok = qout not in graph.outputs and bool(dqs)
         if ok and all(d.op == "DequantizeLinear" and fits(_zp_values(d)) for d in dqs):
-            out.append((q, casts, dqs))
+            out.append((q, dqs))
     return out
 
 
-def torch_qint8_pairs(graph: gs.Graph, *, exporter_cast: bool = True) -> list[tuple[gs.Node, list[gs.Node]]]:
-    """QuantizeLinear nodes with a uint8 zero-point of all zeros whose readers are all DequantizeLinear
-    with the same zero-point, directly or through a ``Cast(to=UINT8)``; with each, those Casts and DQs.
+def _exporter_chains(graph: gs.Graph) -> dict[int, tuple[gs.Node, list[gs.Node]]]:
+    """torch.onnx.export's activation chains, by ``id(q)``: ``(q, casts + dqs)`` for each QuantizeLinear
+    with a constant uint8/int8 zero-point whose readers are all ``Cast(to=<that type>)``, each read only
+    by DequantizeLinear with the same zero-point (the exporter's ``dequantize_helper`` writes one Cast
+    and one DQ per reading op), none a graph output."""
+    import numpy as np
+    import onnx
 
-    torch.onnx.export writes a qint8 (signed, symmetric) tensor this way: it casts the op's int64
-    zero-point 0 to uint8 and puts a Cast between Q and DQ. uint8 zero-point 0 clamps every negative
-    value to 0, so the file does not compute what PyTorch did. ``exporter_cast`` keeps only pairs with
-    that Cast, the exporter's mark (a uint8 zero-point 0 without it may be a real quint8 tensor).
+    to_of = {np.dtype(np.uint8): onnx.TensorProto.UINT8, np.dtype(np.int8): onnx.TensorProto.INT8}
+    out: dict[int, tuple[gs.Node, list[gs.Node]]] = {}
+    for q in graph.nodes:
+        zq = _zp_values(q) if q.op == "QuantizeLinear" and q.outputs and opt_input(q, 2) is not None else None
+        if zq is None or zq.dtype not in to_of or q.outputs[0] in graph.outputs:
+            continue
+        casts = list(q.outputs[0].outputs)
+        readers: list[gs.Node] = []
+        ok = bool(casts)
+        for c in casts:
+            dqs = list(c.outputs[0].outputs) if c.outputs else []
+            ok = ok and c.op == "Cast" and c.attrs.get("to") == to_of[zq.dtype] and bool(dqs)
+            ok = ok and c.outputs[0] not in graph.outputs
+            for d in dqs:
+                zd = _zp_values(d) if d.op == "DequantizeLinear" and opt_input(d, 2) is not None else None
+                ok = ok and zd is not None and zd.dtype == zq.dtype and np.array_equal(zd, zq)
+            readers += [c, *dqs]
+        if ok:
+            out[id(q)] = (q, readers)
+    return out
+
+
+def _upstream_chains(q: gs.Node, chains: dict[int, tuple[gs.Node, list[gs.Node]]]) -> list[int]:
+    """The exporter chains whose DequantizeLinear ``q``'s input is computed from (through float ops):
+    the quantized tensors the op that ``q`` quantizes read."""
+    import onnx_graphsurgeon as gs
+
+    found: list[int] = []
+    seen: set[int] = set()
+    stack = [q.inputs[0]] if q.inputs else []
+    while stack:
+        t = stack.pop()
+        if id(t) in seen or isinstance(t, gs.Constant):
+            continue
+        seen.add(id(t))
+        p = producer(t)
+        if p is None:
+            continue
+        if p.op == "DequantizeLinear":  # an activation chain's end, or a weight's DQ (no chain)
+            src = producer(p.inputs[0]) if p.inputs else None
+            src = producer(src.inputs[0]) if src is not None and src.op == "Cast" and src.inputs else src
+            if src is not None and id(src) in chains:
+                found.append(id(src))
+            continue
+        stack.extend(p.inputs)
+    return found
+
+
+def torch_qint8_pairs(graph: gs.Graph) -> list[tuple[gs.Node, list[gs.Node]]]:
+    """PyTorch qint8 tensors that torch.onnx.export wrote as uint8: ``(q, casts + dqs)`` of each.
+
+    The exporter keeps a tensor's type only at the quantize stub (``quantize_per_tensor``: an int8
+    zero-point and ``Cast(to=INT8)`` for qint8); every quantized op's output gets its int64 zero-point
+    cast to uint8 (``symbolic_helper.quantize_helper``) and ``Cast(to=UINT8)`` before its DQ, so a qint8
+    zero-point z is written as the uint8 z mod 256 (0 stays 0, -128 becomes 128) and the file computes a
+    range shifted by 128 (with zero-point 0: negative values clamped to 0). In eager mode an op's output
+    has its input's type, so a uint8 chain holds qint8 where the chains it is computed from do, back to
+    an int8 stub. A quint8 model (fbgemm's and qnnpack's default qconfigs) has a uint8 stub: its uint8
+    chains, zero-point 0 after a ReLU included, are what PyTorch computed and are not listed.
     """
-    pairs = _uint8_pairs(graph, 0, through_cast=True)
-    return [(q, casts + dqs) for q, casts, dqs in pairs if casts or not exporter_cast]
+    import numpy as np
+
+    chains = _exporter_chains(graph)
+    parents = {k: _upstream_chains(q, chains) for k, (q, _) in chains.items()}
+    int8 = {k: _zp_values(q).dtype == np.int8 for k, (q, _) in chains.items()}  # type: ignore[union-attr]
+    signed: dict[int, bool] = {}  # the tensor is qint8 in PyTorch
+    for start in chains:
+        stack, visiting = [start], {start}
+        while stack:
+            k = stack[-1]
+            todo = [p for p in parents[k] if p not in signed and p not in visiting]
+            if todo:
+                stack.extend(todo)
+                visiting.update(todo)
+                continue
+            stack.pop()
+            signed[k] = int8[k] or any(signed.get(p, False) for p in parents[k])
+    return [(q, readers) for k, (q, readers) in chains.items() if signed[k] and not int8[k]]
 
 
 def torch_qint8_nodes(graph: gs.Graph, label: Callable[[gs.Node], str] = node_name) -> set[str]:
@@ -197,25 +257,33 @@ def torch_qint8_nodes(graph: gs.Graph, label: Callable[[gs.Node], str] = node_na
 
 
 def qdq_torch_qint8(graph: gs.Graph, options: CleanOptions) -> list[Change]:
-    """With --torch-qint8: make PyTorch's uint8 zero-point 0 Q/DQ int8 zero-point 0, what PyTorch computed.
+    """With --torch-qint8: read the uint8 zero-points of PyTorch's qint8 tensors back as int8 (the same
+    bits: 0 stays 0, 128 is -128), what PyTorch computed (``torch_qint8_pairs`` says which).
 
-    Only on request, because it changes the file's function: the file clamps negative values to 0 where
-    PyTorch's qint8 tensors did not (edgeq/docs/trt86-rules.md#qdq-torch-qint8). The Casts between Q and DQ
-    become
-    Cast(to=INT8), which qdq_remove_casts then removes; verification compares against the input with
-    only this repair applied, so everything else clean does is still checked to be exact.
+    Only on request, because it changes the file's function: the file computes a range shifted by 128
+    where PyTorch's qint8 tensors did not (edgeq/docs/trt86-rules.md#qdq-torch-qint8). The Casts between
+    Q and DQ become Cast(to=INT8), which qdq_remove_casts then removes; verification compares against the
+    input with only this repair applied, so everything else clean does is still checked to be exact.
     """
     import numpy as np
     import onnx
+    import onnx_graphsurgeon as gs
 
     if not options.torch_qint8:
         return []
     zps: dict[int, gs.Constant] = {}
+
+    def as_int8(node: gs.Node) -> None:
+        old = opt_input(node, 2)
+        values = _zp_values(node)
+        assert old is not None and values is not None  # torch_qint8_pairs checked it
+        if id(old) not in zps:
+            zps[id(old)] = gs.Constant(f"{old.name}_int8", np.ascontiguousarray(values).view(np.int8))
+        _set_zp(node, zps[id(old)])
+
     done: list[str] = []
-    for q, readers in torch_qint8_pairs(graph, exporter_cast=False):
-        zq = _zp_values(q)
-        assert zq is not None  # torch_qint8_pairs checked it
-        _set_zp(q, _new_zp(zps, q, zq.shape))
+    for q, readers in torch_qint8_pairs(graph):
+        as_int8(q)
         q.outputs[0].dtype = np.int8
         done.append(node_name(q))
         for r in readers:
@@ -223,18 +291,16 @@ def qdq_torch_qint8(graph: gs.Graph, options: CleanOptions) -> list[Change]:
                 r.attrs["to"] = onnx.TensorProto.INT8
                 r.outputs[0].dtype = np.int8
             else:
-                zd = _zp_values(r)
-                assert zd is not None
-                _set_zp(r, _new_zp(zps, r, zd.shape))
+                as_int8(r)
                 done.append(node_name(r))
     if not done:
         return []
     return [
         Change(
             "qdq_torch_qint8",
-            f"uint8 zero-point 0 -> int8 zero-point 0 on {len(done)} Q/DQ nodes: deliberately changes the "
-            "file's function back to PyTorch's qint8 (negative values are no longer clamped to 0); "
-            "verification compares against the input with this repair applied",
+            f"{len(done)} Q/DQ nodes of PyTorch qint8 tensors that torch.onnx.export wrote as uint8: their "
+            "zero-points read back as int8 (the same bits): deliberately changes the file's function back "
+            "to PyTorch's qint8; verification compares against the input with this repair applied",
             tuple(done),
         )
     ]
@@ -319,7 +385,7 @@ def qdq_to_int8(graph: gs.Graph, options: CleanOptions) -> list[Change]:
     converted_weights: list[str] = []
     zps: dict[int, gs.Constant] = {}
     rebased: dict[tuple[int, int], gs.Constant] = {}
-    for q, _, dqs in _uint8_pairs(graph, 128, through_cast=False):
+    for q, dqs in _uint8_pairs(graph, 128):
         zq, dzs = _zp_values(q), [_zp_values(d) for d in dqs]
         assert zq is not None  # _uint8_pairs checked every zero-point
         if any(d.attrs.get("axis", 1) != q.attrs.get("axis", 1) and zq.size > 1 for d in dqs):

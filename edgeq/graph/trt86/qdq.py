@@ -22,6 +22,7 @@ from edgeq.graph.patterns import (
     node_label,
     qparams,
 )
+from edgeq.text import noun, plural
 
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
@@ -46,14 +47,17 @@ def check_torch_qint8(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[H
     hits = sorted(_torch_qint8_nodes(graph))
     if not hits:
         return []
-    return [
-        Hit(
-            f"{len(hits)} Q/DQ node(s) carry the uint8 zero-point 0 that PyTorch's exporter writes for qint8 "
-            "tensors (with a Cast between Q and DQ): the file clamps negative values to 0 where PyTorch did "
-            "not",
-            tuple(hits),
-        )
-    ]
+    return [Hit(torch_qint8_message(len(hits)), tuple(hits))]
+
+
+def torch_qint8_message(n: int) -> str:
+    """What lint and clean say of PyTorch's qint8 tensors written as uint8 (one sentence for both)."""
+    from edgeq.text import plural
+
+    return (f"{plural(n, 'Q/DQ node')} of qint8 tensors PyTorch computed carry the uint8 zero-points "
+            "torch.onnx.export writes for them (a qint8 quantize stub upstream, a Cast between Q and DQ): "
+            "the file computes a range shifted by 128 (zero-point 0: negatives clamped to 0) where PyTorch "
+            "did not")
 
 
 def check_float16(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hit]:
@@ -69,7 +73,8 @@ def check_float16(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hit]:
         return []
     return [
         Hit(
-            f"{len(hits)} Q/DQ node(s) have float16/bfloat16 scales at opset {graph.opset}: defined from "
+            f"{plural(len(hits), 'Q/DQ node')} {noun(len(hits), 'has', 'have')} float16/bfloat16 scales at "
+            f"opset {graph.opset}: defined from "
             "opset 19 only, so the ONNX checker and onnxruntime refuse the file",
             tuple(hits),
         )
@@ -90,12 +95,14 @@ def check_uint8(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hit]:
     out = []
     if hits:
         out.append(
-            Hit(f"{len(hits)} Q/DQ node(s) quantize to uint8; TensorRT 8.6 takes int8 only", tuple(hits))
+            Hit(f"{plural(len(hits), 'Q/DQ node')} {noun(len(hits), 'quantizes', 'quantize')} to uint8; "
+                "TensorRT 8.6 takes int8 only", tuple(hits))
         )
     if missing_zp:
         out.append(
             Hit(
-                f"{len(missing_zp)} QuantizeLinear node(s) have no zero-point, so ONNX quantizes to uint8; "
+                f"{plural(len(missing_zp), 'QuantizeLinear node')} {noun(len(missing_zp), 'has', 'have')} "
+                "no zero-point, so ONNX quantizes to uint8; "
                 "TensorRT 8.6 takes int8 only",
                 tuple(missing_zp),
                 fix="give each an int8 zero-point of 0 (`edgeq quantize` writes them so)",
@@ -123,7 +130,8 @@ def check_asymmetric(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hi
     if signed:
         out.append(
             Hit(
-                f"{len(signed)} Q/DQ node(s) have non-zero int8 zero-points; TensorRT 8.6 supports symmetric "
+                f"{plural(len(signed), 'Q/DQ node')} {noun(len(signed), 'has', 'have')} non-zero int8 "
+                "zero-points; TensorRT 8.6 supports symmetric "
                 "quantization only (zero-point 0)",
                 tuple(signed),
             )
@@ -131,9 +139,9 @@ def check_asymmetric(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hi
     if unsigned:
         out.append(
             Hit(
-                f"{len(unsigned)} uint8 Q/DQ node(s) have zero-points other than 128, so they are not an "
-                "exact shift of int8 zero-point 0 (asymmetric); TensorRT 8.6 supports symmetric "
-                "quantization only",
+                f"{plural(len(unsigned), 'uint8 Q/DQ node')} {noun(len(unsigned), 'has', 'have')} "
+                "zero-points other than 128, so not an exact shift of int8 zero-point 0 (asymmetric); "
+                "TensorRT 8.6 supports symmetric quantization only",
                 tuple(unsigned),
             )
         )
@@ -150,7 +158,9 @@ def check_scale_invalid(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list
             hits.append(node_label(n))
     if not hits:
         return []
-    return [Hit(f"{len(hits)} Q/DQ node(s) have a zero, negative or non-finite scale", tuple(hits))]
+    n = len(hits)
+    return [Hit(f"{plural(n, 'Q/DQ node')} {noun(n, 'has', 'have')} a zero, negative or non-finite scale",
+                tuple(hits))]
 
 
 def check_cast_between(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hit]:
@@ -188,14 +198,15 @@ def check_int32_bias(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hi
         return []
     return [
         Hit(
-            f"{len(hits)} DequantizeLinear node(s) read an int32 constant (quantized bias); the 8.6 parser "
+            f"{plural(len(hits), 'DequantizeLinear node')} {noun(len(hits), 'reads', 'read')} an int32 "
+            "constant (quantized bias); the 8.6 parser "
             "fails: 'only activation types allowed as input to this layer'",
             tuple(hits),
         )
     ]
 
 
-TORCH_QINT8_FIX = "run `edgeq clean --torch-qint8` (int8 zero-point 0: what PyTorch computed)"
+TORCH_QINT8_FIX = "run `edgeq clean --torch-qint8` (the zero-points read back as int8: what PyTorch computed)"
 
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
@@ -210,8 +221,7 @@ PATTERNS: tuple[Pattern, ...] = (
             "zero-points need `edgeq quantize`)",
             check_uint8,
         ),
-        clean_fix="re-quantize to int8 with zero-point 0 (`edgeq quantize`); for a PyTorch qint8 export, "
-        "edgeq clean --torch-qint8",
+        clean_fix="re-quantize to int8 with zero-point 0 (`edgeq quantize` on the float model)",
         kind="qdq",
         precedence=200,
     ),
@@ -232,17 +242,19 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         "qdq-torch-qint8",
-        "torch.onnx writes qint8 tensors as uint8 Q/DQ with zero-point 0 and a Cast between Q and DQ: the "
-        "file clamps negative values to 0 where PyTorch did not.",
-        "torch.onnx symbolic_helper quantize_helper (casts the int64 zero-point to uint8); ONNX "
-        "QuantizeLinear (uint8 saturates to 0..255)",
+        "torch.onnx.export writes a qint8 tensor after its quantize stub as uint8 Q/DQ (its zero-point "
+        "cast to uint8) with a Cast between Q and DQ: the file computes a range shifted by 128 where "
+        "PyTorch did not. A quint8 export's uint8 Q/DQ are what PyTorch computed.",
+        "torch.onnx symbolic_helper quantize_helper (casts the int64 zero-point to uint8) and "
+        "quantize_per_tensor (the stub keeps its type); ONNX QuantizeLinear (uint8 saturates to 0..255); "
+        "measured: tests/fixtures/torch-eager (PyTorch 2.11 eager mode, fbgemm quint8 and qnnpack qint8)",
         lint=LintSpec(
             Level.ERROR,
-            "uint8 zero-point 0 where PyTorch's exporter wrote qint8 tensors",
+            "uint8 Q/DQ where PyTorch's exporter wrote qint8 tensors",
             TORCH_QINT8_FIX,
             check_torch_qint8,
         ),
-        clean_fix="edgeq clean --torch-qint8 (int8 zero-point 0: what PyTorch computed)",
+        clean_fix="edgeq clean --torch-qint8 (the zero-points read back as int8: what PyTorch computed)",
         kind="qdq",
         precedence=200,
     ),

@@ -37,6 +37,7 @@ from edgeq.graph.trt86.common import (
     reads,
     tensor_named,
 )
+from edgeq.text import plural
 
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
@@ -325,9 +326,10 @@ def lint_channel_shuffle(graph: gs.Graph, matches: list[Match], decisions: Decis
         pairs = [p for p in (qdq_pair_of(t) for t in inputs) if p is not None]
         if pairs:
             out.append(Hit(
-                f"{len(pairs)} Q/DQ pair(s) inside the channel shuffle at '{m.anchor}' (Concat, Reshape, "
-                "Transpose, Slice): TensorRT 8.6 runs the shuffle INT8 row-major and reformats before every "
-                "branch convolution; keep the shuffle float and quantize right before each convolution",
+                f"{plural(len(pairs), 'Q/DQ pair')} inside the channel shuffle at '{m.anchor}' (Concat, "
+                "Reshape, Transpose, Slice): TensorRT 8.6 runs the shuffle INT8 row-major and reformats "
+                "before every branch convolution; keep the shuffle float and quantize right before each "
+                "convolution",
                 (m.anchor, *pair_names(pairs))))
     return out
 

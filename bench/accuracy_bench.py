@@ -1,0 +1,639 @@
+"""Accuracy on real trained models: FP32 against every calibrator, judged by the task (issue 29's testbed).
+
+    python bench/accuracy_bench.py                        # all four models, every calibrator
+    python bench/accuracy_bench.py --models cls,rec --calibrators entropy,percentile
+    python bench/accuracy_bench.py --prepare-only --export DIR   # only the sets, copied to DIR/<model>/
+
+The models come from the package index (``pip download --no-deps``) into ``--cache`` (default
+``~/.cache/edgeq-bench``), nothing of them in the repository:
+
+- ``det``: nudenet 3.4.2's ``320n.onnx``, a YOLOv8n detector (18 classes); ``--metric detection``.
+- ``textdet``: rapidocr-onnxruntime 1.4.4's PP-OCRv4 text detector (DB probability map); ``mask``.
+- ``rec``: its PP-OCRv4 text recogniser (CTC, softmax in the export); ``sequence``.
+- ``cls``: its mobile v2.0 direction classifier (0 / 180 degrees); ``classification``.
+
+Inputs are preprocessed by the packages' own functions (nudenet's ``_read_image``, rapidocr's
+``DetPreProcess`` and its recogniser's and classifier's ``resize_norm_img``, imported from the
+downloaded wheels; they need OpenCV, pyclipper and shapely, installed into this interpreter's
+environment when missing, as are scikit-image, Pillow and matplotlib). Calibration sets and held-out
+sets are disjoint: different scikit-image sample images, different faces of its LFW subset, different
+rendered strings. Each sample is one ``.npz`` keyed by the input name, so the models whose input
+shapes are dynamic (detector H/W, recogniser width) get each sample at its own shape, as
+``edgeq quantize --calib DIR`` reads them.
+
+For each model: ``edgeq quantize --calib`` with each calibrator (and ``auto`` when ``--help`` lists
+it), onnxruntime's ``quantize_static`` (QDQ, per-channel, symmetric) as a reference, every Q/DQ
+model run on the held-out set in onnxruntime and scored against FP32 with edgeq's task metrics
+(``edgeq.quant.metrics``). One table (task figure, wall seconds of the quantize run) and a chart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+WHEELS = {"nudenet": "nudenet==3.4.2", "rapidocr_onnxruntime": "rapidocr-onnxruntime==1.4.4"}
+# module -> pip requirement for what the packages' preprocessing and this bench import
+BENCH_DEPS = {"cv2": "opencv-python-headless", "pyclipper": "pyclipper", "shapely": "shapely",
+              "yaml": "pyyaml", "sympy": "sympy", "skimage": "scikit-image", "PIL": "pillow",
+              "matplotlib": "matplotlib"}
+CALIBRATORS = ("entropy", "percentile", "mse", "max")
+EDGEQ = [sys.executable, "-c", "import sys; from edgeq.cli import main; sys.exit(main())"]
+FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/TTF", "/Library/Fonts")
+FONT_NAMES = ("DejaVuSans.ttf", "DejaVuSerif.ttf", "DejaVuSansMono.ttf", "DejaVuSans-Bold.ttf",
+              "DejaVuSerif-Bold.ttf", "DejaVuSansCondensed.ttf")
+WORD_TEXT = ("the quick brown fox jumps over lazy dog invoice total amount paid order number street city "
+         "station platform train leaves at minutes open daily from until closed sunday price per unit "
+         "coffee tea water bread cheese apple orange fresh market receipt cash card change thank you "
+         "please visit again phone email address north south east west road avenue building floor room "
+         "exit entrance warning caution wet floor no parking keep clear delivery only customer service "
+         "model serial version update battery charge level engine speed limit zone school")
+WORDS = WORD_TEXT.split()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Environment: the packages' wheels and the bench's own dependencies
+# ---------------------------------------------------------------------------------------------------
+
+
+def ensure_deps() -> None:
+    """Install what the packages' preprocessing and the bench import, into this environment."""
+    missing = [pkg for mod, pkg in BENCH_DEPS.items() if importlib.util.find_spec(mod) is None]
+    if missing:
+        print(f"installing {' '.join(missing)}", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)
+        importlib.invalidate_caches()
+
+
+def fetch_packages(cache: Path) -> Path:
+    """``pip download --no-deps`` the two wheels into the cache and unpack them; returns the unpacked root."""
+    wheels, root = cache / "wheels", cache / "pkgs"
+    wheels.mkdir(parents=True, exist_ok=True)
+    for top, req in WHEELS.items():
+        name = req.split("==")[0].replace("-", "_")
+        found = sorted(wheels.glob(f"{name}-{req.split('==')[1]}-*.whl"))
+        if not found:
+            print(f"downloading {req}", flush=True)
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", req,
+                            "-d", str(wheels)], check=True)
+            found = sorted(wheels.glob(f"{name}-{req.split('==')[1]}-*.whl"))
+        if not (root / top).is_dir():
+            with zipfile.ZipFile(found[0]) as z:
+                z.extractall(root)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return root
+
+
+# ---------------------------------------------------------------------------------------------------
+# Images: scikit-image's samples, LFW faces, rendered text
+# ---------------------------------------------------------------------------------------------------
+
+
+def sk_image(name: str) -> np.ndarray:
+    """A scikit-image sample as a BGR uint8 image (OpenCV's order, which the packages' code expects)."""
+    import skimage.data
+
+    a = getattr(skimage.data, name)()
+    if isinstance(a, tuple):  # stereo_motorcycle: (left, right, disparity)
+        a = a[0]
+    a = np.asarray(a)
+    if a.dtype == bool:
+        a = a.astype(np.uint8) * 255
+    if a.ndim == 2:
+        a = np.repeat(a[:, :, None], 3, axis=2)
+    if a.shape[2] == 4:
+        a = a[:, :, :3]
+    return np.ascontiguousarray(a[:, :, ::-1])
+
+
+def face_image(index: int, rng: np.random.Generator) -> np.ndarray:
+    """One LFW face (a 25x25 grey crop of a real photo) upscaled to 180-320 px at a random place on a
+    plain canvas: real faces for the detector (smaller ones it does not see at 320x320)."""
+    import cv2
+    import skimage.data
+
+    face = (skimage.data.lfw_subset()[index] * 255).astype(np.uint8)
+    side = int(rng.integers(180, 321))
+    face = cv2.resize(face, (side, side), interpolation=cv2.INTER_CUBIC)
+    h, w = int(rng.integers(side, side + 160)), int(rng.integers(side, side + 240))
+    out = np.full((h, w, 3), rng.integers(40, 220, 3), np.uint8)
+    y, x = int(rng.integers(0, h - side + 1)), int(rng.integers(0, w - side + 1))
+    out[y:y + side, x:x + side] = face[:, :, None]
+    return out
+
+
+def fonts() -> list[str]:
+    found = [str(Path(d) / n) for d in FONT_DIRS for n in FONT_NAMES if (Path(d) / n).is_file()]
+    return found or [""]  # "": Pillow's default font
+
+
+def _font(path: str, size: int) -> Any:
+    from PIL import ImageFont
+
+    return ImageFont.truetype(path, size) if path else ImageFont.load_default(size)
+
+
+def sentence(rng: np.random.Generator, words: tuple[int, int]) -> str:
+    n = int(rng.integers(*words))
+    parts = [str(WORDS[int(i)]) for i in rng.integers(0, len(WORDS), n)]
+    if rng.random() < 0.5:
+        parts.insert(int(rng.integers(0, n + 1)), str(int(rng.integers(1, 9999))))
+    text = " ".join(parts)
+    return text.capitalize() if rng.random() < 0.6 else text
+
+
+def render_line(text: str, rng: np.random.Generator, height: int = 48) -> np.ndarray:
+    """One text line as a tight BGR crop, dark on light or light on dark, one of the system fonts."""
+    from PIL import Image, ImageDraw
+
+    font = _font(fonts()[int(rng.integers(0, len(fonts())))], int(rng.integers(height - 16, height - 4)))
+    x0, y0, x1, y1 = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), text, font=font)
+    pad = int(rng.integers(3, 10))
+    bg = tuple(int(v) for v in rng.integers(170, 256, 3))
+    fg = tuple(int(v) for v in rng.integers(0, 80, 3))
+    if rng.random() < 0.25:
+        bg, fg = fg, bg
+    img = Image.new("RGB", (x1 - x0 + 2 * pad, y1 - y0 + 2 * pad), bg)
+    ImageDraw.Draw(img).text((pad - x0, pad - y0), text, font=font, fill=fg)
+    a = np.asarray(img, dtype=np.float32)
+    a += rng.normal(0, 4, a.shape)
+    return np.ascontiguousarray(np.clip(a, 0, 255).astype(np.uint8)[:, :, ::-1])
+
+
+def render_page(rng: np.random.Generator, background: np.ndarray | None, size: tuple[int, int] = (480, 640)
+                ) -> np.ndarray:
+    """A page of 3-8 text lines at random places and sizes, on a plain colour or a photo."""
+    import cv2
+    from PIL import Image, ImageDraw
+
+    h, w = size
+    if background is None:
+        base = np.full((h, w, 3), rng.integers(150, 256, 3), np.uint8)
+    else:
+        base = cv2.resize(background, (w, h))[:, :, ::-1]
+    img = Image.fromarray(np.ascontiguousarray(base))
+    draw = ImageDraw.Draw(img)
+    y = int(rng.integers(10, 40))
+    for _ in range(int(rng.integers(3, 9))):
+        size_px = int(rng.integers(16, 40))
+        font = _font(fonts()[int(rng.integers(0, len(fonts())))], size_px)
+        fg = tuple(int(v) for v in rng.integers(0, 70, 3))
+        if background is not None:  # a box behind the text keeps it readable on a photo
+            text = sentence(rng, (2, 5))
+            bb = draw.textbbox((0, 0), text, font=font)
+            x = int(rng.integers(5, max(6, w - (bb[2] - bb[0]) - 5)))
+            draw.rectangle((x - 4, y - 4, x + bb[2] - bb[0] + 4, y + bb[3] + 4), fill=(235, 235, 225))
+        else:
+            text = sentence(rng, (2, 7))
+            x = int(rng.integers(5, 60))
+        draw.text((x, y), text, font=font, fill=fg)
+        y += size_px + int(rng.integers(12, 40))
+        if y > h - 40:
+            break
+    return np.ascontiguousarray(np.asarray(img)[:, :, ::-1])
+
+
+# ---------------------------------------------------------------------------------------------------
+# The four models: where each file is, how its inputs are made, which metric judges it
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    title: str
+    member: str  # path of the ONNX file inside the unpacked wheels
+    metric: str
+    calib: Callable[[Path], list[np.ndarray]]  # unpacked root -> preprocessed input arrays
+    holdout: Callable[[Path], list[np.ndarray]]
+
+
+def _nudenet(root: Path) -> Any:
+    return importlib.import_module("nudenet.nudenet")
+
+
+def det_inputs(images: list[np.ndarray], root: Path) -> list[np.ndarray]:
+    read = _nudenet(root)._read_image
+    return [np.asarray(read(im, 320)[0], np.float32) for im in images]
+
+
+DET_CALIB_PHOTOS = ("camera", "hubble_deep_field", "immunohistochemistry", "retina", "moon", "brick", "grass",
+                    "gravel", "coins", "clock", "cell", "colorwheel", "logo", "page", "text", "horse")
+DET_HOLDOUT_PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "stereo_motorcycle")
+
+
+def det_calib(root: Path) -> list[np.ndarray]:
+    """Textures, scientific images and the cameraman, LFW faces 0-7, crops and flips of the photos."""
+    import cv2
+
+    rng = np.random.default_rng(1)
+    photos = [sk_image(n) for n in DET_CALIB_PHOTOS]
+    faces = [face_image(i, rng) for i in range(8)]
+    extra = [photos[0][40:220, 150:330], photos[0][:, ::-1]]  # the cameraman's face, mirrored
+    for _ in range(6):
+        im = photos[int(rng.integers(1, len(photos)))]
+        h, w = im.shape[:2]
+        y, x = int(rng.integers(0, h // 3)), int(rng.integers(0, w // 3))
+        extra.append(cv2.flip(im[y:y + 2 * h // 3, x:x + 2 * w // 3], 1))
+    return det_inputs(photos + faces + [np.ascontiguousarray(e) for e in extra], root)
+
+
+def det_holdout(root: Path) -> list[np.ndarray]:
+    """The astronaut (as is, mirrored, small on a border, darker, her face), four photos without people,
+    LFW faces 88-99: images the calibration never saw."""
+    import cv2
+
+    rng = np.random.default_rng(101)
+    photos = [sk_image(n) for n in DET_HOLDOUT_PHOTOS]
+    a = photos[0]
+    variants = [a[:, ::-1], cv2.copyMakeBorder(cv2.resize(a, (256, 256)), 128, 128, 128, 128,
+                                               cv2.BORDER_CONSTANT, value=(90, 120, 60)),
+                (a * 0.6).astype(np.uint8), a[0:220, 120:340]]
+    faces = [face_image(i, rng) for i in range(88, 100)]
+    return det_inputs(photos + [np.ascontiguousarray(v) for v in variants] + faces, root)
+
+
+def _rapid(root: Path, module: str) -> Any:
+    return importlib.import_module(f"rapidocr_onnxruntime.{module}")
+
+
+def textdet_inputs(images: list[np.ndarray], root: Path) -> list[np.ndarray]:
+    pre = _rapid(root, "ch_ppocr_det.utils").DetPreProcess(736, "min", [0.5] * 3, [0.5] * 3)  # config.yaml
+    return [np.asarray(pre(im), np.float32) for im in images]
+
+
+def textdet_calib(root: Path) -> list[np.ndarray]:
+    rng = np.random.default_rng(2)
+    backs = [sk_image(n) for n in ("hubble_deep_field", "immunohistochemistry", "grass", "gravel", "brick",
+                                   "rocket")]
+    pages = [render_page(rng, None if k % 3 else backs[(k // 3) % len(backs)],
+                         (480, 640) if k % 2 else (544, 480)) for k in range(20)]
+    photos = [sk_image(n) for n in ("moon", "coins", "clock", "retina")]
+    return textdet_inputs(pages + photos, root)
+
+
+def textdet_holdout(root: Path) -> list[np.ndarray]:
+    rng = np.random.default_rng(102)
+    backs = [sk_image(n) for n in ("coffee", "chelsea")]
+    pages = [render_page(rng, None if k % 3 else backs[(k // 3) % 2], (480, 640) if k % 2 else (512, 512))
+             for k in range(8)]
+    real = [sk_image(n) for n in ("page", "text", "astronaut", "camera")]  # two with text, two without
+    return textdet_inputs(pages + real, root)
+
+
+class _RecShape:
+    """The ``self`` the packages' ``resize_norm_img`` reads: the shapes of rapidocr's config.yaml."""
+
+    def __init__(self) -> None:
+        self.rec_image_shape = [3, 48, 320]  # Rec.rec_img_shape
+        self.cls_image_shape = [3, 48, 192]  # Cls.cls_image_shape
+
+
+def rec_inputs(images: list[np.ndarray], root: Path) -> list[np.ndarray]:
+    """The recogniser's batch-of-one preprocessing: width 320, or the line's own ratio when wider."""
+    norm = _rapid(root, "ch_ppocr_rec.text_recognize").TextRecognizer.resize_norm_img
+    out = []
+    for im in images:
+        ratio = max(320 / 48, im.shape[1] / im.shape[0])
+        out.append(np.asarray(norm(_RecShape(), im, ratio), np.float32)[None])
+    return out
+
+
+def cls_inputs(images: list[np.ndarray], root: Path) -> list[np.ndarray]:
+    norm = _rapid(root, "ch_ppocr_cls.text_cls").TextClassifier.resize_norm_img
+    return [np.asarray(norm(_RecShape(), im), np.float32)[None] for im in images]
+
+
+def text_lines(seed: int, n: int, words: tuple[int, int] = (1, 5)) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [render_line(sentence(rng, words), rng) for _ in range(n)]
+
+
+def real_lines() -> list[np.ndarray]:
+    """Six lines cut from scikit-image's ``page`` (a photographed book page): real print, not rendered."""
+    page = sk_image("page")
+    rows = ((8, 42, 0, 384), (45, 66, 0, 384), (64, 86, 0, 384), (84, 105, 0, 384), (103, 124, 0, 384),
+            (121, 142, 0, 230))
+    return [np.ascontiguousarray(page[y0:y1, x0:x1]) for y0, y1, x0, x1 in rows]
+
+
+def flipped(lines: list[np.ndarray]) -> list[np.ndarray]:
+    """Every second line turned 180 degrees: the classifier's two classes."""
+    return [np.ascontiguousarray(im[::-1, ::-1]) if k % 2 else im for k, im in enumerate(lines)]
+
+
+CASES = {
+    "det": Case("det", "nudenet 320n (YOLOv8n)", "nudenet/320n.onnx", "detection", det_calib, det_holdout),
+    "textdet": Case("textdet", "PP-OCRv4 text detector",
+                    "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", "mask", textdet_calib,
+                    textdet_holdout),
+    "rec": Case("rec", "PP-OCRv4 text recogniser", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+                "sequence", lambda r: rec_inputs(text_lines(3, 32), r),
+                lambda r: rec_inputs(text_lines(103, 14) + real_lines(), r)),
+    "cls": Case("cls", "PP-OCR mobile direction classifier",
+                "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", "classification",
+                lambda r: cls_inputs(flipped(text_lines(4, 32)), r),
+                lambda r: cls_inputs(flipped(text_lines(104, 10) + real_lines()), r)),
+}
+
+
+def input_name(model_path: Path) -> str:
+    import onnx
+
+    m = onnx.load(str(model_path), load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    return next(i.name for i in m.graph.input if i.name not in inits)
+
+
+def write_set(arrays: list[np.ndarray], name: str, out: Path) -> None:
+    """One ``.npz`` per sample keyed by the input name (samples differ in shape where the model's input
+    is dynamic); written to a temporary directory and renamed, so a set is whole or absent."""
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for k, a in enumerate(arrays):
+        np.savez(tmp / f"{k:03d}.npz", **{name: a})
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def prepare(case: Case, root: Path, cache: Path) -> Path:
+    """The case's directory in the cache: model.onnx, calib/, holdout/, metric.txt."""
+    d = cache / "sets" / case.name
+    if (d / "metric.txt").is_file():
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(root / case.member, d / "model.onnx")
+    name = input_name(d / "model.onnx")
+    write_set(case.calib(root), name, d / "calib")
+    write_set(case.holdout(root), name, d / "holdout")
+    (d / "metric.txt").write_text(case.metric + "\n")
+    return d
+
+
+def load_set(d: Path) -> list[dict[str, np.ndarray]]:
+    out = []
+    for p in sorted(d.glob("*.npz")):
+        with np.load(p) as z:
+            out.append({k: z[k] for k in z.files})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Quantizing: edgeq's calibrators and onnxruntime's quantize_static, each in its own process
+# ---------------------------------------------------------------------------------------------------
+
+
+def edgeq_help() -> str:
+    return subprocess.run([*EDGEQ, "quantize", "--help"], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"}).stdout
+
+
+def edgeq_quantize(d: Path, method: str, out: Path, help_text: str, metric: str) -> tuple[float, str]:
+    """(wall seconds, error or ''): ``edgeq quantize --calib d/calib --calibrator method``. Every
+    calibration sample calibrates: the held-out directory is passed where ``--holdout`` takes one,
+    else ``--holdout 0`` (the bench scores the held-out set itself)."""
+    argv = [*EDGEQ, "quantize", str(d / "model.onnx"), "--calib", str(d / "calib"), "--calibrator", method,
+            "-o", str(out)]
+    if "--holdout" in help_text and "DIR" in help_text.split("--holdout", 1)[1][:60]:
+        argv += ["--holdout", str(d / "holdout")] + (["--metric", metric] if "--metric" in help_text else [])
+    else:
+        argv += ["--holdout", "0"]
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode not in (0, 1) or not out.is_file():  # 1: a gate failed, the model is written
+        lines = [ln for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
+        return wall, (lines[-1] if lines else f"exit {p.returncode}")
+    return wall, ""
+
+
+def ort_worker(model: str, calib: str, out: str) -> None:
+    """onnxruntime's ``quantize_static``: QDQ, per-channel, symmetric int8 weights and activations,
+    its default MinMax calibration, after its ``quant_pre_process`` (shape inference) where that works."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(load_set(Path(calib)))
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    src = model
+    pre = str(Path(out).with_suffix(".pre.onnx"))
+    try:
+        quant_pre_process(model, pre)
+        src = pre
+    except Exception as e:  # its symbolic shape inference fails on some exports: quantize without it
+        print(f"note: quant_pre_process failed ({type(e).__name__}: {str(e).splitlines()[0][:150]}); "
+              "quantizing without it", flush=True)
+    quantize_static(src, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+
+
+def ort_quantize(d: Path, out: Path, timeout: float) -> tuple[float, str]:
+    argv = [sys.executable, __file__, "--ort-worker", str(d / "model.onnx"), str(d / "calib"), str(out)]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return time.perf_counter() - t0, f"timed out after {timeout:.0f} s"
+    wall = time.perf_counter() - t0
+    notes = [ln for ln in p.stdout.splitlines() if ln.startswith("note:")]
+    if p.returncode or not out.is_file():
+        err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        why = err[-1][:200] if err else f"exit {p.returncode}"
+        if p.returncode < 0:
+            why = f"killed by signal {-p.returncode} (out of memory?)"
+        return wall, why
+    return wall, "; ".join(n[6:] for n in notes)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scoring and reporting
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    model: str
+    calibrator: str
+    figure: str = ""
+    value: float | None = None
+    cosine: float | None = None
+    wall: float | None = None
+    note: str = ""
+    score: dict[str, Any] | None = None
+
+
+def score_model(path: Path, holdout: list[dict[str, np.ndarray]], ref: list[dict[str, np.ndarray]],
+                metric: str) -> tuple[Any, Any]:
+    import onnx
+
+    from edgeq.quant.accuracy import run_outputs
+    from edgeq.quant.metrics import metric_from_spec
+
+    got = run_outputs(onnx.load(str(path)), holdout, providers=("CPUExecutionProvider",))
+    return metric_from_spec(metric).score(ref, got), metric_from_spec("cosine").score(ref, got)
+
+
+def bench_case(case: Case, d: Path, work: Path, calibrators: list[str], ort: bool, ort_timeout: float
+               ) -> list[Row]:
+    import onnx
+
+    from edgeq.quant.accuracy import run_outputs
+    from edgeq.quant.metrics import guess_metric
+
+    holdout = load_set(d / "holdout")
+    ref = run_outputs(onnx.load(str(d / "model.onnx")), holdout, providers=("CPUExecutionProvider",))
+    guessed, why = guess_metric(ref[0])
+    if guessed != case.metric:
+        print(f"  note: --metric auto would pick {guessed} ({why}), not {case.metric}")
+    help_text = edgeq_help()
+    rows = []
+    work.mkdir(parents=True, exist_ok=True)
+    runs = [(c, "edgeq") for c in calibrators] + ([("ort quantize_static", "ort")] if ort else [])
+    for name, tool in runs:
+        row = Row(case.name, name)
+        if tool == "edgeq" and name not in help_text:
+            row.note = f"edgeq quantize --calibrator {name}: not in this edgeq's --help, skipped"
+            rows.append(row)
+            print(f"  {name:20s} skipped ({row.note})", flush=True)
+            continue
+        out = work / f"{name.split()[0]}.int8.onnx"
+        out.unlink(missing_ok=True)
+        if tool == "edgeq":
+            row.wall, err = edgeq_quantize(d, name, out, help_text, case.metric)
+        else:
+            row.wall, err = ort_quantize(d, out, ort_timeout)
+        if not out.is_file():
+            row.note = f"failed: {err}"
+        else:
+            row.note = err
+            task, cos = score_model(out, holdout, ref, case.metric)
+            row.figure, row.value, row.cosine, row.score = task.text, task.value, cos.value, task.to_dict()
+        print(f"  {name:20s} {row.figure or row.note}  ({row.wall:.1f} s)", flush=True)
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    head = ("model", "calibrator", "task figure (held-out, against FP32)", "cosine", "wall s")
+    body = [(r.model, r.calibrator, r.figure or r.note, "" if r.cosine is None else f"{r.cosine:.4f}",
+             "" if r.wall is None else f"{r.wall:.1f}") for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in (head, *body)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [f"{r.model} {r.calibrator}: {r.note}" for r in rows if r.figure and r.note]
+    return "\n".join(lines + (["", *notes] if notes else []))
+
+
+def chart(rows: list[Row], path: Path) -> None:
+    """One panel per model: each calibrator's headline figure (FP32 = 1.0), its wall time on top."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r.model for r in rows))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.8), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        mine = [r for r in rows if r.model == m]
+        names = [r.calibrator.replace("ort quantize_static", "ort") for r in mine]
+        values = [r.value if r.value is not None else 0.0 for r in mine]
+        bars = ax.bar(names, values, color=["#c44" if r.value is None else "#4a7" if (r.value or 0) >= 0.95
+                                            else "#da3" for r in mine])
+        for b, r in zip(bars, mine):
+            label = "fail" if r.value is None and r.wall is not None else (
+                "skip" if r.wall is None else f"{r.value:.2f}\n{r.wall:.0f}s")
+            ax.text(b.get_x() + b.get_width() / 2, b.get_height() + 0.01, label, ha="center", fontsize=7)
+        ax.set_ylim(0, 1.15)
+        ax.set_title(f"{m}: {CASES[m].metric}", fontsize=9)
+        ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+    fig.suptitle("INT8 against FP32 on held-out inputs (1.0 = FP32's answer)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def export(sets: Path, dest: Path, names: list[str]) -> None:
+    """Copy each model's ready directory (model.onnx, calib/, holdout/, metric.txt) to dest/<model>/."""
+    for n in names:
+        tmp = dest / f".{n}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(sets / n, tmp)
+        shutil.rmtree(dest / n, ignore_errors=True)
+        tmp.rename(dest / n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "edgeq-bench",
+                    help="wheels, unpacked packages, the sets and the quantized models")
+    ap.add_argument("--models", default=",".join(CASES), help=f"comma-separated from {', '.join(CASES)}")
+    ap.add_argument("--calibrators", default=",".join((*CALIBRATORS, "auto")))
+    ap.add_argument("--no-ort", action="store_true", help="skip onnxruntime's quantize_static")
+    ap.add_argument("--ort-timeout", type=float, default=600.0)
+    ap.add_argument("--prepare-only", action="store_true", help="build the sets, quantize nothing")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild the sets even if they exist")
+    ap.add_argument("--export", type=Path, help="copy each model's directory (model, calib, holdout) here")
+    ap.add_argument("--chart", type=Path, help="the chart PNG [default: <cache>/accuracy_bench.png]")
+    ap.add_argument("--ort-worker", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.ort_worker:
+        ort_worker(*args.ort_worker)
+        return 0
+    names = [n for n in args.models.split(",") if n]
+    bad = [n for n in names if n not in CASES]
+    if bad:
+        print(f"unknown model {bad[0]}; choose from {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    ensure_deps()
+    cache = args.cache.expanduser()
+    root = fetch_packages(cache)
+    dirs = {}
+    for n in names:
+        if args.rebuild:
+            shutil.rmtree(cache / "sets" / n, ignore_errors=True)
+        dirs[n] = prepare(CASES[n], root, cache)
+        print(f"{n}: {CASES[n].title}: {len(list((dirs[n] / 'calib').glob('*.npz')))} calibration, "
+              f"{len(list((dirs[n] / 'holdout').glob('*.npz')))} held-out samples in {dirs[n]}", flush=True)
+    if args.export:
+        args.export.mkdir(parents=True, exist_ok=True)
+        export(cache / "sets", args.export, names)
+    if args.prepare_only:
+        return 0
+    rows: list[Row] = []
+    for n in names:
+        print(f"{n}: {CASES[n].title} (--metric {CASES[n].metric})", flush=True)
+        rows += bench_case(CASES[n], dirs[n], cache / "runs" / n,
+                           [c for c in args.calibrators.split(",") if c], not args.no_ort, args.ort_timeout)
+    print()
+    print(table(rows))
+    png = args.chart or cache / "accuracy_bench.png"
+    chart(rows, png)
+    (cache / "accuracy_bench.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+    print(f"\nchart: {png}; figures: {cache / 'accuracy_bench.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""``infer`` for backend ``python``: the engine run on each held-out sample through TensorRT's I/O
+tensor API (8.5+: ``set_tensor_address``, ``execute_async_v3``) on device buffers from ``trt_cuda``,
+inputs copied in and outputs copied out with synchronous ``cudaMemcpy``.
+
+The loop, the input checks and the output files are ``infer``'s, shared with the trtexec backend; here
+are only the bindings TensorRT reports and one execution.
+"""
+
+import time
+
+from . import infer as shared
+from .arrays import TRT_TYPES
+from .common import AgentError
+from .trt_common import first_error, load_tensorrt, make_logger
+from .trt_cuda import open_cuda
+from .trt_engine import create_context, load_engine
+from .trt_profile import type_name
+
+
+def engine_bindings(trt, engine):
+    """The engine's I/O tensors as ``infer.Binding``s; ``AgentError`` for one it cannot feed or read
+    as a plain array (a dynamic shape, a vectorized format, FP8)."""
+    bindings = []
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+        shape = [int(d) for d in engine.get_tensor_shape(name)]
+        kind = "input" if is_input else "output"
+        if any(d < 0 for d in shape):
+            raise AgentError("infer", "%s %r has a dynamic shape %s; export the model with static shapes"
+                             % (kind, name, shape))
+        trt_type = type_name(engine.get_tensor_dtype(name))
+        if TRT_TYPES.get(trt_type, (None,))[0] is None:
+            raise AgentError("infer", "%s %r is %s, which has no array type" % (kind, name, trt_type))
+        vectorized = engine.get_tensor_vectorized_dim(name)
+        if vectorized is not None and vectorized >= 0 and engine.get_tensor_components_per_element(name) > 1:
+            raise AgentError("infer", "%s %r has a vectorized format; build the engine with linear I/O"
+                             % (kind, name))
+        bindings.append(shared.Binding(name, shape, trt_type, is_input))
+    return bindings
+
+
+def infer(args, log):
+    inputs = shared.load_inputs(args.loadInputs)
+    trt = load_tensorrt()
+    logger = make_logger(trt, log, getattr(args, "verbose", False))
+    cuda = open_cuda()  # before the Runtime: one CUDA context for the engine and the buffers
+    _runtime, engine = load_engine(trt, logger, log, args.loadEngine, args.useDLACore, "infer")
+    context = create_context(engine, log, "infer")
+    bindings = engine_bindings(trt, engine)
+    feeds = shared.samples_for(bindings, inputs)
+    pointers = {}
+    for b in bindings:
+        pointers[b.name] = cuda.alloc(max(1, b.nbytes))
+        if not context.set_tensor_address(b.name, pointers[b.name]):
+            raise AgentError("infer", "set_tensor_address(%r) failed" % b.name)
+
+    def execute(feed):
+        for b in bindings:
+            if b.is_input:
+                cuda.upload(pointers[b.name], feed[b.name])
+        mark = log.mark()
+        if not context.execute_async_v3(cuda.handle):  # stream handle as an int (pyCore.cpp: size_t)
+            raise AgentError("infer", first_error(log, "execute_async_v3 failed", mark), log=log.tail())
+        cuda.sync()
+        return {b.name: cuda.download(pointers[b.name], b.nbytes) for b in bindings if not b.is_input}
+
+    started = time.perf_counter()
+    outputs = shared.run_samples(bindings, feeds, execute, log)
+    shared.write_outputs(args.exportOutput, outputs)
+    return shared.result(args.exportOutput, outputs, len(feeds), cuda=cuda.name,
+                         seconds=round(time.perf_counter() - started, 3), tensorrt=trt.__version__)

@@ -1,0 +1,422 @@
+"""The engine's accuracy on the target: TensorRT's own outputs on the held-out inputs, scored against FP32
+with the same metric as the host's check, beside what onnxruntime predicted for the Q/DQ model.
+
+Why on the target: onnxruntime computes the arithmetic the Q/DQ nodes define, but TensorRT's INT8 kernels
+are not onnxruntime's (other fusions, rounding, accumulation, FP16 fallbacks), so the figure that counts
+is the engine's. The host runs FP32 once (``quant.accuracy.HeldOut``: the reference and the metric, as
+the quantize check has them) and the Q/DQ model (the prediction) in onnxruntime, ships the held-out inputs
+to the target as one ``.npz`` (samples stacked per input), the agent's ``infer`` runs the engine on each
+and returns its outputs (one ``.npz``), and both candidates are scored with the one metric.
+
+The held-out set is the quantize check's: ``--holdout DIR``, or the held-out slice of ``--calib``. The
+stage runs with ``--holdout DIR`` or when the accuracy gate is asked for. The verdict: ``--min-metric``
+bounds TensorRT's task figure, ``--min-cosine`` its cosine; ``--gate accuracy`` without them fails when
+TensorRT is far below FP32 (``quant.accuracy.FAR_BELOW``, the quantize check's loud warning) or more than
+``PREDICTION_TOLERANCE`` below onnxruntime's prediction. Ungated, either is a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from edgeq.errors import QuantError, RemoteError
+from edgeq.quant.metrics import CosineMetric, Outputs, TaskScore
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgeq.pipeline.rundir import AgentFn
+    from edgeq.quant.quantize import QuantizeOptions
+    from edgeq.remote.runner import Runner
+    from edgeq.remote.targets import Target
+
+# How far (on the metric's 0..1 scale, FP32 = 1.0) TensorRT may score below onnxruntime's prediction for
+# the Q/DQ model before ``--gate accuracy`` fails and an ungated run warns.
+PREDICTION_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class HeldOutSet:
+    """The held-out samples the engine runs on, and where they came from (said in the report)."""
+
+    data: Any  # CalibrationSet
+    source: str
+
+
+def wants_target_check(options: QuantizeOptions, gate: bool) -> bool:
+    """The engine is run on the held-out set with ``--holdout DIR``, or when the accuracy gate is asked."""
+    return options.holdout_data is not None or gate or options.gated
+
+
+def holdout_for(model: onnx.ModelProto, options: QuantizeOptions, gate: bool) -> Optional[HeldOutSet]:
+    """The quantize check's held-out set for ``model`` (``--holdout DIR``, else the slice of ``--calib``),
+    indexed and checked against its inputs before any work; None when the target check is not wanted.
+    A usage error when the accuracy gate is asked for and there is nothing to hold out."""
+    from edgeq.quant.quantize import calibration_data, split_data
+
+    if not wants_target_check(options, gate):
+        return None
+    if options.holdout_data is not None:
+        from edgeq.quant.data import calibration_set
+
+        separate = calibration_set(model, options.holdout_data, preprocess=options.preprocess)
+        return HeldOutSet(separate, f"--holdout {options.holdout_data}")
+    what = "--gate accuracy" if gate else "--min-metric" if options.min_metric is not None else "--min-cosine"
+    if not options.has_data:
+        raise QuantError(f"{what} needs held-out samples for the engine to run on",
+                         hint="give --holdout DIR (or --calib, whose held-out slice is used)")
+    _, held, _ = split_data(calibration_data(model, options), options, model)
+    if held is None or not len(held):
+        raise QuantError(f"{what} needs held-out samples: --calib has too few to hold any out",
+                         hint="give --holdout DIR, or at least 2 samples and a --holdout fraction above 0")
+    return HeldOutSet(held, f"{options.holdout:.0%} of --calib (give --holdout DIR for a separate set)")
+
+
+def without_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The float graph of a Q/DQ model, for a deploy that was handed one: each activation Q->DQ pair
+    becomes an Identity, each weight DQ its dequantized initializer. The weights stay the rounded ones
+    (the FP32 originals are not in a Q/DQ file), so the reference isolates what activation
+    quantization and TensorRT's kernels cost."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    producers = {o: n for n in g.node for o in n.output}
+    inits = {i.name: i for i in g.initializer}
+    nodes, added = [], []
+    for n in g.node:
+        if n.op_type == "DequantizeLinear":
+            src = producers.get(n.input[0])
+            if src is not None and src.op_type == "QuantizeLinear":
+                nodes.append(helper.make_node("Identity", [src.input[0]], [n.output[0]], name=n.name))
+                continue
+            if n.input[0] in inits:
+                w = numpy_helper.to_array(inits[n.input[0]]).astype(np.float32)
+                scale = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
+                zp = (numpy_helper.to_array(inits[n.input[2]]).astype(np.float32)
+                      if len(n.input) > 2 and n.input[2] in inits else np.zeros_like(scale))  # fmt: skip
+                if scale.ndim == 1 and scale.size > 1:
+                    axis = next((a.i for a in n.attribute if a.name == "axis"), 1) % w.ndim
+                    shape = [1] * w.ndim
+                    shape[axis] = scale.size
+                    scale, zp = scale.reshape(shape), zp.reshape(shape)
+                added.append(numpy_helper.from_array(((w - zp) * scale).astype(np.float32), n.output[0]))
+                continue
+        nodes.append(n)
+    used = {i for n in nodes for i in n.input} | {o.name for o in g.output}
+    nodes = [n for n in nodes if n.op_type != "QuantizeLinear" or any(o in used for o in n.output)]
+    used = {i for n in nodes for i in n.input} | {o.name for o in g.output}
+    kept = [i for i in g.initializer if i.name in used]
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.initializer[:]
+    g.initializer.extend(kept + added)
+    return m
+
+
+def pack_inputs(feeds: Sequence[Outputs], path: Path) -> Path:
+    """The held-out inputs as the agent reads them: one ``.npz``, one array per input, samples stacked
+    on a new axis 0 (each sample in the model's own input shape, its batch dimension included)."""
+    import numpy as np
+
+    from edgeq.fs import atomic_path
+
+    names = list(feeds[0]) if feeds else []
+    arrays: dict[str, Any] = {n: np.stack([np.ascontiguousarray(f[n]) for f in feeds]) for n in names}
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+def unpack_outputs(path: Path, reference: Sequence[Outputs]) -> list[dict[str, Any]]:
+    """The engine's outputs per sample, each output in the reference's dtype (trtexec's JSON has
+    none); a missing output or sample count is a ``RemoteError`` naming it."""
+    import numpy as np
+
+    with np.load(path) as z:
+        stacked = {k: z[k] for k in z.files}
+    out: list[dict[str, Any]] = []
+    for i, ref in enumerate(reference):
+        sample: dict[str, Any] = {}
+        for name, value in ref.items():
+            if name not in stacked:
+                raise RemoteError(f"the engine's outputs have no '{name}' (it returned "
+                                  f"{', '.join(sorted(stacked)) or 'none'})", exit_code=1)  # fmt: skip
+            if stacked[name].shape[0] != len(reference):
+                raise RemoteError(f"the engine returned {stacked[name].shape[0]} samples of '{name}' for "
+                                  f"{len(reference)} held-out inputs", exit_code=1)  # fmt: skip
+            sample[name] = stacked[name][i].astype(np.asarray(value).dtype, copy=False)
+        out.append(sample)
+    return out
+
+
+@dataclass(frozen=True)
+class EngineAccuracy:
+    """TensorRT's outputs and onnxruntime's Q/DQ prediction, each scored against FP32 on the same inputs.
+
+    ``engine`` / ``predicted``: the task metric; ``engine_cosine`` / ``predicted_cosine``: the cosine
+    check beside it; ``predicted`` None when there is no Q/DQ model (FP16 or implicit INT8 engines).
+    ``agreement``: TensorRT's outputs against onnxruntime's Q/DQ ones directly (cosine), with
+    ``max_abs_diff`` between them: how far TensorRT's kernels are from what onnxruntime predicted.
+    """
+
+    samples: int
+    metric: str
+    why: str  # why this metric: "--metric X", or what --metric auto recognised
+    engine: TaskScore
+    engine_cosine: TaskScore
+    predicted: Optional[TaskScore] = None
+    predicted_cosine: Optional[TaskScore] = None
+    min_metric: Optional[float] = None
+    min_cosine: Optional[float] = None
+    gated: bool = False
+    agreement: Optional[TaskScore] = None
+    max_abs_diff: Optional[float] = None
+    source: str = ""  # where the held-out samples came from
+
+    @property
+    def shortfall(self) -> Optional[float]:
+        """How far TensorRT's figure falls below onnxruntime's prediction (negative: above it)."""
+        return None if self.predicted is None else self.predicted.value - self.engine.value
+
+    @property
+    def below_prediction(self) -> bool:
+        s = self.shortfall
+        return s is not None and s > PREDICTION_TOLERANCE
+
+    @property
+    def far_below_fp32(self) -> bool:
+        """The quantize check's "far below FP32" (``FAR_BELOW``), for TensorRT's own figures."""
+        from edgeq.quant.accuracy import FAR_BELOW
+
+        if self.metric != "cosine":
+            return self.engine.value < FAR_BELOW["task"]
+        return self.engine_cosine.value < FAR_BELOW["cosine"]
+
+    @property
+    def far_below(self) -> bool:
+        """Worth a loud warning ungated, and a failure under ``--gate accuracy`` without thresholds."""
+        return self.far_below_fp32 or self.below_prediction
+
+    def problems(self) -> list[str]:
+        """Why TensorRT's result is far below, one phrase each (empty when it is not)."""
+        from edgeq.quant.accuracy import FAR_BELOW
+
+        out = []
+        if self.far_below_fp32:
+            cosine = self.metric == "cosine"
+            figure = self.engine_cosine.value if cosine else self.engine.value
+            level = FAR_BELOW["cosine" if cosine else "task"]
+            out.append(f"TensorRT's {self.metric} {figure:.4f} is far below FP32 (under {level:g})")
+        if self.below_prediction:
+            assert self.predicted is not None and self.shortfall is not None
+            out.append(f"TensorRT's {self.metric} {self.engine.value:.4f} is {self.shortfall:.4f} below "
+                       f"onnxruntime's prediction {self.predicted.value:.4f} "
+                       f"(tolerance {PREDICTION_TOLERANCE:g})")
+        return out
+
+    def failures(self) -> list[str]:
+        """What fails the gate, one phrase each (empty: passes, or not gated)."""
+        if not self.gated:
+            return []
+        out = []
+        if self.min_metric is not None and self.engine.value < self.min_metric:
+            out.append(f"TensorRT's {self.metric} {self.engine.value:.4f} is below "
+                       f"--min-metric {self.min_metric:g}")
+        if self.min_cosine is not None and self.engine_cosine.value < self.min_cosine:
+            out.append(f"TensorRT's cosine {self.engine_cosine.value:.4f} is below "
+                       f"--min-cosine {self.min_cosine:g}")
+        if self.min_metric is None and self.min_cosine is None:
+            out += self.problems()
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures()
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def figures(self) -> str:
+        """TensorRT's figures, onnxruntime's prediction beside each."""
+        def pair(got: TaskScore, want: Optional[TaskScore]) -> str:
+            return got.text + (f" (onnxruntime Q/DQ: {want.text})" if want is not None else "")
+
+        said = [pair(self.engine, self.predicted)]
+        if self.metric != "cosine":
+            said.append(pair(self.engine_cosine, self.predicted_cosine))
+        return "; ".join(said)
+
+    def agreement_text(self) -> str:
+        """TensorRT against onnxruntime's Q/DQ outputs directly, at full precision."""
+        if self.agreement is None or self.predicted is None:
+            return "no Q/DQ model: no onnxruntime prediction"
+        return (f"cosine {self.agreement.value:.6f}, max |difference| {self.max_abs_diff or 0.0:.4g}; "
+                f"{self.metric} {self.engine.value:.6f} vs {self.predicted.value:.6f} predicted")
+
+    def summary(self) -> str:
+        """One line: the verdict, TensorRT's figures beside the prediction, the held-out count."""
+        text = f"{self.figures()} over {self.samples} held-out samples"
+        fails = self.failures()
+        if fails:
+            return f"accuracy FAILED: {'; '.join(fails)} ({text})"
+        if not self.gated:
+            problems = self.problems()
+            return f"accuracy: {text}" + (f" - WARNING: {'; '.join(problems)}" if problems else "")
+        bounds = [f"--min-metric {self.min_metric:g}" if self.min_metric is not None else "",
+                  f"--min-cosine {self.min_cosine:g}" if self.min_cosine is not None else ""]  # fmt: skip
+        within = f"not far below FP32, within {PREDICTION_TOLERANCE:g} of onnxruntime's prediction"
+        bound = ", ".join(b for b in bounds if b) or within
+        return f"accuracy passed ({bound}): {text}"
+
+    def to_dict(self) -> dict[str, Any]:
+        def score(s: Optional[TaskScore]) -> Optional[dict[str, Any]]:
+            return s.to_dict() if s is not None else None
+
+        return {"samples": self.samples, "held_out": self.source, "metric": self.metric, "why": self.why,
+                "tensorrt": score(self.engine), "tensorrt_cosine": score(self.engine_cosine),
+                "onnxruntime_qdq": score(self.predicted),
+                "onnxruntime_qdq_cosine": score(self.predicted_cosine),
+                "shortfall": self.shortfall, "tolerance": PREDICTION_TOLERANCE,
+                "tensorrt_vs_onnxruntime_qdq": score(self.agreement), "max_abs_diff": self.max_abs_diff,
+                "far_below_fp32": self.far_below_fp32,
+                "min_metric": self.min_metric, "min_cosine": self.min_cosine, "gated": self.gated,
+                "passed": self.passed, "failures": self.failures(), "summary": self.summary()}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AccuracyPlan:
+    """What the accuracy stage runs: the held-out set, the FP32 reference model, the Q/DQ model whose
+    onnxruntime outputs are the prediction (None: no Q/DQ model), the metric and the verdict's bounds."""
+
+    held: HeldOutSet
+    reference: Any  # onnx.ModelProto, FP32
+    predicted: Any  # onnx.ModelProto with Q/DQ, or None
+    metric: str = "auto"
+    min_metric: Optional[float] = None
+    min_cosine: Optional[float] = None
+    gate: bool = False  # --gate accuracy
+    providers: Optional[tuple[str, ...]] = None
+
+    @property
+    def gated(self) -> bool:
+        return self.gate or self.min_metric is not None or self.min_cosine is not None
+
+
+def score(held: Any, engine: Sequence[Outputs], predicted: Optional[Sequence[Outputs]], plan: AccuracyPlan
+          ) -> EngineAccuracy:
+    """TensorRT's outputs (and onnxruntime's Q/DQ ones, when there is a Q/DQ model) scored against the
+    FP32 reference of ``held`` (a ``quant.accuracy.HeldOut``) with its metric, and with cosine."""
+    import numpy as np
+
+    reference = held.outputs
+    cos = CosineMetric()
+    diff = None
+    if predicted is not None:
+        diffs = [float(np.max(np.abs(np.asarray(e[n], np.float64) - np.asarray(p[n], np.float64))))
+                 for e, p in zip(engine, predicted) for n in p if np.size(p[n])]  # fmt: skip
+        diff = max(diffs, default=0.0)
+    return EngineAccuracy(
+        samples=len(reference), metric=held.metric.name, why=held.why,
+        engine=held.score(list(engine)), engine_cosine=cos.score(reference, engine),
+        predicted=held.score(list(predicted)) if predicted is not None else None,
+        predicted_cosine=cos.score(reference, predicted) if predicted is not None else None,
+        min_metric=plan.min_metric, min_cosine=plan.min_cosine, gated=plan.gated,
+        agreement=cos.score(predicted, engine) if predicted is not None else None, max_abs_diff=diff,
+        source=held.source,
+    )  # fmt: skip
+
+
+INPUTS_NPZ = "holdout-inputs.npz"  # in the run directory: what was shipped
+OUTPUTS_NPZ = "engine-outputs.npz"  # in the run directory: what the engine returned
+ACCURACY_JSON = "accuracy.json"
+INFER_SECONDS_PER_SAMPLE = 30  # the host's allowance per sample (trtexec loads the engine for each)
+
+
+def measure(
+    runner: Runner,
+    agent: AgentFn,
+    target: Target,
+    engine_remote: str,
+    remote_run: str,
+    plan: AccuracyPlan,
+    run_dir: Path,
+    extra_args: Sequence[str] = (),
+) -> EngineAccuracy:
+    """FP32 and the Q/DQ model in onnxruntime, the engine through the agent's ``infer``, all on the same
+    held-out inputs; the score, also written to ``accuracy.json``."""
+    from edgeq.pipeline.rundir import write_json
+    from edgeq.quant.accuracy import held_out_reference, run_outputs
+
+    feeds = list(plan.held.data)
+    held = held_out_reference(plan.reference, feeds, metric=plan.metric, source=plan.held.source,
+                              providers=plan.providers)  # fmt: skip
+    predicted = (run_outputs(plan.predicted, feeds, providers=plan.providers,
+                             what="the Q/DQ model on the held-out set")
+                 if plan.predicted is not None else None)  # fmt: skip
+    shipped = pack_inputs(feeds, Path(run_dir) / INPUTS_NPZ)
+    up = runner.put(shipped, target.remote_path("cache"))
+    out_remote = f"{remote_run}/{OUTPUTS_NPZ}"
+    t = target.timeouts
+    agent("infer", f"--loadEngine={engine_remote}", f"--loadInputs={up.remote_path}",
+          f"--exportOutput={out_remote}", *extra_args, f"--timeout={t.profile:g}",
+          timeout=t.profile + 60 + INFER_SECONDS_PER_SAMPLE * len(feeds))  # fmt: skip
+    runner.get(out_remote, Path(run_dir) / OUTPUTS_NPZ)
+    engine = unpack_outputs(Path(run_dir) / OUTPUTS_NPZ, held.outputs)
+    result = score(held, engine, predicted, plan)
+    write_json(Path(run_dir) / ACCURACY_JSON, result.to_dict())
+    return result
+
+
+def read_accuracy(run_dir: Path) -> Optional[EngineAccuracy]:
+    """A run directory's ``accuracy.json`` (None when the run measured none)."""
+    import json
+
+    path = Path(run_dir) / ACCURACY_JSON
+    if not path.is_file():
+        return None
+    return accuracy_from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def accuracy_html(acc: EngineAccuracy) -> str:
+    """The report page's section: TensorRT's figures beside onnxruntime's prediction, worst samples."""
+    from edgeq.report.render import esc
+
+    cls = "info" if not acc.gated else ("pass" if acc.passed else "fail")
+    rows = []
+    pairs = [(acc.engine, acc.predicted)] + ([] if acc.metric == "cosine" else
+                                             [(acc.engine_cosine, acc.predicted_cosine)])  # fmt: skip
+    for got, want in pairs:
+        worst = f"#{got.worst[0]}: {got.worst[1]:.4f}" if got.worst is not None else "-"
+        rows.append(f"<tr><td>{esc(got.metric)}</td><td>{esc(got.text)}</td>"
+                    f"<td>{esc(want.text) if want is not None else '-'}</td><td>{worst}</td></tr>")
+    if acc.agreement is not None:
+        rows.append("<tr><td>TensorRT vs onnxruntime Q/DQ</td>"
+                    f"<td colspan=\"2\">{esc(acc.agreement_text())}</td><td>-</td></tr>")
+    return (f"<h2>Accuracy on the target</h2><div class=\"verdict {cls}\">{esc(acc.summary())}</div>"
+            f"<div class=\"muted\">{acc.samples} held-out samples ({esc(acc.source)}); metric "
+            f"{esc(acc.metric)} ({esc(acc.why)})"
+            "</div><table><tr><th>metric</th><th>TensorRT vs FP32</th><th>onnxruntime Q/DQ vs FP32</th>"
+            f"<th>TensorRT's worst sample</th></tr>{''.join(rows)}</table>")
+
+
+def accuracy_from_dict(d: dict[str, Any]) -> EngineAccuracy:
+    """An ``EngineAccuracy`` back from its ``to_dict`` (a run directory's ``accuracy.json``)."""
+    def ts(x: Optional[dict[str, Any]]) -> Optional[TaskScore]:
+        if x is None:
+            return None
+        per_sample = tuple(x.get("per_sample") or ())
+        return TaskScore(x["metric"], x["value"], x["text"], x.get("figures") or {}, per_sample)
+
+    engine, cosine = ts(d["tensorrt"]), ts(d["tensorrt_cosine"])
+    assert engine is not None and cosine is not None
+    return EngineAccuracy(d["samples"], d["metric"], d["why"], engine, cosine, ts(d.get("onnxruntime_qdq")),
+                          ts(d.get("onnxruntime_qdq_cosine")), d.get("min_metric"), d.get("min_cosine"),
+                          bool(d.get("gated")), ts(d.get("tensorrt_vs_onnxruntime_qdq")),
+                          d.get("max_abs_diff"), d.get("held_out") or "")  # fmt: skip

@@ -1,0 +1,238 @@
+"""Task metrics: each one fails where the task's answer changes and passes where it does not, on outputs
+built here in the shapes the real models give (YOLOv8 (1, 4+nc, anchors), DB maps, CTC softmax)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from edgeq.errors import QuantError
+from edgeq.quant.metrics import (
+    METRICS,
+    ClassificationMetric,
+    CosineMetric,
+    DetectionMetric,
+    MaskMetric,
+    SequenceMetric,
+    ctc_greedy,
+    edit_distance,
+    guess_metric,
+    metric_from_spec,
+)
+
+# --- helpers: outputs as the real models give them --------------------------------------------------
+
+
+def yolo(boxes: list[tuple[float, float, float, float, int, float]], classes: int = 3, anchors: int = 64,
+         noise: float = 0.1, seed: int = 0) -> np.ndarray:
+    """(1, 4 + classes, anchors) like YOLOv8's decoded head: (cx, cy, w, h, class, score) at the first
+    anchors, every other anchor a small random box with class scores below ``noise``."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros((1, 4 + classes, anchors), np.float32)
+    out[0, :2] = rng.uniform(0, 320, (2, anchors))
+    out[0, 2:4] = rng.uniform(4, 40, (2, anchors))
+    out[0, 4:] = rng.uniform(0, noise, (classes, anchors))
+    for k, (cx, cy, w, h, c, s) in enumerate(boxes):
+        out[0, :4, k] = (cx, cy, w, h)
+        out[0, 4:, k] = 0.01
+        out[0, 4 + c, k] = s
+    return out
+
+
+def ctc(path: list[int], classes: int = 12, steps: int = 16) -> np.ndarray:
+    """(1, steps, classes) softmax rows whose argmax follows ``path`` (padded with blanks, index 0)."""
+    idx = (path + [0] * steps)[:steps]
+    logits = np.zeros((steps, classes), np.float32)
+    logits[np.arange(steps), idx] = 6.0
+    e = np.exp(logits)
+    return (e / e.sum(axis=1, keepdims=True))[None]
+
+
+def samples(name: str, *arrays: np.ndarray) -> list[dict[str, np.ndarray]]:
+    return [{name: a} for a in arrays]
+
+
+# --- classification ------------------------------------------------------------------------------------
+
+
+def test_classification_counts_top1_flips_and_top5_ranks():
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(4, 10)).astype(np.float32)
+    got = ref.copy()
+    order = np.argsort(-ref[1])
+    got[1, order[1]] = ref[1, order[0]] + 1.0  # row 1: second-best class wins, FP32's is now 2nd
+    got[2, np.argsort(-ref[2])[0]] = ref[2].min() - 1.0  # row 2: FP32's class last
+    score = ClassificationMetric().score(samples("p", ref), samples("p", got))
+    assert score.value == pytest.approx(0.5)  # rows 0 and 3 agree
+    assert score.figures["top5"] == pytest.approx(0.75)  # row 1 still has it in its top 5, row 2 not
+    assert "top-1 agreement 50% (2 of 4)" in score.text
+    assert ClassificationMetric().score(samples("p", ref), samples("p", ref)).value == 1.0
+
+
+def test_classification_two_classes_reports_no_top5():
+    ref = np.array([[0.9, 0.1]], np.float32)
+    score = ClassificationMetric().score(samples("p", ref, ref), samples("p", ref, ref[:, ::-1].copy()))
+    assert score.value == 0.5 and "top5" not in score.figures and "top-5" not in score.text
+    assert score.worst == (1, 0.0)
+
+
+# --- detection -----------------------------------------------------------------------------------------
+
+BOXES = [(100.0, 100.0, 40.0, 40.0, 0, 0.8), (200.0, 150.0, 60.0, 30.0, 2, 0.6)]
+
+
+def test_detection_box_moved_beyond_iou_half_is_lost():
+    ref = yolo(BOXES)
+    near = yolo([(108.0, 100.0, 40.0, 40.0, 0, 0.8), BOXES[1]])  # IoU 32/48 = 0.67: kept
+    far = yolo([(130.0, 100.0, 40.0, 40.0, 0, 0.8), BOXES[1]])  # IoU 10/70 = 0.14: lost
+    metric = DetectionMetric()
+    assert metric.score(samples("o", ref), samples("o", near)).value == 1.0
+    lost = metric.score(samples("o", ref), samples("o", far))
+    assert lost.value == 0.5 and lost.figures["kept"] == 1 and lost.figures["fp32_detections"] == 2
+    assert lost.text.startswith("50% of FP32 detections kept (1 of 2)")
+    assert lost.figures["extra"] == 1 and lost.per_sample == (0.5,)  # the moved box is a new detection
+
+
+def test_detection_class_change_or_score_below_threshold_is_lost():
+    ref = yolo(BOXES)
+    other_class = yolo([(100.0, 100.0, 40.0, 40.0, 1, 0.8), BOXES[1]])
+    faded = yolo([(100.0, 100.0, 40.0, 40.0, 0, 0.2), BOXES[1]])  # below score 0.25
+    assert DetectionMetric().score(samples("o", ref), samples("o", other_class)).value == 0.5
+    assert DetectionMetric().score(samples("o", ref), samples("o", faded)).value == 0.5
+    # the score threshold is an option: at 0.15 the faded box still counts
+    assert METRICS["detection"]({"score": 0.15}).score(samples("o", ref), samples("o", faded)).value == 1.0
+
+
+def test_detection_low_score_changes_do_not_matter():
+    ref = yolo(BOXES, noise=0.1, seed=0)
+    got = yolo(BOXES, noise=0.2, seed=1)  # every background anchor changed, all below 0.25
+    got[0, :4, :2] += 1.0  # and the real boxes moved a pixel
+    score = DetectionMetric().score(samples("o", ref), samples("o", got))
+    assert score.value == 1.0 and score.figures["extra"] == 0
+    assert CosineMetric().score(samples("o", ref), samples("o", got)).value < 0.9  # cosine sees noise
+
+
+def test_detection_nms_is_per_class_and_counts_each_object_once():
+    dup = [(100.0, 100.0, 40.0, 40.0, 0, 0.8), (102.0, 100.0, 40.0, 40.0, 0, 0.7),  # same class: one
+           (101.0, 100.0, 40.0, 40.0, 1, 0.5)]  # another class on the same place: its own detection
+    ref = yolo(dup)
+    score = DetectionMetric().score(samples("o", ref), samples("o", ref))
+    assert score.figures["fp32_detections"] == 2 and score.value == 1.0
+    only_first = yolo(dup[:1])
+    assert DetectionMetric().score(samples("o", ref), samples("o", only_first)).value == 0.5
+
+
+def test_detection_sums_over_samples_and_names_the_worst():
+    ref = [yolo(BOXES), yolo(BOXES[:1])]
+    got = [yolo(BOXES), yolo([])]
+    score = DetectionMetric().score(samples("o", *ref), samples("o", *got))
+    assert score.value == pytest.approx(2 / 3) and score.worst == (1, 0.0)
+
+
+# --- masks -----------------------------------------------------------------------------------------------
+
+
+def test_mask_empty_vs_empty_scores_one_where_cosine_lies():
+    rng = np.random.default_rng(0)
+    ref = rng.uniform(0, 0.05, (1, 1, 32, 32)).astype(np.float32)  # no text: all below 0.3
+    got = rng.uniform(0, 0.05, (1, 1, 32, 32)).astype(np.float32)
+    got[0, 0, :4] = 0.25  # a faint band, still below the threshold
+    assert MaskMetric().score(samples("m", ref), samples("m", got)).value == 1.0
+    assert CosineMetric().score(samples("m", ref), samples("m", got)).value < 0.8
+
+
+def test_mask_iou_of_thresholded_maps_and_its_threshold_option():
+    ref = np.zeros((1, 1, 32, 32), np.float32)
+    got = np.zeros_like(ref)
+    ref[0, 0, 0:10, 0:10] = 0.9
+    got[0, 0, 0:10, 5:15] = 0.9  # half overlapping: IoU 50 / 150
+    got[0, 0, 20:30, 20:30] = 0.35  # above 0.3, below 0.5
+    assert MaskMetric().score(samples("m", ref), samples("m", got)).value == pytest.approx(50 / 250)
+    at_half = metric_from_spec("mask", {"threshold": 0.5}).score(samples("m", ref), samples("m", got))
+    assert at_half.value == pytest.approx(50 / 150)
+    lost = MaskMetric().score(samples("m", ref, ref), samples("m", ref, np.zeros_like(ref)))
+    assert lost.value == 0.5 and lost.worst == (1, 0.0)
+
+
+# --- sequences -------------------------------------------------------------------------------------------
+
+
+def test_ctc_greedy_collapses_repeats_and_drops_blanks():
+    probs = ctc([3, 3, 0, 3, 5, 5, 0, 0, 7])
+    assert ctc_greedy(probs)[0].tolist() == [3, 3, 5, 7]
+    assert ctc_greedy(probs, blank=3)[0].tolist() == [0, 5, 0, 7, 0]  # the padding's blanks, one run
+
+
+@pytest.mark.parametrize(("a", "b", "d"), [("kitten", "sitting", 3), ("", "abc", 3), ("abc", "abc", 0),
+                                           ("flaw", "lawn", 2), ("abcdef", "azced", 3)])
+def test_edit_distance(a, b, d):
+    enc = lambda s: np.array([ord(c) for c in s])  # noqa: E731
+    assert edit_distance(enc(a), enc(b)) == d
+
+
+def test_sequence_one_changed_character_moves_cer_and_agreement():
+    ref = [ctc([1, 0, 2, 3, 0, 4]), ctc([5, 6, 7])]
+    got = [ctc([1, 0, 2, 9, 0, 4]), ctc([5, 6, 7])]  # one character of 7 read differently
+    score = SequenceMetric().score(samples("s", *ref), samples("s", *got))
+    assert score.value == 0.5
+    assert score.figures["cer"] == pytest.approx(1 / 7)
+    assert score.text.startswith("1 of 2 strings as FP32 reads them (50%), CER 14.3%")
+    assert score.worst == (0, pytest.approx(0.75))
+
+
+def test_sequence_empty_decode_is_a_miss():
+    ref, blank = ctc([1, 2, 3]), ctc([])
+    score = SequenceMetric().score(samples("s", ref, blank), samples("s", blank, blank))
+    assert score.value == 0.5 and score.figures["cer"] == 1.0 and score.figures["empty"] == 1
+    assert "1 read as empty" in score.text
+
+
+# --- options and guesses -------------------------------------------------------------------------------
+
+
+def test_unknown_option_is_one_clear_error():
+    with pytest.raises(QuantError, match="metric mask has no option 'iou'") as e:
+        metric_from_spec("mask", {"iou": 0.5})
+    assert e.value.hint == "its options: threshold"
+
+
+def test_metric_on_a_model_without_the_task_shape_names_the_outputs():
+    with pytest.raises(QuantError, match=r"needs an output of shape \(N, 1, H, W\).*'y' \(1, 10\)"):
+        MaskMetric().score(samples("y", np.zeros((1, 10))), samples("y", np.zeros((1, 10))))
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def test_guess_recognises_each_task_from_one_sample():
+    rng = np.random.default_rng(0)
+    assert guess_metric({"p": _softmax(rng.normal(size=(1, 2)), 1)})[0] == "classification"
+    assert guess_metric({"o": yolo(BOXES, classes=18, anchors=2100)})[0] == "detection"
+    assert guess_metric({"m": rng.uniform(0, 1, (1, 1, 64, 64))})[0] == "mask"
+    assert guess_metric({"s": _softmax(rng.normal(size=(1, 40, 97)), 2)})[0] == "sequence"
+
+
+def test_guess_stays_cosine_where_unsure():
+    rng = np.random.default_rng(0)
+    assert guess_metric({"logits": rng.normal(size=(1, 10))})[0] == "cosine"  # logits or features
+    assert guess_metric({"m": rng.normal(size=(1, 1, 64, 64))})[0] == "cosine"  # a logit map
+    two = {"p": _softmax(rng.normal(size=(1, 5)), 1), "emb": rng.normal(size=(1, 128))}
+    assert guess_metric(two)[0] == "cosine"  # a second head would go unjudged
+    raw = yolo(BOXES, classes=18, anchors=2100)
+    raw[0, 4:] = rng.normal(size=raw[0, 4:].shape)  # class logits, not sigmoid scores
+    assert guess_metric({"o": raw})[0] == "cosine"
+
+
+@pytest.mark.parametrize("name", ["resnet", "yolo", "unet"])
+def test_guess_is_cosine_for_the_zoo_models(name):
+    from edgeq.zoo.exporters import random_inputs
+    from edgeq.zoo.registry import ZOO
+
+    model = ZOO[name]()
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = sess.run(None, random_inputs(model))
+    sample = {o.name: a for o, a in zip(sess.get_outputs(), outs)}
+    assert guess_metric(sample) == ("cosine", "no task recognised from the outputs")

@@ -1,0 +1,191 @@
+"""``edgeq deploy --holdout``: the engine run on held-out inputs on the target, its outputs scored against
+FP32 beside onnxruntime's Q/DQ prediction, and ``--gate accuracy`` / ``--min-metric`` / ``--min-cosine``.
+
+The whole deploy runs over a real OpenSSH sshd on 127.0.0.1 against a ``backend: trtexec`` target whose
+trtexec is the stand-in of tests/trtexec_replay.py. Its ``--exportOutput`` outputs are NOT TensorRT's: it
+runs the built ONNX model in onnxruntime on the ``--loadInputs`` files and writes them in trtexec 8.6's
+JSON layout (optionally shifted, to stand for an engine that drifts). These tests prove the transfer of
+inputs and outputs, the agent's parsing and the host's scoring and gate, not TensorRT's arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from test_deploy import _stages, ssh_server, tiny_model, trtexec_target  # noqa: F401 - fixtures
+
+SAMPLES = 5
+
+
+def _data(root: Path) -> tuple[Path, Path]:
+    """--calib (8 samples) and --holdout (SAMPLES others) for tiny_model's (1, 3, 16, 16) input."""
+    rng = np.random.default_rng(7)
+    calib, holdout = root / "calib", root / "holdout"
+    calib.mkdir()
+    holdout.mkdir()
+    for i in range(8):
+        np.save(calib / f"c{i}.npy", rng.random((1, 3, 16, 16), dtype=np.float32))
+    np.save(holdout / "held.npy", rng.random((SAMPLES, 3, 16, 16), dtype=np.float32))  # a stack
+    return calib, holdout
+
+
+def _deploy(cli, root: Path, model: Path, *flags: str) -> tuple[int, str, str, Path]:
+    runs = root / "runs"
+    before = set(runs.iterdir()) if runs.exists() else set()
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs, *flags)
+    (run_dir,) = set(runs.iterdir()) - before
+    return code, out, err, run_dir
+
+
+@pytest.mark.sshd
+def test_replayed_deploy_scores_the_engines_outputs_on_the_holdout(trtexec_target, cli):  # noqa: F811
+    """Every held-out sample travels to the target and through trtexec once; the outputs that come back
+    are the ones the stand-in computed (the Q/DQ model in onnxruntime, to trtexec's 6 digits), scored
+    against FP32 beside onnxruntime's prediction, in the output, report.json, report.html, stages.json."""
+    import onnxruntime as ort
+    from trtexec_replay import calls
+
+    root, _, _, trtexec = trtexec_target()
+    model = tiny_model(root / "net.onnx")
+    calib, holdout = _data(root)
+    code, out, err, run_dir = _deploy(cli, root, model, "--calib", calib, "--holdout", holdout,
+                                      "--gate", "none,accuracy")  # fmt: skip
+    assert code == 0, (out, err)
+    st = _stages(run_dir)
+    assert st["accuracy"]["status"] == "ok" and st["gate"]["status"] == "ok"
+
+    infers = [a for a in calls(trtexec) if any(x.startswith("--exportOutput=") for x in a)]
+    assert len(infers) == SAMPLES
+    assert all(any(x.startswith("--loadInputs='input':") for x in a) for a in infers)
+
+    # what came back is what the stand-in computed: the uploaded Q/DQ model on each held-out sample
+    qdq = onnx.load(str(run_dir / "net.int8.onnx"))
+    session = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"])
+    held = np.load(holdout / "held.npy")
+    want = np.stack([session.run(["output"], {"input": held[i : i + 1]})[0] for i in range(SAMPLES)])
+    got = np.load(run_dir / "engine-outputs.npz")["output"]
+    assert got.shape == want.shape == (SAMPLES, 1, 8, 16, 16)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    shipped = np.load(run_dir / "holdout-inputs.npz")["input"]
+    np.testing.assert_array_equal(shipped, held[:, None])  # one sample each, the model's batch of 1
+
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    assert acc["samples"] == SAMPLES and acc["metric"] == "cosine" and acc["gated"] and acc["passed"]
+    assert acc["tensorrt"]["value"] == pytest.approx(acc["onnxruntime_qdq"]["value"], abs=1e-5)
+    assert 0.9 < acc["tensorrt"]["value"] < 1.0  # INT8 against FP32: close, not identical
+    assert len(acc["tensorrt"]["per_sample"]) == SAMPLES
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["accuracy"] == acc
+    assert "Accuracy on the target" in (run_dir / "report.html").read_text()
+    assert st["accuracy"]["data"]["passed"] and "accuracy passed" in st["gate"]["summary"]
+    assert "TensorRT: cosine" in out and "onnxruntime Q/DQ: cosine" in out
+    # TensorRT against the prediction itself: equal here (the stand-in ran the Q/DQ model) to 6 digits
+    assert acc["tensorrt_vs_onnxruntime_qdq"]["value"] == pytest.approx(1.0, abs=1e-9)
+    assert acc["max_abs_diff"] < 1e-4 and "TensorRT vs onnxruntime Q/DQ: cosine 1.000000" in out
+
+
+@pytest.mark.sshd
+def test_an_engine_that_drifts_from_the_prediction_fails_the_accuracy_gate(trtexec_target, cli):  # noqa: F811
+    """A stand-in engine whose outputs are shifted by 1: --min-cosine and --gate accuracy fail the deploy
+    (exit 1, the figure named), the gate stage fails, and without a gate it is a warning with exit 0."""
+    root, _, _, _ = trtexec_target(outputs_shift=1.0)
+    model = tiny_model(root / "net.onnx")
+    calib, holdout = _data(root)
+    common = ("--calib", calib, "--holdout", holdout, "--gate", "none")
+
+    code, out, err, run_dir = _deploy(cli, root, model, *common, "--min-cosine", "0.99")
+    assert code == 1, (out, err)
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    assert not acc["passed"] and acc["tensorrt"]["value"] < 0.99 < acc["onnxruntime_qdq"]["value"]
+    assert "below --min-cosine 0.99" in out
+    assert acc["max_abs_diff"] == pytest.approx(1.0, abs=1e-4)  # the stand-in's shift, seen whole
+    st = _stages(run_dir)
+    assert st["accuracy"]["status"] == "ok" and st["gate"]["status"] == "failed"
+    assert not json.loads((run_dir / "report.json").read_text())["accuracy"]["passed"]
+
+    code, out, _, run_dir = _deploy(cli, root, model, *common[:-1], "none,accuracy")
+    assert code == 1 and "below onnxruntime's prediction" in out
+
+    code, out, _, run_dir = _deploy(cli, root, model, *common)
+    assert code == 0, out
+    assert "accuracy WARNING: 5 held-out samples" in out
+    far, below = [ln for ln in out.splitlines() if ln.startswith("  TensorRT's cosine")]
+    assert "far below FP32 (under 0.98)" in far and "below onnxruntime's prediction" in below
+    assert "WARNING" in _stages(run_dir)["accuracy"]["summary"]
+
+
+@pytest.mark.sshd
+def test_the_accuracy_gate_without_a_holdout_dir_runs_the_engine_on_the_calib_slice(trtexec_target, cli):  # noqa: F811
+    """--gate accuracy with --calib only: the engine runs on the held-out slice of --calib that the quantize
+    check used (the same samples), and the run says where they came from."""
+    root, _, _, _ = trtexec_target()
+    model = tiny_model(root / "net.onnx")
+    calib, _ = _data(root)
+    code, out, err, run_dir = _deploy(cli, root, model, "--calib", calib, "--gate", "none,accuracy")
+    assert code == 0, (out, err)
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    quantized = _stages(run_dir)["quantize"]["data"]["accuracy"]
+    assert acc["samples"] == quantized["samples"] == 2  # 20% of 8, rounded up
+    assert acc["held_out"].startswith("20% of --calib") and "20% of --calib" in out
+    # the prediction is the quantize check's own figure on those samples
+    assert acc["onnxruntime_qdq_cosine"]["value"] == pytest.approx(quantized["cosine"], abs=1e-9)
+
+
+def test_accuracy_flags_without_holdout_are_usage_errors_before_a_run_dir(tmp_path, monkeypatch, cli):
+    monkeypatch.chdir(tmp_path)
+    model = tiny_model(tmp_path / "net.onnx")
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "t.yaml").write_text("host: local\npython: python3\ntensorrt: '8.6'\n")
+    cases = ((["--min-metric", "0.9"], "--min-metric needs held-out samples"),
+             (["--gate", "accuracy"], "--gate accuracy needs held-out samples"),
+             (["--holdout", tmp_path / "nowhere"], "nowhere: held-out data not found"),
+             (["--holdout", tmp_path, "--metric", "nosuch"], "nosuch"))
+    for flags, said in cases:
+        code, _, err = cli("deploy", model, "--target", "t", "--runs-dir", tmp_path / "runs", *flags)
+        assert code == 2 and said in err, (flags, err)
+        assert not (tmp_path / "runs").exists()
+
+
+def test_a_qdq_models_reference_is_its_float_graph():
+    """A Q/DQ model handed to deploy is scored against its float graph: activation Q->DQ pairs gone,
+    weights dequantized; it computes what the float model computes with the rounded weights."""
+    import onnxruntime as ort
+
+    from edgeq import zoo
+    from edgeq.pipeline.accuracy import without_qdq
+
+    float_model = zoo.resnet_like(size=32, width=8)
+    qdq = zoo.qdq_ort(float_model, quantize_bias=False)
+    ref = without_qdq(qdq)
+    ops = {n.op_type for n in ref.graph.node}
+    assert "QuantizeLinear" not in ops and "DequantizeLinear" not in ops
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in qdq.graph.node}  # input untouched
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+
+    def run(m: onnx.ModelProto) -> np.ndarray:
+        s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return s.run(None, {s.get_inputs()[0].name: x})[0].ravel()
+
+    want, got, quantized = run(float_model), run(ref), run(qdq)
+    cos = float(np.dot(want, got) / np.linalg.norm(want) / np.linalg.norm(got))
+    assert cos > 0.999  # only the weights' int8 rounding apart
+    assert not np.allclose(got, quantized, rtol=1e-3)  # and not the Q/DQ model: activations are float
+
+
+@pytest.mark.sshd
+def test_a_qdq_model_deploys_with_the_holdout_against_its_float_graph(trtexec_target, cli):  # noqa: F811
+    root, model, _, _ = trtexec_target()  # the fixture's Q/DQ model: nothing quantized by deploy
+    holdout = root / "holdout"
+    holdout.mkdir()
+    np.save(holdout / "h.npy", np.random.default_rng(2).standard_normal((3, 3, 32, 32)).astype(np.float32))
+    code, out, err, run_dir = _deploy(cli, root, model, "--holdout", holdout, "--gate", "none")
+    assert code == 0, (out, err)
+    st = _stages(run_dir)
+    assert st["quantize"]["status"] == "skipped" and st["accuracy"]["status"] == "ok"
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    assert acc["samples"] == 3 and acc["onnxruntime_qdq"] is not None
+    assert acc["tensorrt"]["value"] == pytest.approx(acc["onnxruntime_qdq"]["value"], abs=1e-5)
