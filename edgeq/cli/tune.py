@@ -29,10 +29,9 @@ from edgeq.cli.output import EXIT_CODES_HELP, code_for, out, print_json, progres
 
 _HELP = (
     "Placement decided by the target's own timings: calibrate once, build implicit INT8 on the target, "
-    "start from its mirror, then toggle one decision point at a time (a tunable site tried float, a site "
-    "the rules place where implicit kept float tried INT8), each candidate built and profiled there and "
-    "kept only if faster in --rounds alternating timings and within --min-cosine (--placement trt: start "
-    "from the rules, also the fallback when implicit does not mirror).\n\n"
+    "start from its mirror, then toggle one decision point at a time, each candidate built and profiled "
+    "there and kept only if faster in --rounds alternating timings and within --min-cosine (--placement "
+    "trt or --overrides: start from the rules, also the fallback when implicit does not mirror).\n\n"
     "Writes the tuned Q/DQ model, its calibration cache, tune.json and tune.html; run it again with the "
     "same --output to resume. A target file with 'host: local' builds on this machine's GPU.\n\n"
     + EXIT_CODES_HELP
