@@ -177,10 +177,8 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
 
 @fleet_app.command(
     "validate",
-    help="One model on every target of a fleet at once: a matrix of "
-    "reachability, TensorRT, GPU, build, gate, latency. A failed target fails its row only; a re-run "
-    "reuses those that passed unchanged; Ctrl-C keeps those that finished. Exit: 0 all passed; 1 a "
-    "target failed; 2 bad input; 130 Ctrl-C.",
+    help="One model on every target of a fleet at once, a row each. A re-run reuses those that passed; "
+    "Ctrl-C keeps those that finished. Exit: 0 all passed; 1 a target failed; 2 bad input; 130 Ctrl-C.",
     short_help="One model on every target of a fleet at once.",
 )
 def fleet_validate_cmd(
