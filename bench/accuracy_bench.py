@@ -442,7 +442,8 @@ def ort_worker(model: str, calib: str, out: str) -> None:
         quant_pre_process(model, pre)
         src = pre
     except Exception as e:  # its symbolic shape inference fails on some exports: quantize without it
-        print(f"note: quant_pre_process failed ({type(e).__name__}: {str(e).splitlines()[0][:150]}); "
+        why = (str(e).splitlines() or [""])[0][:150]
+        print(f"note: quant_pre_process failed ({type(e).__name__}{': ' + why if why else ''}); "
               "quantizing without it", flush=True)
     quantize_static(src, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,

@@ -160,7 +160,8 @@ def test_float_model_with_calib_is_quantized_before_upload(workspace, cli):
     rng = np.random.default_rng(1)
     for i in range(4):
         np.save(calib / f"s{i}.npy", rng.random((1, 3, 16, 16), dtype=np.float32))
-    code, _, err = cli("deploy", model, "--target", "loopback", "--calib", calib, "--runs-dir", root / "runs")
+    code, _, err = cli("deploy", model, "--target", "loopback", "--calib", calib, "--runs-dir", root / "runs",
+                       "--placement", "trt")  # the rules (auto decides on the target: test_placement_auto.py)
     assert code == 1 and "TensorRT not available" in err
     (run_dir,) = (root / "runs").iterdir()
     st = _stages(run_dir)
@@ -227,7 +228,8 @@ def test_calib_images_take_a_preprocessing_spec(workspace, cli):
         Image.fromarray(rng.integers(0, 256, (24, 20, 3), dtype=np.uint8)).save(images / f"i{i}.png")
     spec = root / "pre.yaml"
     spec.write_text("resize: [16, 16]\nscale: 1/255\nchannels: RGB\nlayout: NCHW\n")
-    args = ("deploy", model, "--target", "loopback", "--calib", images, "--runs-dir", root / "runs")
+    args = ("deploy", model, "--target", "loopback", "--calib", images, "--runs-dir", root / "runs",
+            "--placement", "trt")
     code, _, err = cli(*args, "--preprocess", spec)
     assert code == 1 and "TensorRT not available" in err
     (run_dir,) = (root / "runs").iterdir()

@@ -217,7 +217,7 @@ def test_one_of_a_thing_reads_in_the_singular(tmp_path, cli, at80) -> None:
     # quantize with one held-out sample
     code, out, err = cli("quantize", zoo_model(tmp_path), "--synthetic", "5", "-o", tmp_path / "q.onnx")
     assert code == 0, err
-    assert "(1 held-out sample)" in out and "held-out samples" not in out
+    assert "(1 held-out sample;" in out and "held-out samples" not in out
     # a bundle with one problem
     missing = Problem("missing", "reports/x.json", "not in the bundle")
     one = Verification(Path("b.tar.gz"), None, (missing,), 3)

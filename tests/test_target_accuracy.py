@@ -36,7 +36,9 @@ def _data(root: Path) -> tuple[Path, Path]:
 def _deploy(cli, root: Path, model: Path, *flags: str) -> tuple[int, str, str, Path]:
     runs = root / "runs"
     before = set(runs.iterdir()) if runs.exists() else set()
-    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs, *flags)
+    # --placement trt: the rules' placement (the default with --calib, auto, builds the implicit engine first)
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", runs, "--placement", "trt",
+                         *flags)
     (run_dir,) = set(runs.iterdir()) - before
     return code, out, err, run_dir
 

@@ -7,7 +7,7 @@ one module per area of the library holds its commands, registered in the order `
 """
 
 # isort: off
-from edgeq.cli import graph, quantize, report, deploy, tune, fleet, release, rules, demo  # noqa: F401  (registers)
+from edgeq.cli import graph, quantize, sensitivity, report, deploy, tune, fleet, release, rules, demo  # noqa: F401  (registers)
 from edgeq.cli.app import app, main, run
 
 # isort: on

@@ -14,6 +14,7 @@ from rich.table import Table
 from edgeq.cli.app import app
 from edgeq.cli.options import (
     GATE,
+    QUANTIZE,
     AcceptNewHostKey,
     Calib,
     Calibrator,
@@ -118,7 +119,11 @@ def deploy_cmd(
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.auto,
     percentile: Percentile = 99.99,
-    placement: PlacementOpt = Placement.trt,
+    placement: PlacementOpt = Placement.auto,
+    placement_cache: Optional[Path] = typer.Option(
+        None, "--placement-cache", metavar="DIR", rich_help_panel=QUANTIZE,
+        help="auto's cache \\[default: ~/.cache/edgeq/placement].",
+    ),
     overrides: Overrides = None,
     gate: Gate = None,
     baseline: Optional[str] = typer.Option(
@@ -147,15 +152,18 @@ def deploy_cmd(
         raise typer.BadParameter("--placement implicit needs a float model and --calib (the implicit engine "
                                  "and its mirror come from one calibration)", param_hint="--calib")
     tgt = resolve_target(target or "")
+    if placement == Placement.auto and (calib is None or overrides is not None):
+        placement = Placement.trt  # nothing to decide without data; overrides edit the rules' placement
     allow: tuple[str, ...] = ()
     require_fusion: Optional[bool] = None
     if pipeline is not None:
         pl = load_pipeline(pipeline)
         if pl.gate is not None:
             allow, require_fusion = pl.gate.allow, pl.gate.require_fusion
+    auto = placement == Placement.auto
     options = DeployOptions(
         quantize=quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
-                                  placement=placement, overrides=overrides,
+                                  placement=Placement.trt if auto else placement, overrides=overrides,
                                   holdout=0.2 if holdout is None else holdout, metric=metric or "auto",
                                   min_cosine=min_cosine, min_metric=min_metric),
         accept_new_host_key=accept_new_host_key, gate_allow=allow,
@@ -170,13 +178,21 @@ def deploy_cmd(
             return  # a failure is printed once, as the error line
         err.print(f"[dim]{escape(line)}[/]", highlight=False)
 
-    mirrored = None
+    mirrored = decided = None
     with progress_display(enabled=not json_out) as progress:
-        if placement == Placement.implicit:
+        if auto:
+            from edgeq.orchestration.auto import AutoOptions, auto_applies, deploy_auto
+
+            auto = auto_applies(model, options.quantize)  # a Q/DQ model is deployed as given
+        if auto:
+            decided = deploy_auto(model, tgt, options, AutoOptions(cache_dir=placement_cache),
+                                  progress=progress, on_event=event)  # fmt: skip
+            result, relative = decided.result, decided.relative  # type: Any, Any
+        elif placement == Placement.implicit:
             from edgeq.orchestration.implicit import deploy_implicit
 
             mirrored = deploy_implicit(model, tgt, options, progress=progress, on_event=event)
-            result, relative = mirrored.explicit, mirrored.relative  # type: Any, Any
+            result, relative = mirrored.explicit, mirrored.relative
         else:
             result = deploy(model, tgt, options, progress=progress, on_event=event)
             relative = _relative_to_baseline(result, tgt, accept_new_host_key, progress) if baseline else None
@@ -193,6 +209,7 @@ def deploy_cmd(
                 "accuracy": accuracy.to_dict() if accuracy is not None else None,
                 "relative_gate": relative.to_dict() if relative is not None else None,
                 **({"implicit": mirrored.to_dict()} if mirrored is not None else {}),
+                **({"placement": decided.to_dict()} if decided is not None else {}),
                 "exit_code": code,
             }
         )
@@ -202,6 +219,8 @@ def deploy_cmd(
         out.print(f"report: [bold]{escape(str(result.finished.report_html))}[/]")
     for note in mirrored.notes() if mirrored is not None else ():
         out.print(f"[cyan]implicit:[/] {escape(note)}", highlight=False)
+    for note in decided.notes() if decided is not None else ():
+        out.print(f"[cyan]auto:[/] {escape(note)}", highlight=False)
     if gate_result is not None:
         print_verdict(gate_result)
     if accuracy is not None:

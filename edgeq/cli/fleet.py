@@ -27,6 +27,8 @@ from edgeq.cli.options import (
     Limit,
     MaxFail,
     Overrides,
+    Placement,
+    PlacementOpt,
     Preprocess,
     RunsDir,
     Workers,
@@ -155,11 +157,19 @@ def run_fleet(model: Path, fleet_path: Path, options: Any, *, live: bool, limit:
 def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Optional[Path],
                   overrides: Optional[Path], gate: Optional[str], runs_dir: Path, accept_new_host_key: bool,
                   build_once_per_kind: bool, workers: Optional[int] = None, iterations: int = 10,
-                  duration: float = 3.0, fresh: bool = False, max_fail: Optional[int] = None) -> Any:
+                  duration: float = 3.0, fresh: bool = False, max_fail: Optional[int] = None,
+                  placement: Placement = Placement.trt) -> Any:
+    from edgeq.orchestration.auto import AutoOptions
     from edgeq.orchestration.fleet import FleetOptions
 
-    quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides)
-    return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir,
+    if placement == Placement.implicit:  # as pipeline and fleet files (edgeq.orchestration.run)
+        raise typer.BadParameter("implicit is per target (edgeq deploy); a fleet takes auto (each board kind "
+                                 "decides), trt or all", param_hint="--placement")  # fmt: skip
+
+    quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides,
+                                placement=Placement.trt if placement == Placement.auto else placement)
+    auto = placement == Placement.auto and calib is not None and overrides is None  # overrides: the rules'
+    return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir, auto=AutoOptions() if auto else None,
                         accept_new_host_key=accept_new_host_key, build_once_per_kind=build_once_per_kind,
                         workers=workers, fresh=fresh, max_fail=max_fail,
                         profile=profile_settings(None, iterations, duration))  # fmt: skip
@@ -167,10 +177,8 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
 
 @fleet_app.command(
     "validate",
-    help="One model on every target of a fleet at once: a matrix of "
-    "reachability, TensorRT, GPU, build, gate, latency. A failed target fails its row only; a re-run "
-    "reuses those that passed unchanged; Ctrl-C keeps those that finished. Exit: 0 all passed; 1 a "
-    "target failed; 2 bad input; 130 Ctrl-C.",
+    help="One model on every target of a fleet at once, a row each. A re-run reuses those that passed; "
+    "Ctrl-C keeps those that finished. Exit: 0 all passed; 1 a target failed; 2 bad input; 130 Ctrl-C.",
     short_help="One model on every target of a fleet at once.",
 )
 def fleet_validate_cmd(
@@ -186,6 +194,7 @@ def fleet_validate_cmd(
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.auto,
     overrides: Overrides = None,
+    placement: PlacementOpt = Placement.auto,
     gate: Gate = None,
     build_once_per_kind: BuildOncePerKind = False,
     iterations: Iterations = 10,
@@ -202,7 +211,8 @@ def fleet_validate_cmd(
     if junit is not None:
         check_writable(junit, inputs=(model, fleet))
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
-                            build_once_per_kind, workers, iterations, duration, fresh, max_fail)  # fmt: skip
+                            build_once_per_kind, workers, iterations, duration, fresh, max_fail,
+                            placement)  # fmt: skip
     result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
     code = result.exit_code
     if junit is not None:

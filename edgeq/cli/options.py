@@ -36,6 +36,7 @@ class Placement(str, Enum):
     trt = "trt"
     all = "all"
     implicit = "implicit"
+    auto = "auto"  # decided on the target, cached (deploy's default; edgeq.orchestration.auto)
 
 
 # -- quantization: what quantize, deploy, compare, tune, fleet and release calibrate on, and how -----------
@@ -66,9 +67,12 @@ MinMetric = Annotated[Optional[float], typer.Option(
     help="Accuracy bound on the task metric (1.0 = as FP32).")]
 PlacementOpt = Annotated[Placement, typer.Option(
     "--placement", metavar="MODE", case_sensitive=False, rich_help_panel=QUANTIZE,
-    help="trt (8.6 rules), all (every tensor), implicit (its mirror).")]
+    help="trt (rules), all, implicit, auto (target).")]
 Overrides = Annotated[Optional[Path], typer.Option(
     "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
+
+Budget = Annotated[Optional[str], typer.Option(
+    "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m).")]
 
 # -- the target ------------------------------------------------------------------------------------------
 TargetName = Annotated[Optional[str], typer.Option(
@@ -131,9 +135,13 @@ def quantize_options(
     cache: Optional[Path] = None,
     from_engine: Optional[Path] = None,
 ) -> QuantizeOptions:
-    """The one options object of every command that quantizes (the groups above, by value)."""
+    """The one options object of every command that quantizes (the groups above, by value). ``auto`` is
+    decided on a target (deploy resolves it before this); anywhere else it is a usage error."""
     from edgeq.quant.quantize import QuantizeOptions, holdout_option
 
+    if placement == Placement.auto:
+        raise typer.BadParameter("--placement auto is decided on a target by edgeq deploy; give trt, all or "
+                                 "implicit here", param_hint="--placement")  # fmt: skip
     fraction, held = holdout_option(holdout)
     return QuantizeOptions(
         calib=calib, synthetic=synthetic, preprocess=preprocess, calibrator=Calibrator(calibrator).value,

@@ -76,8 +76,18 @@ def quantize_cmd(
         None, "--from-engine", metavar="JSON", rich_help_panel=QUANTIZE,
         help="Place Q/DQ where this implicit engine ran INT8 (its layer JSON).",
     ),
+    max_loss: Optional[float] = typer.Option(
+        None, "--max-loss", metavar="X", rich_help_panel=QUANTIZE,
+        help="Keep the worst regions float until 1 - metric <= X.",
+    ),
+    engine: Optional[Path] = typer.Option(
+        None, "--engine", metavar="PATH", rich_help_panel=QUANTIZE,
+        help="An earlier deploy's run dir or layer JSON: the float regions' time.",
+    ),
     json_out: Json = False,
 ) -> int:
+    from dataclasses import replace
+
     from edgeq.errors import QuantError
     from edgeq.quant.quantize import quantize_file
 
@@ -88,8 +98,9 @@ def quantize_cmd(
         placement=placement, overrides=overrides, holdout=holdout, metric=metric, min_cosine=min_cosine,
         min_metric=min_metric, cache=cache, from_engine=from_engine,
     )  # fmt: skip
+    options = replace(options, max_loss=max_loss)
     with progress_display(enabled=not json_out) as progress:
-        result = quantize_file(model, options, output=output, progress=progress)
+        result = quantize_file(model, options, output=output, progress=progress, engine=engine)
     code = code_for(result.ok)
     if json_out:
         print_json({**result.to_dict(), "exit_code": code})
@@ -124,6 +135,10 @@ def _render(result: Any) -> None:
         _render_choice(result.choice)
     if result.accuracy is not None:
         _render_accuracy(result.accuracy)
+    if result.max_loss is not None:
+        style = "green" if result.max_loss.reached else "bold red"
+        out.print(f"[{style}]{escape(result.max_loss.summary())}[/]")
+        out.print(escape(result.max_loss.speed_line()))
     for note in d["notes"]:
         err.print(f"[yellow]note:[/] {escape(note)}")
     errors = [f for f in result.clean_findings if f.level == Level.ERROR]
@@ -132,7 +147,9 @@ def _render(result: Any) -> None:
     out.print(f"wrote [bold]{escape(d['output'])}[/], [bold]{escape(d['cache'])}[/] "
               f"({d['cache_tensors']} tensors in the calibration cache), [bold]{escape(d['fp32_model'])}[/] "
               f"(the FP32 model for the cache: trtexec --int8 --calib --onnx) and "
-              f"[bold]{escape(d['summary'])}[/]")
+              f"[bold]{escape(d['summary'])}[/]"
+              + (f"; the regions kept float: [bold]{escape(d['overrides_file'])}[/] (--overrides "
+                 "replays them)" if "overrides_file" in d else ""))
 
 
 def _weights_note(by_axis: dict[str, int]) -> str:

@@ -12,11 +12,13 @@ from edgeq.cli.app import app
 from edgeq.cli.options import (
     TARGET,
     AcceptNewHostKey,
+    Budget,
     Calib,
     Calibrator,
     CalibratorOpt,
     Json,
     MinCosine,
+    Overrides,
     Percentile,
     Placement,
     PlacementOpt,
@@ -27,10 +29,9 @@ from edgeq.cli.output import EXIT_CODES_HELP, code_for, out, print_json, progres
 
 _HELP = (
     "Placement decided by the target's own timings: calibrate once, build implicit INT8 on the target, "
-    "start from its mirror, then toggle one decision point at a time (a tunable site tried float, a site "
-    "the rules place where implicit kept float tried INT8), each candidate built and profiled there and "
-    "kept only if faster in --rounds alternating timings and within --min-cosine (--placement trt: start "
-    "from the rules, also the fallback when implicit does not mirror).\n\n"
+    "start from its mirror, then toggle one decision point at a time, each candidate built and profiled "
+    "there and kept only if faster in --rounds alternating timings and within --min-cosine (--placement "
+    "trt or --overrides: start from the rules, also the fallback when implicit does not mirror).\n\n"
     "Writes the tuned Q/DQ model, its calibration cache, tune.json and tune.html; run it again with the "
     "same --output to resume. A target file with 'host: local' builds on this machine's GPU.\n\n"
     + EXIT_CODES_HELP
@@ -52,9 +53,8 @@ def tune_cmd(
     percentile: Percentile = 99.99,
     min_cosine: MinCosine = 0.99,
     placement: PlacementOpt = Placement.implicit,
-    budget: str = typer.Option(
-        "20m", "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m)."
-    ),
+    overrides: Overrides = None,
+    budget: Budget = "20m",
     rounds: int = typer.Option(
         3, "--rounds", metavar="N", min=0, help="Paired re-timing rounds a decision (0: single timings)."
     ),
@@ -74,9 +74,11 @@ def tune_cmd(
     if placement == Placement.all:
         raise typer.BadParameter("tune starts from trt (the rules) or implicit (the mirror of the implicit "
                                  "engine)", param_hint="--placement")  # fmt: skip
+    if overrides is not None and fallback:  # nodes kept float on purpose: the rules' start honours them
+        placement = Placement.trt
     quantize = quantize_options(calib, calibrator=calibrator, percentile=percentile, min_cosine=min_cosine,
-                                placement=placement)  # fmt: skip
-    options = TuneOptions(quantize=quantize, out_dir=output, budget_s=parse_budget(budget),
+                                placement=placement, overrides=overrides)  # fmt: skip
+    options = TuneOptions(quantize=quantize, out_dir=output, budget_s=parse_budget(budget or "20m"),
                           accept_new_host_key=accept_new_host_key, rounds=rounds,
                           fallback=fallback)  # fmt: skip
     tgt = resolve_target(target or "")

@@ -34,6 +34,7 @@ from edgeq.pipeline.stages import (
     RunReport,
     conclude,
     direct_agent,
+    gate_policy,
     on_target,
     prepare,
     probe,
@@ -153,7 +154,7 @@ def deploy(
         with target_runner(target, options.accept_new_host_key) as runner:
             on_target(runner, target, prepared, rec, build_agent(options.cache_dir or agent_cache_dir()),
                       options.profile, accuracy=plan)  # fmt: skip
-        finished = conclude(rec, prepared.model, policy)
+        finished = conclude(rec, prepared.model, gate_policy(policy, prepared.stages))
     return DeployResult(rec.run_dir, rec.stages, finished, rec.timings)
 
 

@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -36,6 +36,7 @@ from edgeq.orchestration import resume
 from edgeq.orchestration.deploy import policy_for
 from edgeq.orchestration.fleet_file import Fleet
 from edgeq.orchestration.pool import INTERRUPTED, BoardPool
+from edgeq.pipeline.accuracy import holdout_for
 from edgeq.pipeline.rundir import Recorder, model_stem, new_run_dir, slug, write_json
 from edgeq.pipeline.stages import (
     KindEngines,
@@ -44,6 +45,7 @@ from edgeq.pipeline.stages import (
     ProfileSettings,
     conclude,
     direct_agent,
+    gate_policy,
     on_target,
     prepare_host,
     probe,
@@ -70,14 +72,21 @@ class FleetOptions:
     fresh: bool = False  # run every target again, not resuming the last run (edgeq.orchestration.resume)
     max_fail: Optional[int] = None  # start no more targets after this many failures
     accuracy_gate: bool = False  # the engine on the held-out set gates each row (deploy --gate accuracy)
+    # --placement auto (edgeq.orchestration.auto.AutoOptions): a float model with calibration data is placed
+    # by the first board of each kind, through the placement cache; None: the host's placement for all
+    auto: Optional[Any] = None
 
     def settings(self) -> dict[str, Any]:
         """The options a target's result depends on (its resume key): not where or how fast it ran."""
+        from edgeq.orchestration.placement_cache import calibration_digest
         from edgeq.pipeline.accuracy import settings as accuracy_settings
 
         return {"gate": self.gate, "gate_allow": list(self.gate_allow),
                 "require_fusion": self.gate_require_fusion, "build_once_per_kind": self.build_once_per_kind,
-                "profile": asdict(self.profile), **accuracy_settings(self.quantize, self.accuracy_gate)}
+                "profile": asdict(self.profile),
+                **({"placement": "auto", "calibration": calibration_digest(self.quantize)}
+                   if self.auto else {}),
+                **accuracy_settings(self.quantize, self.accuracy_gate)}
 
 
 @dataclass
@@ -112,6 +121,7 @@ class Row:
     seconds: float = 0.0
     reused_from: Optional[str] = None  # the run this passed row was taken over from (not run again)
     rebuilt: Optional[str] = None  # why a board that passed with these inputs ran again: its facts changed
+    placement: Optional[str] = None  # --placement auto: what its kind kept, decided where (or from cache)
 
     @property
     def passed(self) -> bool:
@@ -204,7 +214,8 @@ class _Run:
     keys: dict[str, str]
     priors: dict[str, resume.Prior]
     pool: BoardPool
-    accuracy: Any = None  # the accuracy stage's plan (pipeline.accuracy.AccuracyPlan), None: skipped
+    placements: Optional[Any] = None  # auto.KindPlacements: one decision per board kind
+    held: Any = None  # the held-out set every board's engine runs on (pipeline.accuracy.HeldOutSet), or None
 
 
 def _reusable(target: Target, run: _Run) -> Optional[resume.Prior]:
@@ -219,10 +230,15 @@ def _changed(runner: Runner, target: Target, run: _Run, prior: resume.Prior
              ) -> tuple[Optional[str], dict[str, Optional[str]], Probe]:
     """Probe the board on the run's connection (the agent is in its upload cache already): what changed
     since ``prior`` (None: nothing), its facts now, and the probe (a rebuild does not probe again)."""
-    up = runner.put(run.agent.path, target.remote_path("cache"))
-    found = probe(direct_agent(runner, target, up.remote_path), target)
+    found = _probe_board(runner, target, run)
     facts = resume.board_facts(found)
     return resume.changed_facts(prior.recorded_facts(target), facts), facts, found
+
+
+def _probe_board(runner: Runner, target: Target, run: _Run) -> Probe:
+    """The board's probe on the run's connection (the agent is in its upload cache already)."""
+    up = runner.put(run.agent.path, target.remote_path("cache"))
+    return probe(direct_agent(runner, target, up.remote_path), target)
 
 
 def _reuse(target: Target, run: _Run, row: Row, prior: resume.Prior, facts: dict[str, Optional[str]],
@@ -278,7 +294,19 @@ def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_ro
                 update()
                 return
             update(rebuilt=why)
-        _run_on_board(runner, target, prepared, run, row, update, started, found)
+        placement = None
+        if run.placements is not None:  # --placement auto: the board's kind decides (or has decided)
+            try:
+                if found is None:
+                    update(stage="placement")
+                    found = _probe_board(runner, target, run)
+                placement = run.placements.for_board(target, found)
+            except EdgeqError as e:
+                _failed_before_run(row, e, started, run, on_row)
+                return
+            prepared = placement.prepared
+            update(placement=placement.cell())
+        _run_on_board(runner, target, prepared, run, row, update, started, found, placement)
 
 
 def _failed_before_run(row: Row, e: EdgeqError, started: float, run: _Run, on_row: RowFn) -> None:
@@ -303,8 +331,8 @@ def _interrupted(row: Row, started: float, run: _Run, on_row: RowFn) -> None:
 
 
 def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run, row: Row,
-                  update: Callable[..., None], started: float, probed: Optional[Probe] = None
-                  ) -> None:  # fmt: skip
+                  update: Callable[..., None], started: float, probed: Optional[Probe] = None,
+                  placement: Optional[Any] = None) -> None:  # fmt: skip
     """The target's half of the pipeline into a fresh board directory, recorded for the next run."""
     fleet_dir, options, lock = run.fleet_dir, run.options, run.pool.lock
 
@@ -322,14 +350,15 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
         rec.log.line(f"{row.rebuilt}: rebuilt (it passed with these inputs on the board as it was then)")
     cause, facts, stopped = None, None, None
     try:
-        policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
+        gate = (options.gate, options.gate_allow, options.gate_require_fusion)
+        policy = placement.policy(target, *gate) if placement is not None else policy_for(target, *gate)
         with rec.finishing():
             found = on_target(runner, target, prepared, rec, run.agent, options.profile, run.shared,
                               remote_name=f"{fleet_dir.name}-{run_dir.name}", probed=probed,
-                              accuracy=run.accuracy)
+                              accuracy=_accuracy_plan(prepared, run))
             facts = resume.board_facts(found)
             update(gpu=found.gpu, kind=found.kind)
-            conclude(rec, prepared.model, policy)
+            conclude(rec, prepared.model, gate_policy(policy, prepared.stages))
     except Interrupted as e:  # Ctrl-C: its remote command killed, the run directory says how far it got
         stopped = f"stopped during {row.stage}"
         row.exit_code = e.exit_code
@@ -366,6 +395,7 @@ def validate(
     Errors of the model itself (unreadable, refused by lint, bad calibration data) stop the run before
     any target is contacted, as in ``deploy``.
     """
+    from edgeq.orchestration.auto import auto_applies
     from edgeq.orchestration.deploy import check_model_path
 
     started = time.monotonic()
@@ -379,18 +409,24 @@ def validate(
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip
     resume.mark_run(fleet_dir, fleet.path, model)
-    prepared = prepare_host(model, fleet_dir / "host", options.quantize, progress)
+    auto = options.auto is not None and auto_applies(model, options.quantize)
+    # under auto the host only cleans and lints: each board kind's placement quantizes
+    spec = replace(options.quantize, calib=None, synthetic=None) if auto else options.quantize
+    prepared = prepare_host(model, fleet_dir / "host", spec, progress)
     earlier = [] if options.fresh else resume.earlier_runs(fleet_dir, fleet.path, model)
+    options = options if auto else replace(options, auto=None)  # a Q/DQ model or no data: nothing to decide
     return validate_prepared(model, prepared, fleet, fleet_dir, options, on_row=on_row, created=stamp,
                              resume_from=earlier, started=started)
 
 
-def _accuracy_plan(prepared: Prepared, options: FleetOptions) -> Any:
-    """Every board's engine runs on the same held-out set (indexed once, for the prepared model)."""
-    from edgeq.pipeline.accuracy import holdout_for, plan_for
+def _accuracy_plan(prepared: Prepared, run: _Run) -> Any:
+    """The board's accuracy stage: the run's one held-out set, scored against the board's own prepared
+    model (under --placement auto each kind quantizes its own); None: no held-out set, stage skipped."""
+    from edgeq.pipeline.accuracy import plan_for
 
-    held = holdout_for(prepared.model, options.quantize, options.accuracy_gate)
-    return plan_for(prepared, held, options.quantize, options.accuracy_gate) if held is not None else None
+    if run.held is None:
+        return None
+    return plan_for(prepared, run.held, run.options.quantize, run.options.accuracy_gate)
 
 
 def check_gates(fleet: Fleet, options: FleetOptions) -> None:
@@ -425,19 +461,25 @@ def validate_prepared(
     for r in rows:
         on_row(r)
     model_digest = ":".join(sha256_file(p) for p in (prepared.model_file, prepared.cache_file) if p)
-    keys = {t.name: resume.board_key(t, model_digest, options.settings()) for t in fleet.targets}
+    settings = options.settings()
+    keys = {t.name: resume.board_key(t, model_digest, settings) for t in fleet.targets}
     pool = BoardPool(max(1, min(options.workers or fleet.workers, len(rows))), options.max_fail)
     run = _Run(fleet_dir, options, agent, KindEngines() if options.build_once_per_kind else None, keys,
                {} if options.fresh else resume.priors(resume_from, [t.name for t in fleet.targets]), pool,
-               accuracy=_accuracy_plan(prepared, options))
+               placements=_placements(model, fleet_dir, options),
+               held=holdout_for(prepared.model, options.quantize, options.accuracy_gate))
     pool.run([partial(_validate_one, t, prepared, run, r, on_row) for t, r in zip(fleet.targets, rows)],
              "edgeq-fleet")  # fmt: skip
     result = FleetResult(
         fleet_dir, model, rows, stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), [asdict(s) for s in prepared.stages],
         round(time.monotonic() - started, 3), pool.interrupted,
     )
+    kinds = run.placements.kinds if run.placements is not None else {}
+    if len(kinds) == 1:  # one kind: its model is the fleet's shipped model (release bundles it)
+        prepared = next(iter(kinds.values())).prepared
     write_json(fleet_dir / "fleet.json", {
         **result.to_dict(),
+        "placements": {k: kp.to_dict(fleet_dir) for k, kp in sorted(kinds.items())} or None,
         "source_sha256": source_sha256 or sha256_file(model),
         "model_file": os.path.relpath(prepared.model_file, fleet_dir),  # the directory moves as one
         "cache_file": os.path.relpath(prepared.cache_file, fleet_dir) if prepared.cache_file else None,
@@ -446,6 +488,20 @@ def validate_prepared(
 
 
 NOT_TRIED = ("skipped", "interrupted")  # rows that did not run to a verdict: neither passed nor failed
+
+
+def _placements(model: Path, fleet_dir: Path, options: FleetOptions) -> Optional[Any]:
+    """--placement auto: the per-kind decisions, into ``<fleet dir>/placement/<kind>/``."""
+    if options.auto is None:
+        return None
+    from edgeq.orchestration.auto import KindPlacements
+    from edgeq.orchestration.deploy import DeployOptions
+
+    deploy_options = DeployOptions(quantize=options.quantize, accept_new_host_key=options.accept_new_host_key,
+                                   gate=options.gate, gate_allow=options.gate_allow,
+                                   gate_require_fusion=options.gate_require_fusion, profile=options.profile,
+                                   cache_dir=options.cache_dir)  # fmt: skip
+    return KindPlacements(model, deploy_options, options.auto, fleet_dir / "placement")
 
 
 def junit_xml(result: FleetResult, suite: str = "edgeq fleet validate") -> str:
@@ -512,7 +568,7 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
             "reachable": {True: "yes", False: "no", None: "-"}[r.reachable],
             "TensorRT": r.tensorrt or "-",
             "GPU (sm)": gpu_cell(r),
-            "build": r.build or "-",
+            "build": (r.build or "-") + (f"; placement {r.placement}" if r.placement else ""),
             "gate": {True: "passed", False: "FAILED", None: "-"}[r.gate],
             **({"accuracy": r.accuracy or "-"} if measured else {}),
             "p50 ms": text.ms(r.latency_p50_ms),

@@ -147,33 +147,55 @@ class ImplicitDeploy:
                 "files": self.files, "notes": self.notes()}  # fmt: skip
 
 
-def deploy_implicit(
+@dataclass
+class Mirrored:
+    """Steps 1-2 of ``--placement implicit`` done: the implicit engine built on the target and its mirror
+    written; what the explicit build and the relative gate then need (``deploy --placement auto`` too)."""
+
+    run_dir: Path
+    cal: Calibrated
+    pair: Variant  # the implicit pair: the cleaned FP32 model and its calibration cache
+    implicit: DeployResult
+    plan: Plan
+    report: MirrorReport
+    model: Path  # the mirror's Q/DQ model
+    floats: ImplicitFloat  # by_design: the regions the mirror leaves float on purpose
+    accuracy: Optional[AccuracyReport]
+    common: DeployOptions  # the options both builds share (the run directory, FP16 allowed)
+
+    def explicit_options(self, options: DeployOptions) -> DeployOptions:
+        """The explicit build's: implicit's own float nodes and the float-entry regions allowlisted, and
+        interior reformats left to the relative gate when implicit has some."""
+        return explicit_deploy_options(self.common, options.gate_allow, self.floats)
+
+
+def explicit_deploy_options(common: DeployOptions, allow: tuple[str, ...], floats: ImplicitFloat
+                            ) -> DeployOptions:  # fmt: skip
+    """One place for how an explicit engine judged against implicit is gated (a mirror, or a cached one)."""
+    return replace(common, gate_allow=(*allow, *floats.nodes, *floats.by_design),
+                   gate_reformats=False if floats.reformats else None)  # fmt: skip
+
+
+def implicit_then_mirror(
     model: Path,
     target: Target,
-    options: DeployOptions = DeployOptions(),
+    options: DeployOptions,
     *,
-    rounds: int = ROUNDS,
+    what: str = "--placement implicit",
     progress: ProgressFn = no_progress,
     on_event: EventFn = no_event,
-) -> ImplicitDeploy:
-    """``edgeq deploy --placement implicit``: see the module doc. Everything under one directory,
-    ``runs/<model>-<target>-<time>/``: the implicit pair, ``<stem>.mirror.onnx``, ``implicit.json`` and the
-    two deploy runs. Bad input is refused before it exists; a target failure raises (exit 1)."""
-    from edgeq.fs import atomic_write_text
+) -> Mirrored:
+    """Calibrate once, build the implicit engine on ``target`` and mirror it (checked on held-out data)."""
     from edgeq.graph.io import load_model
-    from edgeq.orchestration.retime import retime
-    from edgeq.pipeline.stages import ProfileSettings
     from edgeq.quant.accuracy import compare_accuracy
-    from edgeq.report.compare import diff_pair
-    from edgeq.report.compare_gate import relative_gate
 
     q = options.quantize
     if q.calib is None:
-        raise QuantError("--placement implicit needs calibration data (--calib)", NEEDS_CALIB)
+        raise QuantError(f"{what} needs calibration data (--calib)", NEEDS_CALIB)
     deploy_policy(options, target)  # a bad --gate before any work
     q.check_inputs()
     checks = VariantOptions(quantize=q, accept_new_host_key=options.accept_new_host_key)
-    check_float_model(model, target, checks, "--placement implicit")
+    check_float_model(model, target, checks, what)
     cal, held = calibrate_once(Path(model), q, holdout=True)  # before any directory: bad data writes nothing
     run_dir = new_run_dir(Path(options.runs_dir), Path(model), target.name)
     settings = options.profile if options.profile.fp16 is not None else replace(options.profile, fp16=True)
@@ -185,11 +207,10 @@ def deploy_implicit(
         implicit = deploy(pair.model, target, replace(common, gate="none", calib_cache=pair.calib_cache),
                           progress=progress, on_event=on_event)  # fmt: skip
     except EdgeqError as e:
-        raise EdgeqError(f"--placement implicit: the implicit engine: {e.message}", e.hint,
+        raise EdgeqError(f"{what}: the implicit engine: {e.message}", e.hint,
                          exit_code=e.exit_code) from None  # fmt: skip
     impl_engine = _run_engine(implicit.run_dir, cal.reference, "implicit",
                               implicit.timings.get("throughput_qps"), None)  # fmt: skip
-    floats = implicit_float(impl_engine)
 
     # 2. its mirror, from the same ranges; accuracy on the held-out samples
     plan, report = mirror_plan(cal, implicit.run_dir / "layers.json")
@@ -202,33 +223,68 @@ def deploy_implicit(
             raise QuantError(f"the mirror's accuracy is below min_cosine {q.min_cosine}: {accuracy}",
                              "see implicit.json; the implicit engine's INT8 choices cost that much here",
                              exit_code=1)  # fmt: skip
+    # the regions the mirror leaves float on purpose (float-entry: implicit entered them by a quantizing
+    # reformat) are allowlisted beside implicit's own float nodes
+    floats = replace(implicit_float(impl_engine), by_design=plan.float_nodes)
+    return Mirrored(run_dir, cal, pair, implicit, plan, report, mirrored.model, floats, accuracy, common)
 
-    # 3. the explicit engine, gated with implicit's own float nodes allowlisted, and the regions the
-    # mirror leaves float on purpose (float-entry: implicit entered them by a quantizing reformat)
-    floats = replace(floats, by_design=plan.float_nodes)
-    explicit_opts = replace(common, gate_allow=(*options.gate_allow, *floats.nodes, *floats.by_design),
-                            gate_reformats=False if floats.reformats else None)  # fmt: skip
-    explicit = deploy(mirrored.model, target, explicit_opts, progress=progress, on_event=on_event)
 
-    # 4. both timed in alternation; the relative gate on the paired medians
+def judge_explicit(
+    target: Target,
+    m: Mirrored,
+    explicit: DeployResult,
+    options: DeployOptions,
+    *,
+    rounds: int = ROUNDS,
+    min_ratio: Optional[float] = None,
+    progress: ProgressFn = no_progress,
+) -> ImplicitDeploy:
+    """Step 4: implicit and the explicit engine timed in alternation, the relative gate on the paired
+    medians (``min_ratio``: the gate's default, else this), and ``implicit.json`` written."""
+    from edgeq.fs import atomic_write_text
+    from edgeq.orchestration.retime import retime
+    from edgeq.pipeline.stages import ProfileSettings
+    from edgeq.report.compare import diff_pair
+    from edgeq.report.compare_gate import DEFAULT_MIN_RATIO, relative_gate
+
+    implicit, cal = m.implicit, m.cal
     paired: Optional[dict[str, Any]] = None
     qps: list[Optional[float]] = [run.timings.get("throughput_qps") for run in (implicit, explicit)]
     if rounds and explicit.finished is not None:
         engines = [(name, run.run_dir / "engine.plan") for name, run in (("implicit", implicit),
                                                                           ("explicit", explicit))]
-        timed = retime(target, engines, rounds=rounds, settings=ProfileSettings(fp16=settings.fp16),
+        timed = retime(target, engines, rounds=rounds, settings=ProfileSettings(fp16=m.common.profile.fp16),
                        accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
                        progress=progress)  # fmt: skip
         paired, qps = timed.to_dict(), [timed.median(0), timed.median(1)]
     base = _run_engine(implicit.run_dir, cal.reference, "implicit", qps[0], None)
     cand = _run_engine(explicit.run_dir, cal.reference, "explicit", qps[1], None)
-    relative = relative_gate(diff_pair(base, cand), by_design=floats.by_design)
-    result = ImplicitDeploy(run_dir, implicit, explicit, report, floats, relative, accuracy, paired)
-    summary = run_dir / "implicit.json"
-    result.files = {"mirror_model": str(mirrored.model), "fp32_model": str(pair.model),
-                    "cache": str(pair.calib_cache), "summary": str(summary)}  # fmt: skip
+    relative = relative_gate(diff_pair(base, cand), DEFAULT_MIN_RATIO if min_ratio is None else min_ratio,
+                             by_design=m.floats.by_design)  # fmt: skip
+    result = ImplicitDeploy(m.run_dir, implicit, explicit, m.report, m.floats, relative, m.accuracy, paired)
+    summary = m.run_dir / "implicit.json"
+    result.files = {"mirror_model": str(m.model), "fp32_model": str(m.pair.model),
+                    "cache": str(m.pair.calib_cache), "summary": str(summary)}  # fmt: skip
     atomic_write_text(summary, json.dumps(result.to_dict(), indent=2, default=str) + "\n")
     return result
+
+
+def deploy_implicit(
+    model: Path,
+    target: Target,
+    options: DeployOptions = DeployOptions(),
+    *,
+    rounds: int = ROUNDS,
+    progress: ProgressFn = no_progress,
+    on_event: EventFn = no_event,
+) -> ImplicitDeploy:
+    """``edgeq deploy --placement implicit``: see the module doc. Everything under one directory,
+    ``runs/<model>-<target>-<time>/``: the implicit pair, ``<stem>.mirror.onnx``, ``implicit.json`` and the
+    two deploy runs. Bad input is refused before it exists; a target failure raises (exit 1)."""
+    m = implicit_then_mirror(model, target, options, progress=progress, on_event=on_event)
+    # 3. the explicit engine, gated with implicit's own float nodes and the float-entry regions allowlisted
+    explicit = deploy(m.model, target, m.explicit_options(options), progress=progress, on_event=on_event)
+    return judge_explicit(target, m, explicit, options, rounds=rounds, progress=progress)
 
 
 # --------------------------------------------------------------------------------------------------

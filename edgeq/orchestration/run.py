@@ -27,7 +27,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -85,6 +85,8 @@ class PipelineSpec:
     profile: ProfileSettings
     release: Optional[Path]
     runs_dir: Path
+    # placement: auto (edgeq.orchestration.auto): with targets, each board kind's first board decides
+    auto: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,10 @@ def load_spec(path: Path) -> PipelineSpec:
     release = (v.get("release") or {}).get("output")
     if release and fleet is None:
         raise ConfigError(f"{path}: 'release' needs targets ('target', 'fleet' or 'targets')")
-    q = v.get("quantize") or {}
+    q = dict(v.get("quantize") or {})
+    auto = q.get("placement") == "auto" and "overrides" not in v  # overrides edit the rules' placement
+    if q.get("placement") == "auto":
+        q.pop("placement")
     opt = lambda k: Path(v[k]) if k in v else None  # noqa: E731
     prof = v.get("profile") or {}
     return PipelineSpec(
@@ -148,6 +153,7 @@ def load_spec(path: Path) -> PipelineSpec:
                                 prof.get("warmup_ms", 200)),
         release=Path(release) if release else None,
         runs_dir=Path(v.get("runs_dir", "runs")),
+        auto=auto and fleet is not None,
     )  # fmt: skip
 
 
@@ -155,11 +161,13 @@ def _quantize_options(path: Path, calib: Optional[Path], synthetic: Optional[int
                       overrides: Optional[Path], section: Mapping[str, Any]) -> QuantizeOptions:
     """The file's quantization settings; a value out of range names the file and its 'quantize' section.
     ``placement: implicit`` is refused: a pipeline prepares one model on the host for every target, before
-    any target has built the implicit engine it would mirror."""
+    any target has built the implicit engine it would mirror. ``placement: auto`` is not: there the first
+    board of each kind decides at the targets stage (``load_spec`` takes it out of this section)."""
     if section.get("placement") == "implicit":
         raise ConfigError(f"{path}: 'quantize': placement implicit is not supported in pipeline and fleet "
                           "files (the host prepares one model before any target builds an implicit engine)",
-                          "use 'edgeq deploy/compare/tune --placement implicit' per target, or trt")
+                          "use placement auto (each board kind decides), or 'edgeq deploy --placement "
+                          "implicit' per target, or trt")
     from edgeq.quant.quantize import holdout_option
 
     try:
@@ -325,6 +333,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     again); ``limit``: an Ansible host pattern over the targets; ``max_fail``: start no more after N
     failures."""
     from edgeq.fs import ensure_dir
+    from edgeq.orchestration.auto import AutoOptions, auto_applies
     from edgeq.orchestration.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.pipeline.rundir import slug
 
@@ -361,8 +370,11 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     model_key = state.data["model"]["key"]
     source = source or Hashed(_digest(model_path))  # the one hash of the model the stages below use
 
-    # prepare: clean -> quantize -> lint
-    k = key(model=model_key, model_file=source, quantize=vars(spec.quantize), edgeq=__version__)
+    # prepare: clean -> quantize -> lint (placement auto: clean and lint; each board kind quantizes)
+    auto = spec.auto and auto_applies(model_path, spec.quantize)
+    host_spec = replace(spec.quantize, calib=None, synthetic=None) if auto else spec.quantize
+    options = replace(options, auto=AutoOptions() if auto else None)
+    k = key(model=model_key, model_file=source, quantize=vars(spec.quantize), auto=auto, edgeq=__version__)
     if not force and state.fresh("prepare", k):
         outcome("prepare", "skipped", f"unchanged: {state.data['prepare']['model_file']}")
     else:
@@ -370,7 +382,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         host = work / "host"
         shutil.rmtree(host, ignore_errors=True)
         try:
-            prepared = prepare_host(model_path, host, spec.quantize, progress)
+            prepared = prepare_host(model_path, host, host_spec, progress)
         except Exception:
             outcome("prepare", "failed", f"stage log: {host / 'stages.json'}")
             raise
@@ -386,7 +398,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     k = key(prepared=Path(state.data["prepare"]["model_file"]), targets=[Path(p) for p in target_files],
             fleet_file=fleet.path, names=[t.name for t in fleet.targets],
             gate=vars(spec.gate) if spec.gate else None, profile=vars(spec.profile),
-            once=spec.build_once_per_kind)  # fmt: skip
+            once=spec.build_once_per_kind, auto=auto)  # fmt: skip
     if not options.fresh and state.fresh("targets", k) and state.data["targets"].get("passed"):
         outcome("targets", "skipped", f"unchanged: {work / 'fleet.json'}")
     else:

@@ -32,7 +32,8 @@ accuracy, what chose it).
 (no ``--placement``: ``TuneOptions.fallback``) takes that start when the implicit engine does not mirror
 onto the model, and any run does when the mirror's start is unusable (accuracy, build); ``start_from`` in
 ``tune.json`` says which start and why. From the mirror the gate allowlists the nodes implicit itself ran
-in FP16/FP32 (``edgeq.orchestration.implicit``).
+in FP16/FP32 (``edgeq.orchestration.implicit``). ``--overrides`` (e.g. the file ``quantize --max-loss``
+writes) starts from the rules with those nodes float, and the precision gate allowlists them.
 """
 
 from __future__ import annotations
@@ -165,16 +166,16 @@ def _fingerprints(model: Path, calib: Path, target: Target, options: TuneOptions
     """What a state file's measurements depend on: the model, the data, the target and the settings; one
     per start (``--placement`` trt or implicit), to tell a run of the other start when resuming."""
     from edgeq.fs import sha256_file
+    from edgeq.orchestration.placement_cache import hash_data_files
 
     h = hashlib.sha256(sha256_file(model).encode())
-    calib = Path(calib)
-    files = sorted(p for p in calib.rglob("*") if p.is_file()) if calib.is_dir() else [calib]
-    for p in files:
-        h.update(f"{p.relative_to(calib) if p != calib else p.name}:{sha256_file(p)}".encode())
+    hash_data_files(h, Path(calib))
     q = options.quantize
     settings: list[Any] = [target.name, target.host, target.trtexec, q.calibrator, q.holdout,
                            options.min_cosine]
     settings += [q.percentile] if q.calibrator == "percentile" else []  # what only that calibrator reads
+    ov = q.read_overrides()
+    settings += [list(ov.exclude), list(ov.force)] if ov is not None else []  # --overrides
     out = {}
     for start in ("trt", "implicit"):
         each = h.copy()
@@ -302,6 +303,7 @@ def tune(
     calib = Path(q.calib)
     if not calib.exists():
         raise QuantError(f"--calib {calib}: no such file or directory", "give calibration data")
+    q.check_inputs()  # the override file (and preprocessing spec): the user's, said before any work
     if not 0.0 < q.holdout < 1.0:
         raise QuantError(f"--holdout must be in (0, 1) for tune's accuracy bound, got {q.holdout}")
     float_model = load_model(model)
@@ -327,7 +329,7 @@ def tune(
     assert held is not None  # two samples or more and a holdout in (0, 1)
     # The rules without the float-entry rule: its regions are decisions (float at the start, tried INT8)
     graph = graph_from_model(reference)
-    plan = plan_placement(graph, "trt", float_entry=False)
+    plan = plan_placement(graph, "trt", q.read_overrides(), float_entry=False)
     regions = float_entry_regions(graph, plan)
     if state.data["amax"] is None:
         state.data["amax"] = calibrate(reference, plan, cal, q, progress, held)
@@ -431,6 +433,7 @@ def tune(
     final = tuner.paired(state, implicit, best, options.rounds) if options.rounds and best.usable else None
     result = TuneResult(out, implicit, start, best, log, current, stopped, built=tuner.built,
                         reused=tuner.reused, final=final, start_from=start_from)  # fmt: skip
+    dropped += list(rules.excluded)  # --overrides: float on purpose
     result.gate = _gates(implicit, best, reference, [*dropped, *allow], target, final,
                          relax_reformats=started == "mirror")  # fmt: skip
     result.files = {"model": str(tuned), "cache": str(tuned_cache), "json": str(out / "tune.json"),

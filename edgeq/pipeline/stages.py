@@ -12,6 +12,7 @@ loaders compose.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -238,13 +239,13 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Opt
 
 
 def prepare_host(model_path: Path, host_dir: Path, spec: QuantizeOptions,
-                 progress: ProgressFn = no_progress) -> Prepared:
+                 progress: ProgressFn = no_progress, calib_cache: Optional[Path] = None) -> Prepared:
     """``prepare`` once into a new ``host_dir`` with its own records, for a fleet's targets to share
-    (``fleet validate``, ``edgeq run`` and the fleet bench alike)."""
-    Path(host_dir).mkdir()
+    (``fleet validate``, ``edgeq run`` and the fleet bench alike; a board kind's placement under auto)."""
+    Path(host_dir).mkdir(parents=True)
     rec = Recorder(Path(host_dir), progress=progress, stages=HOST_STAGES, task="prepare")
     with rec.finishing():
-        return prepare(model_path, rec, spec)
+        return prepare(model_path, rec, spec, calib_cache=calib_cache)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -534,6 +535,17 @@ def report_and_gate(layers: Any, profile_src: Any, model: Any, policy: Policy) -
     prof = load_profile(profile_src) if profile_src is not None else None
     report = build_report(load_layers(layers), prof, model)
     return report, apply_gate(report, policy)
+
+
+def gate_policy(policy: Policy, stages: Sequence[StageRecord]) -> Policy:
+    """``policy`` with the nodes the quantize stage left float on purpose allowlisted (an override file's
+    ``exclude``, the regions ``quantize --max-loss`` kept float): intended float, listed as such by the
+    gate; any other float layer still fails it."""
+    from edgeq.quant.overrides import INTENDED_FLOAT
+
+    quantized = [s for s in stages if s.name == "quantize" and s.status == "ok"]
+    excluded = [str(n) for s in quantized for n in s.data.get("excluded") or ()]
+    return policy.with_allow(excluded, source=INTENDED_FLOAT) if excluded else policy
 
 
 def conclude(rec: Recorder, model: Any, policy: Policy) -> RunReport:

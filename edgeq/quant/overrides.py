@@ -24,6 +24,9 @@ from typing import Any
 from edgeq.config import Bad, Checker, check_mapping
 from edgeq.errors import ConfigError, first_line
 
+# Where the precision gate says an excluded node's float layer comes from: float on purpose, not a fallback.
+INTENDED_FLOAT = "--overrides exclude (float on purpose)"
+
 
 @dataclass(frozen=True)
 class Overrides:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from edgeq.quant.calibrate import CalibOptions
     from edgeq.quant.data import CalibrationSet
     from edgeq.quant.mirror import MirrorReport
+    from edgeq.quant.sensitivity import KeptFloat
 
 log = logging.getLogger(__name__)
 IMPLICIT = "implicit"  # --placement implicit: the implicit engine built on a target, mirrored
@@ -65,6 +66,7 @@ class QuantizeOptions:
     cache_all_tensors: bool = True  # cache every activation tensor (implicit path), not just the plan's
     providers: tuple[str, ...] | None = None  # onnxruntime providers; None: CUDA when present, else CPU
     from_engine: Path | None = None  # mirror this implicit engine's layer JSON instead of the rules
+    max_loss: float | None = None  # keep the worst regions float until 1 - metric <= this (sensitivity)
 
     def __post_init__(self) -> None:
         if self.placement not in (*PLACEMENTS, IMPLICIT):
@@ -86,6 +88,12 @@ class QuantizeOptions:
             from edgeq.quant.metrics import metric_from_spec
 
             metric_from_spec(self.metric)  # an unknown name or unloadable module:function: said first
+        if self.max_loss is not None and not 0.0 <= self.max_loss < 1.0:
+            raise QuantError(f"--max-loss must be in [0, 1) (1 - the metric; FP32 scores 1), "
+                             f"got {self.max_loss}")
+        if self.max_loss is not None and (self.placement == IMPLICIT or self.from_engine is not None):
+            raise QuantError("--max-loss keeps regions float as --overrides does: placement trt or all",
+                             hint="leave out --placement implicit and --from-engine")
         self.calibration()  # the calibrator and its percentile
 
     @property
@@ -154,11 +162,13 @@ class QuantizeResult:
     paths: dict[str, str] = field(default_factory=dict)
     mirror: MirrorReport | None = None  # --from-engine: how the engine mapped onto the model
     choice: Choice | None = None  # the calibrator used (auto: every one tried, with its score)
+    max_loss: KeptFloat | None = None  # --max-loss: the regions kept float, the metric before and after
 
     @property
     def ok(self) -> bool:
-        """False only when the accuracy gate (--min-cosine) failed."""
-        return self.accuracy is None or bool(self.accuracy)
+        """False when the accuracy gate (--min-cosine) failed or --max-loss was not reached."""
+        reached = self.max_loss is None or self.max_loss.reached
+        return reached and (self.accuracy is None or bool(self.accuracy))
 
     def summary_line(self) -> str:
         """One line for logs and the demo: what was quantized, what stayed float and why, accuracy."""
@@ -209,6 +219,7 @@ class QuantizeResult:
                       "findings": [f.to_dict() for f in self.clean_findings]},
             "notes": list(self.notes),
             **({"mirror": self.mirror.to_dict()} if self.mirror is not None else {}),
+            **({"max_loss": self.max_loss.to_dict()} if self.max_loss is not None else {}),
             "ok": self.ok,
         }
 
@@ -293,6 +304,11 @@ def quantize_model(
         raise QuantError("the accuracy gate needs held-out samples",
                          hint="give --holdout DIR, or at least 2 samples and a --holdout fraction above 0")
     choice, held_out, notes = calibrate_and_choose(reference, plan, calib, held, options, notes, progress)
+    kept = None
+    if options.max_loss is not None:  # the worst regions excluded, as --overrides would
+        from edgeq.quant.sensitivity import apply_max_loss
+
+        plan, choice, kept = apply_max_loss(reference, choice, held_out, options, progress)
     accuracy = None
     if held_out is not None and choice.outputs is not None:
         accuracy = held_out.report(choice.outputs, threshold=options.min_cosine,
@@ -307,6 +323,7 @@ def quantize_model(
         scales=qdq_scales(plan, choice.amax), cache=cache, accuracy=accuracy, options=options,
         calibration_samples=len(calib), holdout_samples=len(held) if held is not None else 0,
         clean_changes=changes, clean_findings=findings, notes=notes, mirror=mirror, choice=choice,
+        max_loss=kept,
     )
 
 
@@ -451,11 +468,14 @@ def quantize_file(
     *,
     output: str | Path | None = None,
     progress: ProgressFn = no_progress,
+    engine: str | Path | None = None,
 ) -> QuantizeResult:
     """The whole command on files: read, quantize, write ``<name>.int8.onnx`` (explicit path),
     ``<name>.int8.cache`` with ``<name>.int8.fp32.onnx`` (implicit path: the cleaned FP32 model whose
     tensor names the cache uses) and the summary ``<output stem>.json`` (what ``--json`` prints).
     The calibration data is ``options.calib`` (or ``synthetic``, with ``preprocess`` for images).
+    With ``max_loss``, also ``<output stem>.overrides.yaml``: the regions kept float, as an override
+    file (``--overrides`` replays it); ``engine`` (an earlier deploy's layer JSON and profile) prices them.
 
     The input is never written; the outputs appear together or not at all (``fs.staged_outputs``).
     """
@@ -474,6 +494,7 @@ def quantize_file(
         raise QuantError(f"{out}: is a directory, not a file to write the model to", "give -o a file path")
     stem = out.name[: -len(".onnx")] if out.name.endswith(".onnx") else out.name
     summary = out.with_name(f"{stem}.json")
+    kept_float = out.with_name(f"{stem}.overrides.yaml") if options.max_loss is not None else None
     # Named after -o, beside it (<name>.int8.cache by default): two runs into one directory with
     # different -o must not overwrite each other's cache, and the input's directory stays untouched.
     cache = options.cache_path or out.with_name(f"{stem}.cache")
@@ -481,19 +502,28 @@ def quantize_file(
     for what, p in (("output", out), ("cache", cache), ("FP32 model", fp32)):
         if src.exists() and Path(p).exists() and Path(p).resolve() == src.resolve():
             raise QuantError(f"the {what} path {p} is the input model", hint="choose another -o/--cache path")
-    roles = (("output", out), ("cache", Path(cache)), ("FP32 model", fp32), ("summary", summary))
+    roles = (("output", out), ("cache", Path(cache)), ("FP32 model", fp32), ("summary", summary),
+             *((("override file", kept_float),) if kept_float is not None else ()))
     for i, (what, p) in enumerate(roles):  # one file each: a later write would replace an earlier one
         for other, q in roles[:i]:
             if p.resolve() == q.resolve():
                 raise QuantError(f"the {other} and the {what} would both be {q}",
                                  hint="choose another -o/--cache path")
-    inputs = tuple(i for i in (src, options.calib, options.preprocess, options.from_engine) if i is not None)
-    for p in (out, cache, fp32, summary):  # before the calibration run, so no output is left half done
+    given = (src, options.calib, options.preprocess, options.from_engine, engine, options.holdout_data,
+             options.overrides if isinstance(options.overrides, (str, Path)) else None)
+    inputs = tuple(i for i in given if i is not None)
+    for p in (out, cache, fp32, summary, *([kept_float] if kept_float else [])):  # before any work
         check_writable(p, inputs=inputs)
     if options.from_engine is not None:  # a bad layer JSON fails before the model and data are read
         from edgeq.quant.mirror import load_engine
 
         load_engine(options.from_engine)
+    if engine is not None:  # nor a bad --engine
+        from edgeq.report.compare_engine import engine_from_path
+
+        if options.max_loss is None:
+            raise QuantError("--engine prices the regions --max-loss keeps float", "add --max-loss X")
+        engine_from_path(engine)
     read: list[Path] = []
     model = load_model(src, sources=read)
     for p in (out, cache, fp32, summary):  # nor onto the input's external data
@@ -503,7 +533,15 @@ def quantize_file(
     result = replace(result, options=replace(result.options, cache_path=Path(cache)),
                      paths={"input": str(src), "output": str(out), "cache": str(cache),
                             "fp32_model": str(fp32), "summary": str(summary)})
-    with staged_outputs() as staged:  # all four or none: a full disk midway leaves nothing behind
+    if result.max_loss is not None and kept_float is not None:
+        from edgeq.quant.sensitivity import overrides_text, speed_cost
+
+        priced = replace(result.max_loss, speed=speed_cost(engine, result.reference, result.max_loss.nodes))
+        result = replace(result, max_loss=priced, paths={**result.paths, "overrides_file": str(kept_float)})
+    with staged_outputs() as staged:  # all or none: a full disk midway leaves nothing behind
+        if result.max_loss is not None and kept_float is not None:
+            text = overrides_text(options.read_overrides(), result.max_loss, f"edgeq quantize {src.name}")
+            atomic_write_text(staged.path(kept_float), text)
         write_calibration_cache(staged.path(cache), result.cache)
         save_model(result.reference, staged.path(fp32))
         save_model(result.model, staged.path(out))

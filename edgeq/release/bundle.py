@@ -151,6 +151,7 @@ def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
         targets.append({"name": row["target"], "kind": kind_of(row), "engine": engines[kind_of(row)]["path"],
                         "gate": row["gate"], "latency_p50_ms": row["latency_p50_ms"],
                         "latency_p99_ms": row["latency_p99_ms"], "throughput_qps": row["throughput_qps"]})
+    placements = placement_files(fleet_dir, fleet, files)
     src = Path(fleet["model"])
     meta = {
         "format": FORMAT,
@@ -160,8 +161,39 @@ def collect(fleet_dir: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
         "git_commit": _git_commit(src.resolve().parent),
         "engines": engines,
         "targets": targets,
+        **({"placements": placements} if placements else {}),
     }
     return files, meta
+
+
+# What a kind's placement record keeps: the decision and its figures, no machine-local paths.
+_PLACEMENT_KEYS = ("kind", "decided_on", "kept", "reason", "from_cache", "key", "implicit_build_seconds")
+_EVIDENCE_KEYS = ("created", "target", "ratio", "min_ratio", "implicit_qps", "relative_gate",
+                  "explicit_build_error")
+
+
+def placement_files(fleet_dir: Path, fleet: dict[str, Any], files: dict[str, bytes]) -> dict[str, Any]:
+    """``--placement auto``: each kind's decision into ``placement/<kind>/`` (``placement.json``, both
+    engines' layer JSON where at hand, the kind's model when it is not the fleet's), added to ``files``;
+    returns the manifest's summary per kind (kept, reason, ratio, from cache)."""
+    out: dict[str, Any] = {}
+    for kind, p in sorted((fleet.get("placements") or {}).items()):
+        ev = p.get("evidence") or {}
+        record = {**{k: p.get(k) for k in _PLACEMENT_KEYS},
+                  "evidence": {k: ev.get(k) for k in _EVIDENCE_KEYS}}
+        base = f"placement/{kind}"
+        for engine, path in sorted((ev.get("layers") or {}).items()):
+            if path and Path(path).is_file():  # a decision read from the cache: where it was made, if kept
+                files[f"{base}/{engine}.layers.json"] = Path(path).read_bytes()
+        record["layers"] = sorted(f for f in files if f.startswith(f"{base}/") and f.endswith(".layers.json"))
+        if p.get("model_file") and p["model_file"] != fleet.get("model_file"):
+            model = fleet_dir / p["model_file"]
+            files[f"{base}/{model.name}"] = model.read_bytes()
+            record["model"] = f"{base}/{model.name}"
+        files[f"{base}/placement.json"] = json.dumps(record, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+        out[kind] = {"kept": p.get("kept"), "ratio": ev.get("ratio"), "from_cache": p.get("from_cache"),
+                     "reason": p.get("reason"), "record": f"{base}/placement.json"}  # fmt: skip
+    return out
 
 
 def _tar_bytes(files: dict[str, bytes], mtime: int) -> bytes:

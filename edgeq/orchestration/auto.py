@@ -1,0 +1,390 @@
+"""``--placement auto`` (the default where a target is given): the target decides the placement, once
+per (model, calibration, TensorRT version, GPU), and the placement cache remembers it.
+
+A rule written from one GPU's engines is a guess about another GPU; the target answers it by timing. So
+the first time a key (``edgeq.orchestration.placement_cache``) is seen: probe the target, build the
+implicit engine there and mirror it (``edgeq.orchestration.implicit``, the ``--placement implicit``
+steps), build the explicit engine, time both in alternation and keep the explicit one when the relative
+gate passes at ``--min-ratio`` 0.98 (no node wider than implicit except the float-entry regions Q/DQ cannot
+express on 8.6, each named by the gate). Otherwise the implicit engine is kept, and the output says why:
+
+- the explicit engine failed the relative gate (slower, or wider): implicit is the faster engine measured
+  on this target, already built, and its calibration cache is in the entry;
+- the explicit build failed (e.g. a TensorRT internal error): the deploy does not fail, it says so with the
+  build log's first error line (``explicit_build_failure``).
+
+Either way the decision is written to the placement cache. The next deploy with the same key builds only
+the engine that was kept (the explicit one from the cached placement and scales, no calibration, no
+implicit build) and says "placement from cache". A target whose TensorRT version or GPU is unknown is
+decided every time (nothing cached). A Q/DQ model, or a float model without calibration data, is deployed
+as given: there is no placement to decide.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from edgeq.errors import EdgeqError
+from edgeq.findings import ProgressFn, no_progress
+from edgeq.orchestration.deploy import DeployOptions, DeployResult, check_target, deploy, deploy_policy
+from edgeq.orchestration.implicit import (
+    ROUNDS,
+    ImplicitDeploy,
+    ImplicitFloat,
+    explicit_deploy_options,
+    implicit_then_mirror,
+    judge_explicit,
+)
+from edgeq.orchestration.placement_cache import Decision, Lookup, PlacementCache, PlacementKey
+from edgeq.pipeline.rundir import new_run_dir, no_event
+from edgeq.remote.runner import EventFn
+from edgeq.remote.targets import Target
+
+if TYPE_CHECKING:
+    from edgeq.pipeline.stages import Prepared, Probe
+    from edgeq.quant.quantize import QuantizeOptions
+    from edgeq.report.compare_gate import RelativeGate
+    from edgeq.report.policy import Policy
+
+AUTO_MIN_RATIO = 0.98  # the explicit engine is kept at >= 0.98x implicit (paired medians)
+WHAT = "--placement auto"
+
+
+@dataclass(frozen=True)
+class AutoOptions:
+    cache_dir: Optional[Path] = None  # the placement cache; None: the user cache (placement_cache)
+    rounds: int = ROUNDS  # paired rounds of implicit and explicit when deciding
+    min_ratio: float = AUTO_MIN_RATIO
+
+
+@dataclass
+class AutoDeploy:
+    """One ``--placement auto`` deploy: the run of the engine kept, what decided it and at what cost."""
+
+    run_dir: Path  # holds the placement's files, ``placement.json`` and the deploy run(s)
+    result: DeployResult  # the kept engine's deploy run (its stages, report and gate)
+    decision: Decision
+    from_cache: bool
+    lookup: Optional[Lookup] = None  # None: nothing cached for this target (see ``uncached``)
+    uncached: str = ""  # why the cache was not used
+    key: Optional[PlacementKey] = None
+    decided: Optional[ImplicitDeploy] = None  # this run decided with an explicit engine built
+    implicit_run: Optional[DeployResult] = None  # this run built the implicit engine
+    files: dict[str, str] = field(default_factory=dict)
+    cache_warning: Optional[str] = None  # the decision could not be written to the cache
+
+    @property
+    def kept(self) -> str:
+        return self.decision.kept
+
+    @property
+    def relative(self) -> Optional[RelativeGate]:
+        """The relative gate of the kept explicit engine decided in this run (a kept implicit engine is
+        the baseline itself; a cached one was judged when it was decided)."""
+        return self.decided.relative if self.decided is not None and self.kept == "explicit" else None
+
+    @property
+    def gate_passed(self) -> bool:
+        return self.result.gate_passed
+
+    def notes(self) -> list[str]:
+        ev = self.decision.evidence
+        warned = [self.lookup.warning if self.lookup is not None else None, self.cache_warning]
+        said = [f"warning: {w}" for w in warned if w]
+        ratio = f", explicit {ev['ratio']}x implicit" if ev.get("ratio") is not None else ""
+        secs = ev.get("implicit_build_seconds")
+        if self.from_cache:
+            saved = f", saving its {secs} s build" if secs is not None else ""
+            built = "the implicit engine built as kept" if self.kept == "implicit" else \
+                f"no implicit engine built{saved}"
+            said.append(f"placement from cache (decided {ev.get('created', '?')} on {ev.get('target', '?')}: "
+                        f"kept {self.kept}{ratio}); {built}")
+        else:
+            said.append(f"placement decided on {ev.get('target')}: implicit engine built in {secs} s{ratio}; "
+                        f"kept {self.kept}")
+        said.append(f"kept {self.kept}: {self.decision.reason}")
+        if self.lookup is not None:
+            hit = "hit" if self.from_cache else "miss"
+            entry = self.files.get("cache_entry")
+            where = f"written to {entry}" if entry else "not written"
+            where = str(self.lookup.path) if self.from_cache else where
+            said.append(f"placement cache {hit} ({self.key.describe() if self.key else ''}): {where}")
+        else:
+            said.append(f"placement cache not used: {self.uncached}")
+        if self.decided is not None:
+            said += [n for n in self.decided.notes() if not n.startswith("implicit engine:")]
+        if "summary" in self.files:
+            said.append(f"decision and evidence: {self.files['summary']}")
+        return said
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {"run_dir": str(self.run_dir), "kept": self.kept, "reason": self.decision.reason,
+                "from_cache": self.from_cache, "key": asdict(self.key) if self.key else None,
+                "cache": {"path": str(self.lookup.path) if self.lookup else None,
+                          "hit": self.from_cache, "warning": self.lookup.warning if self.lookup else None,
+                          "write_warning": self.cache_warning,
+                          "not_used": self.uncached or None},
+                "implicit_build_seconds": None if self.from_cache else
+                self.decision.evidence.get("implicit_build_seconds"),
+                "evidence": self.decision.evidence, "kept_run": str(self.result.run_dir),
+                "implicit": self.decided.to_dict() if self.decided is not None else None,
+                "files": self.files, "notes": self.notes()}  # fmt: skip
+
+
+def auto_applies(model: Path, quantize: QuantizeOptions) -> bool:
+    """A float model with calibration data: there is a placement to decide (else deploy as given)."""
+    from edgeq.graph.io import load_model
+    from edgeq.pipeline.stages import has_qdq
+
+    return quantize.has_data and Path(model).is_file() and not has_qdq(load_model(model))
+
+
+def explicit_build_failure(run_dir: Optional[Path], error: EdgeqError) -> str:
+    """Why the explicit build failed, in one line: the build log's first TensorRT error, else the deploy's
+    error. The one place to name the Q/DQ region involved once the build log's parser can."""
+    from edgeq.report.runlog import build_error_from_log
+
+    log = run_dir / "deploy.log" if run_dir is not None else None
+    line = build_error_from_log(log) if log is not None and log.is_file() else None
+    return line or error.message
+
+
+def deploy_auto(
+    model: Path,
+    target: Target,
+    options: DeployOptions = DeployOptions(),
+    auto: AutoOptions = AutoOptions(),
+    *,
+    progress: ProgressFn = no_progress,
+    on_event: EventFn = no_event,
+) -> AutoDeploy:
+    """``edgeq deploy`` with ``--placement auto``: see the module doc. Bad input is refused before any
+    directory exists; a target failure raises (exit 1); a failed explicit build is a fallback, not one."""
+    from edgeq.orchestration.placement_cache import key_for
+    from edgeq.orchestration.variants import VariantOptions, check_float_model
+    from edgeq.pipeline.stages import probe_from_facts
+
+    q = options.quantize
+    deploy_policy(options, target)  # a bad --gate before any work
+    q.check_inputs()
+    checks = VariantOptions(quantize=q, accept_new_host_key=options.accept_new_host_key)
+    check_float_model(model, target, checks, WHAT)
+    facts = check_target(target, accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
+                         progress=progress)  # fmt: skip
+    key, uncached = key_for(Path(model), q, probe_from_facts(facts, target))
+    cache = PlacementCache(auto.cache_dir)
+    lookup = cache.get(key) if key is not None else None
+    if key is not None and lookup is not None and lookup.decision is not None:
+        return _from_cache(model, target, options, key, lookup, progress=progress, on_event=on_event)
+    return _decide(model, target, options, auto, cache, key, lookup, uncached, progress=progress,
+                   on_event=on_event)  # fmt: skip
+
+
+def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptions, cache: PlacementCache,
+            key: Optional[PlacementKey], lookup: Optional[Lookup], uncached: str, *,
+            progress: ProgressFn, on_event: EventFn) -> AutoDeploy:  # fmt: skip
+    """A miss: implicit, its mirror, the explicit engine and the relative gate; the decision cached."""
+    from edgeq.fs import atomic_write_text
+    from edgeq.orchestration.placement_cache import plan_to_dict
+
+    m = implicit_then_mirror(model, target, options, what=WHAT, progress=progress, on_event=on_event)
+    failed: list[str] = []
+
+    def watch(line: str) -> None:
+        stage, _, rest = line.partition(": ")
+        if rest.startswith("failed"):
+            failed.append(stage)
+        on_event(line)
+
+    before = set(m.run_dir.iterdir())
+    decided: Optional[ImplicitDeploy] = None
+    build_error: Optional[str] = None
+    try:
+        explicit = deploy(m.model, target, m.explicit_options(options), progress=progress, on_event=watch)
+    except EdgeqError as e:
+        if not failed or failed[-1] != "build":
+            raise
+        runs = sorted(p for p in set(m.run_dir.iterdir()) - before if p.is_dir())
+        build_error = explicit_build_failure(runs[0] if runs else None, e)
+    else:
+        decided = judge_explicit(target, m, explicit, options, rounds=auto.rounds, min_ratio=auto.min_ratio,
+                                 progress=progress)  # fmt: skip
+    if decided is not None and decided.relative:
+        kept, result, reason = "explicit", decided.explicit, decided.relative.summary()
+    elif decided is not None:
+        failures = "; ".join(f"[{r}] {msg}" for r, msg in decided.relative.failures[:3])
+        kept, result = "implicit", m.implicit
+        reason = f"the mirror's explicit engine failed the relative gate against implicit: {failures}"
+    else:
+        kept, result = "implicit", m.implicit
+        reason = f"the explicit build failed on {target.name}: {build_error} (the implicit engine is shipped)"
+    ratio = decided.relative.ratio.throughput if decided is not None else None
+    evidence = {
+        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "target": target.name,
+        "implicit_build_seconds": round(m.implicit.stage("build").seconds, 2),
+        "implicit_qps": m.implicit.timings.get("throughput_qps"),
+        "ratio": round(ratio, 4) if ratio is not None else None, "min_ratio": auto.min_ratio,
+        "relative_gate": decided.relative.to_dict() if decided is not None else None,
+        "explicit_build_error": build_error, "mirror": m.report.to_dict(),
+        "runs": {"implicit": str(m.implicit.run_dir),
+                 "explicit": str(decided.explicit.run_dir) if decided is not None else None},
+        "layers": {"implicit": str(m.implicit.run_dir / "layers.json"), "explicit":
+                   str(decided.explicit.run_dir / "layers.json") if decided is not None else None},
+    }  # fmt: skip
+    decision = Decision(kept, reason, plan_to_dict(m.plan), m.plan.scale_amax(m.cal.amax),
+                        Path(m.pair.calib_cache or "").read_text(), m.floats.nodes, m.floats.by_design,
+                        m.floats.reformats, evidence)  # fmt: skip
+    out = AutoDeploy(m.run_dir, result, decision, False, lookup, uncached, key, decided, m.implicit)
+    out.files.update(_kept_files(kept, m.model, m.pair.model, m.pair.calib_cache))
+    if key is not None:
+        try:
+            out.files["cache_entry"] = str(cache.put(key, decision))
+        except OSError as e:  # a cache that cannot be written costs the next deploy a decision, no more
+            out.cache_warning = (f"placement cache: cannot write {cache.path(key)} ({e.strerror or e}); "
+                                 "not cached")
+    out.files["summary"] = str(m.run_dir / "placement.json")
+    atomic_write_text(m.run_dir / "placement.json", json.dumps(out.to_dict(), indent=2, default=str) + "\n")
+    return out
+
+
+def _kept_files(kept: str, qdq: Path, fp32: Path, calib_cache: Optional[Path]) -> dict[str, str]:
+    """The model every board of the kind is given: the Q/DQ model, or the FP32 model and its cache."""
+    if kept == "explicit":
+        return {"model": str(qdq)}
+    return {"model": str(fp32), "calib_cache": str(calib_cache)}
+
+
+def _from_cache(model: Path, target: Target, options: DeployOptions, key: PlacementKey, lookup: Lookup, *,
+                progress: ProgressFn, on_event: EventFn) -> AutoDeploy:  # fmt: skip
+    """A hit: the kept engine's model rebuilt from the entry (no calibration), then one deploy."""
+    from edgeq.fs import atomic_write_text
+    from edgeq.graph.io import load_model, save_model
+    from edgeq.orchestration.variants import Calibrated, placed_variant
+    from edgeq.quant.quantize import prepare_model
+
+    decision = lookup.decision
+    assert decision is not None
+    reference, _, _ = prepare_model(load_model(model))
+    stem = Path(model).name.removesuffix(".onnx")
+    run_dir = new_run_dir(Path(options.runs_dir), Path(model), target.name)
+    settings = options.profile if options.profile.fp16 is not None else replace(options.profile, fp16=True)
+    placed = replace(options.quantize, calib=None, synthetic=None)  # the entry's scales: nothing to calibrate
+    common = replace(options, runs_dir=run_dir, profile=settings, quantize=placed)
+    qdq = fp32 = calib_cache = run_dir
+    if decision.kept == "explicit":
+        plan = decision.to_plan()
+        qdq = placed_variant(Calibrated(reference, plan, decision.amax, stem), plan, "mirror", run_dir).model
+        floats = ImplicitFloat(decision.allowlisted, decision.implicit_reformats, decision.float_entry_nodes)
+        result = deploy(qdq, target, explicit_deploy_options(common, options.gate_allow, floats),
+                        progress=progress, on_event=on_event)  # fmt: skip
+    else:
+        fp32 = Path(save_model(reference, run_dir / f"{stem}.implicit.fp32.onnx"))
+        calib_cache = run_dir / f"{stem}.implicit.cache"
+        atomic_write_text(calib_cache, decision.calibration_cache)
+        result = deploy(fp32, target, replace(common, gate="none", calib_cache=calib_cache),
+                        progress=progress, on_event=on_event)  # fmt: skip
+    out = AutoDeploy(run_dir, result, decision, True, lookup, "", key)
+    if decision.kept == "explicit":
+        out.files["model"] = str(qdq)
+    else:
+        out.files.update(model=str(fp32), calib_cache=str(calib_cache))
+    out.files["summary"] = str(run_dir / "placement.json")
+    atomic_write_text(run_dir / "placement.json", json.dumps(out.to_dict(), indent=2, default=str) + "\n")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# fleet validate: one decision per board kind
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KindPlacement:
+    """What every board of one kind is given under auto: the kept model, prepared once, and the gate
+    the decision implies (implicit's own float nodes allowlisted; a kept implicit engine: no INT8 gate)."""
+
+    kind: str
+    decided_on: str  # the board that decided (or read the cache)
+    decided: AutoDeploy
+    prepared: Prepared
+
+    def policy(self, target: Target, gate: Optional[str], allow: tuple[str, ...],
+               require_fusion: Optional[bool]) -> Policy:  # fmt: skip
+        from edgeq.orchestration.deploy import policy_for
+
+        d = self.decided.decision
+        if d.kept == "implicit":
+            return policy_for(target, "none", allow, require_fusion)
+        policy = policy_for(target, gate, (*allow, *d.allowlisted, *d.float_entry_nodes), require_fusion)
+        if d.implicit_reformats:
+            policy = policy.replace(forbid_interior_reformats=False)
+        return policy
+
+    def cell(self) -> str:
+        """The fleet matrix's words for it: what was kept, where it was decided, from the cache or not."""
+        ev = self.decided.decision.evidence
+        ratio = f" {ev['ratio']}x" if ev.get("ratio") is not None else ""
+        how = "from cache" if self.decided.from_cache else \
+            f"decided on {self.decided_on}, implicit build {ev.get('implicit_build_seconds')} s"
+        return f"{self.decided.kept}{ratio} ({how})"
+
+    def to_dict(self, base: Path) -> dict[str, Any]:
+        import os
+
+        d = self.decided.to_dict()
+        return {"kind": self.kind, "decided_on": self.decided_on, "kept": d["kept"], "reason": d["reason"],
+                "from_cache": d["from_cache"], "key": d["key"], "cache": d["cache"],
+                "implicit_build_seconds": d["implicit_build_seconds"], "evidence": d["evidence"],
+                "run_dir": os.path.relpath(self.decided.run_dir, base),
+                "model_file": os.path.relpath(self.prepared.model_file, base),
+                "cache_file": os.path.relpath(self.prepared.implicit_cache, base)
+                if self.prepared.implicit_cache else None}  # fmt: skip
+
+
+class KindPlacements:
+    """``fleet validate`` under auto: the first board of each kind (compute capability + TensorRT) decides,
+    through the placement cache; the other boards of the kind wait for it and get the same model. A kind
+    whose decision failed fails its other boards with that error rather than trying again on each."""
+
+    def __init__(self, model: Path, options: DeployOptions, auto: AutoOptions, out_dir: Path,
+                 progress: ProgressFn = no_progress) -> None:  # fmt: skip
+        self.model, self.options, self.auto, self.out_dir = Path(model), options, auto, Path(out_dir)
+        self.progress = progress
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self.kinds: dict[str, KindPlacement] = {}
+        self._failed: dict[str, EdgeqError] = {}
+
+    def for_board(self, target: Target, found: Probe) -> KindPlacement:
+        from edgeq.pipeline.rundir import slug
+        from edgeq.pipeline.stages import prepare_host
+
+        kind = found.kind or f"target-{slug(target.name)}"  # unknown GPU or TensorRT: decided alone
+        with self._guard:
+            lock = self._locks.setdefault(kind, threading.Lock())
+        with lock:
+            if kind in self.kinds:
+                return self.kinds[kind]
+            if kind in self._failed:
+                e = self._failed[kind]
+                raise EdgeqError(f"placement of kind {kind}: {e.message}", e.hint, exit_code=e.exit_code)
+            where = self.out_dir / slug(kind)
+            try:
+                decided = deploy_auto(self.model, target, replace(self.options, runs_dir=where), self.auto,
+                                      progress=self.progress)  # fmt: skip
+                files = decided.files
+                cache = Path(files["calib_cache"]) if "calib_cache" in files else None
+                placed = replace(self.options.quantize, calib=None, synthetic=None)  # quantized already
+                prepared = prepare_host(Path(files["model"]), where / "host", placed, calib_cache=cache)
+            except EdgeqError as e:
+                self._failed[kind] = e
+                raise
+            self.kinds[kind] = KindPlacement(kind, target.name, decided, prepared)
+            return self.kinds[kind]

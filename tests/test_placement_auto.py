@@ -1,0 +1,341 @@
+"""``edgeq deploy --placement auto`` (the default with a float model and --calib): the target decides the
+placement once per (model, calibration, TensorRT version, GPU) and the placement cache remembers it.
+
+Whole deploys over a real OpenSSH sshd on 127.0.0.1 (or ``host: local`` where the transport is not the
+point), with the trtexec stand-in of tests/trtexec_tune.py answering with real TensorRT 8.6 recordings
+(ResNet-50, tests/fixtures/trt86-h100-placed: implicit and edgeq's explicit engine, the same 57 layers).
+The stand-in writes which ONNX each build received, so the tests see which engines were built. A failed
+explicit build replays a real failing TensorRT 8.6.0 build log (tests/fixtures/trt86-h200). Orchestration,
+cache and fallbacks, not TensorRT.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from trtexec_tune import builds, tune_trtexec
+
+from edgeq import zoo
+from edgeq.fs import sha256_file
+
+H200 = Path(__file__).parent / "fixtures" / "trt86-h200"
+SKIP2 = "/layer2/layer2.0/downsample/downsample.0/Conv_output_0"  # a residual skip of ResNet-50
+H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+ORIN = {"name": "Orin", "compute_capability": "8.7"}
+
+
+def _workspace(root: Path, trtexec: Path, sshd=None, gpu=H100) -> str:
+    """A target file for the stand-in (over ``sshd`` when given, else ``host: local``)."""
+    t = {"work_dir": str(root / "remote"), "python": sys.executable, "tensorrt": "8.6", "backend": "trtexec",
+         "trtexec": str(trtexec), "gpu": gpu, "timeouts": {"connect": 10, "command": 60}}  # fmt: skip
+    if sshd is None:
+        t["host"] = "local"
+    else:
+        t.update(host=sshd.host, port=sshd.port, user=sshd.user, identity_file=str(sshd.identity_file),
+                 known_hosts=str(sshd.known_hosts))  # fmt: skip
+    (root / "targets").mkdir(exist_ok=True)
+    (root / "targets" / "board.yaml").write_text(yaml.safe_dump(t))
+    return "board"
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "bin").mkdir()
+    model = zoo.resnet50(size=32)
+    onnx.save(model, str(tmp_path / "net.onnx"))
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        np.save(calib / f"s{i}.npy", rng.random((1, 3, 32, 32), dtype=np.float32))
+    return tmp_path
+
+
+def _deploy(cli, root: Path, *more) -> tuple[int, dict, str]:
+    code, out, err = cli("deploy", root / "net.onnx", "--target", "board", "--calib", root / "calib",
+                         "--iterations", "1", "--duration", "0", *more, "--json")  # fmt: skip
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def _implicit_builds(trtexec: Path) -> int:
+    return sum(any(a.startswith("--calib=") for a in b) for b in builds(trtexec))
+
+
+def _shipped(trtexec: Path, i: int) -> onnx.ModelProto:
+    argv = builds(trtexec)[i]
+    return onnx.load(next(a.split("=", 1)[1] for a in argv if a.startswith("--onnx=")))
+
+
+def _qdq(model: onnx.ModelProto) -> dict[str, float]:
+    """Activation tensor -> the scale of its QuantizeLinear (the Q/DQ model's placement and scales)."""
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    return {n.input[0]: float(init[n.input[1]]) for n in model.graph.node
+            if n.op_type == "QuantizeLinear" and n.input[0] not in init}  # fmt: skip
+
+
+def _entries(root: Path) -> list[Path]:
+    return sorted((root / "cache" / "edgeq" / "placement").glob("*.json"))
+
+
+@pytest.mark.sshd
+def test_first_deploy_decides_and_caches_the_second_builds_only_the_explicit_engine(root, cli, sshd):
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec, sshd)
+    code, d, err = _deploy(cli, root)
+    assert code == 0, err
+    auto = d["placement"]
+    # decided on the target: implicit (the FP32 model with the calibration cache), then its mirror
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False]
+    assert auto["kept"] == "explicit" and not auto["from_cache"] and not auto["cache"]["hit"]
+    assert d["relative_gate"]["passed"] and auto["evidence"]["ratio"] >= 0.98
+    assert isinstance(auto["implicit_build_seconds"], float)  # the decision's cost, said
+    # one cache entry, keyed by the four things, in the user cache
+    (entry,) = _entries(root)
+    e = json.loads(entry.read_text())
+    assert e["key"] == {"model_sha256": sha256_file(root / "net.onnx"), "calibration_sha256":
+                        auto["key"]["calibration_sha256"], "tensorrt": "8.6.0", "gpu": H100["name"],
+                        "compute_capability": "9.0"}  # fmt: skip
+    assert auto["cache"]["path"] == str(entry) and e["kept"] == "explicit"
+    first = _qdq(_shipped(trtexec, 1))
+    int8 = {t: v for t, v in e["tensors"].items() if v["precision"] == "int8" and v["qdq"]}
+    assert set(int8) == set(first) and len(first) == 55  # tensors (71 edges: some read twice)
+    assert all(int8[t]["scale"] == pytest.approx(s, rel=1e-6) for t, s in first.items())
+    # the evidence: both engines' layer JSON and the ratio
+    layers = e["evidence"]["layers"]
+    assert Path(layers["implicit"]).is_file() and Path(layers["explicit"]).is_file()
+    assert e["evidence"]["ratio"] == auto["evidence"]["ratio"] and e["evidence"]["relative_gate"]["passed"]
+
+    # the second deploy of the same model to the same kind of target: the explicit engine only
+    code, out, err = cli("deploy", root / "net.onnx", "--target", "board", "--calib", root / "calib",
+                         "--iterations", "1", "--duration", "0")  # fmt: skip
+    assert code == 0, err
+    assert len(builds(trtexec)) == 3 and _implicit_builds(trtexec) == 1
+    text = " ".join(out.split())
+    assert "placement from cache" in text and "no implicit engine built" in text
+    assert "placement cache hit" in text
+    assert _qdq(_shipped(trtexec, 2)) == first  # the same Q/DQ model: the cached placement and scales
+    assert _entries(root) == [entry]
+
+
+def test_another_gpu_or_tensorrt_version_misses_the_cache(root, cli):
+    """The entry of one GPU is not another's: changing the GPU decides again, into a second entry; the
+    key of another TensorRT version (same model, data and GPU) is another entry's path too."""
+    from edgeq.orchestration.placement_cache import PlacementCache, PlacementKey
+
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec, gpu=H100)
+    code, d, err = _deploy(cli, root, "--placement-cache", root / "pc")
+    assert code == 0, err
+    (h100,) = sorted((root / "pc").glob("*.json"))
+    _workspace(root, trtexec, gpu=ORIN)
+    code, d, err = _deploy(cli, root, "--placement-cache", root / "pc")
+    assert code == 0 and not d["placement"]["from_cache"], err
+    assert _implicit_builds(trtexec) == 2  # decided again
+    assert d["placement"]["key"]["gpu"] == "Orin" and d["placement"]["key"]["compute_capability"] == "8.7"
+    assert len(sorted((root / "pc").glob("*.json"))) == 2 and h100.is_file()
+    key = PlacementKey(**d["placement"]["key"])
+    cache = PlacementCache(root / "pc")
+    assert cache.get(key).hit
+    other = PlacementKey(**{**d["placement"]["key"], "tensorrt": "8.6.1"})
+    assert not cache.get(other).hit and cache.get(other).warning is None
+
+
+def _failing_explicit(bin_dir: Path, trtexec: Path, log: Path) -> Path:
+    """A trtexec whose explicit builds (``--onnx=`` without ``--calib=``) replay a real failing TensorRT
+    8.6.0 build (its log, exit 1); everything else is the stand-in's. Calls go to the same calls file."""
+    script = bin_dir / "trtexec-failing"
+    script.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\nargv = sys.argv\n"
+        "if any(a.startswith('--onnx=') for a in argv) and not any(a.startswith('--calib=') for a in argv):\n"
+        f"    open({str(trtexec) + '.calls.jsonl'!r}, 'a').write(json.dumps(argv) + '\\n')\n"
+        f"    sys.stdout.write(open({str(log)!r}).read())\n    sys.exit(1)\n"
+        f"os.execv({str(trtexec)!r}, [{str(trtexec)!r}, *argv[1:]])\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_a_failed_explicit_build_ships_the_implicit_engine_and_says_so(root, cli):
+    """The mirror's build fails with a TensorRT internal error (a recorded 8.6.0 log): the deploy does not
+    fail; it keeps the implicit engine, names the build log's first error, and caches that decision, so
+    the next deploy builds the implicit engine alone and tries no explicit build."""
+    trtexec = tune_trtexec(root / "bin", {})
+    log = H200 / "yolo_ortfb.explicit.build.log"
+    _workspace(root, _failing_explicit(root / "bin", trtexec, log))
+    code, d, err = _deploy(cli, root)
+    assert code == 0, err
+    auto = d["placement"]
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False]
+    assert auto["kept"] == "implicit" and auto["evidence"]["ratio"] is None
+    first = "Could not find any implementation for node PWN(PWN(/stem/stem.0/stem.0.2/Sigmoid)"
+    assert auto["reason"].startswith("the explicit build failed on board: " + first)
+    assert auto["evidence"]["explicit_build_error"].startswith(first)
+    assert Path(d["run_dir"]) == Path(auto["evidence"]["runs"]["implicit"])  # the shipped run: implicit
+    assert any(n.startswith("kept implicit: the explicit build failed") for n in auto["notes"])
+    (entry,) = _entries(root)
+    assert json.loads(entry.read_text())["kept"] == "implicit"
+
+    code, out, err = cli("deploy", root / "net.onnx", "--target", "board", "--calib", root / "calib",
+                         "--iterations", "1", "--duration", "0")  # fmt: skip
+    assert code == 0, err
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, True]
+    text = " ".join(out.split())
+    assert "placement from cache" in text and "kept implicit: the explicit build failed on board" in text
+
+
+def test_a_corrupt_cache_entry_is_ignored_with_a_warning(root, cli):
+    """An entry that does not read (here: cut short) is no reason to fail: one warning, the placement is
+    decided again and the entry replaced by a whole one."""
+    from edgeq.orchestration.placement_cache import PlacementCache, PlacementKey, calibration_digest
+    from edgeq.quant.quantize import QuantizeOptions
+
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec)
+    calib = calibration_digest(QuantizeOptions(calib=root / "calib"))  # deploy's defaults
+    key = PlacementKey(sha256_file(root / "net.onnx"), calib, "8.6.0", H100["name"], "9.0")
+    path = PlacementCache(root / "pc").path(key)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"format": 1, "key": {"model_sha256": "')
+    code, d, err = _deploy(cli, root, "--placement-cache", root / "pc")
+    assert code == 0 and "Traceback" not in err, err
+    auto = d["placement"]
+    assert auto["cache"]["path"] == str(path) and not auto["from_cache"]
+    assert auto["cache"]["warning"].startswith(f"placement cache: {path}: unreadable entry ignored")
+    assert any(n.startswith("warning: placement cache") for n in auto["notes"])
+    assert _implicit_builds(trtexec) == 1  # decided again
+    assert json.loads(path.read_text())["key"]["model_sha256"] == key.model_sha256
+    assert PlacementCache(root / "pc").get(key).hit
+
+
+def test_an_explicit_engine_below_the_ratio_ships_the_implicit_engine(root, cli):
+    """The mirror's engine times 0.91x implicit (the stand-in slows every engine that quantizes a residual
+    skip by 10%): the implicit engine is kept, with the relative gate's failure as the reason."""
+    trtexec = tune_trtexec(root / "bin", {SKIP2: 0.1})
+    _workspace(root, trtexec)
+    code, d, err = _deploy(cli, root)
+    assert code == 0, err
+    auto = d["placement"]
+    # the recorded runs: explicit 2114.07 qps, implicit 2087.33 qps; the explicit one slowed by 1.1
+    assert auto["kept"] == "implicit"
+    assert auto["evidence"]["ratio"] == pytest.approx(2114.07 / 1.1 / 2087.33, abs=0.005)
+    assert "relative gate" in auto["reason"] and "[slower-than-baseline]" in auto["reason"]
+    assert auto["evidence"]["relative_gate"]["passed"] is False and d["relative_gate"] is None
+    assert Path(d["run_dir"]) == Path(auto["evidence"]["runs"]["implicit"])
+    (entry,) = _entries(root)
+    assert json.loads(entry.read_text())["kept"] == "implicit"
+
+
+@pytest.mark.sshd
+def test_fleet_validate_decides_once_per_board_kind(boards, servers, root, cli):
+    """Three loopback boards, two kinds (two H100s, one Orin by their target files): the first board of each
+    kind decides (one implicit build per kind), every board of a kind gets the same Q/DQ model, fleet.json
+    holds each kind's decision and the release bundle carries it with its evidence. (A decision read from
+    the cache goes through deploy's path, tested above.)"""
+    fleet_targets = []
+    stand_ins = {}
+    for i, (server, gpu) in enumerate(zip(servers, (H100, H100, ORIN)), start=1):
+        name = f"board{i}"
+        (root / name).mkdir()
+        stand_ins[name] = tune_trtexec(root / name, {})
+        t = {"host": server.host, "port": server.port, "user": server.user,
+             "identity_file": str(server.identity_file), "known_hosts": str(server.known_hosts),
+             "work_dir": str(root / f"remote-{name}"), "python": sys.executable, "tensorrt": "8.6",
+             "backend": "trtexec", "trtexec": str(stand_ins[name]), "gpu": gpu,
+             "timeouts": {"connect": 10, "command": 60}}  # fmt: skip
+        (root / "targets").mkdir(exist_ok=True)
+        (root / "targets" / f"{name}.yaml").write_text(yaml.safe_dump(t))
+        fleet_targets.append(f"targets/{name}.yaml")
+    fleet = root / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"workers": 3, "targets": fleet_targets}))
+    args = ("fleet", "validate", root / "net.onnx", "--fleet", fleet, "--calib", root / "calib",
+            "--duration", "0", "--iterations", "1", "--json")  # fmt: skip
+    code, out, err = cli(*args)
+    assert code == 0, err
+    res = json.loads(out)
+    rows = {r["target"]: r for r in res["targets"]}
+    assert all(r["status"] == "passed" for r in rows.values()), rows
+    implicit = {n: _implicit_builds(t) for n, t in stand_ins.items()}
+    assert implicit["board1"] + implicit["board2"] == 1 and implicit["board3"] == 1  # one decision a kind
+    h100 = "board1" if implicit["board1"] else "board2"
+    assert rows["board1"]["placement"] == rows["board2"]["placement"]
+    # what each kind kept, its ratio, where it was decided and what that cost
+    assert re.fullmatch(rf"explicit 1\.01\d*x \(decided on {h100}, implicit build [0-9.]+ s\)",
+                        rows["board1"]["placement"]), rows["board1"]["placement"]  # fmt: skip
+    assert re.fullmatch(r"explicit 1\.01\d*x \(decided on board3, implicit build [0-9.]+ s\)",
+                        rows["board3"]["placement"]), rows["board3"]["placement"]  # fmt: skip
+    # the boards of one kind were given the same Q/DQ model (each row's build is that board's last)
+    shipped = {n: _qdq(_shipped(t, len(builds(t)) - 1)) for n, t in stand_ins.items()}
+    assert shipped["board1"] == shipped["board2"] and len(shipped["board1"]) == 55
+    fleet_json = json.loads((Path(res["fleet_dir"]) / "fleet.json").read_text())
+    kinds = fleet_json["placements"]
+    assert sorted(kinds) == ["sm8.7-trt8.6.0", "sm9.0-trt8.6.0"]
+    for k in kinds.values():
+        assert k["kept"] == "explicit" and not k["from_cache"] and k["evidence"]["ratio"] >= 0.98
+        assert Path(k["evidence"]["layers"]["implicit"]).is_file()
+        assert (Path(res["fleet_dir"]) / k["model_file"]).is_file()
+    assert len(_entries(root)) == 2
+    # the release bundle carries each kind's decision and its evidence (both engines' layer JSON, the ratio)
+    bundle = root / "net.tar.gz"
+    code, _, err = cli("release", "--from", res["fleet_dir"], "-o", bundle)
+    assert code == 0, err
+    with tarfile.open(bundle) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+        record = json.load(tar.extractfile("placement/sm9.0-trt8.6.0/placement.json"))
+        names = set(tar.getnames())
+    assert manifest["placements"]["sm9.0-trt8.6.0"]["kept"] == "explicit"
+    assert record["decided_on"] == h100 and record["key"]["gpu"] == H100["name"]
+    assert record["evidence"]["ratio"] == kinds["sm9.0-trt8.6.0"]["evidence"]["ratio"]
+    assert {f"placement/{k}/{e}.layers.json" for k in kinds for e in ("implicit", "explicit")} <= names
+    assert str(root) not in json.dumps(record)  # no machine-local path
+    # two kinds, two Q/DQ models: the other kind's model travels beside its placement
+    assert any(n.startswith("placement/sm8.7-trt8.6.0/") and n.endswith(".onnx") for n in names)
+
+
+def test_a_pipeline_file_with_placement_auto_decides_at_the_targets_stage(root, cli):
+    """``placement: auto`` in a pipeline file (``placement: implicit`` stays refused there): the host stage
+    only cleans and lints, the target decides, and the release ships the decided Q/DQ model (one kind: it
+    is the bundle's model) with the decision."""
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec)
+    pipeline = root / "p.yaml"
+    pipeline.write_text(yaml.safe_dump({
+        "model": str(root / "net.onnx"), "calib": str(root / "calib"), "target": "board",
+        "quantize": {"placement": "auto"}, "profile": {"duration": 0, "iterations": 1},
+        "release": {"output": str(root / "p.tar.gz")}}))  # fmt: skip
+    code, _, err = cli("run", pipeline, "--json")
+    assert code == 0, err
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, False]
+    with tarfile.open(root / "p.tar.gz") as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+        (shipped,) = [n for n in tar.getnames() if n.startswith("model/")]
+        model = onnx.load_from_string(tar.extractfile(shipped).read())
+    assert manifest["placements"]["sm9.0-trt8.6.0"]["kept"] == "explicit"
+    assert _qdq(model) == _qdq(_shipped(trtexec, 2))  # the bundle's model is the one the board built
+    host = json.loads((root / "runs" / "pipeline-p" / "host" / "stages.json").read_text())
+    assert {s["name"]: s["status"] for s in host["stages"]}["quantize"] == "skipped"
+
+
+def test_a_cache_that_cannot_be_read_or_written_is_a_warning_not_a_failure(root, cli):
+    """--placement-cache naming a file: the lookup and the write each say so once; the deploy goes on
+    (here the explicit build fails too, so the implicit engine is shipped, and nothing is cached)."""
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, _failing_explicit(root / "bin", trtexec, H200 / "yolo_ortfb.explicit.build.log"))
+    blocker = root / "not-a-dir"
+    blocker.write_text("x")
+    code, d, err = _deploy(cli, root, "--placement-cache", blocker)
+    assert code == 0 and "Traceback" not in err, err
+    cache = d["placement"]["cache"]
+    assert cache["warning"].startswith("placement cache: ") and "ignored" in cache["warning"]
+    written = cache["write_warning"]
+    assert written.startswith("placement cache: cannot write") and written.endswith("not cached")
+    assert blocker.read_text() == "x" and d["placement"]["kept"] == "implicit"
