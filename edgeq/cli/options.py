@@ -127,8 +127,8 @@ def quantize_options(
     from edgeq.quant.quantize import QuantizeOptions
 
     if placement == Placement.auto:
-        raise typer.BadParameter("--placement auto is decided on a target by edgeq deploy; give trt, all or "
-                                 "implicit here", param_hint="--placement")  # fmt: skip
+        raise typer.BadParameter("--placement auto is edgeq deploy's and fleet validate's (a target decides, "
+                                 "once, cached); give trt, all or implicit here", param_hint="--placement")
     return QuantizeOptions(
         calib=calib, synthetic=synthetic, preprocess=preprocess, calibrator=Calibrator(calibrator).value,
         percentile=percentile, placement=Placement(placement).value, overrides=overrides, holdout=holdout,
