@@ -339,3 +339,25 @@ def test_a_cache_that_cannot_be_read_or_written_is_a_warning_not_a_failure(root,
     written = cache["write_warning"]
     assert written.startswith("placement cache: cannot write") and written.endswith("not cached")
     assert blocker.read_text() == "x" and d["placement"]["kept"] == "implicit"
+
+
+def test_auto_where_nothing_decides_it_is_one_line_exit_2(root, cli):
+    """``auto`` is deploy's and fleet validate's (a target decides); quantize, tune and compare refuse it in
+    one line, as fleet validate refuses ``implicit`` (per target only), before any work."""
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec)
+    (root / "fleet.yaml").write_text("targets: [targets/board.yaml]\n")
+    model, calib = root / "net.onnx", root / "calib"
+    cases = [
+        (["quantize", model, "--calib", calib, "--placement", "auto"], "--placement auto"),
+        (["tune", model, "--target", "board", "--calib", calib, "--placement", "auto"], "--placement auto"),
+        (["compare", model, "--target", "board", "--calib", calib, "--placement", "auto"],
+         "--placement auto"),
+        (["fleet", "validate", model, "--fleet", root / "fleet.yaml", "--calib", calib, "--placement",
+          "implicit"], "implicit is per target"),
+    ]  # fmt: skip
+    before = sorted(p.name for p in root.iterdir())
+    for args, said in cases:
+        code, out, err = cli(*args)
+        assert code == 2 and "Traceback" not in err and said in " ".join(err.split()), (args, out, err)
+    assert sorted(p.name for p in root.iterdir()) == before and not builds(trtexec)

@@ -152,8 +152,10 @@ def deploy_cmd(
         raise typer.BadParameter("--placement implicit needs a float model and --calib (the implicit engine "
                                  "and its mirror come from one calibration)", param_hint="--calib")
     tgt = resolve_target(target or "")
-    if placement == Placement.auto and (calib is None or overrides is not None):
-        placement = Placement.trt  # nothing to decide without data; overrides edit the rules' placement
+    if placement == Placement.auto and (calib is None or overrides is not None or baseline is not None):
+        # nothing to decide without data; overrides edit the rules' placement; --baseline implicit judges
+        # the rules' against implicit (auto judges its own)
+        placement = Placement.trt
     allow: tuple[str, ...] = ()
     require_fusion: Optional[bool] = None
     if pipeline is not None:

@@ -140,8 +140,8 @@ def quantize_options(
     from edgeq.quant.quantize import QuantizeOptions, holdout_option
 
     if placement == Placement.auto:
-        raise typer.BadParameter("--placement auto is decided on a target by edgeq deploy; give trt, all or "
-                                 "implicit here", param_hint="--placement")  # fmt: skip
+        raise typer.BadParameter("--placement auto is edgeq deploy's and fleet validate's (a target decides, "
+                                 "once, cached); give trt, all or implicit here", param_hint="--placement")
     fraction, held = holdout_option(holdout)
     return QuantizeOptions(
         calib=calib, synthetic=synthetic, preprocess=preprocess, calibrator=Calibrator(calibrator).value,

@@ -308,6 +308,9 @@ def compare_cmd(
     if placement == Placement.all:
         raise typer.BadParameter("compare --target builds --placement all already (explicit-all); give trt "
                                  "or implicit", param_hint="--placement")  # fmt: skip
+    if placement == Placement.auto:  # it builds implicit, the rules and the mirror side by side instead
+        raise typer.BadParameter("--placement auto is edgeq deploy's and fleet validate's; compare --target "
+                                 "takes trt or implicit (the mirror)", param_hint="--placement")  # fmt: skip
     if placement == Placement.implicit and target is None:
         raise typer.BadParameter("--placement implicit builds on a target: give MODEL --target T --calib DIR",
                                  param_hint="--placement")  # fmt: skip
