@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeq.quant.autocalib import TIE
+from edgeq.quant.autocalib import AUTO_CANDIDATES, HYBRID, TIE
 from edgeq.quant.quantize import QuantizeOptions, quantize_file
 
 C, H, W = 4, 8, 8
@@ -67,7 +67,7 @@ def test_auto_scores_every_calibrator_on_the_holdout_set_and_keeps_the_best(setu
     choice = result.choice
     assert choice is not None and choice.auto
     scores = {c.method: c.score.value for c in choice.candidates}
-    assert set(scores) == {"entropy", "percentile", "mse", "max"}
+    assert set(scores) == {"entropy", "percentile", "mse", "max", HYBRID}
     # entropy clips the outliers that carry the output; auto must not keep it here
     assert choice.method != "entropy"
     assert scores[choice.method] >= max(scores.values()) - TIE  # within float noise of the best
@@ -79,7 +79,7 @@ def test_auto_scores_every_calibrator_on_the_holdout_set_and_keeps_the_best(setu
     assert acc.task is not None and acc.task.value == pytest.approx(scores[choice.method])
     summary = json.loads((tmp_path / "q.json").read_text())
     assert summary["calibrator"] == choice.method
-    assert [c["calibrator"] for c in summary["calibrators"]] == ["entropy", "percentile", "mse", "max"]
+    assert [c["calibrator"] for c in summary["calibrators"]] == list(AUTO_CANDIDATES)
     # the scales written are the kept calibrator's
     entropy = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, calibrator="entropy"),
                             output=tmp_path / "e.onnx")

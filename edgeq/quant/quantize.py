@@ -354,7 +354,7 @@ def calibrate_and_choose(
     """One statistics pass over ``calib``, the FP32 reference run once on ``held``, then the calibrator:
     ``--calibrator auto`` scores each on the held-out task metric and keeps the best (``autocalib``)."""
     from edgeq.quant.accuracy import held_out_reference
-    from edgeq.quant.autocalib import AUTO, AUTO_ORDER, choose_calibrator, scorer
+    from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, choose_calibrator, scorer
     from edgeq.quant.calibrate import collect_histograms
 
     calib_opts = options.calibration()
@@ -373,7 +373,7 @@ def calibrate_and_choose(
         elif options.synthetic is not None:
             extra.append(f"--calibrator auto on synthetic data scores nothing real: used {calib_opts.method}")
         else:
-            methods = AUTO_ORDER
+            methods = AUTO_CANDIDATES
     score = None
     if held_out is not None:
         score = scorer(held_out.metric, held_out.outputs, held_out.data, options.providers, progress)

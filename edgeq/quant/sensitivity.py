@@ -267,7 +267,7 @@ def prepare(model: onnx.ModelProto, options: SensitivityOptions, progress: Progr
     the histograms are kept to say how much each region's range clips."""
     from edgeq.graph.io import graph_from_model
     from edgeq.quant.accuracy import held_out_reference
-    from edgeq.quant.autocalib import AUTO, AUTO_ORDER, choose_calibrator, scorer
+    from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, choose_calibrator, scorer
     from edgeq.quant.calibrate import collect_histograms
     from edgeq.quant.quantize import build_qdq, calibration_data, plan_for, prepare_model, split_data
 
@@ -284,7 +284,7 @@ def prepare(model: onnx.ModelProto, options: SensitivityOptions, progress: Progr
     source = f"--holdout {q.holdout_data}" if q.holdout_data is not None else f"{q.holdout:.0%} of --calib"
     held_out = held_out_reference(reference, held, metric=q.metric, source=source, providers=q.providers,
                                   progress=progress)  # fmt: skip
-    methods = AUTO_ORDER if q.calibrator == AUTO else (calib_opts.method,)
+    methods = AUTO_CANDIDATES if q.calibrator == AUTO else (calib_opts.method,)
     choice = choose_calibrator(methods, hists, calib_opts, lambda amax: build_qdq(reference, plan, amax),
                                scorer(held_out.metric, held_out.outputs, held, q.providers, progress),
                                progress)  # fmt: skip
