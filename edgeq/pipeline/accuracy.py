@@ -221,7 +221,7 @@ class EngineAccuracy:
                 f"{self.agreement.value:.4f} between them on the same inputs (under {MISMATCH_COSINE:g}; "
                 "INT8 kernels that only round differently stay above 0.99), so the engine computed "
                 "something else or was fed or read wrongly - not a quantization loss; check TensorRT alone: "
-                "polygraphy run <the run directory's .int8.onnx> --onnxrt --trt --int8 --fp16")
+                "polygraphy run <the Q/DQ .onnx the engine was built from> --onnxrt --trt --int8 --fp16")
 
     @property
     def far_below(self) -> bool:
