@@ -121,6 +121,25 @@ def test_an_engine_that_drifts_from_the_prediction_fails_the_accuracy_gate(trtex
 
 
 @pytest.mark.sshd
+def test_a_deploy_whose_engine_does_not_follow_the_prediction_says_so(trtexec_target, cli):  # noqa: F811
+    """A stand-in engine whose outputs are far off the Q/DQ model's (shifted by 100, where they spread
+    about 1): the deploy's output, stage summary and accuracy.json say that TensorRT's outputs do not
+    follow onnxruntime's prediction and how to check TensorRT alone, not only that accuracy fell."""
+    root, _, _, _ = trtexec_target(outputs_shift=100.0)
+    model = tiny_model(root / "net.onnx")
+    calib, holdout = _data(root)
+    code, out, err, run_dir = _deploy(cli, root, model, "--calib", calib, "--holdout", holdout,
+                                      "--gate", "none")  # fmt: skip
+    assert code == 0, (out, err)  # ungated: a warning
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    assert acc["mismatch"] and acc["tensorrt_vs_onnxruntime_qdq"]["value"] < acc["mismatch_cosine"]
+    assert "accuracy WARNING" in out
+    said = [ln.strip() for ln in out.splitlines() if "do not follow onnxruntime's Q/DQ prediction:" in ln]
+    assert said == [acc["diagnosis"]] and "polygraphy run" in said[0]
+    assert "do not follow onnxruntime's Q/DQ prediction (cosine" in _stages(run_dir)["accuracy"]["summary"]
+
+
+@pytest.mark.sshd
 def test_the_accuracy_gate_without_a_holdout_dir_runs_the_engine_on_the_calib_slice(trtexec_target, cli):  # noqa: F811
     """--gate accuracy with --calib only: the engine runs on the held-out slice of --calib that the quantize
     check used (the same samples), and the run says where they came from."""
@@ -191,3 +210,52 @@ def test_a_qdq_model_deploys_with_the_holdout_against_its_float_graph(trtexec_ta
     acc = json.loads((run_dir / "accuracy.json").read_text())
     assert acc["samples"] == 3 and acc["onnxruntime_qdq"] is not None
     assert acc["tensorrt"]["value"] == pytest.approx(acc["onnxruntime_qdq"]["value"], abs=1e-5)
+
+
+def test_engine_outputs_that_do_not_follow_the_inputs_are_said_to_be_a_mismatch_not_a_quantization_loss(
+        tmp_path):
+    """The first real run (a 2-class PP-OCR direction classifier, TensorRT 8.6.0) came back with TensorRT's
+    outputs unrelated to its inputs: cosine 0.58 against onnxruntime's Q/DQ outputs, which agreed with
+    FP32 on 16 of 16. The verdict named a shortfall only, as if INT8 had cost accuracy. Now such a
+    mismatch is said apart (summary, accuracy.json, the diagnosis with how to check TensorRT alone),
+    here for an engine whose outputs belong to other samples (each handed back one sample late), while a
+    faithful engine (the prediction to trtexec's 6 digits) and rounding-sized drift say nothing of it."""
+    from edgeq import zoo
+    from edgeq.pipeline.accuracy import MISMATCH_COSINE, AccuracyPlan, HeldOutSet, score
+    from edgeq.quant.accuracy import held_out_reference, run_outputs
+
+    float_model = onnx.load(str(tiny_model(tmp_path / "net.onnx")))  # outputs that vary with the input
+    qdq = zoo.qdq_ort(float_model, quantize_bias=False)
+    rng = np.random.default_rng(3)
+    feeds = [{"input": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(6)]
+    held = held_out_reference(float_model, feeds, metric="cosine", source="test")
+    predicted = run_outputs(qdq, feeds)
+    plan = AccuracyPlan(HeldOutSet(feeds, "test"), float_model, qdq, metric="cosine")
+
+    def engine(shift: int = 0, noise: float = 0.0) -> list[dict[str, np.ndarray]]:
+        out = []
+        for i in range(len(predicted)):
+            p = predicted[(i - shift) % len(predicted)]
+            out.append({n: (np.float64(np.vectorize(lambda v: float(f"{v:g}"))(a))
+                            + noise * rng.standard_normal(a.shape)).astype(a.dtype) for n, a in p.items()})
+        return out
+
+    faithful = score(held, engine(), predicted, plan)
+    assert not faithful.mismatch and faithful.diagnosis() is None
+    assert "do not follow" not in faithful.summary() and faithful.to_dict()["diagnosis"] is None
+
+    scale = float(np.std(np.concatenate([a.ravel() for p in predicted for a in p.values()])))
+    drift = score(held, engine(noise=0.1 * scale), predicted, plan)  # TensorRT's other rounding, magnified
+    assert drift.agreement is not None and MISMATCH_COSINE < drift.agreement.value < 0.999
+    assert not drift.mismatch and drift.diagnosis() is None
+
+    late = score(held, engine(shift=1), predicted, plan)
+    assert late.agreement is not None and late.agreement.value < MISMATCH_COSINE
+    assert late.mismatch and late.far_below  # the shortfall is still said, and now its nature too
+    said = late.diagnosis()
+    assert said is not None and f"cosine {late.agreement.value:.4f} between them" in said
+    assert "not a quantization loss" in said and "polygraphy run" in said and "--onnxrt --trt --int8" in said
+    assert "TensorRT's outputs do not follow onnxruntime's Q/DQ prediction" in late.summary()
+    recorded = late.to_dict()
+    assert recorded["mismatch"] is True and recorded["diagnosis"] == said
+    assert recorded["mismatch_cosine"] == MISMATCH_COSINE

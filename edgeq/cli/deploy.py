@@ -235,10 +235,11 @@ def deploy_cmd(
 
 def _print_accuracy(acc: Any) -> None:
     """The accuracy section: the verdict line (green, red, or a yellow warning when TensorRT is far below
-    FP32 or onnxruntime's prediction and no gate says so), then TensorRT's figures beside the prediction."""
+    FP32 or onnxruntime's prediction, or does not follow the prediction, and no gate says so), then
+    TensorRT's figures beside the prediction, and what a mismatch with the prediction means."""
     if acc.gated and not acc.passed:
         style, head = "bold red", "accuracy FAILED"
-    elif acc.far_below:
+    elif acc.far_below or acc.mismatch:
         style, head = "bold yellow", "accuracy WARNING"
     else:
         style, head = ("green", "accuracy passed") if acc.gated else ("default", "accuracy")
@@ -254,6 +255,9 @@ def _print_accuracy(acc: Any) -> None:
     failures = acc.failures()
     for line in failures or acc.problems():
         out.print(f"  [{'bold red' if failures else 'bold yellow'}]{escape(line)}[/]", highlight=False)
+    diagnosis = acc.diagnosis()
+    if diagnosis is not None:
+        out.print(f"  [{'bold red' if failures else 'bold yellow'}]{escape(diagnosis)}[/]", highlight=False)
 
 
 targets_app = typer.Typer(help="Target files (targets/*.yaml): list them, check one against its machine.")

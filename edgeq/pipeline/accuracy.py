@@ -37,6 +37,13 @@ if TYPE_CHECKING:
 # the Q/DQ model before ``--gate accuracy`` fails and an ungated run warns.
 PREDICTION_TOLERANCE = 0.01
 
+# TensorRT's outputs against onnxruntime's Q/DQ outputs on the same inputs (cosine, ``EngineAccuracy.
+# agreement``): below this, TensorRT did not compute what the Q/DQ graph defines. Both run the graph's
+# INT8 arithmetic; TensorRT's other fusions, accumulation order and FP16 fallbacks move its outputs far
+# less (an engine that works scores above 0.99). So the cause is the engine or the way it was run (inputs
+# fed or outputs read wrongly), not the quantization: the user checks TensorRT alone before recalibrating.
+MISMATCH_COSINE = 0.9
+
 
 @dataclass(frozen=True)
 class HeldOutSet:
@@ -200,6 +207,23 @@ class EngineAccuracy:
         return self.engine_cosine.value < FAR_BELOW["cosine"]
 
     @property
+    def mismatch(self) -> bool:
+        """TensorRT's outputs are not the Q/DQ model's (``MISMATCH_COSINE``): a fault to look for in the
+        engine or its run, not an accuracy loss. Said beside the verdict; the verdict itself is unchanged."""
+        return self.agreement is not None and self.agreement.value < MISMATCH_COSINE
+
+    def diagnosis(self) -> Optional[str]:
+        """What a mismatch means and how to tell the engine from the run apart (None without one)."""
+        if not self.mismatch:
+            return None
+        assert self.agreement is not None
+        return (f"TensorRT's outputs do not follow onnxruntime's Q/DQ prediction: cosine "
+                f"{self.agreement.value:.4f} between them on the same inputs (under {MISMATCH_COSINE:g}; "
+                "INT8 kernels that only round differently stay above 0.99), so the engine computed "
+                "something else or was fed or read wrongly - not a quantization loss; check TensorRT alone: "
+                "polygraphy run <the Q/DQ .onnx the engine was built from> --onnxrt --trt --int8 --fp16")
+
+    @property
     def far_below(self) -> bool:
         """Worth a loud warning ungated, and a failure under ``--gate accuracy`` without thresholds."""
         return self.far_below_fp32 or self.below_prediction
@@ -261,19 +285,25 @@ class EngineAccuracy:
                 f"{self.metric} {self.engine.value:.6f} vs {self.predicted.value:.6f} predicted")
 
     def summary(self) -> str:
-        """One line: the verdict, TensorRT's figures beside the prediction, the held-out count."""
+        """One line: the verdict, TensorRT's figures beside the prediction, the held-out count, and a
+        mismatch with the prediction when there is one (``mismatch``)."""
         text = f"{self.figures()} over {self.samples} held-out samples"
+        note = ""
+        if self.mismatch:
+            assert self.agreement is not None
+            note = (f" - TensorRT's outputs do not follow onnxruntime's Q/DQ prediction (cosine "
+                    f"{self.agreement.value:.4f} between them, under {MISMATCH_COSINE:g})")
         fails = self.failures()
         if fails:
-            return f"accuracy FAILED: {'; '.join(fails)} ({text})"
+            return f"accuracy FAILED: {'; '.join(fails)} ({text}){note}"
         if not self.gated:
             problems = self.problems()
-            return f"accuracy: {text}" + (f" - WARNING: {'; '.join(problems)}" if problems else "")
+            return f"accuracy: {text}" + (f" - WARNING: {'; '.join(problems)}" if problems else "") + note
         bounds = [f"--min-metric {self.min_metric:g}" if self.min_metric is not None else "",
                   f"--min-cosine {self.min_cosine:g}" if self.min_cosine is not None else ""]  # fmt: skip
         within = f"not far below FP32, within {PREDICTION_TOLERANCE:g} of onnxruntime's prediction"
         bound = ", ".join(b for b in bounds if b) or within
-        return f"accuracy passed ({bound}): {text}"
+        return f"accuracy passed ({bound}): {text}{note}"
 
     def to_dict(self) -> dict[str, Any]:
         def score(s: Optional[TaskScore]) -> Optional[dict[str, Any]]:
@@ -285,7 +315,8 @@ class EngineAccuracy:
                 "onnxruntime_qdq_cosine": score(self.predicted_cosine),
                 "shortfall": self.shortfall, "tolerance": PREDICTION_TOLERANCE,
                 "tensorrt_vs_onnxruntime_qdq": score(self.agreement), "max_abs_diff": self.max_abs_diff,
-                "far_below_fp32": self.far_below_fp32,
+                "far_below_fp32": self.far_below_fp32, "mismatch": self.mismatch,
+                "mismatch_cosine": MISMATCH_COSINE, "diagnosis": self.diagnosis(),
                 "min_metric": self.min_metric, "min_cosine": self.min_cosine, "gated": self.gated,
                 "passed": self.passed, "failures": self.failures(), "summary": self.summary()}  # fmt: skip
 
