@@ -563,6 +563,25 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines + (["", *notes] if notes else []))
 
 
+def auto_cost(rows: list[Row]) -> str:
+    """auto's wall time beside one calibrator's (entropy, the default before auto, and the median of
+    the single calibrators): the issue bounds auto at 1.5x one calibrator."""
+    import statistics
+
+    lines = ["auto's cost (wall seconds of the whole quantize run):"]
+    for m in dict.fromkeys(r.model for r in rows):
+        walls = {r.calibrator: r.wall for r in rows if r.model == m and r.wall is not None and not
+                 r.note.startswith("failed") and r.calibrator in (*CALIBRATORS, "auto")}
+        if "auto" not in walls or "entropy" not in walls:
+            continue
+        singles = [w for c, w in walls.items() if c in CALIBRATORS]
+        med = statistics.median(singles)
+        lines.append(f"  {m}: auto {walls['auto']:.1f} s; entropy {walls['entropy']:.1f} s "
+                     f"({walls['auto'] / walls['entropy']:.2f}x); median single calibrator {med:.1f} s "
+                     f"({walls['auto'] / med:.2f}x)")
+    return "\n".join(lines)
+
+
 def chart(rows: list[Row], path: Path) -> None:
     """One panel per model: each calibrator's headline figure (FP32 = 1.0), its wall time on top."""
     import matplotlib
@@ -645,6 +664,8 @@ def main(argv: list[str] | None = None) -> int:
                            [c for c in args.calibrators.split(",") if c], not args.no_ort, args.ort_timeout)
     print()
     print(table(rows))
+    print()
+    print(auto_cost(rows))
     png = args.chart or cache / "accuracy_bench.png"
     chart(rows, png)
     (cache / "accuracy_bench.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
