@@ -9,7 +9,8 @@ A pattern is one fact about TensorRT 8.6 with everything each consumer needs to 
 - ``lint``: what a Q/DQ model that breaks the fact looks like (findings with nodes and a fix);
 - ``engine``: how the fact shows in an engine's layer JSON (a wider layer it explains, a fused form
   one engine has and another lacks), read by the report, the gate's explanations and ``compare``;
-- ``tunable``: whether the sites it places are a choice ``edgeq tune`` measures.
+- ``tunable``: whether the sites it places are a choice ``edgeq tune`` measures;
+- ``floats_nodes``: its regions run float whole (their weights too), not edge by edge.
 
 Types only; no graph code here, so every layer of the package can name them.
 """
@@ -167,6 +168,9 @@ class Pattern:
     kind: str = "fusion"  # "fusion" (where Q/DQ go) or "qdq" (what the 8.6 parser accepts as Q/DQ)
     precedence: int = 0  # registry order: on an edge two patterns decide, the later one wins
     ops: frozenset[str] = field(default_factory=frozenset)  # op types the fact is about, when a list
+    # its matches' nodes run float as a whole (a Myelin region): placement gives them no int8 weights and
+    # records them in the plan's float_nodes, which the gates read as float by design
+    floats_nodes: bool = False
 
 
 def matches_of(pattern: Pattern, graph: gs.Graph) -> list[Match]:
