@@ -171,6 +171,9 @@ class Pattern:
     # its matches' nodes run float as a whole (a Myelin region): placement gives them no int8 weights and
     # records them in the plan's float_nodes, which the gates read as float by design
     floats_nodes: bool = False
+    # a regex of the TensorRT 8.6 build or parse error this fact explains: a failed build names its region
+    # through it (``edgeq.report.runlog.build_failure``)
+    build_error: str = ""
 
 
 def matches_of(pattern: Pattern, graph: gs.Graph) -> list[Match]:

@@ -179,6 +179,13 @@ def explain_reformat(view: LayerView) -> Optional[Pattern]:
     return None
 
 
+def explain_build_error(message: str) -> Optional[Pattern]:
+    """The entry whose ``build_error`` matches a TensorRT build or parse error, if one does."""
+    import re
+
+    return next((p for p in REGISTRY if p.build_error and re.search(p.build_error, message)), None)
+
+
 def with_signature(part: str) -> Sequence[Pattern]:
     """Patterns whose engine signature has ``part`` ('fused', 'unfused', 'wide', 'reformat')."""
     return [p for p in REGISTRY if p.engine is not None and getattr(p.engine, part) is not None]

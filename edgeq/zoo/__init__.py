@@ -10,7 +10,8 @@ in ``tests/fixtures/trt86-h200/*.layers.json``. Architectures follow
 The package's public API is what this module re-exports (``zoo.<name>``, and ``zoo.ZOO`` for pipeline
 files' ``zoo:<name>``); the modules hold one family each: net (the graph writer), resnet, yolo, unet,
 transformer (ViT-like), convnext, inception (the regions TensorRT 8.6 compiles with Myelin, and
-Inception's concatenations), skeletons (refilled torchvision exports), exporters (the Q/DQ patterns), registry (``build``).
+Inception's concatenations), skeletons (refilled torchvision exports), exporters (the Q/DQ patterns),
+registry (``build``).
 """
 
 from __future__ import annotations

@@ -246,6 +246,7 @@ PATTERNS: tuple[Pattern, ...] = (
             lint_concat_pool_branch,
         ),
         ops=frozenset({"Concat", "MaxPool", "AveragePool"}),
+        build_error=r"chooseHigherPrecision",
         precedence=85,
     ),
     Pattern(

@@ -207,6 +207,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ),
         ops=GROWS,
         floats_nodes=True,
+        build_error=BUILD_ASSERT,
         precedence=140,
     ),
 )
