@@ -170,13 +170,15 @@ def match_concat_pool_branch(graph: gs.Graph) -> list[Match]:
 
 
 def lint_concat_pool_branch(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
-    """Such a Concat reading INT8 (a DQ behind any of its inputs)."""
+    """Such a Concat run INT8: a DQ behind every input (TensorRT then concatenates in INT8). A pooled branch
+    alone reading a DQ is the float Concat placement wants: the DQ stays before the Concat."""
     out = []
     by_node = {n.name: n for n in graph.nodes}
     for m in matches:
         cat = by_node[m.anchor]
-        dqs = [d for d in (upstream_dq(t) for t in cat.inputs if t.name) if d is not None]
-        if dqs:
+        ins = [t for t in cat.inputs if t.name and not is_constant(t)]
+        dqs = [d for d in (upstream_dq(t) for t in ins) if d is not None]
+        if dqs and len(dqs) == len(ins):
             out.append(Hit(
                 f"Concat '{node_label(cat)}' joins convolution branches with a pooled copy of their input "
                 f"('{m.nodes[0]}') and reads {len(dqs)} input(s) in INT8: the class of the Inception build "

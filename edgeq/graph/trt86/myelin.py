@@ -81,6 +81,17 @@ def _reduce_mean_centres(node: gs.Node) -> bool:
                for r, _, _ in skip_qdq_down(node.outputs[0]))
 
 
+def _linear_over_tokens(node: gs.Node) -> bool:
+    """MatMul with a constant weight over a 3-D or 4-D input (rank unknown counts): torch's nn.Linear on
+    tokens or NHWC pixels. Over a 2-D input it is a fully connected layer as TensorRT's own kernels run
+    it (torch writes Gemm there), not a Myelin anchor."""
+    ins = activation_inputs(node)
+    if not is_op(node, "MatMul") or len(ins) != 1:
+        return False
+    shape = ins[0].shape
+    return shape is None or len(shape) != 2
+
+
 # Anchor kinds: where a Myelin region starts, each with how it is recognized (the region's message names
 # the kinds it holds). MatMul with a constant weight is torch's nn.Linear over a 3-D or 4-D input (Gemm
 # for 2-D); with two activation inputs it is attention's q @ k^T or attn @ v.
@@ -88,7 +99,7 @@ ANCHORS: tuple[tuple[str, Callable[[gs.Node], bool]], ...] = (
     ("LayerNormalization", lambda n: is_op(n, "LayerNormalization")),
     ("LayerNorm (ReduceMean/Sub/Pow/Sqrt/Div)", _reduce_mean_centres),
     ("attention MatMul", lambda n: is_op(n, "MatMul") and len(activation_inputs(n)) >= 2),
-    ("Linear (MatMul)", lambda n: is_op(n, "MatMul") and len(activation_inputs(n)) == 1),
+    ("Linear (MatMul)", _linear_over_tokens),
     ("GELU (Erf)", lambda n: is_op(n, "Erf")),
 )
 
