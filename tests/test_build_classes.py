@@ -292,3 +292,19 @@ def test_compare_says_which_region_a_failed_build_broke_on(tmp_path: Path, cli) 
     assert rows["all"]["error"].endswith(
         "Q/DQ region: Q/DQ inside the SiLU '/stem/stem.0/stem.0.2/Sigmoid' * '/stem/stem.0/stem.0.2/Mul' "
         "(edgeq rules silu-whole)")
+
+
+def test_a_myelin_layer_running_fp16_is_explained_by_the_myelin_entry() -> None:
+    """A ForeignNode layer's name gives its first and last nodes only (a Reshape, a Gemm): the layer's
+    kind says Myelin, and the report explains it by the entry whose placement left it float."""
+    from edgeq.report.fusion import EngineView
+
+    def explained(v: EngineView) -> str | None:
+        p = registry.explain_wide(v)
+        return p.id if p is not None else None
+
+    assert explained(EngineView(frozenset({"Reshape", "Gemm"}), "compute", False, 1, False, foreign=True)) \
+        == "myelin-region"
+    layernorm = EngineView(frozenset({"LayerNormalization"}), "compute", False, 1, False)
+    assert explained(layernorm) == "myelin-region"
+    assert explained(EngineView(frozenset({"Conv", "Relu"}), "compute", False, 1, False)) != "myelin-region"

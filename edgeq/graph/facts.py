@@ -93,6 +93,10 @@ class LayerView(Protocol):
     def formats(self) -> str:
         """'INT8 NCHW -> INT8 NC/32HW32' (activations)."""
 
+    @property
+    def foreign(self) -> bool:
+        """A Myelin layer: type 'Myelin' or a '{ForeignNode[first...last]}' name."""
+
 
 @dataclass(frozen=True)
 class EngineSignature:

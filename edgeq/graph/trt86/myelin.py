@@ -190,7 +190,9 @@ _MYELIN_OPS = frozenset({"LayerNormalization", "Softmax", "Erf", "MatMul"})
 
 
 def _myelin_wide(v: LayerView) -> bool:
-    return v.kind == "compute" and bool(_MYELIN_OPS & v.ops) and not ({"Conv", "ConvTranspose"} & v.ops)
+    """A Myelin layer, or a layer running LayerNorm, attention's ops or Erf, wider than INT8."""
+    return v.kind == "compute" and (v.foreign or (bool(_MYELIN_OPS & v.ops)
+                                                  and not ({"Conv", "ConvTranspose"} & v.ops)))
 
 
 PATTERNS: tuple[Pattern, ...] = (
