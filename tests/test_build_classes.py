@@ -308,3 +308,17 @@ def test_a_myelin_layer_running_fp16_is_explained_by_the_myelin_entry() -> None:
     layernorm = EngineView(frozenset({"LayerNormalization"}), "compute", False, 1, False)
     assert explained(layernorm) == "myelin-region"
     assert explained(EngineView(frozenset({"Conv", "Relu"}), "compute", False, 1, False)) != "myelin-region"
+
+
+def test_torchs_padded_average_pool_is_the_same_pool_and_unmeasured() -> None:
+    """torch.onnx (opsets 11-17) writes avg_pool2d(padding=1, count_include_pad) as a zero Pad and an
+    unpadded AveragePool: the same numbers, but Pad is an operator no entry covers, so the line fires."""
+    import onnxruntime as ort
+
+    padded, plain = zoo.inception_like(pool_pad=True), zoo.inception_like()
+    x = zoo.random_inputs(plain)
+    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+           for m in (padded, plain)]
+    assert np.array_equal(run[0], run[1])
+    found = registry.uncovered(typed_graph_from_model(padded))
+    assert found == {"Pad": ["/Mixed_5b/avg_pool2d/Pad", "/Mixed_7b/avg_pool2d/Pad"]}
