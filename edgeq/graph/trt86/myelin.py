@@ -152,11 +152,6 @@ def match_myelin_region(graph: gs.Graph) -> list[Match]:
     return out
 
 
-def region_nodes(graph: gs.Graph) -> set[str]:
-    """Every node of every Myelin region: placement keeps their weights float."""
-    return {n.name for region, _ in myelin_regions(graph) for n in region}
-
-
 def _describe(region: list[gs.Node], kinds: list[str]) -> str:
     return f"Myelin region '{node_label(region[0])}'...'{node_label(region[-1])}' ({', '.join(kinds)})"
 
