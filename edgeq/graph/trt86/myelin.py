@@ -193,13 +193,13 @@ def _myelin_wide(v: LayerView) -> bool:
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         RULE,
-        "TensorRT 8.6 compiles LayerNorm (LayerNormalization, or ReduceMean/Sub/Pow/Sqrt/Div), Linear over "
-        "tokens or pixels (MatMul with a constant weight), attention (MatMul -> Softmax -> MatMul) and GELU "
-        "as Erf, with the pointwise ops, data movement and Gemm joined to them, into one Myelin layer, which "
-        "runs no INT8 on 8.6: an INT8 weight there fails the build. The region stays float (no Q/DQ on its "
-        "nodes' inputs, no int8 weights); a convolution reading it gets its own Q/DQ. Measured: the build "
-        "failure of LayerNorm + Linear blocks. Unverified: that Softmax chains and Erf alone make Myelin "
-        "regions, and where a region ends.",
+        "Regions TensorRT 8.6 compiles with Myelin (LayerNorm, Linear over tokens, attention, GELU as Erf) "
+        "run no INT8, and an INT8 weight there fails the build: they stay float. A region grows from "
+        "LayerNormalization (or ReduceMean/Sub/Pow/Sqrt/Div), a MatMul with a constant weight over a 3-D or "
+        "4-D input, a MatMul of two activations (with the Softmax between) and Erf, over the pointwise ops, "
+        "data movement and Gemm joined to them; no Q/DQ on its nodes' inputs, no int8 weights; a convolution "
+        "reading it gets its own Q/DQ. Measured: the build failure of LayerNorm + Linear blocks. Unverified: "
+        "that Softmax chains and Erf alone make Myelin regions, and where a region ends.",
         f"{MEASURED}; the rest unverified. No Myelin layer in the measured CNN engines, whose placement it "
         "leaves as it was: tests/fixtures/trt86-h100-zoo/effb0.implicit.layers.json.gz, "
         "trt86-h200-edgeq/yolo_fix2.explicit.layers.json",
