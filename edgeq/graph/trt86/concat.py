@@ -20,10 +20,8 @@ from edgeq.graph.patterns import (
     iter_nodes,
     node_label,
     preserves_scale,
-    producer,
     qparams,
     same_scale,
-    skip_qdq_down,
     upstream_dq,
 )
 from edgeq.graph.trt86.common import (
@@ -32,7 +30,6 @@ from edgeq.graph.trt86.common import (
     PLACE,
     WEIGHTED,
     data_inputs,
-    float_of,
     quantized,
 )
 
@@ -134,60 +131,6 @@ def lint_concat_conv(graph: gs.Graph, matches: list[Match], decisions: Decisions
     return out
 
 
-_POOLS = frozenset({"MaxPool", "AveragePool"})
-
-
-def pool_branch(cat: gs.Node) -> list[gs.Node]:
-    """The pools that feed ``cat`` directly with a pooled copy of a tensor other nodes read too (the
-    convolution branches beside it), where that tensor is not itself one of ``cat``'s inputs: Inception's
-    reduction blocks (torchvision Inception v3 Mixed_6a, Mixed_7a). YOLO's SPPF (the pooled tensor is a
-    Concat input too: measured INT8) and DenseNet's transition pool (read by nothing else) are not."""
-    if not is_op(cat, "Concat") or len(cat.inputs) < 2:
-        return []
-    ins = [float_of(t) for t in cat.inputs if t.name and not is_constant(t)]
-    out = []
-    for t in ins:
-        p = producer(t)
-        if not is_op(p, *_POOLS) or not p.inputs:
-            continue
-        x = float_of(p.inputs[0])
-        others = [r for r, _, _ in skip_qdq_down(x) if r is not p]
-        if x not in ins and any(r.op in WEIGHTED_OPS for r in others):
-            out.append(p)
-    convs = [t for t in ins if fusion.fused_origin(t) is not None]
-    return out if out and convs else []
-
-
-def match_concat_pool_branch(graph: gs.Graph) -> list[Match]:
-    out = []
-    for cat in iter_nodes(graph, subgraphs=False):
-        pools = pool_branch(cat)
-        if pools:
-            edges = tuple(Edge(float_of(t).name, cat.name, Want.FLOAT) for t in cat.inputs
-                          if t.name and not is_constant(t))
-            out.append(Match("concat-pool-branch", cat.name, (*(p.name for p in pools), cat.name), edges))
-    return out
-
-
-def lint_concat_pool_branch(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
-    """Such a Concat run INT8: a DQ behind every input (TensorRT then concatenates in INT8). A pooled branch
-    alone reading a DQ is the float Concat placement wants: the DQ stays before the Concat."""
-    out = []
-    by_node = {n.name: n for n in graph.nodes}
-    for m in matches:
-        cat = by_node[m.anchor]
-        ins = [t for t in cat.inputs if t.name and not is_constant(t)]
-        dqs = [d for d in (upstream_dq(t) for t in ins) if d is not None]
-        if dqs and len(dqs) == len(ins):
-            out.append(Hit(
-                f"Concat '{node_label(cat)}' joins convolution branches with a pooled copy of their input "
-                f"('{m.nodes[0]}') and reads {len(dqs)} input(s) in INT8: the class of the Inception build "
-                "failure on TensorRT 8.6 ('chooseHigherPrecision ... Assertion dt1 == DataType::kFLOAT || "
-                "dt1 == DataType::kHALF', unverified which Concat); keep the Concat float",
-                (node_label(cat), *m.nodes[:-1], *(node_label(d) for d in dqs))))
-    return out
-
-
 def _concat_wide(v: LayerView) -> bool:
     return bool(WEIGHTED & v.ops) and bool({"Concat", "multi-producer"} & v.upstream)
 
@@ -228,29 +171,6 @@ PATTERNS: tuple[Pattern, ...] = (
         tunable=True,
         ops=frozenset({"Concat"}),
         precedence=40,
-    ),
-    Pattern(
-        "concat-pool-branch",
-        "A Concat that joins convolution branches with a pooled copy (MaxPool/AveragePool, no convolution "
-        "after it) of the tensor those branches read, as Inception's reduction blocks do, stays float: its "
-        "inputs get no Q/DQ and no shared scale, and each weighted op reading it gets its own Q/DQ "
-        "(concat-conv). Conservative, for a build failure whose exact cause is not yet known.",
-        "unverified: an Inception-style torchvision network's static Q/DQ model failed to build on "
-        "TensorRT 8.6.0 (H100/H200, 2026-11-26; log not yet in tests/fixtures) with 'chooseHigherPrecision "
-        "... Assertion dt1 == DataType::kFLOAT || dt1 == DataType::kHALF' (a layer choosing between an INT8 "
-        "and a float input type); this Concat is the most likely such layer, not yet shown by an engine. Not "
-        "matched on YOLO's SPPF, whose pools run INT8: trt86-h200-edgeq/yolo_fix2.explicit.layers.json",
-        verified=False,
-        match=match_concat_pool_branch,
-        lint=LintSpec(
-            Level.WARNING,
-            "INT8 Concat of convolution branches and a pooled copy of their input (Inception reduction)",
-            PLACE + " (keeps such a Concat float)",
-            lint_concat_pool_branch,
-        ),
-        ops=frozenset({"Concat", "MaxPool", "AveragePool"}),
-        build_error=r"chooseHigherPrecision",
-        precedence=85,
     ),
     Pattern(
         "concat-conv",

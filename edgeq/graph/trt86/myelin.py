@@ -36,13 +36,17 @@ if TYPE_CHECKING:
 
 RULE = "myelin-region"
 
-# The build failures and engines behind this entry (TensorRT 8.6.0, one H100 and one H200 lease,
-# 2026-11-26): reported with the issue that asked for it; their logs are not among tests/fixtures yet.
+# The build failures and engines behind this entry (TensorRT 8.6.0, 2026-11-26).
+I28 = "tests/fixtures/trt86-h200-i28"
 MEASURED = (
-    "measured (TensorRT 8.6.0, H100 and H200, 2026-11-26; logs not yet in tests/fixtures): the static Q/DQ "
-    "models of two torchvision networks with LayerNormalization + Linear/MatMul blocks failed to build with "
-    "'convertMyelinWeightsToFp32 ... Assertion params.weights.type() != DataType::kINT8'; their implicit "
-    "INT8 engines built and ran no INT8 layer (Myelin, FP16)"
+    f"measured: {I28}/vit.main.int8.build.log, vit_dec.main.int8.build.log and "
+    "convnext.main.int8.build.log (the zoo's vit_like, with LayerNormalization and written out, and "
+    "convnext_like, batch 8, quantized with every MatMul's input and weight INT8: "
+    "'convertMyelinWeightsToFp32 ... Assertion params.weights.type() != DataType::kINT8' on an H200) vs "
+    "vit.int8.build.log and "
+    "convnext.int8.build.log (this entry: both build; vit.int8.layers.json: the patch convolution INT8, the "
+    "rest one Myelin layer); the same failure on two torchvision networks with LayerNorm + Linear blocks "
+    "(H100 and H200), whose implicit engines ran no INT8 layer"
 )
 BUILD_ASSERT = "convertMyelinWeightsToFp32"
 
@@ -200,10 +204,10 @@ PATTERNS: tuple[Pattern, ...] = (
         "data movement and Gemm joined to them; no Q/DQ on its nodes' inputs, no int8 weights; a convolution "
         "reading it gets its own Q/DQ. Measured: the build failure of LayerNorm + Linear blocks. Unverified: "
         "that Softmax chains and Erf alone make Myelin regions, and where a region ends.",
-        f"{MEASURED}; the rest unverified. No Myelin layer in the measured CNN engines, whose placement it "
-        "leaves as it was: tests/fixtures/trt86-h100-zoo/effb0.implicit.layers.json.gz, "
+        f"{MEASURED}. Unverified: that Softmax chains or Erf alone make a Myelin region, and where a region "
+        "ends. No Myelin layer in the measured CNN engines, whose placement it leaves as it was: "
+        "tests/fixtures/trt86-h100-zoo/effb0.implicit.layers.json.gz, "
         "trt86-h200-edgeq/yolo_fix2.explicit.layers.json",
-        verified=False,
         match=match_myelin_region,
         lint=LintSpec(
             Level.ERROR,
