@@ -1,7 +1,7 @@
 """The classes of model whose static Q/DQ failed to build on TensorRT 8.6.0 (2026-11-26): regions 8.6
-compiles with Myelin (LayerNorm, Linear, attention, GELU as Erf: ``myelin-region``) and Inception's
-reduction Concat (``concat-pool-branch``); the line for operators no entry covers; and a failed build's
-log read back to the Q/DQ region it broke on (real 8.6 build logs under tests/fixtures)."""
+compiles with Myelin (LayerNorm, Linear, attention, GELU as Erf: ``myelin-region``, measured in
+tests/fixtures/trt86-h200-i28) and an Inception-like net (unsolved); the line for operators no entry
+covers; and a failed build's log read back to the Q/DQ region it broke on (real 8.6 build logs)."""
 
 from __future__ import annotations
 
