@@ -749,6 +749,33 @@ def test_replayed_trtexec_build_failure_is_one_line(trtexec_target, cli, log, st
 
 
 @pytest.mark.sshd
+def test_a_replayed_build_failure_names_the_qdq_region_it_broke_on(trtexec_target, cli):
+    """The real log of an 8.6 build that failed inside a SiLU (yolo_edgeq_all.explicit.build.log), for a
+    Q/DQ model lint lets through (the zoo's YOLO-like net as edgeq places it): the one error line names
+    the nodes TensorRT named, with the entry that explains the error."""
+    from trtexec_replay import Recorded
+
+    from edgeq import zoo
+    from edgeq.quant.data import calibration_set
+    from edgeq.quant.quantize import QuantizeOptions, quantize_model
+
+    log = FIXTURES.parent / "trt86-h200-edgeq" / "yolo_edgeq_all.explicit.build.log"
+    root, _, _, _ = trtexec_target(build=Recorded(log, 1))
+    float_model = zoo.yolo_like()
+    qdq = quantize_model(float_model, calibration_set(float_model, None, synthetic=2, seed=0),
+                         QuantizeOptions(holdout=0.0)).model
+    model = root / "yolo.int8.onnx"
+    onnx.save(qdq, model)
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", root / "runs")
+    assert code == 1 and "Traceback" not in out + err
+    [line] = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert "Error[10]: Could not find any implementation for node PWN(PWN(/stem/stem.0/stem.0.2/Sigm" in line
+    assert line.split(" (the TensorRT log")[0].endswith(
+        "; Q/DQ region: around '/stem/stem.0/stem.0.2/Sigmoid', '/stem/stem.0/stem.0.2/Mul' "
+        "(edgeq rules silu-whole)")
+
+
+@pytest.mark.sshd
 def test_trtexec_that_cannot_start_fails_the_probe_with_the_loaders_message(trtexec_target, cli):
     """A trtexec whose TensorRT libraries are missing (the dynamic loader's own message, exit 127, as on a
     Jetson with a broken LD_LIBRARY_PATH) must stop the deploy at the probe with that message; it used to

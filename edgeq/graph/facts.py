@@ -9,7 +9,8 @@ A pattern is one fact about TensorRT 8.6 with everything each consumer needs to 
 - ``lint``: what a Q/DQ model that breaks the fact looks like (findings with nodes and a fix);
 - ``engine``: how the fact shows in an engine's layer JSON (a wider layer it explains, a fused form
   one engine has and another lacks), read by the report, the gate's explanations and ``compare``;
-- ``tunable``: whether the sites it places are a choice ``edgeq tune`` measures.
+- ``tunable``: whether the sites it places are a choice ``edgeq tune`` measures;
+- ``floats_nodes``: its regions run float whole (their weights too), not edge by edge.
 
 Types only; no graph code here, so every layer of the package can name them.
 """
@@ -92,6 +93,10 @@ class LayerView(Protocol):
     def formats(self) -> str:
         """'INT8 NCHW -> INT8 NC/32HW32' (activations)."""
 
+    @property
+    def foreign(self) -> bool:
+        """A Myelin layer: type 'Myelin' or a '{ForeignNode[first...last]}' name."""
+
 
 @dataclass(frozen=True)
 class EngineSignature:
@@ -167,6 +172,12 @@ class Pattern:
     kind: str = "fusion"  # "fusion" (where Q/DQ go) or "qdq" (what the 8.6 parser accepts as Q/DQ)
     precedence: int = 0  # registry order: on an edge two patterns decide, the later one wins
     ops: frozenset[str] = field(default_factory=frozenset)  # op types the fact is about, when a list
+    # its matches' nodes run float as a whole (a Myelin region): placement gives them no int8 weights and
+    # records them in the plan's float_nodes, which the gates read as float by design
+    floats_nodes: bool = False
+    # a regex of the TensorRT 8.6 build or parse error this fact explains: a failed build names its region
+    # through it (``edgeq.report.runlog.build_failure``)
+    build_error: str = ""
 
 
 def matches_of(pattern: Pattern, graph: gs.Graph) -> list[Match]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Optional
 from edgeq.docs import cite
 from edgeq.findings import Finding
 from edgeq.graph.facts import Decisions, LayerView, Match, Pattern, Want, matches_of
+from edgeq.graph.patterns import WEIGHTED_OPS, is_constant, is_float, is_standard, iter_nodes
 from edgeq.graph.trt86 import PATTERNS
 
 if TYPE_CHECKING:
@@ -113,6 +114,50 @@ def lint(graph: gs.Graph, selected: Optional[Iterable[str]] = None) -> list[Find
 
 
 # --------------------------------------------------------------------------------------------------
+# Coverage: where no entry has a word to say
+# --------------------------------------------------------------------------------------------------
+
+UNMEASURED = "placement here is unmeasured: deploy with a target"
+# Ops no placement decision is about: Q/DQ themselves, ops that read only a tensor's shape, and Dropout
+# (an identity at inference, removed by `edgeq clean`).
+_NEUTRAL_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "Shape", "Size", "Dropout"})
+
+
+@cache
+def covered_ops() -> frozenset[str]:
+    """Op types some entry is about (its ``ops``), the weighted ops, and ops no decision is about."""
+    out: set[str] = set(WEIGHTED_OPS | _NEUTRAL_OPS)
+    for p in REGISTRY:
+        out |= p.ops
+    return frozenset(out)
+
+
+def uncovered(graph: gs.Graph) -> dict[str, list[str]]:
+    """Op type (``domain::op`` for custom ops) -> the nodes that read a float activation and that no entry
+    covers. Shape arithmetic (nodes reading only constants or integer tensors) is no placement decision,
+    so it does not count; an activation of unknown type is not counted either."""
+    covered = covered_ops()
+    out: dict[str, list[str]] = {}
+    for n in iter_nodes(graph):
+        op = n.op if is_standard(n) else f"{n.domain}::{n.op}"
+        if op in covered:
+            continue
+        if any(t.name and not is_constant(t) and is_float(t) for t in n.inputs):
+            out.setdefault(op, []).append(n.name or n.op)
+    return out
+
+
+def unmeasured_line(found: dict[str, list[str]]) -> Optional[str]:
+    """The one line ``quantize`` and ``lint`` print for ``uncovered``'s result (None when all is covered)."""
+    if not found:
+        return None
+    ops = sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    n = sum(len(v) for v in found.values())
+    return (f"{UNMEASURED} ({n} node(s) of operators no rule covers: "
+            + ", ".join(f"{op} {len(v)}" for op, v in ops) + ")")
+
+
+# --------------------------------------------------------------------------------------------------
 # Engine side
 # --------------------------------------------------------------------------------------------------
 
@@ -132,6 +177,13 @@ def explain_reformat(view: LayerView) -> Optional[Pattern]:
         if p.engine is not None and p.engine.reformat is not None and p.engine.reformat(view):
             return p
     return None
+
+
+def explain_build_error(message: str) -> Optional[Pattern]:
+    """The entry whose ``build_error`` matches a TensorRT build or parse error, if one does."""
+    import re
+
+    return next((p for p in REGISTRY if p.build_error and re.search(p.build_error, message)), None)
 
 
 def with_signature(part: str) -> Sequence[Pattern]:

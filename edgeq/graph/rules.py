@@ -311,6 +311,16 @@ def _input_accepts_float(op: str, domain: str, index: int, opset: int) -> bool:
     return "tensor(float)" in allowed
 
 
+def check_placement_unmeasured(graph: gs.Graph) -> list[Finding]:
+    """Operators that read float activations and that no registry entry covers (``registry.uncovered``):
+    what the rules would place there no engine of ours has shown."""
+    found = registry.uncovered(graph)
+    line = registry.unmeasured_line(found)
+    if line is None:
+        return []
+    return [_finding("placement-unmeasured", line, [n for nodes in found.values() for n in nodes])]
+
+
 # --------------------------------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------------------------------
@@ -368,6 +378,14 @@ _PARSE_RULES: tuple[Rule, ...] = (
         "Attempting to cast down to INT32'); onnx-tensorrt onnx2trt_utils.cpp convertINT64 ('One or more "
         "weights outside the range of INT32 was clamped')",
         check_int64_weights,
+    ),
+    Rule(
+        "placement-unmeasured",
+        Level.INFO,
+        "operators no registry entry covers",
+        "deploy with a target: its implicit engine decides the placement (--placement implicit)",
+        "edgeq's pattern registry (edgeq/graph/trt86): the op types its entries are about",
+        check_placement_unmeasured,
     ),
 )
 

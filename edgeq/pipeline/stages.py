@@ -345,6 +345,21 @@ def build(
     return agent("build", *args, f"--timeout={t.build:g}", timeout=t.build + 60)
 
 
+def with_build_region(e: RemoteError, log: Path, prepared: Prepared) -> RemoteError:
+    """A failed explicit build's error with the Q/DQ region TensorRT broke on (read from the build's log in
+    deploy.log and the Q/DQ model: ``edgeq.report.runlog.build_failure``); ``e`` itself when the log names
+    none or the model has no Q/DQ."""
+    from edgeq.report.runlog import build_failure
+
+    if not prepared.qdq or not log.is_file():
+        return e
+    found = build_failure(log.read_text(encoding="utf-8", errors="replace"), prepared.model)
+    if found is None or found.region is None:
+        return e
+    rule = f" (edgeq rules {found.rule})" if found.rule else ""
+    return RemoteError(f"{e.message}; Q/DQ region: {found.region}{rule}", e.hint, exit_code=e.exit_code)
+
+
 def _dla(target: Target) -> list[str]:
     return [f"--useDLACore={target.build.dla_core}"] if target.build.dla_core is not None else []
 
@@ -450,9 +465,12 @@ def on_target(
         else:
             with rec.stage("build") as r:
                 check_build_room(found, prepared.model_file, target)
-                built = build(agent, target, up_model.remote_path, engine_remote, int8=prepared.qdq,
-                              fp16=fp16, found=found,
-                              calib_remote=up_cache.remote_path if up_cache is not None else None)
+                try:
+                    built = build(agent, target, up_model.remote_path, engine_remote, int8=prepared.qdq,
+                                  fp16=fp16, found=found,
+                                  calib_remote=up_cache.remote_path if up_cache is not None else None)
+                except RemoteError as e:
+                    raise with_build_region(e, run_dir / "deploy.log", prepared) from None
                 runner.get(engine_remote, run_dir / "engine.plan")
                 r.data = {**built, "kind": found.kind}
                 size, secs = built.get("engine_bytes"), built.get("build_seconds")

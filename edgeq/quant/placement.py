@@ -132,6 +132,7 @@ class _PlanBuilder:
         self.forced = forced
         self.order = {n.name: i for i, n in enumerate(graph.nodes)}
         self.blocked: dict[tuple[str, str], str] = {}  # (tensor, consumer node) -> rule that keeps it float
+        self.floated: dict[str, str] = {}  # node run float whole (a Myelin region) -> the pattern's id
         self.site_rule: dict[str, str] = {}  # site tensor -> rule
         self.site_tensor: dict[str, gs.Tensor] = {}
         self.site_consumers: dict[str, set[str]] = {}
@@ -152,6 +153,8 @@ class _PlanBuilder:
     def _place_weights(self) -> None:
         for node in self.graph.nodes:
             if node.op not in WEIGHTED_OPS or node.name in self.excluded:
+                continue
+            if node.name in self.floated and node.name not in self.forced:
                 continue
             w = _weight_of(node)
             if w is not None and is_float(w):
@@ -188,6 +191,9 @@ class _PlanBuilder:
         for (t, c), (want, rule_id) in decisions.by_edge.items():
             if want == Want.FLOAT:
                 self.blocked[(t, c)] = rule_id
+        for p in registry.REGISTRY:  # regions that run float whole: their weights stay float too
+            if p.floats_nodes:
+                self.floated.update((n, p.id) for m in matches.get(p.id, ()) for n in m.nodes)
         self._place_weights()
         tensors = self.graph.tensors()
         nodes = {n.name: n for n in self.graph.nodes}
@@ -351,6 +357,7 @@ class _PlanBuilder:
             excluded=tuple(sorted(self.excluded)),
             forced=tuple(sorted(self.forced)),
             group_ids=group_ids,
+            float_nodes=tuple(n.name for n in self.graph.nodes if n.name in self.floated),
         )
         decisions: tuple[QdqSite | WeightSite | FloatTensor, ...] = (*plan.sites, *plan.weights, *plan.floats)
         for r in {d.rule for d in decisions}:

@@ -300,6 +300,11 @@ def quantize_model(
     graph = graph_from_model(reference)
     plan, mirror = plan_for(graph, options)
     calib, held, notes = split_data(data, options, reference)
+    if mirror is None:  # the rules placed it: say where they have no measured word
+        from edgeq.graph import registry
+
+        unmeasured = registry.unmeasured_line(registry.uncovered(graph))
+        notes = (unmeasured, *notes) if unmeasured else notes
     if options.gated and held is None:
         raise QuantError("the accuracy gate needs held-out samples",
                          hint="give --holdout DIR, or at least 2 samples and a --holdout fraction above 0")

@@ -19,7 +19,7 @@ from edgeq.report.explain import compute_nodes
 from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
 from edgeq.report.fusion_build import build_report
 from edgeq.report.parse import PRECISION_RANK, load_layers, load_profile
-from edgeq.report.runlog import RunFigures, build_error_from_log, run_figures_from_log
+from edgeq.report.runlog import RunFigures, describe_build_failure, run_figures_from_log
 
 FILES_HINT = (
     "give a directory holding one *.layers.json (trtexec --exportLayerInfo) and optionally one "
@@ -69,6 +69,13 @@ def _stem_of(path: Path) -> str:
     return path.stem
 
 
+def _model_source(onnx_model: Any) -> Any:
+    """The model a failed build's log is read against (a path or a ModelProto), or None."""
+    import onnx
+
+    return onnx_model if isinstance(onnx_model, (str, os.PathLike, onnx.ModelProto)) else None
+
+
 def engine_from_path(
     path: os.PathLike[str] | str, onnx_model: Any = None, name: Optional[str] = None
 ) -> Engine:
@@ -100,7 +107,7 @@ def engine_from_path(
         raise ReportError(f"{p}: not a directory or a *.layers.json file", hint=FILES_HINT)
     files = tuple(str(f) for f in (layers, profile, run_log, build_log) if f is not None)
     if layers is None:
-        error = build_error_from_log(build_log) if build_log is not None else None
+        error = None if build_log is None else describe_build_failure(build_log, _model_source(onnx_model))
         if build_log is None or error is None:
             raise ReportError(f"{p}: no *.layers.json (and no build log with an error)", hint=FILES_HINT)
         return Engine(label, None, error=error, files=files)

@@ -102,6 +102,7 @@ class EngineView:
     upstream: frozenset[str] = frozenset()
     downstream: frozenset[str] = frozenset()
     formats: str = ""
+    foreign: bool = False
 
 
 def view_of(rl: ReportLayer, upstream: Iterable[str] = (), downstream: Iterable[str] = ()) -> EngineView:
@@ -110,8 +111,9 @@ def view_of(rl: ReportLayer, upstream: Iterable[str] = (), downstream: Iterable[
     spatial = [t.dims[2:] for t in rl.data_inputs if len(t.dims) >= 3]
     gated = any(all(d == 1 for d in s) for s in spatial) and any(any(d != 1 for d in s) for s in spatial)
     pointwise = rl.layer.layer_type in POINTWISE_TYPES or rl.layer.parameter_type in POINTWISE_TYPES
+    foreign = rl.layer.layer_type == "Myelin" or rl.layer.name.startswith("{ForeignNode[")
     return EngineView(frozenset(rl.onnx_ops), rl.kind.value, pointwise, len(rl.in_precisions), gated,
-                      frozenset(upstream), frozenset(downstream), rl.formats)
+                      frozenset(upstream), frozenset(downstream), rl.formats, foreign)
 
 
 @dataclass(frozen=True)

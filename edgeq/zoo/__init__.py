@@ -9,16 +9,21 @@ in ``tests/fixtures/trt86-h200/*.layers.json``. Architectures follow
 
 The package's public API is what this module re-exports (``zoo.<name>``, and ``zoo.ZOO`` for pipeline
 files' ``zoo:<name>``); the modules hold one family each: net (the graph writer), resnet, yolo, unet,
-skeletons (refilled torchvision exports), exporters (the Q/DQ patterns), registry (``build``).
+transformer (ViT-like), convnext, inception (the regions TensorRT 8.6 compiles with Myelin, and
+Inception's concatenations), skeletons (refilled torchvision exports), exporters (the Q/DQ patterns),
+registry (``build``).
 """
 
 from __future__ import annotations
 
+from edgeq.zoo.convnext import convnext_like
 from edgeq.zoo.exporters import qdq_modelopt, qdq_ort, qdq_torch_eager, random_inputs
+from edgeq.zoo.inception import inception_like
 from edgeq.zoo.net import IR_VERSION, OPSET
 from edgeq.zoo.registry import VARIANTS, ZOO, build
 from edgeq.zoo.resnet import resnet50, resnet_like
 from edgeq.zoo.skeletons import skeleton
+from edgeq.zoo.transformer import vit_like
 from edgeq.zoo.unet import unet_like
 from edgeq.zoo.yolo import yolo_like
 
@@ -28,6 +33,8 @@ __all__ = [
     "VARIANTS",
     "ZOO",
     "build",
+    "convnext_like",
+    "inception_like",
     "qdq_modelopt",
     "qdq_ort",
     "qdq_torch_eager",
@@ -36,5 +43,6 @@ __all__ = [
     "resnet_like",
     "skeleton",
     "unet_like",
+    "vit_like",
     "yolo_like",
 ]

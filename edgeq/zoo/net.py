@@ -78,14 +78,15 @@ class Net:
         return outs
 
     def conv(self, x: str, scope: str, cin: int, cout: int, k: int, s: int = 1, p: int | None = None, *,
-             param: str | None = None, gain: float = 1.0, out: str | None = None) -> str:
-        """Conv; ``param`` = the module's parameter prefix for a plain conv, None for BN-folded."""
+             param: str | None = None, gain: float = 1.0, out: str | None = None, groups: int = 1) -> str:
+        """Conv; ``param`` = the module's parameter prefix for a plain conv, None for BN-folded;
+        ``groups=cin`` a depthwise convolution."""
         p = k // 2 if p is None else p
-        w, b = self._conv_params(cin, cout, k, gain=gain, folded=param is None)
+        w, b = self._conv_params(cin, cout, k, groups=groups, gain=gain, folded=param is None)
         wn, bn = (f"{param}.weight", f"{param}.bias") if param else self._folded_name()
         self.init(wn, w)
         self.init(bn, b)
-        return self.node("Conv", scope, [x, wn, bn], out=out, dilations=[1, 1], group=1,
+        return self.node("Conv", scope, [x, wn, bn], out=out, dilations=[1, 1], group=groups,
                          kernel_shape=[k, k], pads=[p, p, p, p], strides=[s, s])[0]
 
     def conv_transpose(self, x: str, scope: str, cin: int, cout: int, k: int, s: int, *, param: str) -> str:
@@ -111,8 +112,51 @@ class Net:
     def add(self, a: str, b: str, scope: str) -> str:
         return self.node("Add", scope, [a, b])[0]
 
-    def concat(self, xs: list[str], scope: str) -> str:
-        return self.node("Concat", scope, xs, axis=1)[0]
+    def concat(self, xs: list[str], scope: str, axis: int = 1) -> str:
+        return self.node("Concat", scope, xs, axis=axis)[0]
+
+    # -- transformer ops, as torch.onnx.export(opset_version=17) writes them ------------------------
+    def const(self, scope: str, value: Any, dtype: Any = np.float32) -> str:
+        """A scalar or small constant named as torch names its folded constants."""
+        name = f"{scope}/Constant_{self.next_param_id()}_output_0"
+        # not through ``init``: np.ascontiguousarray makes a 0-d array 1-d, and Gather needs a scalar index
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        return name
+
+    def linear(self, x: str, scope: str, cin: int, cout: int, *, param: str, out: str | None = None) -> str:
+        """nn.Linear on a 3-D or 4-D input: MatMul with the transposed weight, then the bias Add (torch
+        writes Gemm only for 2-D inputs)."""
+        w = self.rng.standard_normal((cin, cout)).astype(np.float32) / np.sqrt(cin)
+        b = (0.02 * self.rng.standard_normal(cout)).astype(np.float32)
+        wt = self.init(f"onnx::MatMul_{self.next_param_id()}", w)
+        bias = self.init(f"{param}.bias", b)
+        y = self.node("MatMul", scope, [x, wt])[0]
+        return self.node("Add", scope, [bias, y], out=out)[0]
+
+    def layer_norm(self, x: str, scope: str, dim: int, *, param: str, decomposed: bool = False) -> str:
+        """nn.LayerNorm over the last axis: one LayerNormalization (opset 17), or ``decomposed`` as older
+        opsets and hand-written norms export it (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul,
+        Add)."""
+        g = self.init(f"{param}.weight", (1.0 + 0.1 * self.rng.standard_normal(dim)).astype(np.float32))
+        b = self.init(f"{param}.bias", (0.02 * self.rng.standard_normal(dim)).astype(np.float32))
+        if not decomposed:
+            return self.node("LayerNormalization", scope, [x, g, b], axis=-1, epsilon=1e-6)[0]
+        # opset 17 ReduceMean takes its axes as an attribute (an input only from opset 18)
+        mean = self.node("ReduceMean", scope, [x], axes=[-1], keepdims=1)[0]
+        d = self.node("Sub", scope, [x, mean])[0]
+        sq = self.node("Pow", scope, [d, self.const(scope, 2.0)])[0]
+        var = self.node("ReduceMean", scope, [sq], axes=[-1], keepdims=1)[0]
+        std = self.node("Sqrt", scope, [self.node("Add", scope, [var, self.const(scope, 1e-6)])[0]])[0]
+        y = self.node("Div", scope, [d, std])[0]
+        return self.node("Add", scope, [self.node("Mul", scope, [y, g])[0], b])[0]
+
+    def gelu(self, x: str, scope: str) -> str:
+        """nn.GELU (exact) as torch exports it below opset 20: x * 0.5 * (1 + Erf(x / sqrt(2)))."""
+        t = self.node("Div", scope, [x, self.const(scope, np.sqrt(2.0))])[0]
+        e = self.node("Erf", scope, [t])[0]
+        a = self.node("Add", scope, [e, self.const(scope, 1.0)])[0]
+        m = self.node("Mul", scope, [x, a])[0]
+        return self.node("Mul", scope, [m, self.const(scope, 0.5)])[0]
 
     def model(self, name: str, batch: int, size: int, out_shape: list[int], opset: int = OPSET,
               channels: int = 3) -> onnx.ModelProto:

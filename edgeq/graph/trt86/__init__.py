@@ -4,21 +4,23 @@ A pattern entry (``edgeq.graph.facts.Pattern``) holds one measured fact with its
 ``tests/fixtures``: real TensorRT 8.6.0 engines), its matcher, the edges it decides for placement, its
 lint check and its engine signature. Families: ``conv`` (weighted ops, epilogues, residual Adds, pooling
 tails), ``concat`` (data movement and Concat), ``silu``, ``regions`` (PointWise regions, SE gates, channel
-shuffles) and ``qdq`` (what the parser accepts as Q/DQ). To add a pattern: one entry in its family (or a
-new family listed below), its fixture, its tests and its section in ``edgeq/docs/trt86-rules.md``.
+shuffles), ``myelin`` (regions TensorRT compiles with Myelin) and ``qdq`` (what the parser accepts as
+Q/DQ). To add a pattern: one entry in its family (or a new family listed below), its fixture, its tests
+and its section in ``edgeq/docs/trt86-rules.md``.
 An entry no engine has shown says ``verified=False``; when an engine contradicts an entry, the engine wins.
 """
 
 from __future__ import annotations
 
 from edgeq.graph.facts import Pattern
-from edgeq.graph.trt86 import concat, conv, qdq, regions, silu
+from edgeq.graph.trt86 import concat, conv, myelin, qdq, regions, silu
 
 # Precedence orders them: where two entries decide one (tensor, consumer) edge, the later one wins
 # (a SiLU stays whole, except the one feeding a residual Add).
 PATTERNS: tuple[Pattern, ...] = tuple(
     sorted(
-        (*conv.PATTERNS, *concat.PATTERNS, *silu.PATTERNS, *regions.PATTERNS, *qdq.PATTERNS),
+        (*conv.PATTERNS, *concat.PATTERNS, *silu.PATTERNS, *regions.PATTERNS, *myelin.PATTERNS,
+         *qdq.PATTERNS),
         key=lambda p: p.precedence,
     )
 )

@@ -269,7 +269,7 @@ PATTERNS: tuple[Pattern, ...] = (
             lint_conv_output,
         ),
         aliases=("place-no-output-q", "fuse-conv-output-quantized"),
-        ops=ACTIVATION_OPS,
+        ops=ACTIVATION_OPS | {"BatchNormalization"},
         precedence=20,
     ),
     Pattern(

@@ -315,6 +315,7 @@ PATTERNS: tuple[Pattern, ...] = (
             check_int32_bias,
         ),
         clean_fix="keep biases float (quantize_bias=False)",
+        build_error=r"only activation types allowed as input to this layer",
         kind="qdq",
         precedence=200,
     ),

@@ -149,6 +149,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ),
         aliases=("place-silu-whole", "fuse-silu-qdq"),
         ops=frozenset({"Sigmoid", "Mul"}),
+        build_error=r"Could not find any implementation for node PWN\(.*Sigmoid.*Mul",
         precedence=50,
     ),
     Pattern(

@@ -1,0 +1,227 @@
+"""Regions TensorRT 8.6 compiles with Myelin (one ``{ForeignNode[...]}`` layer): LayerNorm, Linear over
+tokens or pixels, attention (MatMul -> Softmax -> MatMul), GELU as Erf. Myelin in 8.6 runs no INT8, and an
+INT8 weight inside such a region fails the build, so the region stays float.
+
+A region grows from its anchors (``ANCHORS``) over the ops Myelin takes with them (``GROWS``: pointwise
+ops, data movement, reductions, Softmax, MatMul/Gemm) and stops at convolutions, pools and Resize, which
+TensorRT keeps as its own kernels: a ConvNeXt's depthwise convolution and a ViT's patch embedding stay
+INT8, each reading its own Q/DQ on the region's output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Optional
+
+from edgeq.findings import Level
+from edgeq.graph.facts import Decisions, Edge, EngineSignature, Hit, LayerView, LintSpec, Match, Pattern, Want
+from edgeq.graph.patterns import (
+    SCALE_PRESERVING_OPS,
+    consumers,
+    is_constant,
+    is_dequantize,
+    is_op,
+    is_standard,
+    iter_nodes,
+    node_label,
+    producer,
+    qdq_pair_of,
+    skip_qdq_down,
+)
+from edgeq.graph.trt86.common import float_of, pair_names
+from edgeq.graph.trt86.regions import POINTWISE_OPS
+
+if TYPE_CHECKING:
+    import onnx_graphsurgeon as gs
+
+RULE = "myelin-region"
+
+# The build failures and engines behind this entry (TensorRT 8.6.0, 2026-11-26).
+I28 = "tests/fixtures/trt86-h200-i28"
+MEASURED = (
+    f"measured: {I28}/vit.main.int8.build.log, vit_dec.main.int8.build.log and "
+    "convnext.main.int8.build.log (the zoo's vit_like, with LayerNormalization and written out, and "
+    "convnext_like, batch 8, quantized with every MatMul's input and weight INT8: "
+    "'convertMyelinWeightsToFp32 ... Assertion params.weights.type() != DataType::kINT8' on an H200) vs "
+    "vit.int8.build.log and "
+    "convnext.int8.build.log (this entry: both build; vit.int8.layers.json: the patch convolution INT8, the "
+    "rest one Myelin layer); the same failure on two torchvision networks with LayerNorm + Linear blocks "
+    "(H100 and H200), whose implicit engines ran no INT8 layer"
+)
+BUILD_ASSERT = "convertMyelinWeightsToFp32"
+
+# Data movement Myelin takes along (the channel permutes of a LayerNorm2d, attention's head reshapes); no
+# pools or Resize: those are TensorRT's own layers.
+_MOVES = (SCALE_PRESERVING_OPS - {"MaxPool", "GlobalMaxPool", "Resize", "Upsample"}) | {
+    "Concat", "Expand", "Tile"}
+GROWS = POINTWISE_OPS | _MOVES | frozenset({
+    "LayerNormalization", "ReduceMean", "ReduceSum", "ReduceMax", "Softmax", "MatMul", "Gemm", "Erf", "Where",
+    "Cast", "Pow", "Sqrt",
+})
+
+
+def activation_inputs(node: gs.Node) -> list[gs.Tensor]:
+    """The float activations ``node`` reads, seen through Q/DQ: no constants, no weights behind a DQ."""
+    out: list[gs.Tensor] = []
+    for t in node.inputs:
+        if not t.name or is_constant(t):
+            continue
+        p = producer(t)
+        if is_dequantize(p) and p.inputs and is_constant(p.inputs[0]):
+            continue  # a weight (int8 behind its DequantizeLinear)
+        f = float_of(t)
+        if not is_constant(f) and f not in out:
+            out.append(f)
+    return out
+
+
+def _reduce_mean_centres(node: gs.Node) -> bool:
+    """ReduceMean(x) read by Sub(x, mean): the start of a LayerNorm written out (ReduceMean, Sub, Pow,
+    ReduceMean, Add, Sqrt, Div), as opsets below 17 and hand-written norms export it."""
+    if not is_op(node, "ReduceMean") or not node.inputs or not node.outputs:
+        return False
+    x = float_of(node.inputs[0])
+    return any(is_op(r, "Sub") and any(float_of(t) is x for t in r.inputs)
+               for r, _, _ in skip_qdq_down(node.outputs[0]))
+
+
+def _linear_over_tokens(node: gs.Node) -> bool:
+    """MatMul with a constant weight over a 3-D or 4-D input (rank unknown counts): torch's nn.Linear on
+    tokens or NHWC pixels. Over a 2-D input it is a fully connected layer as TensorRT's own kernels run
+    it (torch writes Gemm there), not a Myelin anchor."""
+    ins = activation_inputs(node)
+    if not is_op(node, "MatMul") or len(ins) != 1:
+        return False
+    shape = ins[0].shape
+    return shape is None or len(shape) != 2
+
+
+# Anchor kinds: where a Myelin region starts, each with how it is recognized (the region's message names
+# the kinds it holds). MatMul with a constant weight is torch's nn.Linear over a 3-D or 4-D input (Gemm
+# for 2-D); with two activation inputs it is attention's q @ k^T or attn @ v.
+ANCHORS: tuple[tuple[str, Callable[[gs.Node], bool]], ...] = (
+    ("LayerNormalization", lambda n: is_op(n, "LayerNormalization")),
+    ("LayerNorm (ReduceMean/Sub/Pow/Sqrt/Div)", _reduce_mean_centres),
+    ("attention MatMul", lambda n: is_op(n, "MatMul") and len(activation_inputs(n)) >= 2),
+    ("Linear (MatMul)", _linear_over_tokens),
+    ("GELU (Erf)", lambda n: is_op(n, "Erf")),
+)
+
+
+def anchor_kind(node: gs.Node) -> Optional[str]:
+    if not is_standard(node):
+        return None
+    return next((kind for kind, test in ANCHORS if test(node)), None)
+
+
+def _neighbours(node: gs.Node) -> Iterable[gs.Node]:
+    for t in activation_inputs(node):
+        p = producer(t)
+        if p is not None:
+            yield p
+    for o in node.outputs:
+        for r, _, _ in skip_qdq_down(o):
+            yield r
+
+
+def myelin_regions(graph: gs.Graph) -> list[tuple[list[gs.Node], list[str]]]:
+    """Each region (its nodes in graph order) with the anchor kinds it holds: grown from every anchor
+    over ``GROWS`` ops, through Q/DQ pairs (so lint sees the same regions in a Q/DQ model)."""
+    order = {id(n): i for i, n in enumerate(iter_nodes(graph, subgraphs=False))}
+    seen: set[int] = set()
+    out = []
+    for start in iter_nodes(graph, subgraphs=False):
+        if id(start) in seen or anchor_kind(start) is None:
+            continue
+        region: list[gs.Node] = []
+        stack = [start]
+        while stack:
+            n = stack.pop()
+            if id(n) in seen or id(n) not in order:
+                continue
+            seen.add(id(n))
+            region.append(n)
+            stack += [m for m in _neighbours(n) if id(m) not in seen and is_standard(m) and m.op in GROWS]
+        region.sort(key=lambda n: order[id(n)])
+        kinds = list(dict.fromkeys(k for k in (anchor_kind(n) for n in region) if k is not None))
+        out.append((region, kinds))
+    return out
+
+
+def match_myelin_region(graph: gs.Graph) -> list[Match]:
+    out = []
+    for region, _ in myelin_regions(graph):
+        edges = tuple(Edge(t.name, n.name, Want.FLOAT) for n in region for t in activation_inputs(n))
+        out.append(Match(RULE, region[0].name, tuple(n.name for n in region), edges))
+    return out
+
+
+def _describe(region: list[gs.Node], kinds: list[str]) -> str:
+    return f"Myelin region '{node_label(region[0])}'...'{node_label(region[-1])}' ({', '.join(kinds)})"
+
+
+def lint_myelin_region(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
+    """INT8 weights inside a Myelin region (the measured build failure) and activation Q/DQ into its
+    nodes (run FP16 anyway, behind reformats: unverified)."""
+    out = []
+    for region, kinds in myelin_regions(graph):
+        inside = {id(n) for n in region}
+        weights = [p for n in region for t in n.inputs if t.name and (p := producer(t)) is not None
+                   and is_dequantize(p) and p.inputs and is_constant(p.inputs[0])]
+        if weights:
+            out.append(Hit(
+                f"{len(weights)} weighted op(s) in the {_describe(region, kinds)} read int8 weights: "
+                f"TensorRT 8.6 fails the build ('{BUILD_ASSERT} ... Assertion params.weights.type() != "
+                "DataType::kINT8'); keep the region float",
+                tuple(dict.fromkeys([*(node_label(c) for p in weights for c in consumers(p.outputs[0])),
+                                     *(node_label(p) for p in weights)]))))
+        pairs = [pr for n in region for t in n.inputs if t.name and (pr := qdq_pair_of(t)) is not None
+                 and id(producer(pr.q.inputs[0])) in inside]
+        if pairs:
+            out.append(Hit(
+                f"{len(pairs)} Q/DQ pair(s) inside the {_describe(region, kinds)}: Myelin runs no INT8 on "
+                "TensorRT 8.6, so they only add reformats (unverified); keep the region float",
+                tuple(pair_names(pairs)), level=Level.WARNING))
+    return out
+
+
+_MYELIN_OPS = frozenset({"LayerNormalization", "Softmax", "Erf", "MatMul"})
+
+
+def _myelin_wide(v: LayerView) -> bool:
+    """A Myelin layer, or a layer running LayerNorm, attention's ops or Erf, wider than INT8."""
+    return v.kind == "compute" and (v.foreign or (bool(_MYELIN_OPS & v.ops)
+                                                  and not ({"Conv", "ConvTranspose"} & v.ops)))
+
+
+PATTERNS: tuple[Pattern, ...] = (
+    Pattern(
+        RULE,
+        "Regions TensorRT 8.6 compiles with Myelin (LayerNorm, Linear over tokens, attention, GELU as Erf) "
+        "run no INT8, and an INT8 weight there fails the build: they stay float. A region grows from "
+        "LayerNormalization (or ReduceMean/Sub/Pow/Sqrt/Div), a MatMul with a constant weight over a 3-D or "
+        "4-D input, a MatMul of two activations (with the Softmax between) and Erf, over the pointwise ops, "
+        "data movement and Gemm joined to them; no Q/DQ on its nodes' inputs, no int8 weights; a convolution "
+        "reading it gets its own Q/DQ. Measured: the build failure of LayerNorm + Linear blocks. Unverified: "
+        "that Softmax chains and Erf alone make Myelin regions, and where a region ends.",
+        f"{MEASURED}. Unverified: that Softmax chains or Erf alone make a Myelin region, and where a region "
+        "ends. No Myelin layer in the measured CNN engines, whose placement it leaves as it was: "
+        "tests/fixtures/trt86-h100-zoo/effb0.implicit.layers.json.gz, "
+        "trt86-h200-edgeq/yolo_fix2.explicit.layers.json",
+        match=match_myelin_region,
+        lint=LintSpec(
+            Level.ERROR,
+            "Q/DQ or int8 weights inside a region TensorRT 8.6 compiles with Myelin",
+            "run `edgeq quantize` on the float model (keeps Myelin regions float)",
+            lint_myelin_region,
+        ),
+        engine=EngineSignature(
+            "a Myelin layer (LayerNorm, Linear, attention, GELU) runs FP16/FP32: Myelin has no INT8 on 8.6",
+            wide=_myelin_wide,
+        ),
+        ops=GROWS,
+        floats_nodes=True,
+        build_error=BUILD_ASSERT,
+        precedence=140,
+    ),
+)
