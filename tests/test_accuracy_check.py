@@ -157,3 +157,26 @@ def test_user_metric_returning_nan_is_refused(setup, tmp_path, monkeypatch):
         quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, metric="nanmetric:f"),
                       output=tmp_path / "q.onnx")
     assert not (tmp_path / "q.onnx").exists()
+
+
+def test_auto_stops_scoring_once_a_calibrator_agrees_with_fp32_everywhere(tmp_path):
+    """A candidate that keeps every held-out top-1 answer cannot be beaten (the built-in metrics top out
+    at 1.0): the rest are not scored, and the summary says so."""
+    from edgeq import zoo
+
+    model = tmp_path / "r.onnx"
+    onnx.save(zoo.resnet_like(layers=(1, 1, 1)), model)
+    rng = np.random.default_rng(3)
+    for part, n in (("calib", 6), ("held", 3)):
+        (tmp_path / part).mkdir()
+        for i in range(n):
+            np.save(tmp_path / part / f"{i}.npy", rng.random((1, 3, 64, 64), dtype=np.float32))
+    result = quantize_file(model, QuantizeOptions(calib=tmp_path / "calib", holdout_data=tmp_path / "held",
+                                                  metric="classification"), output=tmp_path / "q.onnx")
+    choice = result.choice
+    assert choice is not None and choice.auto
+    assert [c.method for c in choice.candidates] == ["entropy"] and choice.candidates[0].score.value == 1.0
+    assert choice.untried == AUTO_CANDIDATES[1:]
+    assert "were not scored" in choice.summary()
+    summary = json.loads((tmp_path / "q.json").read_text())
+    assert summary["calibrator"] == "entropy"

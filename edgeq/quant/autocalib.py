@@ -66,10 +66,11 @@ class Choice:
     model: onnx.ModelProto
     outputs: list[dict[str, np.ndarray]] | None  # held-out outputs of ``model``; None when not scored
     candidates: tuple[Candidate, ...] = ()  # every candidate tried (auto), in AUTO_CANDIDATES' order
+    untried: tuple[str, ...] = ()  # not scored: an earlier one already agreed with FP32 everywhere
 
     @property
     def auto(self) -> bool:
-        return len(self.candidates) > 1
+        return len(self.candidates) + len(self.untried) > 1
 
     def summary(self) -> str:
         """What was tried, what won and by how much: one line."""
@@ -77,6 +78,9 @@ class Choice:
             return f"calibrator {self.method}"
         best = next(c for c in self.candidates if c.method == self.method)
         tried = ", ".join(f"{c.method} {c.score.value:.4f}" for c in self.candidates)
+        if len(self.candidates) == 1:
+            return (f"auto chose {self.method} ({best.score.text}): it agrees with FP32 on every held-out "
+                    f"sample, so {', '.join(self.untried)} were not scored")
         runner_up = max((c for c in self.candidates if c.method != self.method),
                         key=lambda c: c.score.value)
         margin = best.score.value - runner_up.score.value
@@ -84,7 +88,8 @@ class Choice:
                 f"{best.score.metric} per calibrator: {tried}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"chosen": self.method, "candidates": [c.to_dict() for c in self.candidates]}
+        return {"chosen": self.method, "candidates": [c.to_dict() for c in self.candidates],
+                "not_scored": list(self.untried)}
 
 
 def choose_calibrator(
@@ -95,6 +100,7 @@ def choose_calibrator(
     score: Callable[[onnx.ModelProto], tuple[TaskScore, list[dict[str, np.ndarray]]]] | None,
     progress: ProgressFn = no_progress,
     needed: Collection[str] | None = None,
+    perfect: float | None = None,
 ) -> Choice:
     """Ranges for each of ``methods`` from the same histograms, each turned into a model by ``build``
     and scored by ``score`` (its held-out task metric and outputs); the highest score wins.
@@ -103,6 +109,8 @@ def choose_calibrator(
     only; the winner's are completed for every histogram (the implicit cache covers all activations),
     so each extra candidate costs its range searches over the Q/DQ tensors, not over every activation.
     With one method, or no ``score`` (nothing held out), the first method is used unscored.
+    ``perfect``: the score of a candidate that agrees with FP32 on every held-out sample (1.0 for the
+    built-in metrics); once one reaches it no later one can beat it, and the rest are not scored.
     """
     from dataclasses import replace
 
@@ -147,8 +155,11 @@ def choose_calibrator(
         if best is None or result.value > best[0].score.value + TIE:
             best = (cand, amax, model, outputs)
         progress("auto: scoring calibrators", i + 1, len(methods))
+        if perfect is not None and result.value >= perfect:
+            break
     assert best is not None
-    return Choice(best[0].method, complete(best[1], best[0].method), best[2], best[3], tuple(tried))
+    untried = tuple(methods[len(tried):])
+    return Choice(best[0].method, complete(best[1], best[0].method), best[2], best[3], tuple(tried), untried)
 
 
 def scorer(metric: Metric, reference_outputs: list[dict[str, np.ndarray]], held: Any,

@@ -361,6 +361,7 @@ def calibrate_and_choose(
     from edgeq.quant.accuracy import held_out_reference
     from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, choose_calibrator, scorer
     from edgeq.quant.calibrate import collect_histograms
+    from edgeq.quant.metrics import METRICS
 
     calib_opts = options.calibration()
     hists = collect_histograms(reference, calibrated_tensors(plan, options), calib, calib_opts, progress)
@@ -382,8 +383,9 @@ def calibrate_and_choose(
     score = None
     if held_out is not None:
         score = scorer(held_out.metric, held_out.outputs, held_out.data, options.providers, progress)
+    perfect = 1.0 if held_out is not None and held_out.metric.name in METRICS else None
     choice = choose_calibrator(methods, hists, calib_opts, lambda amax: build_qdq(reference, plan, amax),
-                               score, progress, needed=plan.tensors)
+                               score, progress, needed=plan.tensors, perfect=perfect)
     return choice, held_out, (*notes, *extra)
 
 
