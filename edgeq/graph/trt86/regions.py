@@ -13,7 +13,9 @@ from edgeq.graph.patterns import (
     WEIGHTED_OPS,
     consumers,
     is_constant,
+    is_dequantize,
     is_op,
+    is_quantize,
     iter_nodes,
     moved_inputs,
     moves_data,
@@ -377,11 +379,42 @@ def q_layer_at(t: gs.Tensor, int8: Callable[[gs.Tensor], bool]) -> Optional[gs.T
 # float: one phrase, next to the fact.
 QUANTIZING_REFORMAT = ("by a quantizing reformat, which Q/DQ cannot express on TensorRT 8.6 "
                        "(edgeq rules float-entry)")
+# ... and why one such region stays INT8 all the same.
+INT8_BODY = ("its region runs INT8 through data movement of its own (not a branch), so it stays INT8 "
+             "behind a QuantizeLinear of its own (edgeq rules float-entry)")
+
+
+def runs_int8_through_data_movement(q: gs.Node, limit: int = 100_000) -> bool:
+    """Does the INT8 region behind ``q`` reach data movement that reads INT8 (a DQ's output)? Followed
+    forward: the readers of ``q``'s DQs, their epilogues (pointwise ops) to the next Qs, and on. Such a
+    region is no branch (``edgeq.quant.regions.Region.branch``): float-entry leaves it INT8."""
+    seen: set[int] = set()
+    stack = [q]
+    while stack and len(seen) < limit:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        dqs = [r for o in n.outputs for r in consumers(o) if is_dequantize(r)]
+        for r in (r for dq in dqs for o in dq.outputs for r in consumers(o)):
+            if moves_data(r):
+                return True
+            epilogue = [r]
+            while epilogue:
+                m = epilogue.pop()
+                for x in (x for o in m.outputs for x in consumers(o)):
+                    if is_quantize(x):
+                        stack.append(x)
+                    elif x.op not in WEIGHTED_OPS and not moves_data(x) and id(x) not in seen:
+                        seen.add(id(x))
+                        epilogue.append(x)
+    return False
 
 
 def lint_float_entry(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
     """A QuantizeLinear on float data movement that no layer can write (``q_layer_at``): TensorRT 8.6
-    runs it as a layer of its own and a reformat (or moves it into the data movement)."""
+    runs it as a layer of its own and a reformat (or moves it into the data movement). Not where the
+    region behind it runs INT8 through data movement: there that one layer is the cheaper way in."""
     known: dict[int, bool] = {}
 
     def int8(t: gs.Tensor) -> bool:
@@ -398,7 +431,7 @@ def lint_float_entry(graph: gs.Graph, matches: list[Match], decisions: Decisions
         if not is_op(q, "QuantizeLinear") or not q.inputs or is_constant(q.inputs[0]):
             continue
         at = q_layer_at(q.inputs[0], int8)
-        if at is not None:
+        if at is not None and not runs_int8_through_data_movement(q):
             out.append(Hit(
                 f"QuantizeLinear '{q.name}' quantizes float data movement that goes back to '{at.name}', "
                 "which other nodes read too: TensorRT 8.6 runs it there as a layer of its own and a "
