@@ -11,8 +11,9 @@ regions in a plan; ``drop_regions`` leaves them float.
 Only a branch: a region whose INT8 ends, float, at the data movement that closes it (ShuffleNet's branch
 between a Slice and the Concat before the shuffle, where the gain was measured). A region that runs INT8
 through data movement of its own (a C2f's Split and Concat, SPPF's pools, an upsample) is the network's
-INT8 body entered once: one QuantizeLinear of its own costs one copy there, running it float costs every
-layer in it (a real YOLOv8n engine entered its whole body so), so it stays INT8.
+INT8 body entered once: a QuantizeLinear of its own costs a layer and a reformat of one tensor there,
+running it float costs every layer in it (a real YOLOv8n engine entered its whole body so), so it stays
+INT8.
 """
 
 from __future__ import annotations

@@ -523,7 +523,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "moves the QuantizeLinear back through the data movement (which then runs INT8 row-major) to the "
         "fork, where it runs as a layer of its own into INT8 NC/4HW4 and a second reformat follows. "
         "Placement leaves the whole region (its Q/DQ and weight DQs) float, the mirror the same where the "
-        "implicit engine quantized in such a reformat; tune tries each region INT8 as one decision.",
+        "implicit engine quantized in such a reformat; tune tries each region INT8 as one decision. Only a "
+        "branch: a region that runs INT8 through data movement of its own (a Concat, Split, pool or "
+        "upsample inside it) is the network's INT8 body entered once and stays INT8, its entry a Q/DQ.",
         "tests/fixtures/trt86-h100-zoo3/shufflenet.static-nofe.layers.json.gz and "
         "shufflenet.mirror-nofe.layers.json.gz (without the rule: 0.948x and 0.976x implicit's 1448 qps) vs "
         "shufflenet.static.layers.json.gz and shufflenet.mirror.layers.json.gz (with it: 0.985x, 0.986x), "
@@ -533,7 +535,10 @@ PATTERNS: tuple[Pattern, ...] = (
         "shufflenet.mirror-mul.layers.json.gz and shufflenet.mirror-clip.layers.json.gz (one Q/DQ per "
         "reader, Mul(x, 1) or Clip before each of 12 entry Qs: each still a layer of its own, "
         "0.928x/0.928x/0.876x an implicit engine that ran those regions INT8; the mirror with the rule "
-        "0.923x)",
+        "0.923x); the bound: tests/fixtures/trt86-h200-yolov8n/yolov8n.implicit.layers.json.gz (a real "
+        "YOLOv8n on an H200, batch 1: entered model.2's Concat by quantizing copies of the Split's FP16 "
+        "outputs, then INT8 through every later C2f, SPPF and the head; the mirror keeps its 99 INT8 edges, "
+        "3 before the bound; that mirror's engine not yet timed)",
         lint=LintSpec(
             Level.WARNING,
             "QuantizeLinear on float data movement (a layer of its own)",
