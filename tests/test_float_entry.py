@@ -23,11 +23,12 @@ from edgeq.quant.mirror import load_engine, plan_from_engine
 from edgeq.quant.overrides import Overrides
 from edgeq.quant.placement import plan_placement
 from edgeq.quant.quantize import prepare_model
-from edgeq.quant.regions import float_entries, float_entry_regions
+from edgeq.quant.regions import entry_regions, float_entries, float_entry_regions
 
 FIXTURES = ROOT / "tests" / "fixtures"
 ZOO3 = FIXTURES / "trt86-h100-zoo3"
 ZOO4 = FIXTURES / "trt86-h100-zoo4"
+YOLOV8N = FIXTURES / "trt86-h200-yolov8n"
 
 
 def prepared(name: str):
@@ -331,3 +332,76 @@ def test_a_slower_mirror_says_how_much_of_it_q_dq_cannot_express(shufflenet, tmp
     assert excused > 12 and f"{excused} nodes run float by design" in slower and "float-entry" in slower
     plain = dict(relative_gate(diff).failures)["slower-than-baseline"]
     assert "float-entry" not in plain and "wider-than-baseline" in dict(relative_gate(diff).failures)
+
+
+@pytest.fixture(scope="module")
+def yolov8n():
+    """nudenet 3.4.2's trained YOLOv8n (a real ultralytics export), the graph its implicit engine was built
+    from (the skeleton of edgeq's cleaned ``.int8.fp32.onnx``)."""
+    return graph_from_model(prepare_model(zoo.skeleton(YOLOV8N / "yolov8n.skel.onnx"))[0])
+
+
+def test_a_real_yolov8n_mirror_keeps_what_its_implicit_engine_ran_int8(yolov8n) -> None:
+    """trt86-h200-yolov8n: the implicit engine ran model.2 FP16 and entered its Concat by quantizing
+    copies of the Split's outputs (float data movement back to a fork), then ran the rest of the network
+    INT8, through every C2f's Split and Concat, SPPF's pools and the head's upsample. That region is the
+    network's body, not a branch: the mirror keeps every INT8 edge of the engine (its entry a Q/DQ of its
+    own) and says why, where it once kept 3 of 99."""
+    layers = load_engine(YOLOV8N / "yolov8n.implicit.layers.json.gz")
+    plan, report = plan_from_engine(yolov8n, layers)
+    exact, _ = plan_from_engine(yolov8n, layers, float_entry=False)
+    assert report.int8_edges == 99
+    assert sum(len(s.consumers) for s in plan.sites) >= 0.95 * report.int8_edges
+    assert placed(plan) == placed(exact) and report.float_entry == () and report.float_entry_edges == 0
+    assert placed(plan)[0]["/model.2/Concat_output_0"] == ["/model.2/cv2/conv/Conv"]
+    assert report.int8_entry == ("/model.2/Concat_output_0",) and "kept INT8" in report.summary_line()
+    assert report.to_dict()["int8_entry"] == ["/model.2/Concat_output_0"]
+    (region,) = entry_regions(yolov8n, exact)
+    assert region.entries == report.int8_entry and not region.branch and len(region.sites) == 75
+    assert float_entry_regions(yolov8n, exact) == []
+    # What the region runs INT8 through is what the engine ran INT8: each Concat built as INT8 -> INT8
+    # copies (read straight from the JSON), the SPPF pools and the upsamples.
+    ops = {n.name: n.op for n in yolov8n.nodes}
+    through = {ops[n] for n in region.through}
+    assert {"Concat", "Split", "MaxPool", "Resize"} <= through
+    raw = json.loads(gzip.decompress((YOLOV8N / "yolov8n.implicit.layers.json.gz").read_bytes()),
+                     strict=False)["Layers"]
+    int8_copies = {t["Name"].removesuffix("_output_0").replace("_output", "") for lay in raw
+                   if lay["Name"].endswith(" copy") for t in lay["Outputs"]
+                   if "Int8" in lay["Inputs"][0]["Format/Datatype"]}
+    concats = {n for n in region.through if ops[n] == "Concat"}
+    assert concats and {n for n in concats if n in int8_copies} == concats - {"/model.2/Concat"}
+
+
+def test_shufflenet_regions_are_branches_and_stay_float(shufflenet) -> None:
+    """The bound that keeps YOLOv8n's body INT8 leaves every region the ShuffleNet engines were measured
+    on float: each is a branch (convolutions and their activations, no data movement inside)."""
+    raw = plan_placement(shufflenet, float_entry=False)
+    assert all(r.branch for r in entry_regions(shufflenet, raw)) and len(entry_regions(shufflenet, raw)) == 16
+    for lease, count in ((ZOO3, 1), (ZOO4, 12)):
+        exact, _ = plan_from_engine(shufflenet, load_engine(lease / "shufflenet.implicit.layers.json.gz"),
+                                    float_entry=False)
+        found = entry_regions(shufflenet, exact)
+        assert len(found) == count and all(r.branch and r.through == () for r in found)
+        assert plan_from_engine(shufflenet, load_engine(lease / "shufflenet.implicit.layers.json.gz"))[1] \
+            .int8_entry == ()
+
+
+def test_lint_leaves_a_quantizelinear_into_an_int8_body_alone(yolov8n) -> None:
+    """The mirror of the real YOLOv8n engine keeps the Q/DQ on model.2's Concat: a layer of its own on
+    TensorRT 8.6 (``q_layer_at`` goes back to the Split's fork), the way into a region that runs INT8 through
+    data movement. Lint does not ask to leave it float (its fix would float the network's body)."""
+    from edgeq.graph.trt86.regions import q_layer_at, runs_int8_through_data_movement
+    from edgeq.quant.qdq import insert_qdq
+
+    ref = prepare_model(zoo.skeleton(YOLOV8N / "yolov8n.skel.onnx"))[0]
+    graph = graph_from_model(ref)
+    plan, _ = plan_from_engine(graph, load_engine(YOLOV8N / "yolov8n.implicit.layers.json.gz"))
+    at = q_layer_at(graph.tensors()["/model.2/Concat_output_0"], lambda t: t.name in plan.tensors)
+    assert at is not None and at.name == "/model.2/Split_output_1"
+    insert_qdq(graph, plan, {t: 1.0 for t in plan.activations})
+    model = model_from_graph(graph, like=ref)
+    q = next(n for n in graph_from_model(model).nodes
+             if n.op == "QuantizeLinear" and n.inputs[0].name == "/model.2/Concat_output_0")
+    assert runs_int8_through_data_movement(q)
+    assert [f for f in lint_model(model) if f.rule == "float-entry"] == []

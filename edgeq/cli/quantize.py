@@ -170,6 +170,12 @@ def _render_mirror(m: dict[str, Any]) -> None:
         out.print(f"{m['float_entry_edges']} of the INT8 edges left float: "
                   f"{plural(len(m['float_entry']), 'region')} "
                   f"the engine entered {QUANTIZING_REFORMAT}")
+    if m.get("int8_entry"):
+        from edgeq.graph.trt86.regions import INT8_BODY
+
+        entries = m["int8_entry"]
+        out.print(f"{plural(len(entries), 'entry', 'entries')} the engine quantized by a reformat kept INT8 "
+                  f"({escape(', '.join(entries[:3]))}{', ...' if len(entries) > 3 else ''}): {INT8_BODY}")
     for u in m["unmapped"]:
         err.print(f"[yellow]unmapped:[/] {escape(u['tensor'])} read {u['precision'] or '?'} by "
                   f"'{escape(u['layer'])}': {escape(u['reason'])}")

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError, ReportError
 from edgeq.graph.patterns import is_float, moves_data, producer
-from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
+from edgeq.graph.trt86.regions import INT8_BODY, QUANTIZING_REFORMAT
 from edgeq.quant.placement import weight_axis
 from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
-from edgeq.quant.regions import float_entry
+from edgeq.quant.regions import drop_regions, entry_regions
 from edgeq.quant.rules import WEIGHTED_OPS, rule
 from edgeq.text import plural
 from edgeq.unionfind import UnionFind
@@ -90,6 +90,7 @@ class MirrorReport:
     unmapped_layers: tuple[str, ...] = ()  # layers naming nodes the model does not have
     float_entry: tuple[str, ...] = ()  # entries of the INT8 regions left float (edgeq rules float-entry)
     float_entry_edges: int = 0  # INT8 edges inside them: no Q/DQ
+    int8_entry: tuple[str, ...] = ()  # entries of such regions kept INT8: not a branch (Region.branch)
 
     def summary_line(self) -> str:
         text = (f"mirrored {self.int8_edges} INT8 edges ({self.float_edges} float) from {self.source}: "
@@ -97,6 +98,9 @@ class MirrorReport:
         if self.float_entry:
             text += (f"; {self.float_entry_edges} of the INT8 edges left float in "
                      f"{plural(len(self.float_entry), 'region')} the engine entered {QUANTIZING_REFORMAT}")
+        if self.int8_entry:
+            text += (f"; {plural(len(self.int8_entry), 'entry', 'entries')} quantized by a reformat kept "
+                     f"INT8 ({', '.join(self.int8_entry[:3])}): {INT8_BODY}")
         if self.unmapped:
             names = ", ".join(u.tensor for u in self.unmapped[:3])
             text += f"; {len(self.unmapped)} tensors unmapped ({names})"
@@ -114,6 +118,7 @@ class MirrorReport:
             "unmapped_layers": list(self.unmapped_layers),
             "float_entry": list(self.float_entry),
             "float_entry_edges": self.float_entry_edges,
+            "int8_entry": list(self.int8_entry),
         }
 
 
@@ -240,9 +245,11 @@ class _Reads:
 def plan_from_engine(graph: gs.Graph, layers: EngineLayers, *, float_entry: bool = True
                      ) -> tuple[Plan, MirrorReport]:
     """The Plan that puts a Q/DQ on every edge the implicit engine read INT8 (read-only on ``graph``),
-    except, with ``float_entry``, inside the INT8 regions the engine entered by quantizing float data
-    movement in a reformat: Q/DQ cannot say that on 8.6, and those regions run faster float
-    (``edgeq.quant.regions``; the report lists them). ``float_entry=False``: the engine's edges exactly.
+    except, with ``float_entry``, inside the INT8 branches the engine entered by quantizing float data
+    movement in a reformat: Q/DQ cannot say that on 8.6, and those branches run faster float
+    (``edgeq.quant.regions``; the report lists them). A region that runs INT8 through data movement of
+    its own is no branch: it stays INT8, its entry a QuantizeLinear of its own (``int8_entry``).
+    ``float_entry=False``: the engine's edges exactly.
 
     ``graph`` is the model the engine was built from, prepared as ``edgeq quantize`` prepares it (the
     cleaned ``<name>.int8.fp32.onnx``). Raises QuantError when the engine is not of this model.
@@ -421,7 +428,9 @@ class _Mirror:
             for t in self.layers[i].outputs:
                 self._writes_into(i, t.name, t.precision)
         engine_plan = self._plan()
-        plan, regions = float_entry(self.g.graph, engine_plan) if with_float_entry else (engine_plan, [])
+        found = entry_regions(self.g.graph, engine_plan) if with_float_entry else []
+        regions = [r for r in found if r.branch]
+        plan = drop_regions(engine_plan, regions)
         int8_edges = sum(len(s.consumers) for s in engine_plan.sites)
         edges = self.reads.edges
         report = MirrorReport(
@@ -432,6 +441,7 @@ class _Mirror:
             int8_edges=int8_edges,
             float_entry=tuple(t for r in regions for t in r.entries),
             float_entry_edges=int8_edges - sum(len(s.consumers) for s in plan.sites),
+            int8_entry=tuple(t for r in found if not r.branch for t in r.entries),
             float_edges=sum(1 for ps in edges.values() if "INT8" not in ps),
             unmapped=tuple(self.reads.unmapped),
             unmapped_layers=tuple(self.layers[i].name for i in self.named if not self.held[i]),

@@ -7,6 +7,13 @@ second reformat to NC/32HW32, or TensorRT 8.6 moves it back through the data mov
 INT8 row-major (`edgeq rules float-entry`). When every way into an INT8 region is such a Q, the region
 is cheaper float, as the implicit engine itself ran most of them. ``float_entry_regions`` finds these
 regions in a plan; ``drop_regions`` leaves them float.
+
+Only a branch: a region whose INT8 ends, float, at the data movement that closes it (ShuffleNet's branch
+between a Slice and the Concat before the shuffle, where the gain was measured). A region that runs INT8
+through data movement of its own (a C2f's Split and Concat, SPPF's pools, an upsample) is the network's
+INT8 body entered once: a QuantizeLinear of its own costs a layer and a reformat of one tensor there,
+running it float costs every layer in it (a real YOLOv8n engine entered its whole body so), so it stays
+INT8.
 """
 
 from __future__ import annotations
@@ -34,6 +41,12 @@ class Region:
     nodes: tuple[str, ...]
     sites: tuple[str, ...]  # every Q/DQ site inside (entries included)
     commuted: tuple[str, ...]  # tensors INT8 by commuting inside the region
+    through: tuple[str, ...] = ()  # data movement inside that runs INT8: not a branch, stays INT8
+
+    @property
+    def branch(self) -> bool:
+        """Where the float-entry evidence applies: no data movement runs INT8 inside."""
+        return not self.through
 
 
 def float_entries(graph: gs.Graph, plan: Plan) -> list[str]:
@@ -49,6 +62,11 @@ def _entries(tensors: Mapping[str, gs.Tensor], plan: Plan) -> list[str]:
 
 
 def float_entry_regions(graph: gs.Graph, plan: Plan) -> list[Region]:
+    """The branches (``Region.branch``) of ``entry_regions``: the regions that run float."""
+    return [r for r in entry_regions(graph, plan) if r.branch]
+
+
+def entry_regions(graph: gs.Graph, plan: Plan) -> list[Region]:
     """The INT8 regions entered only through float entries. A region grows from an entry over INT8
     tensors (sites and commuted tensors): their readers and, for a tensor that is not an entry, its
     producer join it, with the pointwise ops behind each member's float outputs (its epilogue). One that
@@ -95,8 +113,10 @@ class _Grower:
                        if t in self.sites else list(tensor.outputs))
             for n in readers:
                 todo += self._join(n, nodes)
+        through = tuple(sorted(n for n in nodes if moves_data(self.by_name[n])))
         return Region(tuple(sorted(members & self.entries)), tuple(sorted(nodes)),
-                      tuple(sorted(members & set(self.sites))), tuple(sorted(members - set(self.sites))))
+                      tuple(sorted(members & set(self.sites))), tuple(sorted(members - set(self.sites))),
+                      through)
 
     def _join(self, n: gs.Node, nodes: set[str]) -> list[str]:
         """Add ``n`` and the pointwise ops its float outputs feed; the INT8 tensors they touch."""

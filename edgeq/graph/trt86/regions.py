@@ -13,7 +13,9 @@ from edgeq.graph.patterns import (
     WEIGHTED_OPS,
     consumers,
     is_constant,
+    is_dequantize,
     is_op,
+    is_quantize,
     iter_nodes,
     moved_inputs,
     moves_data,
@@ -377,11 +379,42 @@ def q_layer_at(t: gs.Tensor, int8: Callable[[gs.Tensor], bool]) -> Optional[gs.T
 # float: one phrase, next to the fact.
 QUANTIZING_REFORMAT = ("by a quantizing reformat, which Q/DQ cannot express on TensorRT 8.6 "
                        "(edgeq rules float-entry)")
+# ... and why one such region stays INT8 all the same.
+INT8_BODY = ("its region runs INT8 through data movement of its own (not a branch), so it stays INT8 "
+             "behind a QuantizeLinear of its own (edgeq rules float-entry)")
+
+
+def runs_int8_through_data_movement(q: gs.Node, limit: int = 100_000) -> bool:
+    """Does the INT8 region behind ``q`` reach data movement that reads INT8 (a DQ's output)? Followed
+    forward: the readers of ``q``'s DQs, their epilogues (pointwise ops) to the next Qs, and on. Such a
+    region is no branch (``edgeq.quant.regions.Region.branch``): float-entry leaves it INT8."""
+    seen: set[int] = set()
+    stack = [q]
+    while stack and len(seen) < limit:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        dqs = [r for o in n.outputs for r in consumers(o) if is_dequantize(r)]
+        for r in (r for dq in dqs for o in dq.outputs for r in consumers(o)):
+            if moves_data(r):
+                return True
+            epilogue = [r]
+            while epilogue:
+                m = epilogue.pop()
+                for x in (x for o in m.outputs for x in consumers(o)):
+                    if is_quantize(x):
+                        stack.append(x)
+                    elif x.op not in WEIGHTED_OPS and not moves_data(x) and id(x) not in seen:
+                        seen.add(id(x))
+                        epilogue.append(x)
+    return False
 
 
 def lint_float_entry(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
     """A QuantizeLinear on float data movement that no layer can write (``q_layer_at``): TensorRT 8.6
-    runs it as a layer of its own and a reformat (or moves it into the data movement)."""
+    runs it as a layer of its own and a reformat (or moves it into the data movement). Not where the
+    region behind it runs INT8 through data movement: there that one layer is the cheaper way in."""
     known: dict[int, bool] = {}
 
     def int8(t: gs.Tensor) -> bool:
@@ -398,7 +431,7 @@ def lint_float_entry(graph: gs.Graph, matches: list[Match], decisions: Decisions
         if not is_op(q, "QuantizeLinear") or not q.inputs or is_constant(q.inputs[0]):
             continue
         at = q_layer_at(q.inputs[0], int8)
-        if at is not None:
+        if at is not None and not runs_int8_through_data_movement(q):
             out.append(Hit(
                 f"QuantizeLinear '{q.name}' quantizes float data movement that goes back to '{at.name}', "
                 "which other nodes read too: TensorRT 8.6 runs it there as a layer of its own and a "
@@ -490,7 +523,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "moves the QuantizeLinear back through the data movement (which then runs INT8 row-major) to the "
         "fork, where it runs as a layer of its own into INT8 NC/4HW4 and a second reformat follows. "
         "Placement leaves the whole region (its Q/DQ and weight DQs) float, the mirror the same where the "
-        "implicit engine quantized in such a reformat; tune tries each region INT8 as one decision.",
+        "implicit engine quantized in such a reformat; tune tries each region INT8 as one decision. Only a "
+        "branch: a region that runs INT8 through data movement of its own (a Concat, Split, pool or "
+        "upsample inside it) is the network's INT8 body entered once and stays INT8, its entry a Q/DQ.",
         "tests/fixtures/trt86-h100-zoo3/shufflenet.static-nofe.layers.json.gz and "
         "shufflenet.mirror-nofe.layers.json.gz (without the rule: 0.948x and 0.976x implicit's 1448 qps) vs "
         "shufflenet.static.layers.json.gz and shufflenet.mirror.layers.json.gz (with it: 0.985x, 0.986x), "
@@ -500,7 +535,10 @@ PATTERNS: tuple[Pattern, ...] = (
         "shufflenet.mirror-mul.layers.json.gz and shufflenet.mirror-clip.layers.json.gz (one Q/DQ per "
         "reader, Mul(x, 1) or Clip before each of 12 entry Qs: each still a layer of its own, "
         "0.928x/0.928x/0.876x an implicit engine that ran those regions INT8; the mirror with the rule "
-        "0.923x)",
+        "0.923x); the bound: tests/fixtures/trt86-h200-yolov8n/yolov8n.implicit.layers.json.gz (a real "
+        "YOLOv8n on an H200, batch 1: entered model.2's Concat by quantizing copies of the Split's FP16 "
+        "outputs, then INT8 through every later C2f, SPPF and the head; the mirror keeps its 99 INT8 edges, "
+        "3 before the bound; that mirror's engine not yet timed)",
         lint=LintSpec(
             Level.WARNING,
             "QuantizeLinear on float data movement (a layer of its own)",
