@@ -157,7 +157,7 @@ def _instance_norm_net() -> onnx.ModelProto:
 
 def test_unmeasured_line_names_uncovered_operators_only() -> None:
     line = registry.unmeasured_line(registry.uncovered(typed_graph_from_model(_instance_norm_net())))
-    assert line == ("placement here is unmeasured: deploy with a target (1 node(s) of operators no rule "
+    assert line == ("placement here is unmeasured: deploy with a target (1 node of operators no rule "
                     "covers: InstanceNormalization 1)")
     covered = [zoo.build(n) for n in zoo.ZOO] + [zoo.skeleton(p) for p in sorted(SKELETONS.glob("*.onnx"))]
     covered += [f() for f in MYELIN_MODELS.values()] + [zoo.inception_like()]
@@ -177,7 +177,7 @@ def test_lint_and_quantize_say_unmeasured_in_one_line(tmp_path: Path, cli) -> No
     code, _, err = cli("quantize", src, "--synthetic", "3")
     assert code == 0
     assert [ln for ln in err.splitlines() if "unmeasured" in ln] == [
-        "note: placement here is unmeasured: deploy with a target (1 node(s) of operators no rule covers: "
+        "note: placement here is unmeasured: deploy with a target (1 node of operators no rule covers: "
         "InstanceNormalization 1)"]
     resnet = tmp_path / "resnet.onnx"
     onnx.save(zoo.build("resnet"), resnet)

@@ -148,17 +148,20 @@ def test_report_shortens_a_long_path_in_its_first_line(tmp_path, cli, at80, monk
 
 
 def _matmul_model(path: Path) -> Path:
-    """Two MatMuls on a 3-D activation (per-tensor weights on 8.6: no output-channel axis), no Concat."""
+    """Two grouped ConvTransposes (per-tensor weights on 8.6: with group > 1 no axis holds every output
+    channel), no Concat. (A MatMul on a 3-D activation, per-tensor too, is now a Linear that
+    myelin-region leaves float.)"""
     import numpy as np
 
     rng = np.random.default_rng(0)
     w1, w2 = (onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
-              for s, n in (((8, 16), "w1"), ((16, 4), "w2")))
-    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8])
-    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 4])
-    nodes = [onnx.helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+              for s, n in (((4, 2, 2, 2), "w1"), ((4, 2, 2, 2), "w2")))
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 8])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 32, 32])
+    up = {"group": 2, "strides": [2, 2]}
+    nodes = [onnx.helper.make_node("ConvTranspose", ["x", "w1"], ["h"], name="up1", **up),
              onnx.helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             onnx.helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+             onnx.helper.make_node("ConvTranspose", ["r", "w2"], ["y"], name="up2", **up)]
     g = onnx.helper.make_graph(nodes, "mm", [x], [y], [w1, w2])
     onnx.save(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8),
               str(path))
@@ -166,8 +169,8 @@ def _matmul_model(path: Path) -> Path:
 
 
 def test_quantize_summary_notes_say_what_was_done(tmp_path, cli, at80) -> None:
-    """The notes were fixed strings: "per-channel on the output-channel axis" for per-tensor MatMul
-    weights (axis None in the JSON), "place-concat-shared-scale" with no Concat, old rule ids."""
+    """The notes were fixed strings: "per-channel on the output-channel axis" for per-tensor weights
+    (axis None in the JSON), "place-concat-shared-scale" with no Concat, old rule ids."""
     from edgeq.graph import registry
     from edgeq.quant.rules import RULES
 

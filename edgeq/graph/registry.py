@@ -19,6 +19,7 @@ from edgeq.findings import Finding
 from edgeq.graph.facts import Decisions, LayerView, Match, Pattern, Want, matches_of
 from edgeq.graph.patterns import WEIGHTED_OPS, is_constant, is_float, is_standard, iter_nodes
 from edgeq.graph.trt86 import PATTERNS
+from edgeq.text import plural
 
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
@@ -153,7 +154,7 @@ def unmeasured_line(found: dict[str, list[str]]) -> Optional[str]:
         return None
     ops = sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     n = sum(len(v) for v in found.values())
-    return (f"{UNMEASURED} ({n} node(s) of operators no rule covers: "
+    return (f"{UNMEASURED} ({plural(n, 'node')} of operators no rule covers: "
             + ", ".join(f"{op} {len(v)}" for op, v in ops) + ")")
 
 

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     import onnx
     import onnx_graphsurgeon as gs
 
-    from edgeq.quant.plan import Plan
 
 
 
@@ -142,7 +141,7 @@ def _graph_of(model: ModelSource) -> gs.Graph:
     return typed_graph_from_model(load_model(Path(model)) if isinstance(model, (str, Path)) else model)
 
 
-def build_failure(log_text: str, model: Optional[ModelSource] = None, plan: Optional[Plan] = None
+def build_failure(log_text: str, model: Optional[ModelSource] = None, plan: Optional[Any] = None
                   ) -> Optional[BuildFailure]:
     """The Q/DQ region a failed explicit build broke on, from its log (trtexec's or the agent's) and the
     Q/DQ model that was built (a ModelProto, graph or path); None when the log shows no error.
@@ -150,7 +149,8 @@ def build_failure(log_text: str, model: Optional[ModelSource] = None, plan: Opti
     Where a registry entry's ``build_error`` matches the message (a SiLU with a Q/DQ inside, INT8 weights
     in a Myelin region, an int32 bias), the region is that entry's lint finding on the model, the one
     holding a node the log names when several do; else the nodes the log names, with the Q/DQ around
-    them. ``plan`` (the placement the model was written from) adds the Q/DQ sites of the region.
+    them. ``plan`` (the placement the model was written from, an ``edgeq.quant.plan.Plan``: typed ``Any``
+    because report sits below quant) adds the Q/DQ sites of the region.
     """
     message = failure_message(log_text)
     if message is None:
@@ -194,7 +194,7 @@ def _with_qdq(graph: gs.Graph, named: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _sites_at(graph: gs.Graph, nodes: tuple[str, ...], plan: Plan) -> tuple[str, ...]:
+def _sites_at(graph: gs.Graph, nodes: tuple[str, ...], plan: Any) -> tuple[str, ...]:
     """The plan's sites that feed one of ``nodes`` or whose tensor one of them writes or reads."""
     by_node = {n.name: n for n in graph.nodes}
     touched: set[str] = set()
@@ -205,7 +205,7 @@ def _sites_at(graph: gs.Graph, nodes: tuple[str, ...], plan: Plan) -> tuple[str,
     return tuple(s.tensor for s in plan.sites if s.tensor in touched or set(s.consumers) & set(nodes))
 
 
-def describe_build_failure(log: Path, model: Optional[Any] = None, plan: Optional[Plan] = None
+def describe_build_failure(log: Path, model: Optional[Any] = None, plan: Optional[Any] = None
                            ) -> Optional[str]:
     """``build_failure(...).describe()`` for a log file (deploy.log, a trtexec build log); None when the
     log shows no error."""
