@@ -29,11 +29,13 @@ from edgeq.quant.plan import Plan
 from edgeq.quant.rules import RULES
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import onnx
     import onnx_graphsurgeon as gs
 
     from edgeq.quant.autocalib import Choice
-    from edgeq.quant.calibrate import CalibOptions
+    from edgeq.quant.calibrate import CalibOptions, TensorHistogram
     from edgeq.quant.data import CalibrationSet
     from edgeq.quant.mirror import MirrorReport
     from edgeq.quant.sensitivity import KeptFloat
@@ -358,13 +360,24 @@ def calibrate_and_choose(
 ) -> tuple[Choice, HeldOut | None, tuple[str, ...]]:
     """One statistics pass over ``calib``, the FP32 reference run once on ``held``, then the calibrator:
     ``--calibrator auto`` scores each on the held-out task metric and keeps the best (``autocalib``)."""
+    from edgeq.quant.calibrate import collect_histograms
+
+    hists = collect_histograms(reference, calibrated_tensors(plan, options), calib, options.calibration(),
+                               progress)
+    return choose(reference, plan, hists, held, options, notes, progress)
+
+
+def choose(
+    reference: onnx.ModelProto, plan: Plan, hists: Mapping[str, TensorHistogram], held: CalibrationSet | None,
+    options: QuantizeOptions, notes: tuple[str, ...] = (), progress: ProgressFn = no_progress,
+) -> tuple[Choice, HeldOut | None, tuple[str, ...]]:
+    """The calibrator from collected histograms (``calibrate_and_choose``'s second half; ``edgeq
+    sensitivity`` keeps the histograms to rank regions by how much they clip)."""
     from edgeq.quant.accuracy import held_out_reference
     from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, choose_calibrator, scorer
-    from edgeq.quant.calibrate import collect_histograms
     from edgeq.quant.metrics import METRICS
 
     calib_opts = options.calibration()
-    hists = collect_histograms(reference, calibrated_tensors(plan, options), calib, calib_opts, progress)
     held_out = None
     if held is not None and len(held):
         source = (f"--holdout {options.holdout_data}" if options.holdout_data is not None else

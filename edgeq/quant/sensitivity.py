@@ -266,10 +266,8 @@ def prepare(model: onnx.ModelProto, options: SensitivityOptions, progress: Progr
     calibrator (``--calibrator auto``: the one quantize would choose), as ``calibrate_and_choose`` does;
     the histograms are kept to say how much each region's range clips."""
     from edgeq.graph.io import graph_from_model
-    from edgeq.quant.accuracy import held_out_reference
-    from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, choose_calibrator, scorer
     from edgeq.quant.calibrate import collect_histograms
-    from edgeq.quant.quantize import build_qdq, calibration_data, plan_for, prepare_model, split_data
+    from edgeq.quant.quantize import calibration_data, choose, plan_for, prepare_model, split_data
 
     q = replace(options.quantize, cache_all_tensors=True)  # every placement's tensors get a range
     reference, _, _ = prepare_model(model, progress)
@@ -279,15 +277,9 @@ def prepare(model: onnx.ModelProto, options: SensitivityOptions, progress: Progr
     calib, held, notes = split_data(data, q, reference)
     if held is None or not len(held):
         raise QuantError("no held-out samples to score on", "give --holdout DIR, or 2 samples or more")
-    calib_opts = q.calibration()
-    hists = collect_histograms(reference, list(plan.activations), calib, calib_opts, progress)
-    source = f"--holdout {q.holdout_data}" if q.holdout_data is not None else f"{q.holdout:.0%} of --calib"
-    held_out = held_out_reference(reference, held, metric=q.metric, source=source, providers=q.providers,
-                                  progress=progress)  # fmt: skip
-    methods = AUTO_CANDIDATES if q.calibrator == AUTO else (calib_opts.method,)
-    choice = choose_calibrator(methods, hists, calib_opts, lambda amax: build_qdq(reference, plan, amax),
-                               scorer(held_out.metric, held_out.outputs, held, q.providers, progress),
-                               progress)  # fmt: skip
+    hists = collect_histograms(reference, list(plan.activations), calib, q.calibration(), progress)
+    choice, held_out, notes = choose(reference, plan, hists, held, q, notes, progress)
+    assert held_out is not None  # held is not empty
     shared = plan.scale_amax(choice.amax)
     regions = [replace(r, clip=_clip(r, hists, shared)) for r in qdq_regions(graph, plan)]
     regions.sort(key=lambda r: -r.clip)  # stable: graph order among equals
