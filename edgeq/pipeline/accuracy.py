@@ -200,11 +200,13 @@ class EngineAccuracy:
     @property
     def far_below_fp32(self) -> bool:
         """The quantize check's "far below FP32" (``FAR_BELOW``), for TensorRT's own figures."""
-        from edgeq.quant.accuracy import FAR_BELOW
+        return self._far_below() is not None
 
-        if self.metric != "cosine":
-            return self.engine.value < FAR_BELOW["task"]
-        return self.engine_cosine.value < FAR_BELOW["cosine"]
+    def _far_below(self) -> Optional[tuple[float, float]]:
+        from edgeq.quant.accuracy import far_below_fp32
+
+        task = self.engine.value if self.metric != "cosine" else None
+        return far_below_fp32(task, self.engine_cosine.value)
 
     @property
     def mismatch(self) -> bool:
@@ -230,13 +232,10 @@ class EngineAccuracy:
 
     def problems(self) -> list[str]:
         """Why TensorRT's result is far below, one phrase each (empty when it is not)."""
-        from edgeq.quant.accuracy import FAR_BELOW
-
         out = []
-        if self.far_below_fp32:
-            cosine = self.metric == "cosine"
-            figure = self.engine_cosine.value if cosine else self.engine.value
-            level = FAR_BELOW["cosine" if cosine else "task"]
+        far = self._far_below()
+        if far is not None:
+            figure, level = far
             out.append(f"TensorRT's {self.metric} {figure:.4f} is far below FP32 (under {level:g})")
         if self.below_prediction:
             assert self.predicted is not None and self.shortfall is not None

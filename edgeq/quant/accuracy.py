@@ -52,6 +52,14 @@ class OutputAccuracy:
 FAR_BELOW = {"cosine": 0.98, "task": 0.90}
 
 
+def far_below_fp32(task: float | None, cosine: float) -> tuple[float, float] | None:
+    """(the deciding figure, its ``FAR_BELOW`` level) when a result is far below FP32, else None: the task
+    metric's figure decides when there is one (``task``), the cosine otherwise. The quantize check and
+    deploy's check of TensorRT's outputs both ask here."""
+    figure, level = (task, FAR_BELOW["task"]) if task is not None else (cosine, FAR_BELOW["cosine"])
+    return (figure, level) if figure < level else None
+
+
 @dataclass(frozen=True)
 class AccuracyReport:
     """The accuracy check: per-output figures, and the task metric that decides when one is known.
@@ -80,9 +88,8 @@ class AccuracyReport:
     @property
     def far_below(self) -> bool:
         """The result is far below FP32 (see ``FAR_BELOW``): judged by the task metric when there is one."""
-        if self.task is not None and self.task.metric != "cosine":
-            return self.task.value < FAR_BELOW["task"]
-        return self.cosine < FAR_BELOW["cosine"]
+        task = self.task if self.task is not None and self.task.metric != "cosine" else None
+        return far_below_fp32(task.value if task is not None else None, self.cosine) is not None
 
     def __bool__(self) -> bool:
         cos_ok = self.threshold is None or self.cosine >= self.threshold
