@@ -11,7 +11,15 @@ cosine against FP32, and how many regions the implicit engine entered by a quant
 mirror's ``float_entry``: Q/DQ cannot say that on 8.6, ``edgeq rules float-entry``).
 
     LD_LIBRARY_PATH=/opt/trt86/lib:/opt/trt86/stubs \\
-        python bench/zoo_bench.py --trtexec /opt/trt86/bin/trtexec --work /tmp/zoo --budget 540
+        python bench/zoo_bench.py --trtexec /opt/trt86/bin/trtexec --work /tmp/zoo --budget 540 \\
+        --models corpus --gpus 4 --out $OUT
+
+``--gpus N`` runs one process per GPU (``CUDA_VISIBLE_DEVICES``), the models dealt out among them, so
+a 4-GPU machine builds 4 models at once. Each process does the cheap-to-prove steps first over all of
+its models (export, static quantize, implicit and static builds: the corpus fixture and "does it
+build"), then the mirror and the timed rounds. Each model's directory also gets ``<name>.skel.onnx``
+(the FP32 model the implicit engine was built from, large weights left out: ``edgeq.zoo.skeleton``
+refills it), so its engines can be replayed in tests without a GPU.
 
 Resumable: every step leaves its files in ``--work`` and is skipped once they are there, and no step
 starts that would overrun ``--budget`` seconds (run it again to go on). CPU steps (export, quantize) run
@@ -35,6 +43,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 DEFAULT_MODELS = "resnet50,mobilenet_v2,efficientnet_b0,regnet_y_400mf,shufflenet_v2_x1_0,yolo"
+# The corpus beyond the models above (``--models corpus``): the families the rules were not written from.
+CORPUS = ("mobilenet_v3_small,mobilenet_v3_large,regnet_x_400mf,densenet121,efficientnet_v2_s,convnext_tiny,"
+          "vit_b_16,swin_t,inception_v3,googlenet,resnext50_32x4d,resnet18,mnasnet1_0,squeezenet1_1,"
+          "vgg11_bn,alexnet,deeplabv3_mobilenet_v3_large,fcn_resnet50,regnet_y_800mf,efficientnet_b3")
+SIZES = {"inception_v3": 299, "efficientnet_b3": 300}  # torchvision's input sizes where not 224
 TACTICS = ["-CUBLAS", "-CUBLAS_LT", "-CUDNN"]  # the fixtures' tactic sources (tests/fixtures/README.md)
 PLACEMENTS = ("implicit", "static", "mirror")
 _EXPORT = threading.Lock()
@@ -50,10 +63,29 @@ class Step:
     deps: tuple[str, ...]
     done: Callable[[], bool]
     run: Callable[[], None]
+    phase: int = 0  # 0 before 1 over all models: every implicit and static engine before any mirror
     key: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.key = f"{self.model}:{self.name}"
+
+
+class _FirstOutput:
+    """Wraps a torchvision net so the export has one output (segmentation nets return a dict)."""
+
+    def __new__(cls, net):  # type: ignore[no-untyped-def]
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = net
+
+            def forward(self, x):  # type: ignore[no-untyped-def]
+                y = self.net(x)
+                return y["out"] if isinstance(y, dict) else y
+
+        return Wrapped()
 
 
 def _sh(argv: list[str], log: Path, timeout: float) -> int:
@@ -109,8 +141,12 @@ class Model:
             _EXPORT.acquire()  # torch.onnx.export is not re-entrant across threads
 
             torch.manual_seed(0)
-            net = getattr(torchvision.models, self.name)(weights=None).eval()
-            x = torch.randn(self.batch, 3, 224, 224)
+            family = torchvision.models.segmentation if self.name.startswith(("deeplab", "fcn_")) \
+                else torchvision.models
+            kw = {"aux_loss": False, "weights_backbone": None} if family is not torchvision.models else {}
+            net = _FirstOutput(getattr(family, self.name)(weights=None, **kw)).eval()
+            size = SIZES.get(self.name, 224)
+            x = torch.randn(self.batch, 3, size, size)
             try:
                 torch.onnx.export(net, (x,), str(tmp), opset_version=17, dynamo=False,
                                   input_names=["input"], output_names=["output"])
@@ -128,12 +164,19 @@ class Model:
         out = self.q(placement)
         out.parent.mkdir(parents=True, exist_ok=True)
         argv = [*EDGEQ, "quantize", str(self.onnx), "--calib", str(self.calib), "-o", str(out),
-                "--holdout", str(self.args.holdout)]
+                "--holdout", str(self.args.holdout), "--calibrator", self.args.calibrator]
         if placement == "mirror":
             argv += ["--from-engine", str(self.layers("implicit"))]
         rc = _sh(argv, self.dir / f"quantize.{placement}.log", 1800)
         if rc != 0:
             raise RuntimeError(f"edgeq quantize ({placement}) exited {rc}")
+        if placement == "static":
+            import onnx
+
+            from edgeq.zoo.skeletons import write_skeleton
+
+            fp32 = onnx.load(str(out.with_name(f"{self.name}.int8.fp32.onnx")))
+            write_skeleton(fp32, self.dir / f"{self.name}.skel.onnx")
 
     def build(self, placement: str) -> None:
         from edgeq.agent.trtexec_backend import build_argv, inspect_argv, profile_argv
@@ -149,7 +192,7 @@ class Model:
         plan = self.plan(placement)
         plan.unlink(missing_ok=True)
         argv = build_argv(t, onnx, str(plan), int8=True, fp16=True, calib=calib, tactic_sources=TACTICS,
-                          timing_cache=str(self.args.work / "timing.cache"))
+                          timing_cache=str(self.args.work / f"timing.{self.args.gpu_tag}.cache"))
         t0 = time.perf_counter()
         _sh(argv, Path(f"{stem}.build.log"), 1200)  # 8.6's trtexec can crash at exit: judge the plan
         if not plan.is_file() or plan.stat().st_size == 0:
@@ -199,21 +242,22 @@ class Model:
             Step("build-implicit", self.name, "gpu", 180 * heavy, ("quantize-static",),
                  self.layers("implicit").is_file, lambda: self.build("implicit")),
             Step("quantize-mirror", self.name, "cpu", 90 * heavy, ("build-implicit",),
-                 self.q("mirror").is_file, lambda: self.quantize("mirror")),
+                 self.q("mirror").is_file, lambda: self.quantize("mirror"), phase=1),
             Step("build-static", self.name, "gpu", 60 * heavy, ("quantize-static",),
                  self.layers("static").is_file, lambda: self.build("static")),
             Step("build-mirror", self.name, "gpu", 60 * heavy, ("quantize-mirror",),
-                 self.layers("mirror").is_file, lambda: self.build("mirror")),
+                 self.layers("mirror").is_file, lambda: self.build("mirror"), phase=1),
             Step("time", self.name, "solo", self.args.rounds * 3 * (self.args.duration + 4),
                  ("build-implicit", "build-static", "build-mirror"), (self.dir / "timing.json").is_file,
-                 self.time_rounds),
+                 self.time_rounds, phase=1),
             Step("compare", self.name, "cpu", 20, ("time",), (self.dir / "compare.json").is_file,
-                 self.compare),
+                 self.compare, phase=1),
         ]
         return s
 
 
-def schedule(steps: list[Step], budget_s: float, cpu_workers: int) -> list[str]:
+def schedule(steps: list[Step], budget_s: float, cpu_workers: int, only: Optional[set[str]] = None
+             ) -> list[str]:
     """Run what is not done yet: one GPU step at a time beside up to ``cpu_workers`` CPU steps, a 'solo'
     step with nothing beside it, no step started that would overrun the budget. Returns what failed."""
     t0 = time.monotonic()
@@ -242,7 +286,8 @@ def schedule(steps: list[Step], budget_s: float, cpu_workers: int) -> list[str]:
                     print(f"[{time.monotonic() - t0:6.0f} s] FAILED {k}: {err}", flush=True)
         blocked = {f.split(":", 2)[0] + ":" + f.split(":", 2)[1] for f in failed}
         todo = [s for s in steps if s.key not in done and s.key not in running and s.key not in blocked
-                and not any(f"{s.model}:{d}" in blocked for d in s.deps)]
+                and not any(f"{s.model}:{d}" in blocked for d in s.deps) and (only is None or s.name in only)]
+        todo.sort(key=lambda s: s.phase)  # stable: the models' order within a phase
         kinds = [by_key[k].kind for k in running]
         started = False
         for s in todo:
@@ -254,7 +299,8 @@ def schedule(steps: list[Step], budget_s: float, cpu_workers: int) -> list[str]:
                 continue
             if s.kind == "cpu" and kinds.count("cpu") >= cpu_workers:
                 continue
-            if s.kind == "cpu" and any(x.kind == "solo" and ready(x) and fits(x) for x in todo):
+            if s.kind == "cpu" and any(x.kind == "solo" and x.phase <= s.phase and ready(x) and fits(x)
+                                       for x in todo):
                 continue  # let a waiting timing run alone first
             print(f"[{time.monotonic() - t0:6.0f} s] start {s.key} (~{s.estimate_s:.0f} s)", flush=True)
             running[s.key] = pool.submit(s.run)
@@ -266,18 +312,20 @@ def schedule(steps: list[Step], budget_s: float, cpu_workers: int) -> list[str]:
             break
         time.sleep(1)
     pool.shutdown(wait=True)
-    left = [s.key for s in steps if s.key not in done]
+    left = [s.key for s in steps if s.key not in done and (only is None or s.name in only)]
     if left:
         print(f"not done ({len(left)}): {', '.join(left)} -- run again to go on", flush=True)
     return failed
 
 
 def table(models: list[Model]) -> tuple[str, list[dict]]:
+    from edgeq.orchestration.auto import AUTO_MIN_RATIO
     from edgeq.report.compare_engine import engine_from_path, engine_stats
 
     rows, lines = [], []
     head = (f"{'model':20s} {'batch':>5s} {'implicit qps':>12s} {'static qps':>10s} {'ratio':>6s} "
-            f"{'mirror qps':>10s} {'ratio':>6s} {'FP16/FP32 i/s/m':>16s} {'reformats i/s/m':>16s} "
+            f"{'mirror qps':>10s} {'ratio':>6s} {'auto':>6s} {'FP16/FP32 i/s/m':>16s} "
+            f"{'reformats i/s/m':>16s} "
             f"{'cosine s/m':>14s} {'float-entry':>11s}")
     lines.append(head)
     for m in models:
@@ -288,6 +336,11 @@ def table(models: list[Model]) -> tuple[str, list[dict]]:
             med = {p: sorted(v)[len(v) // 2] for p, v in qps.items() if v}
             row["qps"], row["qps_median"] = qps, med
             row["ratio"] = {p: med[p] / med["implicit"] for p in ("static", "mirror") if p in med}
+            mirror = row["ratio"].get("mirror")
+            # what --placement auto ships: the mirror's engine at >= AUTO_MIN_RATIO, else the implicit one
+            if mirror is not None:
+                row["auto"] = {"kept": "explicit" if mirror >= AUTO_MIN_RATIO else "implicit",
+                               "ratio": mirror if mirror >= AUTO_MIN_RATIO else 1.0}
         wide, reformats = {}, {}
         for p in PLACEMENTS:
             if m.layers(p).is_file():
@@ -322,7 +375,7 @@ def table(models: list[Model]) -> tuple[str, list[dict]]:
         lines.append(
             f"{m.name:20s} {m.batch:5d} {f(med.get('implicit'), 12)} {f(med.get('static'), 10)} "
             f"{f(ratio.get('static'), 6, '.3f')} {f(med.get('mirror'), 10)} "
-            f"{f(ratio.get('mirror'), 6, '.3f')} "
+            f"{f(ratio.get('mirror'), 6, '.3f')} {f((row.get('auto') or {}).get('ratio'), 6, '.3f')} "
             f"{next(per):>16s} {next(per):>16s} {cosines:>14s} {f(n_entries, 11)}"
         )
     return "\n".join(lines), rows
@@ -336,9 +389,48 @@ def tarball(out: Path, work: Path, models: list[Model], *extra: Path) -> None:
             tar.add(p, p.name)
         for m in models:
             for p in m.dir.rglob("*"):
-                if p.is_file() and p.suffix not in (".onnx", ".plan", ".npy", ".cache", ".tmp") \
-                        and "calib" not in p.parts:
+                keep = (p.suffix not in (".onnx", ".plan", ".npy", ".cache", ".tmp")
+                        or p.name.endswith(".skel.onnx"))
+                if p.is_file() and keep and "calib" not in p.parts:
                     tar.add(p, str(p.relative_to(work)))
+
+
+def _spread(args: argparse.Namespace, names: list[str]) -> int:
+    """``--gpus N``: one child per GPU (``CUDA_VISIBLE_DEVICES``), the models dealt out in turn."""
+    import os
+
+    children = []
+    for g in range(args.gpus):
+        mine = names[g::args.gpus]
+        if not mine:
+            continue
+        argv = [sys.executable, __file__, *_passed(args), "--models", ",".join(mine), "--gpus", "1",
+                "--gpu-tag", str(g)]
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(g)}
+        log = open(args.work / f"gpu{g}.log", "a")  # noqa: SIM115 (open until the child exits)
+        children.append((g, subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    rc = 0
+    for g, child, log in children:
+        rc |= child.wait()
+        log.close()
+        print(f"GPU {g}: exit {child.returncode} ({args.work / f'gpu{g}.log'})", flush=True)
+    models = [Model(n, args) for n in names]
+    text, rows = table(models)
+    print(text)
+    (args.work / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    if args.out is not None:
+        tarball(args.out, args.work, models, args.work / "results.json",
+                *sorted(args.work.glob("gpu*.log")))
+    return rc
+
+
+def _passed(args: argparse.Namespace) -> list[str]:
+    out = ["--trtexec", args.trtexec, "--work", str(args.work), "--calibrator", args.calibrator]
+    if args.only:
+        out += ["--only", args.only]
+    for k in ("batch", "yolo_batch", "samples", "holdout", "rounds", "duration", "budget", "cpu_workers"):
+        out += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+    return out
 
 
 def main() -> int:
@@ -347,8 +439,14 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("zoo-bench"))
     ap.add_argument("--out", type=Path, help="where to put results.tar.gz (the results of every model so "
                     "far)")
-    ap.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated torchvision model names, or "
-                    "yolo")
+    ap.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated torchvision model names, "
+                    "yolo, or corpus (the corpus beyond the default models)")
+    ap.add_argument("--gpus", type=int, default=1, help="one process per GPU, the models dealt out")
+    ap.add_argument("--gpu-tag", default="0", help=argparse.SUPPRESS)
+    ap.add_argument("--only", help="comma-separated step names to run (e.g. export while TensorRT is "
+                    "still being set up); the rest are left for a later run")
+    ap.add_argument("--calibrator", default="max", help="edgeq quantize --calibrator (the scales change "
+                    "no tactic TensorRT times; max is the quickest)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--yolo-batch", type=int, default=8)
     ap.add_argument("--samples", type=int, default=6, help="seeded standard-normal calibration batches")
@@ -363,9 +461,15 @@ def main() -> int:
         print("--rounds must be at least 3", file=sys.stderr)
         return 2
     args.work.mkdir(parents=True, exist_ok=True)
-    models = [Model(n, args) for n in args.models.split(",") if n]
+    names = [n for part in args.models.split(",") if part
+             for n in (CORPUS.split(",") if part == "corpus" else [part])]
+    if args.gpus > 1:
+        return _spread(args, names)
+    models = [Model(n, args) for n in names]
     steps = [s for m in models for s in m.steps()]
-    failed = schedule(steps, args.budget, args.cpu_workers)
+    failed = schedule(steps, args.budget, args.cpu_workers, set(args.only.split(",")) if args.only else None)
+    if args.only:
+        return 1 if failed else 0
     text, rows = table(models)
     print(text)
     (args.work / "results.json").write_text(json.dumps(rows, indent=1) + "\n")

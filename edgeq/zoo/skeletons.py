@@ -9,6 +9,32 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+SKELETON_MIN_ELEMENTS = 4096  # initializers larger than this are left out of a skeleton
+
+
+def write_skeleton(model: onnx.ModelProto, path: str | Path) -> None:
+    """Write ``model`` as a skeleton: every node and name, each initializer over
+    ``SKELETON_MIN_ELEMENTS`` replaced by an external-data reference to a file that is never written.
+    A corpus model's graph then costs kilobytes in the fixtures; :func:`skeleton` refills it."""
+    from edgeq.fs import atomic_write_bytes
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    offset = 0
+    for t in out.graph.initializer:
+        if int(np.prod(t.dims)) <= SKELETON_MIN_ELEMENTS or t.data_location == TensorProto.EXTERNAL:
+            continue
+        length = int(np.prod(t.dims)) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        t.ClearField("raw_data")
+        for f in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+            t.ClearField(f)  # type: ignore[arg-type]
+        t.data_location = TensorProto.EXTERNAL
+        del t.external_data[:]
+        for k, v in (("location", "weights.bin"), ("offset", str(offset)), ("length", str(length))):
+            t.external_data.add(key=k, value=v)
+        offset += length
+    atomic_write_bytes(Path(path), out.SerializeToString())
+
 
 def skeleton(path: str | Path, *, seed: int = 0) -> onnx.ModelProto:
     """A real exporter's graph whose large weights were left out (``*.skel.onnx``), refilled in memory.
