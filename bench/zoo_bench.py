@@ -381,6 +381,33 @@ def table(models: list[Model]) -> tuple[str, list[dict]]:
     return "\n".join(lines), rows
 
 
+def chart(rows: list[dict], path: Path, title: str = "") -> None:
+    """Ratio to implicit per model, static vs auto (what ``--placement auto`` ships), 0.98 and 1.0 marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    timed = [r for r in rows if (r.get("ratio") or {}).get("static") is not None]
+    names = [r.get("label", r["model"]) for r in timed]
+    static = [r["ratio"]["static"] for r in timed]
+    auto = [(r.get("auto") or {}).get("ratio") or 0.0 for r in timed]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(timed) + 2), 3.6))
+    xs = range(len(timed))
+    ax.bar([x - 0.2 for x in xs], static, 0.4, label="static (the rules)", color="#da3")
+    ax.bar([x + 0.2 for x in xs], auto, 0.4, label="auto (the target decides)", color="#4a7")
+    ax.axhline(1.0, color="#444", lw=0.8)
+    ax.axhline(0.98, color="#c44", lw=0.8, ls="--", label="0.98x: auto's gate")
+    ax.set_xticks(list(xs), names, rotation=30, ha="right", fontsize=7)
+    ax.set_ylim(min([*static, *[a for a in auto if a], 0.9]) - 0.02, 1.06)
+    ax.set_ylabel("throughput / implicit INT8")
+    ax.set_title(title or "Explicit Q/DQ engines against the implicit engine, TensorRT 8.6.0", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def tarball(out: Path, work: Path, models: list[Model], *extra: Path) -> None:
     """``out/results.tar.gz``: every model's files but models, plans, data and caches, and ``extra``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -418,6 +445,8 @@ def _spread(args: argparse.Namespace, names: list[str]) -> int:
     text, rows = table(models)
     print(text)
     (args.work / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    if args.chart is not None:
+        chart(rows, args.chart)
     if args.out is not None:
         tarball(args.out, args.work, models, args.work / "results.json",
                 *sorted(args.work.glob("gpu*.log")))
@@ -435,7 +464,7 @@ def _passed(args: argparse.Namespace) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trtexec", required=True)
+    ap.add_argument("--trtexec", help="TensorRT 8.6's trtexec (needed unless --from-results)")
     ap.add_argument("--work", type=Path, default=Path("zoo-bench"))
     ap.add_argument("--out", type=Path, help="where to put results.tar.gz (the results of every model so "
                     "far)")
@@ -456,7 +485,15 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=4, help="seconds per timing run")
     ap.add_argument("--budget", type=float, default=540, help="seconds: no step starts that would overrun it")
     ap.add_argument("--cpu-workers", type=int, default=2)
+    ap.add_argument("--chart", type=Path, help="also draw the ratios as a PNG (needs matplotlib)")
+    ap.add_argument("--from-results", type=Path, help="only draw --chart from a results.json (no GPU)")
     args = ap.parse_args()
+    if args.from_results is not None:
+        chart(json.loads(args.from_results.read_text()), args.chart or Path("placement.png"))
+        return 0
+    if not args.trtexec:
+        print("--trtexec is needed to build engines", file=sys.stderr)
+        return 2
     if args.rounds < 3:
         print("--rounds must be at least 3", file=sys.stderr)
         return 2
@@ -473,6 +510,8 @@ def main() -> int:
     text, rows = table(models)
     print(text)
     (args.work / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    if args.chart is not None:
+        chart(rows, args.chart)
     if args.out is not None:
         tarball(args.out, args.work, models, args.work / "results.json")
     for f in failed:

@@ -531,3 +531,24 @@ def _scale_groups(g: _Graph, consumers: dict[str, set[str]], commuted: dict[str,
             if o.name in int8:
                 uf.union(ins[0], o.name)
     return uf
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How far a rule-based placement matches the mirror of a real engine, per quantized activation
+    tensor: the corpus's measure of where the offline rules guess what a GPU would choose."""
+
+    both: tuple[str, ...]  # quantized in both
+    rules_only: tuple[str, ...]  # a Q/DQ the engine did not run INT8
+    engine_only: tuple[str, ...]  # INT8 in the engine, float under the rules
+
+    @property
+    def fraction(self) -> float | None:
+        """Share of the tensors either side quantizes that both do; None where neither quantizes any."""
+        n = len(self.both) + len(self.rules_only) + len(self.engine_only)
+        return len(self.both) / n if n else None
+
+
+def agreement(rules: Plan, mirror: Plan) -> Agreement:
+    a, b = {s.tensor for s in rules.sites}, {s.tensor for s in mirror.sites}
+    return Agreement(tuple(sorted(a & b)), tuple(sorted(a - b)), tuple(sorted(b - a)))

@@ -37,7 +37,8 @@ def write_skeleton(model: onnx.ModelProto, path: str | Path) -> None:
 
 
 def skeleton(path: str | Path, *, seed: int = 0) -> onnx.ModelProto:
-    """A real exporter's graph whose large weights were left out (``*.skel.onnx``), refilled in memory.
+    """A real exporter's graph whose large weights were left out (``*.skel.onnx``, or gzipped
+    ``*.skel.onnx.gz``), refilled in memory.
 
     The skeletons under ``tests/fixtures/trt86-h100-zoo/skeletons`` keep every node and tensor name of
     the torchvision export behind the H100 engines, and an external-data reference for each initializer
@@ -45,7 +46,12 @@ def skeleton(path: str | Path, *, seed: int = 0) -> onnx.ModelProto:
     of rank 2 and up, small values for vectors), so the model runs in onnxruntime and lines up with the
     engines' layer names.
     """
-    model = onnx.load(str(path), load_external_data=False)
+    if str(path).endswith(".gz"):
+        import gzip
+
+        model = onnx.load_from_string(gzip.decompress(Path(path).read_bytes()))
+    else:
+        model = onnx.load(str(path), load_external_data=False)
     rng = np.random.default_rng(seed)
     for t in model.graph.initializer:
         if t.data_location != TensorProto.EXTERNAL:
