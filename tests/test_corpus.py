@@ -43,14 +43,15 @@ def entries() -> list[Entry]:
     out.append(Entry("resnet50", "H100", ZOO / "resnet50.implicit.layers.json.gz", "zoo:resnet50"))
     out.append(Entry("yolo_like", "H100", FIXTURES / "trt86-h100-zoo2" / "yolo.implicit.layers.json.gz",
                      "zoo:yolo_like"))
-    out.append(Entry("yolov8n (nudenet)", "H200", FIXTURES / "trt86-h200-yolov8n" / "yolov8n.implicit.layers.json.gz",
-                     str(FIXTURES / "trt86-h200-yolov8n" / "yolov8n.skel.onnx")))
+    v8 = FIXTURES / "trt86-h200-yolov8n"
+    out.append(Entry("yolov8n (nudenet)", "H200", v8 / "yolov8n.implicit.layers.json.gz",
+                     str(v8 / "yolov8n.skel.onnx")))
     return out
 
 
 def _graph(e: Entry):
-    model = (zoo.resnet50(size=64) if e.graph == "zoo:resnet50" else zoo.yolo_like() if e.graph == "zoo:yolo_like"
-             else zoo.skeleton(e.graph))
+    model = (zoo.resnet50(size=64) if e.graph == "zoo:resnet50"
+             else zoo.yolo_like() if e.graph == "zoo:yolo_like" else zoo.skeleton(e.graph))
     return graph_from_model(prepare_model(model)[0])
 
 
@@ -132,5 +133,6 @@ def render(rows: list[Row]) -> str:
         a = r.agreement
         frac = "-" if a.fraction is None else f"{a.fraction:.2f}"
         lines.append(f"{r.entry.name:20s} {r.entry.gpu:4s} {r.int8_edges:10d} {r.kept:11d} {frac:>6s} "
-                     f"{len(a.rules_only):10d} {len(a.engine_only):11d} {r.float_entry_edges:11d} {r.static_build:>12s}")
+                     f"{len(a.rules_only):10d} {len(a.engine_only):11d} {r.float_entry_edges:11d} "
+                     f"{r.static_build:>12s}")
     return "\n".join(lines)

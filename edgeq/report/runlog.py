@@ -102,10 +102,15 @@ def _error_lines(text: str) -> list[str]:
     return [m.group("msg").strip() for line in text.splitlines() if (m := _ERROR_LINE.search(line))]
 
 
+# Errors TensorRT logs and builds on: a timing cache it cannot read (another build's Myelin entries) is
+# dropped, not fatal (tests/fixtures/trt86-h100-corpus/googlenet.static.build-errors.log.gz).
+_NON_FATAL = re.compile(r"timing cache will not be used|myelinCache\.h::deserializeFromBuffer")
+
+
 def failure_message(text: str) -> Optional[str]:
     """The most specific error of a build log (``Error[N]: ...`` first; for a bare "Assertion ... failed"
     the line after it that names TensorRT's function); None when it shows none."""
-    errors = _error_lines(text)
+    errors = [e for e in _error_lines(text) if not _NON_FATAL.search(e)]
     specific = [m.group("msg").strip() for e in errors if (m := _SPECIFIC.search(e))]
     if specific and specific[0].startswith("Assertion"):
         located = [e for e in specific[1:] if "Error Code" in e]
