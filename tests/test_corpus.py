@@ -112,12 +112,14 @@ def test_every_corpus_engine_mirrors_onto_its_graph_and_keeps_its_int8_edges(tab
 
 def test_where_the_rules_agree_with_the_engines_and_where_the_target_must_decide(table) -> None:
     """What the corpus says about the static rules, per quantized activation tensor. They match the engine
-    on the families they were measured on (EfficientNet, ResNeXt); ViT's implicit engine runs no INT8 at
-    all on 8.6 (Myelin, FP16) and the rules leave its transformer blocks float; where the GPU picks FP16 for
+    on the families they were measured on (EfficientNet, ResNeXt, MobileNetV3 with hardswish-unfused);
+    ViT's implicit engine runs no INT8 at all on 8.6 (Myelin, FP16) and the rules leave its transformer
+    blocks float; where the GPU picks FP16 for
     grouped convolutions (RegNetX) or Inception's branches (GoogLeNet) the rules cannot know it: under half
     agree, the case for ``--placement auto``."""
     by = {r.entry.name: r for r in table}
-    for name in ("efficientnet_v2_s", "resnext50_32x4d", "efficientnet_b0"):
+    for name in ("efficientnet_v2_s", "resnext50_32x4d", "efficientnet_b0", "mobilenet_v3_small",
+                 "mobilenet_v3_large"):
         assert (by[name].agreement.fraction or 0) >= 0.95, name
     vit = by["vit_b_16"]
     assert vit.int8_edges == 0 and len(vit.agreement.rules_only) <= 1

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from edgeq.findings import Level
 from edgeq.graph import fusion
 from edgeq.graph.facts import Decisions, Edge, EngineSignature, Hit, LayerView, LintSpec, Match, Pattern, Want
+from edgeq.graph.fusion import has_weight
 from edgeq.graph.patterns import (
     ACTIVATION_OPS,
     WEIGHTED_OPS,
@@ -240,6 +241,39 @@ def _maxpool_fused(v: LayerView) -> bool:
     return "MaxPool" in v.ops and bool(fusion.POOL_FUSIBLE_ACTIVATIONS & v.ops) and bool(WEIGHTED & v.ops)
 
 
+CORPUS = "tests/fixtures/trt86-h100-corpus"
+STEM_CHANNELS = 4  # a convolution reading at most this many channels is a stem (an image's 3)
+
+
+def _unfused_hardswish_conv(conv: gs.Node) -> bool:
+    """A depthwise/grouped convolution, or a stem reading <= STEM_CHANNELS channels: TensorRT 8.6 runs
+    the HardSwish after these as a layer of its own (the dense 1x1 ones fuse it)."""
+    if not (is_op(conv, "Conv") and has_weight(conv)):
+        return False
+    if int(conv.attrs.get("group", 1)) > 1:
+        return True
+    w = conv.inputs[1]
+    dq = producer(w)
+    if not is_constant(w) and dq is not None:  # a Q/DQ model: the int8 weight behind its DequantizeLinear
+        w = dq.inputs[0]
+    shape = getattr(w, "shape", None)
+    return shape is not None and len(shape) == 4 and int(shape[1]) <= STEM_CHANNELS
+
+
+def match_hardswish_unfused(graph: gs.Graph) -> list[Match]:
+    out = []
+    for n in iter_nodes(graph, subgraphs=False):
+        if not is_op(n, "HardSwish") or not n.inputs:
+            continue
+        x = skip_qdq_up(n.inputs[0])[0]
+        conv = producer(x)
+        if conv is None or not _unfused_hardswish_conv(conv) or len(consumers(x)) != 1:
+            continue
+        edge = Edge(x.name, n.name, Want.INT8)
+        out.append(Match("hardswish-unfused", n.name, (conv.name, n.name), (edge,)))
+    return out
+
+
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "weighted-inputs",
@@ -341,5 +375,23 @@ PATTERNS: tuple[Pattern, ...] = (
         aliases=("place-pool-tail", "pool-input-float", "fuse-pool-input-float"),
         ops=fusion.AVERAGING_OPS,
         precedence=90,
+    ),
+    Pattern(
+        "hardswish-unfused",
+        "TensorRT 8.6 does not fuse a HardSwish into a depthwise (grouped) convolution or a stem "
+        "convolution (<= 4 input channels): the convolution ends in INT8 and the HardSwish runs as its own "
+        "INT8 PointWise layer. Quantize the convolution's output (the HardSwish's input); left float, the "
+        "convolution runs FP32/FP16 with its weights dequantized by a Scale layer and reformats around it.",
+        f"{CORPUS}/mobilenet_v3_small.implicit.layers.json.gz and mobilenet_v3_large.implicit.layers.json.gz "
+        "(an H100: all 17 depthwise convolutions and both stems INT8 with 'PWN(HardSwish)' a layer of its "
+        "own; the 19 dense convolutions fuse it, 'Conv + PWN(HardSwish)') vs "
+        "mobilenet_v3_small.static.layers.json.gz and mobilenet_v3_large.static.layers.json.gz (the output "
+        "float: 8 and 9 depthwise convolutions FP32/FP16 behind reformats, their weights dequantized by "
+        "'Scale' layers; 0.65x and 0.71x implicit by the profiles' sums). Unverified: an engine built with "
+        "this entry",
+        match=match_hardswish_unfused,
+        ops=frozenset({"HardSwish"}),
+        verified=False,
+        precedence=95,
     ),
 )
