@@ -119,6 +119,33 @@ def test_our_transformer_output_runs_close_to_fp32() -> None:
     assert result.accuracy is not None and result.accuracy.outputs[0].cosine > 0.999
 
 
+def test_quantize_says_myelin_regions_ran_slower_than_implicit(tmp_path: Path, cli) -> None:
+    """The corpus's ViT-B/16 and ConvNeXt-T Q/DQ models built with their regions float, but their Myelin
+    layers took 2.0x and 1.6x the implicit engines' time (profiles): quantize says so and points at a
+    target; a CNN gets no such line."""
+    import re
+
+    for name, model in (("vit", MYELIN_MODELS["vit"]()), ("resnet", zoo.build("resnet"))):
+        src = tmp_path / f"{name}.onnx"
+        onnx.save(model, src)
+        code, _, err = cli("quantize", src, "--synthetic", "3")
+        assert code == 0
+        lines = [ln for ln in err.splitlines() if "Myelin" in ln]
+        if name == "resnet":
+            assert lines == []
+        else:
+            assert len(lines) == 1, lines
+            assert re.match(r"note: \d+ Myelin regions? left float \(myelin-region\): on the measured H100 "
+                            r"engines .* 1\.6-2x slower", lines[0]), lines
+    for f in ("vit_b_16", "convnext_tiny"):
+        times = []
+        for p in ("implicit", "static"):
+            prof = json.loads(gzip.decompress((CORPUS / f"{f}.{p}.profile.json.gz").read_bytes()))
+            times.append(sum(e["averageMs"] for e in prof
+                             if isinstance(e, dict) and "ForeignNode" in str(e.get("name", ""))))
+        assert times[1] > 1.5 * times[0], f
+
+
 def test_no_myelin_region_in_the_measured_zoo() -> None:
     """The CNNs whose placement was measured (zoo, torchvision skeletons) keep it: no anchor in them
     (classifier heads are Gemm, YOLO has no MatMul, LayerNorm or Erf)."""

@@ -305,8 +305,10 @@ def quantize_model(
     if mirror is None:  # the rules placed it: say where they have no measured word
         from edgeq.graph import registry
         from edgeq.graph.trt86.inception import known_failure_line
+        from edgeq.graph.trt86.myelin import known_slow_line
 
-        lines = (registry.unmeasured_line(registry.uncovered(graph)), known_failure_line(graph))
+        lines = (registry.unmeasured_line(registry.uncovered(graph)), known_failure_line(graph),
+                 known_slow_line(graph))
         notes = (*(x for x in lines if x), *notes)
     if options.gated and held is None:
         raise QuantError("the accuracy gate needs held-out samples",
