@@ -441,16 +441,19 @@ def _spread(args: argparse.Namespace, names: list[str]) -> int:
         rc |= child.wait()
         log.close()
         print(f"GPU {g}: exit {child.returncode} ({args.work / f'gpu{g}.log'})", flush=True)
-    models = [Model(n, args) for n in names]
+    report(args, [Model(n, args) for n in names], *sorted(args.work.glob("gpu*.log")))
+    return rc
+
+
+def report(args: argparse.Namespace, models: list[Model], *extra: Path) -> None:
+    """The table on stdout, ``results.json``, ``--chart`` and ``--out``'s tarball."""
     text, rows = table(models)
     print(text)
     (args.work / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
     if args.chart is not None:
         chart(rows, args.chart)
     if args.out is not None:
-        tarball(args.out, args.work, models, args.work / "results.json",
-                *sorted(args.work.glob("gpu*.log")))
-    return rc
+        tarball(args.out, args.work, models, args.work / "results.json", *extra)
 
 
 def _passed(args: argparse.Namespace) -> list[str]:
@@ -507,13 +510,7 @@ def main() -> int:
     failed = schedule(steps, args.budget, args.cpu_workers, set(args.only.split(",")) if args.only else None)
     if args.only:
         return 1 if failed else 0
-    text, rows = table(models)
-    print(text)
-    (args.work / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
-    if args.chart is not None:
-        chart(rows, args.chart)
-    if args.out is not None:
-        tarball(args.out, args.work, models, args.work / "results.json")
+    report(args, models)
     for f in failed:
         print(f"FAILED {f}", file=sys.stderr)
     return 1 if failed else 0
