@@ -31,7 +31,14 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.orchestration.deploy import DeployOptions, DeployResult, check_target, deploy, deploy_policy
+from edgeq.orchestration.deploy import (
+    DeployOptions,
+    DeployResult,
+    check_target,
+    deploy,
+    deploy_policy,
+    with_shapes,
+)
 from edgeq.orchestration.implicit import (
     ROUNDS,
     ImplicitDeploy,
@@ -176,6 +183,7 @@ def deploy_auto(
     q.check_inputs()
     checks = VariantOptions(quantize=q, accept_new_host_key=options.accept_new_host_key)
     check_float_model(model, target, checks, WHAT)
+    options = with_shapes(model, options)  # every build below: the one optimization profile
     facts = check_target(target, accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
                          progress=progress)  # fmt: skip
     key, uncached = key_for(Path(model), q, probe_from_facts(facts, target))

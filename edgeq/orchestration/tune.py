@@ -49,6 +49,7 @@ from typing import Any, Callable, Optional
 
 from edgeq.errors import EdgeqError, QuantError
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.pipeline.shapes import Shapes
 from edgeq.quant.decisions import IMPLICIT_FP16, Decision, candidate_key, candidate_plan, decision_points
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import Target
@@ -92,6 +93,7 @@ class TuneOptions:
     # With placement "implicit": start from the rules (and say why) when the implicit engine does not
     # mirror onto the model; False (``--placement implicit`` given) stops with the error instead.
     fallback: bool = False
+    shapes: Shapes = field(default_factory=Shapes)  # a model with dynamic inputs: --minShapes/... as given
 
     @property
     def min_cosine(self) -> float:
@@ -243,7 +245,8 @@ class _Tuner:
     def deploy(self, name: str, model_file: Path, cache: Optional[Path]) -> tuple[Any, float]:
         from edgeq.orchestration.variants import Variant, VariantOptions, deploy_one, variant_engine
 
-        opts = VariantOptions(accept_new_host_key=self.options.accept_new_host_key)
+        opts = VariantOptions(accept_new_host_key=self.options.accept_new_host_key,
+                              shapes=self.options.shapes)  # fmt: skip
         t0 = time.monotonic()
         variant = Variant(name, model_file, cache)
         result = deploy_one(variant, self.target, opts, self.out / "runs", self.progress)
@@ -255,6 +258,7 @@ class _Tuner:
     def paired(self, state: _State, a: Measured, b: Measured, rounds: int) -> dict[str, Any]:
         """``a`` and ``b`` timed in alternation (kept in the state: a resumed run does not re-time)."""
         from edgeq.orchestration.retime import retime
+        from edgeq.pipeline.stages import ProfileSettings
 
         key = f"{a.key}|{b.key}|{rounds}"
         got = state.paired(key)
@@ -264,6 +268,7 @@ class _Tuner:
         engines = [(m.key, Path(str(m.run_dir)) / "engine.plan") for m in (a, b)]
         accept = self.options.accept_new_host_key
         figures = retime(self.target, engines, rounds=rounds, accept_new_host_key=accept,
+                         settings=ProfileSettings(shapes=self.options.shapes),
                          progress=self.progress).to_dict()  # fmt: skip
         self.step_times.append(time.monotonic() - t0)
         state.put_paired(key, figures)
@@ -310,6 +315,9 @@ def tune(
     if has_qdq(float_model):
         raise QuantError(f"{model}: already has Q/DQ nodes; tune starts from the float model",
                          "give the FP32 model")  # fmt: skip
+    from edgeq.pipeline.shapes import resolve_shapes
+
+    options = replace(options, shapes=resolve_shapes(model, options.shapes, q))  # one profile, every build
     if not target.is_local:
         target.ssh_config(options.accept_new_host_key)  # key files checked before any work
     stem = model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
