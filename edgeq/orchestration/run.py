@@ -136,6 +136,8 @@ def load_spec(path: Path) -> PipelineSpec:
     if release and fleet is None:
         raise ConfigError(f"{path}: 'release' needs targets ('target', 'fleet' or 'targets')")
     q = dict(v.get("quantize") or {})
+    # auto is the default with targets and calibration data (synthetic data: the rules, as demos had it)
+    q.setdefault("placement", "auto" if "calib" in v else "trt")
     auto = q.get("placement") == "auto" and "overrides" not in v  # overrides edit the rules' placement
     if q.get("placement") == "auto":
         q.pop("placement")

@@ -59,6 +59,7 @@ class TargetEngines:
     engines: tuple[Engine, ...]
     findings: tuple[Any, ...] = ()  # lint findings of the float model (explain regions)
     gated: tuple[str, ...] = ("explicit",)  # the variants a relative gate judges (not the comparison ones)
+    placement: Optional[Any] = None  # compare --placement auto: the decision (``auto.AutoDeploy``)
 
 
 def _stem(model: Path) -> str:
