@@ -83,6 +83,9 @@ def test_trtexec_build_gets_all_three_shape_flags_and_the_run_gets_shapes():
         tb.build_argv("trtexec", "m.onnx", "m.plan", opt_shapes="x:1x3x8x8")
     prof = tb.profile_argv("trtexec", "m.plan", None, shapes="x:4x3x8x8")
     assert "--shapes=x:4x3x8x8" in prof and not [a for a in tb.profile_argv("t", "m", None) if "shapes" in a]
+    infer = tb.infer_argv("trtexec", "m.plan", [("x", "x.bin")], "out.json", shapes="x:4x3x8x8")
+    assert "--shapes=x:4x3x8x8" in infer  # the held-out samples run at the same shape
+    assert not [a for a in tb.infer_argv("trtexec", "m.plan", [("x", "x.bin")], "o.json") if "shapes" in a]
 
 
 def test_the_python_backends_profile_covers_every_dynamic_input_and_checks_the_shapes():
@@ -120,8 +123,14 @@ def test_the_python_backend_checks_shape_flags_before_tensorrt(agent, tmp_path):
     assert code == 1 and obj["error"]["stage"] == "import"
     engine = tmp_path / "e.plan"
     engine.write_bytes(b"x")
-    code, obj, _ = run_agent(agent, "profile", f"--loadEngine={engine}", "--shapes=x:1xq")
-    assert code == 2 and obj["error"]["stage"] == "usage"
+    for command in ("profile", "infer"):
+        np.savez(tmp_path / "in.npz", x=np.zeros((1, 1, 3, 8, 8), np.float32))
+        files = [f"--loadInputs={tmp_path / 'in.npz'}", f"--exportOutput={tmp_path / 'o.npz'}"]
+        more = files if command == "infer" else []
+        code, obj, _ = run_agent(agent, command, f"--loadEngine={engine}", *more, "--shapes=x:1xq")
+        assert code == 2 and obj["error"]["stage"] == "usage", obj
+        code, obj, _ = run_agent(agent, command, f"--loadEngine={engine}", *more, "--shapes=x:1x3x8x8")
+        assert code == 1 and obj["error"]["stage"] == "import", obj  # taken: on to TensorRT
 
 
 # -- the host: which shapes ------------------------------------------------------------------------------

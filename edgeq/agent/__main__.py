@@ -119,6 +119,7 @@ def make_parser():
     infer.add_argument("--loadInputs", required=True, help=".npz: one array per input, samples on axis 0")
     infer.add_argument("--exportOutput", required=True, help=".npz: one array per output, samples on axis 0")
     infer.add_argument("--useDLACore", type=int)
+    infer.add_argument("--shapes", help="input shapes of an engine with dynamic inputs (trtexec syntax)")
     releases.add_arguments(sub, common)  # installed releases: install, switch, rollback, status
     return p
 
@@ -215,7 +216,7 @@ def _run_backend(args, log):
         except ValueError as e:
             raise AgentError("usage", str(e)) from None
         return trt_backend.build(args, log, sources)
-    if args.command == "profile":
+    if args.command in ("profile", "infer"):
         try:
             shapes.parse_shapes(args.shapes)
         except ValueError as e:

@@ -153,7 +153,7 @@ def profile_argv(
     return argv
 
 
-def infer_argv(trtexec, engine, inputs, output_json, dla_core=None):
+def infer_argv(trtexec, engine, inputs, output_json, dla_core=None, shapes=None):
     """trtexec argv that runs an engine once on the given input files and writes its outputs as JSON.
 
     ``inputs``: ``[(binding name, file of raw bytes)]`` for ``--loadInputs`` (8.6 syntax
@@ -173,6 +173,7 @@ def infer_argv(trtexec, engine, inputs, output_json, dla_core=None):
         "--loadEngine=" + engine,
         *_dla_args(dla_core, False),
         "--loadInputs=" + ",".join(specs),
+        *shape_args(("shapes",), (shapes,)),
         "--exportOutput=" + output_json,
         "--warmUp=0",
         "--iterations=1",
@@ -465,7 +466,8 @@ def infer(args, log):
                     f.write(feed[name])
             if os.path.exists(out_json):
                 os.unlink(out_json)
-            argv = infer_argv(args.trtexec, args.loadEngine, files, out_json, dla_core=args.useDLACore)
+            argv = infer_argv(args.trtexec, args.loadEngine, files, out_json, dla_core=args.useDLACore,
+                              shapes=args.shapes)
             lines, _, code = _run(argv, log, args.timeout, "infer", allow_passed=True)
             # trtexec feeds random values to an input --loadInputs did not name (sampleInference.cpp,
             # FillBindingClosure: "Using random values for input <name>"): outputs that mean nothing
