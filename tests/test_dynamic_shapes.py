@@ -20,6 +20,8 @@ import onnx
 import pytest
 import yaml
 from test_agent import agent, run_agent  # noqa: F401 - fixture
+from test_deploy import _stages, ssh_server, tiny_model, trtexec_target  # noqa: F401 - fixtures
+from test_target_accuracy import SAMPLES, _data
 from trtexec_tune import builds, timings, tune_trtexec
 
 from edgeq import zoo
@@ -245,3 +247,35 @@ def test_auto_builds_implicit_and_explicit_with_the_calibration_shape_and_the_ca
     assert [_flag(last, f"--{f}") for f in ("minShapes", "optShapes", "maxShapes")] == [
         "input:2x3x64x64", "input:2x3x64x64", "input:4x3x64x64"]  # fmt: skip
     assert _flag(timings(trtexec)[-1], "--shapes") == "input:2x3x64x64"
+
+
+@pytest.mark.sshd
+def test_the_held_out_samples_run_at_the_profiles_shape(trtexec_target, cli):  # noqa: F811
+    """--holdout on a dynamic model (the recorded trtexec 8.6 runs replayed; the outputs computed by
+    onnxruntime at the shapes trtexec was given): the build gets the calibration data's profile, and each
+    held-out sample runs with ``--shapes`` at it, so the engine's outputs come back and are scored."""
+    from trtexec_replay import calls
+
+    root, _, _, trtexec = trtexec_target()
+    model = tiny_model(root / "net.onnx")
+    m = onnx.load(str(model))
+    for vi, dims in ((m.graph.input[0], ("N", 3, "H", "W")), (m.graph.output[0], ("N", 8, "H", "W"))):
+        for d, v in zip(vi.type.tensor_type.shape.dim, dims):
+            if isinstance(v, str):
+                d.dim_param = v
+    onnx.save(m, str(model))
+    calib, holdout = _data(root)
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", root / "runs", "--placement",
+                         "trt", "--calib", calib, "--holdout", holdout, "--gate",
+                         "none,accuracy")  # fmt: skip
+    assert code == 0, (out, err)
+    (run_dir,) = (root / "runs").iterdir()
+    assert _stages(run_dir)["accuracy"]["status"] == "ok"
+    (build,) = [a for a in calls(trtexec) if any(x.startswith("--onnx=") for x in a)]
+    assert _flag(build, "--optShapes") == "input:1x3x16x16"
+    infers = [a for a in calls(trtexec) if any(x.startswith("--exportOutput=") for x in a)]
+    assert len(infers) == SAMPLES and all(_flag(a, "--shapes") == "input:1x3x16x16" for a in infers)
+    got = np.load(run_dir / "engine-outputs.npz")["output"]
+    assert got.shape == (SAMPLES, 1, 8, 16, 16)
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    assert acc["samples"] == SAMPLES and acc["passed"]
