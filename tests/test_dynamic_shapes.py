@@ -220,7 +220,8 @@ def test_a_dynamic_model_without_shapes_is_refused_before_any_ssh(root, cli, ssh
 def test_auto_builds_implicit_and_explicit_with_the_calibration_shape_and_the_cache_keeps_it(root, cli, sshd):
     """``--placement auto`` on a dynamic model: the implicit engine, its mirror and (second deploy) the
     cached placement's engine all get the profile of the calibration data's shape, and every timing the
-    same ``--shapes``; the flags given instead win."""
+    same ``--shapes``. The flags given instead win, and another profile is another cache key: TensorRT
+    chooses its tactics, so what implicit runs INT8, at that shape."""
     trtexec = tune_trtexec(root / "bin", {})
     _target(root, trtexec, sshd)
     _calib(root)
@@ -240,13 +241,16 @@ def test_auto_builds_implicit_and_explicit_with_the_calibration_shape_and_the_ca
     runs = timings(trtexec)
     assert len(runs) >= 4 and all(_flag(r, "--shapes") == "input:1x3x32x32" for r in runs)
 
-    code, out, err = cli(*base, "--placement", "trt", "--optShapes", "input:2x3x64x64", "--maxShapes",
-                         "input:4x3x64x64")  # fmt: skip
-    assert code in (0, 1), err
-    last = builds(trtexec)[-1]
-    assert [_flag(last, f"--{f}") for f in ("minShapes", "optShapes", "maxShapes")] == [
-        "input:2x3x64x64", "input:2x3x64x64", "input:4x3x64x64"]  # fmt: skip
+    code, out, err = cli(*base, "--optShapes", "input:2x3x64x64", "--maxShapes", "input:4x3x64x64", "--json")
+    assert code == 0, err
+    assert not json.loads(out)["placement"]["from_cache"]  # decided again: implicit built at that profile
+    again = builds(trtexec)[3:]
+    assert [_flag(b, "--calib") is not None for b in again] == [True, False]
+    for b in again:
+        shapes = [_flag(b, f"--{f}") for f in ("minShapes", "optShapes", "maxShapes")]
+        assert shapes == ["input:2x3x64x64", "input:2x3x64x64", "input:4x3x64x64"]
     assert _flag(timings(trtexec)[-1], "--shapes") == "input:2x3x64x64"
+    assert len(list((root / "cache" / "edgeq" / "placement").glob("*.json"))) == 2
 
 
 @pytest.mark.sshd

@@ -54,6 +54,7 @@ from edgeq.orchestration.implicit import (
 from edgeq.orchestration.placement_cache import Decision, Lookup, PlacementCache, PlacementKey
 from edgeq.orchestration.variants import TargetEngines, VariantOptions
 from edgeq.pipeline.rundir import new_run_dir, no_event
+from edgeq.pipeline.shapes import Shapes
 from edgeq.remote.runner import EventFn
 from edgeq.remote.targets import Target
 
@@ -193,7 +194,7 @@ def deploy_auto(
     options = with_shapes(model, options)  # every build below: the one optimization profile
     key, lookup, uncached = cached_placement(model, target, q, auto, cache_dir=options.cache_dir,
                                              accept_new_host_key=options.accept_new_host_key,
-                                             progress=progress)  # fmt: skip
+                                             progress=progress, shapes=options.profile.shapes)  # fmt: skip
     cache = PlacementCache(auto.cache_dir)
     if key is not None and lookup is not None and lookup.decision is not None:
         return _from_cache(model, target, options, key, lookup, progress=progress, on_event=on_event)
@@ -203,16 +204,18 @@ def deploy_auto(
 
 def cached_placement(model: Path, target: Target, quantize: QuantizeOptions, auto: AutoOptions, *,
                      accept_new_host_key: bool = False, cache_dir: Optional[Path] = None,
-                     progress: ProgressFn = no_progress,
+                     progress: ProgressFn = no_progress, shapes: Optional[Shapes] = None,
                      ) -> tuple[Optional[PlacementKey], Optional[Lookup], str]:  # fmt: skip
     """The target probed (the key's TensorRT version and GPU) and its placement cache read: (key, lookup,
-    why uncached). The one lookup of deploy and tune's start under auto."""
+    why uncached). The one lookup of deploy and tune's start under auto; ``shapes``: a dynamic model's
+    resolved optimization profile, part of the key."""
     from edgeq.orchestration.placement_cache import key_for
     from edgeq.pipeline.stages import probe_from_facts
 
     facts = check_target(target, accept_new_host_key=accept_new_host_key, cache_dir=cache_dir,
                          progress=progress)  # fmt: skip
-    key, uncached = key_for(Path(model), quantize, probe_from_facts(facts, target))
+    profile = "|".join((shapes.min, shapes.opt, shapes.max)) if shapes else ""  # not where they came from
+    key, uncached = key_for(Path(model), quantize, probe_from_facts(facts, target), profile)
     return key, (PlacementCache(auto.cache_dir).get(key) if key is not None else None), uncached
 
 

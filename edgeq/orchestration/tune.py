@@ -477,7 +477,7 @@ def _cached_start(model: Path, target: Target, options: TuneOptions, progress: P
     auto = options.auto if isinstance(options.auto, AutoOptions) else AutoOptions()
     key, lookup, uncached = cached_placement(model, target, options.quantize, auto,
                                              accept_new_host_key=options.accept_new_host_key,
-                                             progress=progress)  # fmt: skip
+                                             progress=progress, shapes=options.shapes)  # fmt: skip
     decision = lookup.decision if lookup is not None else None
     if key is None or lookup is None:
         return None, f"placement cache not used: {uncached}; starting from the mirror"
