@@ -37,7 +37,8 @@ def loopback(tmp_path, monkeypatch, sshd):
 def test_compare_on_a_target_without_tensorrt_stops_at_the_build_stage(loopback, cli):
     root, model, calib = loopback
     code, out, err = cli(
-        "compare", model, "--target", "loopback", "--calib", calib, "--runs-dir", root / "runs"
+        "compare", model, "--target", "loopback", "--calib", calib, "--runs-dir", root / "runs",
+        "--placement", "trt",
     )
     assert code == 1, err
     assert "Traceback" not in out + err
@@ -92,7 +93,7 @@ def test_compare_replayed_on_a_trtexec_target_builds_each_variant_once(trtexec_t
     np.save(calib / "s0.npy", np.random.default_rng(3).random((2, 3, 16, 16), dtype=np.float32))
     code, out, err = cli(
         "compare", model, "--target", "replay", "--calib", calib, "--runs-dir", root / "runs", "--json",
-        "--gate", "relative",
+        "--gate", "relative", "--placement", "trt",
     )  # fmt: skip
     assert code == 0, err
     d = json.loads(out)

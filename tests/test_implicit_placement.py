@@ -245,7 +245,9 @@ def test_tune_starts_from_the_mirror(setup, cli):
                          "--rounds", "1", "-o", root / "t", "--json")  # fmt: skip
     d = json.loads(out)
     assert code == 0, err  # the tuned engine passes both gates against implicit
+    cache = d["start_from"].pop("cache")  # the default start is auto's: nothing cached, so the mirror
     assert d["start_from"] == {"placement": "mirror", "not_mirror": None}
+    assert "starting from the mirror" in cache
     # the start: the mirror of the implicit engine, every edge it read INT8
     start = qdq_edges(_shipped(trtexec, 1))
     int8, wide = direct_reads(Path(recorded["implicit"]["layers"]), _fp32(root))

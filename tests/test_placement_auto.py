@@ -150,13 +150,15 @@ def test_another_gpu_or_tensorrt_version_misses_the_cache(root, cli):
     assert not cache.get(other).hit and cache.get(other).warning is None
 
 
-def _failing_explicit(bin_dir: Path, trtexec: Path, log: Path) -> Path:
-    """A trtexec whose explicit builds (``--onnx=`` without ``--calib=``) replay a real failing TensorRT
-    8.6.0 build (its log, exit 1); everything else is the stand-in's. Calls go to the same calls file."""
+def _failing_explicit(bin_dir: Path, trtexec: Path, log: Path, implicit: bool = False) -> Path:
+    """A trtexec whose explicit builds (``--onnx=`` without ``--calib=``; ``implicit``: the implicit ones,
+    with it) replay a real failing TensorRT 8.6.0 build (its log, exit 1); everything else is the
+    stand-in's. Calls go to the same calls file."""
     script = bin_dir / "trtexec-failing"
     script.write_text(
         f"#!{sys.executable}\nimport json, os, sys\nargv = sys.argv\n"
-        "if any(a.startswith('--onnx=') for a in argv) and not any(a.startswith('--calib=') for a in argv):\n"
+        "if any(a.startswith('--onnx=') for a in argv) and "
+        f"any(a.startswith('--calib=') for a in argv) == {implicit}:\n"
         f"    open({str(trtexec) + '.calls.jsonl'!r}, 'a').write(json.dumps(argv) + '\\n')\n"
         f"    sys.stdout.write(open({str(log)!r}).read())\n    sys.exit(1)\n"
         f"os.execv({str(trtexec)!r}, [{str(trtexec)!r}, *argv[1:]])\n"
@@ -191,6 +193,88 @@ def test_a_failed_explicit_build_ships_the_implicit_engine_and_says_so(root, cli
     assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, True]
     text = " ".join(out.split())
     assert "placement from cache" in text and "kept implicit: the explicit build failed on board" in text
+
+
+def test_a_failed_implicit_build_ships_the_rules_qdq_model_and_says_so(root, cli):
+    """The implicit build itself fails (a recorded 8.6.0 failing build log): nothing to mirror or time
+    against, so the deploy does not fail: it ships the rules' Q/DQ model (as --placement trt), says so in
+    one line naming the failure, and caches nothing (the next deploy tries to decide again)."""
+    trtexec = tune_trtexec(root / "bin", {})
+    log = H200 / "yolo_ortfb.explicit.build.log"
+    _workspace(root, _failing_explicit(root / "bin", trtexec, log, implicit=True))
+    code, d, err = _deploy(cli, root)
+    assert code == 0, err
+    auto = d["placement"]
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False]
+    first = "Could not find any implementation for node PWN(PWN(/stem/stem.0/stem.0.2/Sigmoid)"
+    assert auto["kept"] == "rules" and auto["evidence"]["implicit_build_error"].find(first) >= 0
+    said = [n for n in auto["notes"] if "implicit build failed" in n]
+    assert len(said) == 1 and said[0].startswith("kept the rules' placement (--placement trt): the implicit "
+                                                 "build failed on board: ") and first in said[0]  # fmt: skip
+    # the shipped model is the rules' Q/DQ model, the one quantize writes with --placement trt
+    shipped = _shipped(trtexec, 1)
+    assert _qdq(shipped) and _qdq(shipped) == _qdq(onnx.load(auto["files"]["model"]))
+    code, _, err = cli("quantize", root / "net.onnx", "--calib", root / "calib", "-o", root / "trt.onnx")
+    assert code == 0, err
+    assert set(_qdq(shipped)) == set(_qdq(onnx.load(str(root / "trt.onnx"))))
+    assert _entries(root) == [] and "not written" in " ".join(auto["notes"])
+
+    code, d, err = _deploy(cli, root)  # not cached: decided again (and the rules shipped again)
+    assert code == 0 and d["placement"]["kept"] == "rules", err
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, True, False]
+
+
+def test_compare_on_a_target_shows_the_decided_engine_and_a_second_compare_reads_the_cache(root, cli):
+    """``compare --target --calib`` decides by default (``--placement auto``): the decided engine is the
+    gated ``explicit`` row beside the implicit baseline (the one the decision built), the rules and
+    --placement all. The next compare reads the placement cache: the cached placement's engine, no mirror,
+    the baseline built as always, and it says "placement from cache"."""
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec)
+    args = ["compare", root / "net.onnx", "--target", "board", "--calib", root / "calib", "--gate",
+            "relative"]  # fmt: skip
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert [e["name"] for e in d["engines"]] == ["implicit", "explicit", "explicit-trt", "explicit-all"]
+    assert [g["candidate"] for g in d["gates"]] == ["explicit"] and d["placement"]["kept"] == "explicit"
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, False, False]
+    first = _qdq(_shipped(trtexec, 1))  # the mirror the target judged
+    (entry,) = _entries(root)
+
+    code, out, err = cli(*args)
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "placement from cache" in text and "no implicit engine built" in text
+    # the cached placement's engine first (no calibration, no mirror), then the baseline and the rules
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)][4:] == [False, True, False,
+                                                                                       False]  # fmt: skip
+    assert _qdq(_shipped(trtexec, 4)) == first and _entries(root) == [entry]
+
+
+def test_tune_starts_from_the_cached_placement_where_auto_decided_it(root, cli):
+    """tune's start under its default ``--placement auto``: with no entry it starts from the mirror and
+    says the cache missed; after a deploy decided the explicit engine for this model, data and GPU, it
+    starts from that placement and says "placement from cache"."""
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec)
+    tune = ["tune", root / "net.onnx", "--target", "board", "--calib", root / "calib", "--min-cosine", "0",
+            "--budget", "1s", "--rounds", "0", "--json"]  # fmt: skip
+    code, out, err = cli(*tune, "-o", root / "t1")
+    assert code in (0, 1), err
+    start = json.loads(out)["start_from"]
+    assert start["placement"] == "mirror" and start["cache"].startswith("placement cache miss")
+
+    code, d, err = _deploy(cli, root)
+    assert code == 0 and d["placement"]["kept"] == "explicit", err
+    deployed = _qdq(_shipped(trtexec, len(builds(trtexec)) - 1))
+    code, out, err = cli(*tune, "-o", root / "t2")
+    assert code in (0, 1), err
+    start = json.loads(out)["start_from"]
+    assert start["placement"] == "cache" and start["cache"].startswith("placement from cache (decided ")
+    assert "kept explicit): tuning starts from it" in start["cache"]
+    # the start candidate is the cached placement: the same tensors carry Q/DQ as in the deployed engine
+    assert set(_qdq(_shipped(trtexec, len(builds(trtexec)) - 1))) == set(deployed)
 
 
 def test_a_corrupt_cache_entry_is_ignored_with_a_warning(root, cli):
@@ -301,16 +385,17 @@ def test_fleet_validate_decides_once_per_board_kind(boards, servers, root, cli):
     assert any(n.startswith("placement/sm8.7-trt8.6.0/") and n.endswith(".onnx") for n in names)
 
 
-def test_a_pipeline_file_with_placement_auto_decides_at_the_targets_stage(root, cli):
-    """``placement: auto`` in a pipeline file (``placement: implicit`` stays refused there): the host stage
-    only cleans and lints, the target decides, and the release ships the decided Q/DQ model (one kind: it
-    is the bundle's model) with the decision."""
+@pytest.mark.parametrize("quantize", [{"placement": "auto"}, {}], ids=["given", "default"])
+def test_a_pipeline_file_with_placement_auto_decides_at_the_targets_stage(root, cli, quantize):
+    """``placement: auto`` in a pipeline file, its default with targets and ``calib`` (``placement:
+    implicit`` stays refused there): the host stage only cleans and lints, the target decides, and the
+    release ships the decided Q/DQ model (one kind: it is the bundle's model) with the decision."""
     trtexec = tune_trtexec(root / "bin", {})
     _workspace(root, trtexec)
     pipeline = root / "p.yaml"
     pipeline.write_text(yaml.safe_dump({
         "model": str(root / "net.onnx"), "calib": str(root / "calib"), "target": "board",
-        "quantize": {"placement": "auto"}, "profile": {"duration": 0, "iterations": 1},
+        "quantize": quantize, "profile": {"duration": 0, "iterations": 1},
         "release": {"output": str(root / "p.tar.gz")}}))  # fmt: skip
     code, _, err = cli("run", pipeline, "--json")
     assert code == 0, err
@@ -342,17 +427,14 @@ def test_a_cache_that_cannot_be_read_or_written_is_a_warning_not_a_failure(root,
 
 
 def test_auto_where_nothing_decides_it_is_one_line_exit_2(root, cli):
-    """``auto`` is deploy's and fleet validate's (a target decides); quantize, tune and compare refuse it in
-    one line, as fleet validate refuses ``implicit`` (per target only), before any work."""
+    """``auto`` needs a target to decide: quantize refuses it in one line, as fleet validate refuses
+    ``implicit`` (per target only), before any work."""
     trtexec = tune_trtexec(root / "bin", {})
     _workspace(root, trtexec)
     (root / "fleet.yaml").write_text("targets: [targets/board.yaml]\n")
     model, calib = root / "net.onnx", root / "calib"
     cases = [
         (["quantize", model, "--calib", calib, "--placement", "auto"], "--placement auto"),
-        (["tune", model, "--target", "board", "--calib", calib, "--placement", "auto"], "--placement auto"),
-        (["compare", model, "--target", "board", "--calib", calib, "--placement", "auto"],
-         "--placement auto"),
         (["fleet", "validate", model, "--fleet", root / "fleet.yaml", "--calib", calib, "--placement",
           "implicit"], "implicit is per target"),
     ]  # fmt: skip

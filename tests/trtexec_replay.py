@@ -8,8 +8,9 @@ times and checks NOTHING: it proves edgeq's orchestration (argv and quoting over
 log parsing, file transfer, report, gate), not TensorRT. The "engine" it writes for ``--saveEngine`` is
 a placeholder (the recorded engines are not in the fixtures).
 
-``--exportOutput`` (with ``--loadInputs``): the outputs are NOT TensorRT's. The stand-in remembers which
-``--onnx`` each ``--saveEngine`` came from, runs that ONNX model in onnxruntime on the raw input files
+``--exportOutput`` (with ``--loadInputs``, and ``--shapes`` for dynamic inputs): the outputs are NOT
+TensorRT's. The stand-in remembers which ``--onnx`` each ``--saveEngine`` came from, runs that ONNX model
+in onnxruntime on the raw input files, at the ``--shapes`` given as trtexec runs a dynamic engine
 (random values for an input it was not given, and the recorded log's "Using random values for input"
 lines replaced by what trtexec 8.6 says for that model's inputs: sampleInference.cpp, FillBindingClosure),
 and writes the outputs in trtexec 8.6's ``exportJSONOutput`` layout (samples/common/sampleReporting.cpp;
@@ -96,11 +97,15 @@ if rec["exit_code"] == 0:
                  "tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(uint8)": np.uint8,
                  "tensor(int8)": np.int8}}
         feed = {{}}
+        # --shapes: the shapes of an engine's dynamic inputs (trtexec syntax), as trtexec runs it at them
+        given = [s.rsplit(":", 1) for s in flags["shapes"].split(",")] if flags.get("shapes") else []
+        shapes = {{n.strip("'"): [int(d) for d in dims.split("x")] for n, dims in given}}
         for i in sess.get_inputs():
+            shape = shapes.get(i.name, i.shape)
             if i.name not in files:  # as trtexec: random values for an input it was not given
-                raw = np.random.default_rng(0).random(i.shape).astype(types[i.type])
+                raw = np.random.default_rng(0).random(shape).astype(types[i.type])
             else:
-                raw = np.fromfile(files[i.name], dtype=types[i.type]).reshape(i.shape)
+                raw = np.fromfile(files[i.name], dtype=types[i.type]).reshape(shape)
             feed[i.name] = raw.astype(np.int64) if i.type == "tensor(int64)" else raw
         names = [o.name for o in sess.get_outputs()]
         with open(flags["exportOutput"], "w") as f:

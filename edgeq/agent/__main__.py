@@ -28,7 +28,7 @@ import sys
 import threading
 import traceback
 
-from . import PROTOCOL, releases
+from . import PROTOCOL, releases, shapes
 from .common import (
     AgentError,
     LogBuffer,
@@ -88,6 +88,8 @@ def make_parser():
     build.add_argument("--timingCacheFile")
     build.add_argument("--useDLACore", type=int)
     build.add_argument("--allowGPUFallback", action="store_true")
+    for flag in shapes.BUILD_FLAGS:  # the optimization profile of a model with dynamic input dimensions
+        build.add_argument("--" + flag, help="e.g. input:1x3x224x224 (trtexec syntax)")
 
     inspect = sub.add_parser("inspect", help="engine inspector JSON (as trtexec --exportLayerInfo)")
     common(inspect)
@@ -110,12 +112,14 @@ def make_parser():
         action="store_true",
         help="time the engine without host<->device copies (the Python backend never copies)",
     )
+    profile.add_argument("--shapes", help="input shapes of an engine with dynamic inputs (trtexec syntax)")
     infer = sub.add_parser("infer", help="run the engine on held-out inputs (.npz), write its outputs (.npz)")
     common(infer)
     infer.add_argument("--loadEngine", required=True)
     infer.add_argument("--loadInputs", required=True, help=".npz: one array per input, samples on axis 0")
     infer.add_argument("--exportOutput", required=True, help=".npz: one array per output, samples on axis 0")
     infer.add_argument("--useDLACore", type=int)
+    infer.add_argument("--shapes", help="input shapes of an engine with dynamic inputs (trtexec syntax)")
     releases.add_arguments(sub, common)  # installed releases: install, switch, rollback, status
     return p
 
@@ -206,11 +210,17 @@ def _run_backend(args, log):
                 args.trtexec, args.onnx, args.saveEngine, int8=args.int8, fp16=args.fp16,
                 calib=args.calib, workspace_mib=args.workspace, tactic_sources=sources,
                 dla_core=args.useDLACore, allow_gpu_fallback=args.allowGPUFallback,
+                min_shapes=args.minShapes, opt_shapes=args.optShapes, max_shapes=args.maxShapes,
             )  # fmt: skip
             sources = check_tactic_sources(sources)
         except ValueError as e:
             raise AgentError("usage", str(e)) from None
         return trt_backend.build(args, log, sources)
+    if args.command in ("profile", "infer"):
+        try:
+            shapes.parse_shapes(args.shapes)
+        except ValueError as e:
+            raise AgentError("usage", str(e)) from None
     return getattr(trt_backend, args.command)(args, log)
 
 

@@ -18,7 +18,8 @@ Imports are lazy: ``trt_common.load_tensorrt`` turns a missing or broken install
 ``AgentError(stage="import")`` so ``probe`` reports it as data. numpy is never needed: buffer sizes
 come from ``DataType.itemsize`` (8.6 Python API, ``tensorrt.DataType``).
 
-Engines are built for static input shapes (``edgeq lint`` flags dynamic shapes without a profile).
+Engines of models with dynamic input dimensions are built for one optimization profile (``--minShapes``/
+``--optShapes``/``--maxShapes``, ``shapes``) and timed at ``--shapes``.
 """
 
 from .common import AgentError

@@ -9,6 +9,7 @@ import os
 import time
 
 from .common import AgentError
+from .shapes import profile_shapes
 from .trt_calibrator import cache_calibrator, cache_for_tensorrt
 from .trt_common import create_builder, first_error, load_tensorrt, make_logger, write_atomic
 
@@ -33,6 +34,37 @@ def _parser_error(err):
         return "%s: %s%s" % (err.code(), err.desc(), where)
     except Exception:
         return str(err)
+
+
+def _optimization_profile(builder, config, network, args, calibrator, log):
+    """The one optimization profile of a network with dynamic input dimensions, from ``--minShapes``/
+    ``--optShapes``/``--maxShapes`` (``shapes.profile_shapes`` checks them against the parsed inputs);
+    without it 8.6 refuses the build ("Network has dynamic or shape inputs, but no optimization profile
+    has been defined"). Implicit INT8 calibrates at the same profile (``set_calibration_profile``: a
+    replayed cache asks for no batch, but the builder wants the shapes). None for a static network.
+
+    ``create_optimization_profile``, ``IOptimizationProfile.set_shape(name, min, opt, max)``,
+    ``add_optimization_profile`` (-1 when the profile is invalid), ``set_calibration_profile``: pyCore.cpp.
+    """
+    tensors = [network.get_input(i) for i in range(network.num_inputs)]
+    inputs = [(t.name, tuple(t.shape)) for t in tensors]
+    if not any(d < 0 for _, dims in inputs for d in dims) and not (args.minShapes or args.optShapes):
+        return None
+    try:
+        shapes = profile_shapes(inputs, args.minShapes, args.optShapes, args.maxShapes)
+    except ValueError as e:
+        raise AgentError("input", str(e)) from None
+    if not shapes:
+        return None
+    profile = builder.create_optimization_profile()
+    for name, lo, mid, hi in shapes:
+        profile.set_shape(name, lo, mid, hi)
+    if config.add_optimization_profile(profile) < 0:
+        message = first_error(log, "TensorRT refused the optimization profile")
+        raise AgentError("build", message, log=log.tail())
+    if calibrator is not None:
+        config.set_calibration_profile(profile)
+    return profile
 
 
 def _timing_cache(trt, config, path, log):
@@ -133,6 +165,7 @@ def build(args, log, tactic_sources):
         if args.allowGPUFallback:
             config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
 
+    _optimization_profile(builder, config, network, args, calibrator, log)
     cache_info = None
     if args.timingCacheFile:
         _cache, cache_info = _timing_cache(trt, config, args.timingCacheFile, log)

@@ -14,20 +14,21 @@ from .common import AgentError
 from .trt_common import first_error, load_tensorrt, make_logger
 from .trt_cuda import open_cuda
 from .trt_engine import create_context, load_engine
-from .trt_profile import type_name
+from .trt_profile import set_input_shapes, type_name
 
 
-def engine_bindings(trt, engine):
-    """The engine's I/O tensors as ``infer.Binding``s; ``AgentError`` for one it cannot feed or read
-    as a plain array (a dynamic shape, a vectorized format, FP8)."""
+def engine_bindings(trt, engine, context):
+    """The engine's I/O tensors as ``infer.Binding``s at the context's shapes (dynamic inputs set from
+    ``--shapes`` first); ``AgentError`` for one it cannot feed or read as a plain array (a dynamic shape
+    left unset, a vectorized format, FP8)."""
     bindings = []
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
         is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
-        shape = [int(d) for d in engine.get_tensor_shape(name)]
+        shape = [int(d) for d in context.get_tensor_shape(name)]
         kind = "input" if is_input else "output"
         if any(d < 0 for d in shape):
-            raise AgentError("infer", "%s %r has a dynamic shape %s; export the model with static shapes"
+            raise AgentError("infer", "%s %r has a dynamic shape %s: give its shape with --shapes"
                              % (kind, name, shape))
         trt_type = type_name(engine.get_tensor_dtype(name))
         if TRT_TYPES.get(trt_type, (None,))[0] is None:
@@ -47,7 +48,8 @@ def infer(args, log):
     cuda = open_cuda()  # before the Runtime: one CUDA context for the engine and the buffers
     _runtime, engine = load_engine(trt, logger, log, args.loadEngine, args.useDLACore, "infer")
     context = create_context(engine, log, "infer")
-    bindings = engine_bindings(trt, engine)
+    set_input_shapes(trt, engine, context, args.shapes)
+    bindings = engine_bindings(trt, engine, context)
     feeds = shared.samples_for(bindings, inputs)
     pointers = {}
     for b in bindings:

@@ -9,6 +9,7 @@ import time
 
 from .arrays import TRT_TYPES
 from .common import AgentError, percentiles
+from .shapes import parse_shapes
 from .trt_common import first_error, load_tensorrt, make_logger, write_atomic
 from .trt_cuda import open_cuda
 from .trt_engine import create_context, load_engine
@@ -41,17 +42,40 @@ def tensor_bytes(shape, itemsize, vectorized_dim=-1, components=1):
     return count * itemsize
 
 
-def _bind_tensors(trt, engine, context, cuda):
-    """Allocate every I/O tensor and bind it with ``set_tensor_address`` (8.5+ API)."""
+def set_input_shapes(trt, engine, context, shapes_text):
+    """``--shapes`` (trtexec syntax) set on the context: an engine built with dynamic inputs runs at one
+    concrete shape (``IExecutionContext.set_input_shape(name, dims) -> bool``, 8.5+ API). A static input
+    named is an error, as is a dynamic one left out (its buffer size would be unknown)."""
+    given = dict(parse_shapes(shapes_text))
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
-        shape = list(engine.get_tensor_shape(name))
+        if engine.get_tensor_mode(name) != trt.TensorIOMode.INPUT:
+            continue
+        dims = list(engine.get_tensor_shape(name))
+        dynamic = any(int(d) < 0 for d in dims)
+        if name in given and not dynamic:
+            raise AgentError("input", "--shapes names %r, whose shape is static %s" % (name, dims))
+        if dynamic and name not in given:
+            raise AgentError("input", "input %r has a dynamic shape %s and --shapes does not name it: the "
+                             "engine runs at one concrete shape" % (name, dims))
+        if dynamic and not context.set_input_shape(name, given.pop(name)):
+            raise AgentError("input", "set_input_shape(%r) failed: the shape is outside the engine's "
+                             "optimization profile" % name, log=None)
+    if given:
+        raise AgentError("input", "--shapes names %r, which is not an input of the engine" % sorted(given)[0])
+
+
+def _bind_tensors(trt, engine, context, cuda):
+    """Allocate every I/O tensor at the context's shapes and bind it with ``set_tensor_address`` (8.5+
+    API); inputs with dynamic dimensions were set by ``set_input_shapes`` first."""
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        shape = list(context.get_tensor_shape(name))
         if any(int(d) < 0 for d in shape):
             kind = "input" if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else "output"
             raise AgentError(
                 "profile",
-                "%s %r has a dynamic shape %s; export the model with static shapes "
-                "or use backend: trtexec with --shapes" % (kind, name, shape),
+                "%s %r has a dynamic shape %s: give its shape with --shapes" % (kind, name, shape),
             )
         nbytes = tensor_bytes(
             shape,
@@ -69,6 +93,7 @@ def profile(args, log):
     cuda = open_cuda()  # before the Runtime: one CUDA context for the engine and the buffers
     _runtime, engine = load_engine(trt, logger, log, args.loadEngine, args.useDLACore, "profile")
     context = create_context(engine, log, "profile")
+    set_input_shapes(trt, engine, context, args.shapes)
     _bind_tensors(trt, engine, context, cuda)
 
     def once():

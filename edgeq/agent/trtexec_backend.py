@@ -15,6 +15,7 @@ import signal
 import time
 
 from .common import AgentError, run_tool
+from .shapes import BUILD_FLAGS, parse_shapes
 
 DEFAULT_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
 
@@ -49,12 +50,17 @@ def build_argv(
     timing_cache=None,
     dla_core=None,
     allow_gpu_fallback=False,
+    min_shapes=None,
+    opt_shapes=None,
+    max_shapes=None,
 ):
     """trtexec argv for ONNX -> engine.
 
     Explicit quantization (a Q/DQ model): ``--int8`` and no ``--calib``. Implicit quantization: ``--int8
     --calib=<cache>`` with the TensorRT calibration cache ``edgeq quantize`` writes. ``--fp16`` lets
-    TensorRT fall back to FP16 where INT8 has no faster kernel.
+    TensorRT fall back to FP16 where INT8 has no faster kernel. A model with dynamic input dimensions is
+    built for one optimization profile: ``--minShapes``/``--optShapes``/``--maxShapes``, all three or none
+    (trtexec alone would set every dynamic dimension to 1; the Python backend could not build at all).
     """
     if calib and not int8:
         raise ValueError("a calibration cache (--calib) only means something with --int8")
@@ -77,9 +83,22 @@ def build_argv(
     if timing_cache:
         argv.append("--timingCacheFile=" + timing_cache)
     argv += _dla_args(dla_core, allow_gpu_fallback)
+    argv += shape_args(BUILD_FLAGS, (min_shapes, opt_shapes, max_shapes))
     # DETAILED so the engine inspector (and --exportLayerInfo) can name each layer's fused ONNX nodes.
     argv += ["--profilingVerbosity=detailed", "--skipInference"]
     return argv
+
+
+def shape_args(flags, texts):
+    """``--minShapes=...`` and its siblings, checked (trtexec syntax), all of ``flags`` or none."""
+    given = [(f, t) for f, t in zip(flags, texts) if t]
+    if given and len(given) != len(flags):
+        missing = [f for f, t in zip(flags, texts) if not t]
+        raise ValueError("--%s without --%s: give all of %s" % (given[0][0], "/--".join(missing),
+                                                                 ", ".join("--" + f for f in flags)))
+    for flag, text in given:
+        parse_shapes(text, flag)
+    return ["--%s=%s" % (f, t) for f, t in given]
 
 
 def inspect_argv(trtexec, engine, layers_out, dla_core=None):
@@ -104,6 +123,7 @@ def profile_argv(
     dla_core=None,
     times_out=None,
     no_data_transfers=False,
+    shapes=None,
 ):
     """trtexec argv that times an engine: end-to-end latency in one run, per-layer times in a second
     (none without ``profile_out``: a re-timing needs only the first).
@@ -111,6 +131,7 @@ def profile_argv(
     ``--separateProfileRun`` keeps the per-layer profiler out of the latency run (the profiler
     synchronises after every layer and would inflate the latency figures). ``no_data_transfers``
     (``--noDataTransfers``): the engine alone, without the host<->device copies of its bindings.
+    ``shapes`` (``--shapes``): the input shapes an engine with dynamic inputs is timed at.
     """
     if iterations is not None and int(iterations) < 1:
         raise ValueError("iterations must be >= 1")
@@ -122,6 +143,7 @@ def profile_argv(
         "--iterations=%d" % int(iterations),
         "--duration=%g" % float(duration_s),
     ]
+    argv += shape_args(("shapes",), (shapes,))
     if no_data_transfers:
         argv.append("--noDataTransfers")
     if profile_out:
@@ -131,7 +153,7 @@ def profile_argv(
     return argv
 
 
-def infer_argv(trtexec, engine, inputs, output_json, dla_core=None):
+def infer_argv(trtexec, engine, inputs, output_json, dla_core=None, shapes=None):
     """trtexec argv that runs an engine once on the given input files and writes its outputs as JSON.
 
     ``inputs``: ``[(binding name, file of raw bytes)]`` for ``--loadInputs`` (8.6 syntax
@@ -151,6 +173,7 @@ def infer_argv(trtexec, engine, inputs, output_json, dla_core=None):
         "--loadEngine=" + engine,
         *_dla_args(dla_core, False),
         "--loadInputs=" + ",".join(specs),
+        *shape_args(("shapes",), (shapes,)),
         "--exportOutput=" + output_json,
         "--warmUp=0",
         "--iterations=1",
@@ -315,6 +338,9 @@ def build(args, log):
         timing_cache=args.timingCacheFile,
         dla_core=args.useDLACore,
         allow_gpu_fallback=args.allowGPUFallback,
+        min_shapes=args.minShapes,
+        opt_shapes=args.optShapes,
+        max_shapes=args.maxShapes,
     )
     lines, elapsed, code = _run(argv, log, args.timeout, "build", allow_passed=True)
     warnings = []
@@ -383,6 +409,7 @@ def profile(args, log):
         duration_s=args.duration,
         dla_core=args.useDLACore,
         no_data_transfers=args.noDataTransfers,
+        shapes=args.shapes,
     )
     lines, elapsed, code = _run(argv, log, args.timeout, "profile", allow_passed=True)
     summary = parse_performance_summary(lines)
@@ -439,7 +466,8 @@ def infer(args, log):
                     f.write(feed[name])
             if os.path.exists(out_json):
                 os.unlink(out_json)
-            argv = infer_argv(args.trtexec, args.loadEngine, files, out_json, dla_core=args.useDLACore)
+            argv = infer_argv(args.trtexec, args.loadEngine, files, out_json, dla_core=args.useDLACore,
+                              shapes=args.shapes)
             lines, _, code = _run(argv, log, args.timeout, "infer", allow_passed=True)
             # trtexec feeds random values to an input --loadInputs did not name (sampleInference.cpp,
             # FillBindingClosure: "Using random values for input <name>"): outputs that mean nothing

@@ -25,9 +25,12 @@ from edgeq.cli.options import (
     Holdout,
     Iterations,
     Json,
+    MaxShapes,
     MetricOpt,
     MinCosine,
     MinMetric,
+    MinShapes,
+    OptShapes,
     Overrides,
     Percentile,
     Placement,
@@ -37,10 +40,10 @@ from edgeq.cli.options import (
     TargetName,
     profile_settings,
     quantize_options,
+    shapes_given,
 )
 from edgeq.cli.output import (
     EXIT_CHECK_FAILED,
-    EXIT_CODES_HELP,
     EXIT_OK,
     err,
     out,
@@ -52,10 +55,10 @@ from edgeq.cli.output import (
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn
 
-# One screen (tests/test_cli_help.py) leaves room for the exit codes only: what deploy does (its stages
-# and run directory, --holdout and --gate accuracy) is in the README ("A typical session", "Accuracy on
-# the target") and in `edgeq --help`'s line (short_help).
-_DEPLOY_HELP = EXIT_CODES_HELP
+# One screen (tests/test_cli_help.py) leaves no room for text: what deploy does (its stages and run
+# directory, --holdout and --gate accuracy, the exit codes) is in the README ("A typical session",
+# "Accuracy on the target") and in `edgeq --help`'s line (short_help).
+_DEPLOY_HELP = ""
 
 
 def _split_gate(gate: Optional[str]) -> tuple[Optional[str], bool]:
@@ -128,7 +131,7 @@ def deploy_cmd(
     gate: Gate = None,
     baseline: Optional[str] = typer.Option(
         None, "--baseline", metavar="implicit", rich_help_panel=GATE,
-        help="Also build the implicit engine; --gate relative judges against it.",
+        help="Also build implicit; --gate relative judges by it.",
     ),
     pipeline: Optional[Path] = typer.Option(
         None, "--pipeline", metavar="YAML", rich_help_panel=GATE, help="A pipeline file: its gate allowlist."
@@ -141,6 +144,9 @@ def deploy_cmd(
     fp16: Fp16 = None,
     iterations: Iterations = 10,
     duration: Duration = 3.0,
+    min_shapes: MinShapes = "",
+    opt_shapes: OptShapes = "",
+    max_shapes: MaxShapes = "",
     json_out: Json = False,
 ) -> int:
     from edgeq.orchestration.deploy import DeployOptions, deploy
@@ -171,7 +177,8 @@ def deploy_cmd(
         accept_new_host_key=accept_new_host_key, gate_allow=allow,
         gate=_baseline_gate(gate, "implicit" if placement == Placement.implicit else baseline, calib),
         gate_require_fusion=require_fusion, runs_dir=runs_dir,
-        profile=profile_settings(fp16, iterations, duration),
+        profile=profile_settings(fp16, iterations, duration,
+                                 shapes_given(min_shapes, opt_shapes, max_shapes)),
         accuracy_gate=accuracy_gate,
     )  # fmt: skip
 

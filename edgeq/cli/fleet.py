@@ -26,6 +26,9 @@ from edgeq.cli.options import (
     Json,
     Limit,
     MaxFail,
+    MaxShapes,
+    MinShapes,
+    OptShapes,
     Overrides,
     Placement,
     PlacementOpt,
@@ -34,6 +37,7 @@ from edgeq.cli.options import (
     Workers,
     profile_settings,
     quantize_options,
+    shapes_given,
 )
 from edgeq.cli.output import (
     EXIT_CHECK_FAILED,
@@ -158,7 +162,7 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
                   overrides: Optional[Path], gate: Optional[str], runs_dir: Path, accept_new_host_key: bool,
                   build_once_per_kind: bool, workers: Optional[int] = None, iterations: int = 10,
                   duration: float = 3.0, fresh: bool = False, max_fail: Optional[int] = None,
-                  placement: Placement = Placement.trt) -> Any:
+                  placement: Placement = Placement.trt, shapes: Any = None) -> Any:
     from edgeq.orchestration.auto import AutoOptions
     from edgeq.orchestration.fleet import FleetOptions
 
@@ -172,7 +176,7 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
     return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir, auto=AutoOptions() if auto else None,
                         accept_new_host_key=accept_new_host_key, build_once_per_kind=build_once_per_kind,
                         workers=workers, fresh=fresh, max_fail=max_fail,
-                        profile=profile_settings(None, iterations, duration))  # fmt: skip
+                        profile=profile_settings(None, iterations, duration, shapes))  # fmt: skip
 
 
 @fleet_app.command(
@@ -199,6 +203,9 @@ def fleet_validate_cmd(
     build_once_per_kind: BuildOncePerKind = False,
     iterations: Iterations = 10,
     duration: Duration = 3.0,
+    min_shapes: MinShapes = "",
+    opt_shapes: OptShapes = "",
+    max_shapes: MaxShapes = "",
     junit: Optional[Path] = typer.Option(
         None, "--junit", metavar="FILE", help="Also write JUnit XML (a testcase a target)."
     ),
@@ -212,7 +219,7 @@ def fleet_validate_cmd(
         check_writable(junit, inputs=(model, fleet))
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
                             build_once_per_kind, workers, iterations, duration, fresh, max_fail,
-                            placement)  # fmt: skip
+                            placement, shapes_given(min_shapes, opt_shapes, max_shapes))  # fmt: skip
     result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
     code = result.exit_code
     if junit is not None:

@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from edgeq.pipeline.shapes import Shapes
+
 if TYPE_CHECKING:
     from edgeq.pipeline.stages import ProfileSettings
     from edgeq.quant.quantize import QuantizeOptions
 
 QUANTIZE = "Quantization"
 TARGET = "Target"
-GATE = "Gate"
+GATE = TARGET  # the gate shares the target's panel: every command's --help stays one screen
 BUILD = "Build and profile"
 
 
@@ -107,9 +109,17 @@ Iterations = Annotated[int, typer.Option(
     "--iterations", metavar="N", min=1, rich_help_panel=BUILD, help="Profile at least N runs.")]
 Duration = Annotated[float, typer.Option(
     "--duration", metavar="S", min=0, rich_help_panel=BUILD, help="Profile at least S seconds.")]
+# trtexec's names and syntax; a model with dynamic inputs, else the calibration data's shape (pipeline.shapes)
+MinShapes = Annotated[str, typer.Option(
+    "--minShapes", metavar="SPEC", rich_help_panel=BUILD, help="Dynamic inputs: min, e.g. x:1x3x224x224.")]
+OptShapes = Annotated[str, typer.Option(
+    "--optShapes", metavar="SPEC", rich_help_panel=BUILD,
+    help="Dynamic inputs: opt \\[default: --calib's].")]
+MaxShapes = Annotated[str, typer.Option(
+    "--maxShapes", metavar="SPEC", rich_help_panel=BUILD, help="Dynamic inputs: max.")]
 BuildOncePerKind = Annotated[bool, typer.Option(
     "--build-once-per-kind/--build-each", rich_help_panel=BUILD,
-    help="One build per compute capability + TensorRT version.")]
+    help="One build a GPU kind.")]
 
 # -- output ------------------------------------------------------------------------------------------------
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
@@ -151,8 +161,13 @@ def quantize_options(
     )  # fmt: skip
 
 
-def profile_settings(fp16: Optional[bool] = None, iterations: int = 10, duration: float = 3.0
-                     ) -> ProfileSettings:
+def profile_settings(fp16: Optional[bool] = None, iterations: int = 10, duration: float = 3.0,
+                     shapes: Optional[Shapes] = None) -> ProfileSettings:  # fmt: skip
     from edgeq.pipeline.stages import ProfileSettings
 
-    return ProfileSettings(fp16=fp16, iterations=iterations, duration=duration)
+    return ProfileSettings(fp16=fp16, iterations=iterations, duration=duration, shapes=shapes or Shapes())
+
+
+def shapes_given(min_shapes: str = "", opt_shapes: str = "", max_shapes: str = "") -> Shapes:
+    """--minShapes/--optShapes/--maxShapes as given (resolved against the model before any SSH)."""
+    return Shapes(min_shapes, opt_shapes, max_shapes)

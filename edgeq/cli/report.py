@@ -189,8 +189,8 @@ _COMPARE_HELP = (
     "Why is one engine slower than another? Engines of one model side by side, the first the baseline: "
     "ratios, precisions, reformats, fusions, and the regions that differ most with the rule that explains "
     "each. Offline: --engines DIR DIR ... On a target: MODEL --target T --calib DIR builds implicit INT8 "
-    "(the baseline) and explicit INT8 (edgeq's placement, --placement all) from one calibration; "
-    "--placement implicit: the mirror of implicit is explicit. --gate relative fails a wider node, more "
+    "(the baseline), explicit (--placement auto: decided there or cached; trt: the rules; implicit: the "
+    "mirror), the rules and --placement all from one calibration. --gate relative fails a wider node, more "
     "reformats or a ratio under --min-ratio.\n\n"
     + EXIT_CODES_HELP
 )
@@ -278,7 +278,7 @@ def compare_cmd(
     engines: bool = typer.Option(False, "--engines", help="Compare engines from files (offline)."),
     target: TargetName = None,
     calib: Calib = None,
-    placement: PlacementOpt = Placement.trt,
+    placement: PlacementOpt = Placement.auto,
     fp16: bool = typer.Option(False, "--fp16", help="With --target: also build an FP16 engine."),
     qdq_model: Optional[Path] = typer.Option(
         None, "--qdq-model", metavar="MODEL", help="With --target: also build this Q/DQ model of yours."
@@ -308,9 +308,8 @@ def compare_cmd(
     if placement == Placement.all:
         raise typer.BadParameter("compare --target builds --placement all already (explicit-all); give trt "
                                  "or implicit", param_hint="--placement")  # fmt: skip
-    if placement == Placement.auto:  # it builds implicit, the rules and the mirror side by side instead
-        raise typer.BadParameter("--placement auto is edgeq deploy's and fleet validate's; compare --target "
-                                 "takes trt or implicit (the mirror)", param_hint="--placement")  # fmt: skip
+    if placement == Placement.auto and (target is None or calib is None):
+        placement = Placement.trt  # offline, or nothing to calibrate: nothing for a target to decide
     if placement == Placement.implicit and target is None:
         raise typer.BadParameter("--placement implicit builds on a target: give MODEL --target T --calib DIR",
                                  param_hint="--placement")  # fmt: skip
@@ -331,16 +330,20 @@ def compare_cmd(
         found = [engine_from_path(p, onnx_model) for p in paths]
     else:
         built = _on_target(paths, target or "", calib, fp16, qdq_model, accept_new_host_key, runs_dir,
-                           json_out, implicit=placement == Placement.implicit)
+                           json_out, placement)  # fmt: skip
         found, findings, gated = list(built.engines), list(built.findings), built.gated
     comparison = compare_engines(found, findings)
     gates = relative_gates(comparison, min_ratio, gated) if gate_name == "relative" else []
     code = code_for(all(gates))
     if html_out is not None:
         atomic_write_text(html_out, render_compare_html(comparison, gates))
+    placed = built.placement if not engines else None
     if json_out:
-        print_json({**comparison.to_dict(top), "gates": [g.to_dict() for g in gates], "exit_code": code})
+        print_json({**comparison.to_dict(top), "gates": [g.to_dict() for g in gates], "exit_code": code,
+                    **({"placement": placed.to_dict()} if placed is not None else {})})  # fmt: skip
         return code
+    for note in placed.notes() if placed is not None else ():
+        out.print(f"[cyan]auto:[/] {escape(note)}", highlight=False)
     _render_comparison(comparison, gates, top)
     if html_out is not None:
         out.print(f"wrote [bold]{escape(str(html_out))}[/]")
@@ -348,9 +351,10 @@ def compare_cmd(
 
 
 def _on_target(paths: list[Path], target: str, calib: Optional[Path], fp16: bool, qdq_model: Optional[Path],
-               accept_new_host_key: bool, runs_dir: Path, json_out: bool, implicit: bool = False) -> Any:
-    """compare --target: the variants built on the target (``edgeq.orchestration.variants``; with
-    ``implicit``, ``edgeq.orchestration.implicit``: the mirror of the implicit engine as explicit)."""
+               accept_new_host_key: bool, runs_dir: Path, json_out: bool, placement: Placement) -> Any:
+    """compare --target: the variants built on the target (``edgeq.orchestration.variants``; ``implicit``:
+    ``edgeq.orchestration.implicit``, the mirror of the implicit engine as explicit; ``auto``:
+    ``edgeq.orchestration.auto``, the placement the target decided, or the cached one, as explicit)."""
     from edgeq.cli.options import quantize_options
     from edgeq.orchestration.variants import VariantOptions, engines_on_target
     from edgeq.remote.targets import resolve_target
@@ -361,10 +365,14 @@ def _on_target(paths: list[Path], target: str, calib: Optional[Path], fp16: bool
                              accept_new_host_key=accept_new_host_key, runs_dir=runs_dir)  # fmt: skip
     tgt = resolve_target(target)
     with progress_display(enabled=not json_out) as progress:
-        if implicit:
+        if placement == Placement.implicit:
             from edgeq.orchestration.implicit import engines_with_mirror
 
             built = engines_with_mirror(paths[0], tgt, options, progress=progress)
+        elif placement == Placement.auto:
+            from edgeq.orchestration.auto import engines_auto
+
+            built = engines_auto(paths[0], tgt, options, progress=progress)
         else:
             built = engines_on_target(paths[0], tgt, options, progress=progress)
     if not json_out:

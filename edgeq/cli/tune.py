@@ -29,9 +29,9 @@ from edgeq.cli.output import EXIT_CODES_HELP, code_for, out, print_json, progres
 
 _HELP = (
     "Placement decided by the target's own timings: calibrate once, build implicit INT8 on the target, "
-    "start from its mirror, then toggle one decision point at a time, each candidate built and profiled "
-    "there and kept only if faster in --rounds alternating timings and within --min-cosine (--placement "
-    "trt or --overrides: start from the rules, also the fallback when implicit does not mirror).\n\n"
+    "start from what --placement auto decided there (cached), else its mirror, then toggle one decision "
+    "point at a time, each built, profiled and kept only if faster in --rounds alternating timings and "
+    "within --min-cosine (trt or --overrides: start from the rules, also the fallback).\n\n"
     "Writes the tuned Q/DQ model, its calibration cache, tune.json and tune.html; run it again with the "
     "same --output to resume. A target file with 'host: local' builds on this machine's GPU.\n\n"
     + EXIT_CODES_HELP
@@ -52,7 +52,7 @@ def tune_cmd(
     calibrator: CalibratorOpt = Calibrator.auto,
     percentile: Percentile = 99.99,
     min_cosine: MinCosine = 0.99,
-    placement: PlacementOpt = Placement.implicit,
+    placement: PlacementOpt = Placement.auto,
     overrides: Overrides = None,
     budget: Budget = "20m",
     rounds: int = typer.Option(
@@ -65,6 +65,7 @@ def tune_cmd(
 ) -> int:
     import dataclasses
 
+    from edgeq.orchestration.auto import AutoOptions
     from edgeq.orchestration.tune import TuneOptions, parse_budget, tune
     from edgeq.remote.targets import resolve_target
 
@@ -76,11 +77,13 @@ def tune_cmd(
                                  "engine)", param_hint="--placement")  # fmt: skip
     if overrides is not None and fallback:  # nodes kept float on purpose: the rules' start honours them
         placement = Placement.trt
+    auto = placement == Placement.auto  # the placement cache's decision, else the mirror (as implicit)
+    placement = Placement.implicit if auto else placement
     quantize = quantize_options(calib, calibrator=calibrator, percentile=percentile, min_cosine=min_cosine,
                                 placement=placement, overrides=overrides)  # fmt: skip
     options = TuneOptions(quantize=quantize, out_dir=output, budget_s=parse_budget(budget or "20m"),
                           accept_new_host_key=accept_new_host_key, rounds=rounds,
-                          fallback=fallback)  # fmt: skip
+                          fallback=fallback, auto=AutoOptions() if auto else None)  # fmt: skip
     tgt = resolve_target(target or "")
     if trtexec is not None:
         tgt = dataclasses.replace(tgt, trtexec=trtexec, backend="trtexec")

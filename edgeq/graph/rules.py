@@ -227,7 +227,7 @@ def check_dynamic_shape(graph: gs.Graph) -> list[Finding]:
             "dynamic-shape",
             "dynamic input dimensions: "
             + ", ".join(f"{name} ({dims})" for name, dims in dyn)
-            + "; lint cannot see optimization profiles, the build needs --minShapes/--optShapes/--maxShapes",
+            + "; the build needs --minShapes/--optShapes/--maxShapes (deploy: else the --calib data's shape)",
             [name for name, _ in dyn],
         )
     ]

@@ -13,6 +13,10 @@ express on 8.6, each named by the gate). Otherwise the implicit engine is kept, 
 - the explicit build failed (e.g. a TensorRT internal error): the deploy does not fail, it says so with the
   build log's first error line (``explicit_build_failure``).
 
+When the implicit build itself fails there is nothing to mirror or time against: the rules' Q/DQ model
+(``--placement trt``) is deployed instead, the output says so in one line naming the failure, and nothing
+is cached (the next deploy decides again).
+
 Either way the decision is written to the placement cache. The next deploy with the same key builds only
 the engine that was kept (the explicit one from the cached placement and scales, no calibration, no
 implicit build) and says "placement from cache". A target whose TensorRT version or GPU is unknown is
@@ -31,7 +35,14 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.orchestration.deploy import DeployOptions, DeployResult, check_target, deploy, deploy_policy
+from edgeq.orchestration.deploy import (
+    DeployOptions,
+    DeployResult,
+    check_target,
+    deploy,
+    deploy_policy,
+    with_shapes,
+)
 from edgeq.orchestration.implicit import (
     ROUNDS,
     ImplicitDeploy,
@@ -41,7 +52,9 @@ from edgeq.orchestration.implicit import (
     judge_explicit,
 )
 from edgeq.orchestration.placement_cache import Decision, Lookup, PlacementCache, PlacementKey
+from edgeq.orchestration.variants import TargetEngines, VariantOptions
 from edgeq.pipeline.rundir import new_run_dir, no_event
+from edgeq.pipeline.shapes import Shapes
 from edgeq.remote.runner import EventFn
 from edgeq.remote.targets import Target
 
@@ -52,6 +65,7 @@ if TYPE_CHECKING:
     from edgeq.report.policy import Policy
 
 AUTO_MIN_RATIO = 0.98  # the explicit engine is kept at >= 0.98x implicit (paired medians)
+RULES = "rules"  # what is kept when the implicit build fails: the rules' Q/DQ model (never cached)
 WHAT = "--placement auto"
 
 
@@ -98,7 +112,9 @@ class AutoDeploy:
         said = [f"warning: {w}" for w in warned if w]
         ratio = f", explicit {ev['ratio']}x implicit" if ev.get("ratio") is not None else ""
         secs = ev.get("implicit_build_seconds")
-        if self.from_cache:
+        if self.kept == RULES:
+            said.append(f"kept the rules' placement (--placement trt): {self.decision.reason}")
+        elif self.from_cache:
             saved = f", saving its {secs} s build" if secs is not None else ""
             built = "the implicit engine built as kept" if self.kept == "implicit" else \
                 f"no implicit engine built{saved}"
@@ -107,7 +123,8 @@ class AutoDeploy:
         else:
             said.append(f"placement decided on {ev.get('target')}: implicit engine built in {secs} s{ratio}; "
                         f"kept {self.kept}")
-        said.append(f"kept {self.kept}: {self.decision.reason}")
+        if self.kept != RULES:
+            said.append(f"kept {self.kept}: {self.decision.reason}")
         if self.lookup is not None:
             hit = "hit" if self.from_cache else "miss"
             entry = self.files.get("cache_entry")
@@ -167,24 +184,39 @@ def deploy_auto(
 ) -> AutoDeploy:
     """``edgeq deploy`` with ``--placement auto``: see the module doc. Bad input is refused before any
     directory exists; a target failure raises (exit 1); a failed explicit build is a fallback, not one."""
-    from edgeq.orchestration.placement_cache import key_for
-    from edgeq.orchestration.variants import VariantOptions, check_float_model
-    from edgeq.pipeline.stages import probe_from_facts
+    from edgeq.orchestration.variants import check_float_model
 
     q = options.quantize
     deploy_policy(options, target)  # a bad --gate before any work
     q.check_inputs()
     checks = VariantOptions(quantize=q, accept_new_host_key=options.accept_new_host_key)
     check_float_model(model, target, checks, WHAT)
-    facts = check_target(target, accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
-                         progress=progress)  # fmt: skip
-    key, uncached = key_for(Path(model), q, probe_from_facts(facts, target))
+    options = with_shapes(model, options)  # every build below: the one optimization profile
+    key, lookup, uncached = cached_placement(model, target, q, auto, cache_dir=options.cache_dir,
+                                             accept_new_host_key=options.accept_new_host_key,
+                                             progress=progress, shapes=options.profile.shapes)  # fmt: skip
     cache = PlacementCache(auto.cache_dir)
-    lookup = cache.get(key) if key is not None else None
     if key is not None and lookup is not None and lookup.decision is not None:
         return _from_cache(model, target, options, key, lookup, progress=progress, on_event=on_event)
     return _decide(model, target, options, auto, cache, key, lookup, uncached, progress=progress,
                    on_event=on_event)  # fmt: skip
+
+
+def cached_placement(model: Path, target: Target, quantize: QuantizeOptions, auto: AutoOptions, *,
+                     accept_new_host_key: bool = False, cache_dir: Optional[Path] = None,
+                     progress: ProgressFn = no_progress, shapes: Optional[Shapes] = None,
+                     ) -> tuple[Optional[PlacementKey], Optional[Lookup], str]:  # fmt: skip
+    """The target probed (the key's TensorRT version and GPU) and its placement cache read: (key, lookup,
+    why uncached). The one lookup of deploy and tune's start under auto; ``shapes``: a dynamic model's
+    resolved optimization profile, part of the key."""
+    from edgeq.orchestration.placement_cache import key_for
+    from edgeq.pipeline.stages import probe_from_facts
+
+    facts = check_target(target, accept_new_host_key=accept_new_host_key, cache_dir=cache_dir,
+                         progress=progress)  # fmt: skip
+    profile = "|".join((shapes.min, shapes.opt, shapes.max)) if shapes else ""  # not where they came from
+    key, uncached = key_for(Path(model), quantize, probe_from_facts(facts, target), profile)
+    return key, (PlacementCache(auto.cache_dir).get(key) if key is not None else None), uncached
 
 
 def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptions, cache: PlacementCache,
@@ -194,7 +226,6 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
     from edgeq.fs import atomic_write_text
     from edgeq.orchestration.placement_cache import plan_to_dict
 
-    m = implicit_then_mirror(model, target, options, what=WHAT, progress=progress, on_event=on_event)
     failed: list[str] = []
 
     def watch(line: str) -> None:
@@ -203,6 +234,14 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
             failed.append(stage)
         on_event(line)
 
+    try:
+        m = implicit_then_mirror(model, target, options, what=WHAT, progress=progress, on_event=watch)
+    except EdgeqError as e:
+        if not failed or failed[-1] != "build":  # the target, the data or the model: not a build to replace
+            raise
+        return _rules_fallback(model, target, options, e, key, lookup, uncached, progress=progress,
+                               on_event=on_event)  # fmt: skip
+    failed.clear()
     before = set(m.run_dir.iterdir())
     decided: Optional[ImplicitDeploy] = None
     build_error: Optional[str] = None
@@ -254,6 +293,31 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
     return out
 
 
+def _rules_fallback(model: Path, target: Target, options: DeployOptions, error: EdgeqError,
+                    key: Optional[PlacementKey], lookup: Optional[Lookup], uncached: str, *,
+                    progress: ProgressFn, on_event: EventFn) -> AutoDeploy:  # fmt: skip
+    """The implicit build itself failed: there is no engine to mirror or to time against, so the rules'
+    Q/DQ model (``--placement trt``) is deployed instead of failing. Nothing is cached: the failure may be
+    the target's (memory, a timeout), and the next deploy tries to decide again."""
+    from edgeq.fs import atomic_write_text
+
+    why = error.message.removeprefix(f"{WHAT}: the implicit engine: ")
+    rules = replace(options, quantize=replace(options.quantize, placement="trt"))
+    result = deploy(model, target, rules, progress=progress, on_event=on_event)
+    reason = f"the implicit build failed on {target.name}: {why} (the rules' Q/DQ model is shipped)"
+    evidence = {"created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "target": target.name, "implicit_build_seconds": None, "implicit_build_error": why,
+                "ratio": None, "runs": {"rules": str(result.run_dir)}}  # fmt: skip
+    decision = Decision(RULES, reason, {}, {}, "", evidence=evidence)
+    out = AutoDeploy(result.run_dir, result, decision, False, lookup, uncached, key)
+    quantized = result.stage("quantize").data.get("output")
+    out.files["model"] = str(result.run_dir / quantized) if quantized else str(model)
+    summary = result.run_dir / "placement.json"
+    out.files["summary"] = str(summary)
+    atomic_write_text(summary, json.dumps(out.to_dict(), indent=2, default=str) + "\n")
+    return out
+
+
 def _kept_files(kept: str, qdq: Path, fp32: Path, calib_cache: Optional[Path]) -> dict[str, str]:
     """The model every board of the kind is given: the Q/DQ model, or the FP32 model and its cache."""
     if kept == "explicit":
@@ -301,6 +365,69 @@ def _from_cache(model: Path, target: Target, options: DeployOptions, key: Placem
 
 
 # --------------------------------------------------------------------------------------------------
+# compare --target: the decided engine beside implicit and the rules
+# --------------------------------------------------------------------------------------------------
+
+
+def engines_auto(model: Path, target: Target, options: VariantOptions, auto: AutoOptions = AutoOptions(), *,
+                 progress: ProgressFn = no_progress) -> TargetEngines:  # fmt: skip
+    """``compare --target`` under ``--placement auto`` (its default with ``--calib``): the placement is
+    decided (or read from the placement cache) by ``deploy_auto``, and its engine is ``explicit``, the
+    gated one, beside the implicit baseline, the rules' placement (``explicit-trt``) and ``explicit-all``
+    from one calibration (``--fp16``, ``--qdq-model`` as without it). The implicit engine the decision
+    built is the baseline; a cache hit builds it (the baseline is never skipped). A decision that kept
+    implicit has no explicit engine to show unless this run built and judged one."""
+    from edgeq.graph.io import graph_from_model
+    from edgeq.graph.rules import lint_model
+    from edgeq.orchestration.variants import (
+        Variant,
+        calibrate_once,
+        check_float_model,
+        compare_dir,
+        deploy_one,
+        implicit_variant,
+        placed_variant,
+        variant_engine,
+        with_variant_shapes,
+    )
+    from edgeq.pipeline.stages import ProfileSettings
+    from edgeq.quant.placement import plan_placement
+
+    float_model = check_float_model(model, target, options, "compare --target")
+    options = with_variant_shapes(model, options)
+    run_dir = compare_dir(Path(model), target, options)
+    runs = run_dir / "runs"
+    decide = DeployOptions(quantize=options.quantize, accept_new_host_key=options.accept_new_host_key,
+                           gate="none", runs_dir=run_dir / "placement",
+                           profile=ProfileSettings(fp16=True, shapes=options.shapes))  # fmt: skip
+    placed = deploy_auto(model, target, decide, auto, progress=progress)
+    cal, _ = calibrate_once(Path(model), options.quantize)
+    implicit = implicit_variant(cal, run_dir, options.quantize)
+    baseline = placed.implicit_run or deploy_one(implicit, target, options, runs, progress)
+    engines = [variant_engine(implicit, baseline)]
+    gated: list[str] = []
+    shown: Optional[DeployResult] = placed.result
+    shipped = placed.files["model"]
+    if placed.kept == "implicit":  # the explicit engine judged and lost in this run, or none built
+        shown = placed.decided.explicit if placed.decided is not None else None
+        shipped = placed.decided.files.get("mirror_model", "") if placed.decided is not None else ""
+    if shown is not None:
+        engines.append(variant_engine(Variant("explicit", Path(shipped)), shown))
+        gated.append("explicit")
+    every = plan_placement(graph_from_model(cal.reference), "all")
+    variants = [placed_variant(cal, p, name, run_dir) for p, name in ((cal.plan, "explicit-trt"),
+                                                                       (every, "explicit-all"))]  # fmt: skip
+    if options.fp16:
+        variants.append(Variant("fp16", implicit.model))
+    if options.qdq_model is not None:
+        variants.append(Variant(f"user:{Path(options.qdq_model).name.removesuffix('.onnx')}",
+                                Path(options.qdq_model)))  # fmt: skip
+        gated.append(variants[-1].name)
+    engines += [variant_engine(v, deploy_one(v, target, options, runs, progress)) for v in variants]
+    return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated), placed)
+
+
+# --------------------------------------------------------------------------------------------------
 # fleet validate: one decision per board kind
 # --------------------------------------------------------------------------------------------------
 
@@ -333,6 +460,8 @@ class KindPlacement:
         ratio = f" {ev['ratio']}x" if ev.get("ratio") is not None else ""
         how = "from cache" if self.decided.from_cache else \
             f"decided on {self.decided_on}, implicit build {ev.get('implicit_build_seconds')} s"
+        if self.decided.kept == RULES:
+            how = f"the implicit build failed on {self.decided_on}"
         return f"{self.decided.kept}{ratio} ({how})"
 
     def to_dict(self, base: Path) -> dict[str, Any]:

@@ -21,7 +21,7 @@ TensorRT version and GPU, so rebuilds skip tactic timing).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -142,6 +142,7 @@ def deploy(
     # Usage errors before a run directory exists: the gate name and the target's key files.
     policy = deploy_policy(options, target)
     options.quantize.check_inputs()
+    options = with_shapes(model, options)
     holdout = holdout_inputs(model, options.quantize, options.accuracy_gate)
     if not target.is_local:
         target.ssh_config(options.accept_new_host_key)  # key files checked before a run directory exists
@@ -156,6 +157,18 @@ def deploy(
                       options.profile, accuracy=plan)  # fmt: skip
         finished = conclude(rec, prepared.model, gate_policy(policy, prepared.stages))
     return DeployResult(rec.run_dir, rec.stages, finished, rec.timings)
+
+
+def with_shapes(model: Path, options: DeployOptions) -> DeployOptions:
+    """``options`` with the optimization profile of ``model``'s dynamic inputs resolved (the flags, else
+    the calibration data's shape: ``edgeq.pipeline.shapes``), so every build of one deploy, nested ones
+    included, uses the same; exit 2 before any SSH when a dynamic input has no shape to use."""
+    from edgeq.pipeline.shapes import resolve_shapes
+
+    shapes = resolve_shapes(check_model_path(model), options.profile.shapes, options.quantize)
+    if shapes == options.profile.shapes:
+        return options
+    return replace(options, profile=replace(options.profile, shapes=shapes))
 
 
 def holdout_inputs(model: Path, quantize: QuantizeOptions, gate: bool) -> Optional[HeldOutSet]:

@@ -405,6 +405,7 @@ def validate(
     from edgeq.orchestration.deploy import holdout_inputs
 
     holdout_inputs(model, options.quantize, options.accuracy_gate)  # a bad held-out set: before any work
+    options = with_shapes(model, options)  # a dynamic input without a shape: before any work
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip
@@ -427,6 +428,15 @@ def _accuracy_plan(prepared: Prepared, run: _Run) -> Any:
     if run.held is None:
         return None
     return plan_for(prepared, run.held, run.options.quantize, run.options.accuracy_gate)
+
+
+def with_shapes(model: Path, options: FleetOptions) -> FleetOptions:
+    """Every board builds ``model`` with one optimization profile, resolved before any target is
+    contacted (``edgeq.pipeline.shapes``: the flags, else the calibration data's shape)."""
+    from edgeq.pipeline.shapes import resolve_shapes
+
+    shapes = resolve_shapes(model, options.profile.shapes, options.quantize)
+    return replace(options, profile=replace(options.profile, shapes=shapes))
 
 
 def check_gates(fleet: Fleet, options: FleetOptions) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from edgeq.errors import EdgeqError, QuantError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
-from edgeq.orchestration.deploy import DeployOptions, DeployResult, deploy, deploy_policy
+from edgeq.orchestration.deploy import DeployOptions, DeployResult, deploy, deploy_policy, with_shapes
 from edgeq.orchestration.variants import (
     Calibrated,
     TargetEngines,
@@ -41,6 +41,7 @@ from edgeq.orchestration.variants import (
     implicit_variant,
     placed_variant,
     variant_engine,
+    with_variant_shapes,
 )
 from edgeq.pipeline.rundir import new_run_dir, no_event
 from edgeq.remote.runner import EventFn
@@ -196,6 +197,7 @@ def implicit_then_mirror(
     q.check_inputs()
     checks = VariantOptions(quantize=q, accept_new_host_key=options.accept_new_host_key)
     check_float_model(model, target, checks, what)
+    options = with_shapes(model, options)  # both engines: one optimization profile
     cal, held = calibrate_once(Path(model), q, holdout=True)  # before any directory: bad data writes nothing
     run_dir = new_run_dir(Path(options.runs_dir), Path(model), target.name)
     settings = options.profile if options.profile.fp16 is not None else replace(options.profile, fp16=True)
@@ -253,7 +255,8 @@ def judge_explicit(
     if rounds and explicit.finished is not None:
         engines = [(name, run.run_dir / "engine.plan") for name, run in (("implicit", implicit),
                                                                           ("explicit", explicit))]
-        timed = retime(target, engines, rounds=rounds, settings=ProfileSettings(fp16=m.common.profile.fp16),
+        timed = retime(target, engines, rounds=rounds, settings=ProfileSettings(fp16=m.common.profile.fp16,
+                                                                       shapes=m.common.profile.shapes),
                        accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
                        progress=progress)  # fmt: skip
         paired, qps = timed.to_dict(), [timed.median(0), timed.median(1)]
@@ -303,6 +306,7 @@ def engines_with_mirror(
     from edgeq.quant.placement import plan_placement
 
     float_model = check_float_model(model, target, options, "compare --target --placement implicit")
+    options = with_variant_shapes(model, options)
     cal, _ = calibrate_once(Path(model), options.quantize)
     run_dir = compare_dir(Path(model), target, options)
     runs = run_dir / "runs"

@@ -65,9 +65,11 @@ class PlacementKey:
         return f"TensorRT {self.tensorrt}, {gpu}"
 
 
-def calibration_digest(options: QuantizeOptions) -> str:
+def calibration_digest(options: QuantizeOptions, profile: str = "") -> str:
     """The calibration's content: every data file (relative name and sha256), the preprocessing spec's
-    bytes, and the settings that change the ranges (calibrator, its percentile, the held-out fraction)."""
+    bytes, and the settings that change the ranges (calibrator, its percentile, the held-out fraction);
+    for a model with dynamic inputs, the optimization profile its engines are built and timed at
+    (``profile``: TensorRT's tactics, so what implicit runs INT8, are chosen at that shape)."""
     from edgeq.fs import sha256_file
 
     h = hashlib.sha256()
@@ -78,6 +80,8 @@ def calibration_digest(options: QuantizeOptions) -> str:
                                 "preprocess": sha256_file(options.preprocess) if options.preprocess else None}
     if options.calibrator == "percentile":
         settings["percentile"] = options.percentile  # what only that calibrator reads
+    if profile:
+        settings["profile"] = profile  # static models: no key, so their keys are as they were
     h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()
 
@@ -92,16 +96,19 @@ def hash_data_files(h: Any, calib: Path) -> None:
         h.update(f"{p.relative_to(calib) if p != calib else p.name}:{sha256_file(p)}".encode())
 
 
-def key_for(model: Path, options: QuantizeOptions, found: Probe) -> tuple[Optional[PlacementKey], str]:
+def key_for(model: Path, options: QuantizeOptions, found: Probe, profile: str = ""
+            ) -> tuple[Optional[PlacementKey], str]:  # fmt: skip
     """(the key, "") or (None, why not): a target whose TensorRT version or GPU is unknown never shares
-    a decision (its probe found neither and the target file names neither)."""
+    a decision (its probe found neither and the target file names neither). ``profile``: a dynamic
+    model's optimization profile (min|opt|max, trtexec syntax), part of the calibration's digest."""
     from edgeq.fs import sha256_file
 
     if not found.tensorrt:
         return None, "the probe reported no TensorRT version"
     if not found.gpu and not found.compute_capability:
         return None, "the probe reported no GPU (and the target file names none)"
-    return PlacementKey(sha256_file(model), calibration_digest(options), found.tensorrt, found.gpu or "",
+    calibration = calibration_digest(options, profile)
+    return PlacementKey(sha256_file(model), calibration, found.tensorrt, found.gpu or "",
                         found.compute_capability or ""), ""  # fmt: skip
 
 

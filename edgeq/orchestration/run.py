@@ -36,6 +36,7 @@ from edgeq.errors import ConfigError, QuantError
 from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import sha256_file
 from edgeq.pipeline.rundir import StageRecord, write_json
+from edgeq.pipeline.shapes import Shapes
 from edgeq.pipeline.stages import HOST_STAGES, Prepared, ProfileSettings, has_qdq, prepare_host
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import GateConfig, gate_from_dict
@@ -67,7 +68,8 @@ PIPELINE: dict[str, config.Checker] = {
 SECTIONS: dict[str, dict[str, config.Checker]] = {
     "quantize": _QUANTIZE,
     "profile": {"iterations": config.positive_int, "duration": config.number,
-                "warmup_ms": config.positive_int},
+                "warmup_ms": config.positive_int, "minShapes": config.string, "optShapes": config.string,
+                "maxShapes": config.string},  # trtexec's shape flags (a model with dynamic inputs)
     "release": {"output": config.string},
 }
 
@@ -134,6 +136,8 @@ def load_spec(path: Path) -> PipelineSpec:
     if release and fleet is None:
         raise ConfigError(f"{path}: 'release' needs targets ('target', 'fleet' or 'targets')")
     q = dict(v.get("quantize") or {})
+    # auto is the default with targets and calibration data (synthetic data: the rules, as demos had it)
+    q.setdefault("placement", "auto" if "calib" in v else "trt")
     auto = q.get("placement") == "auto" and "overrides" not in v  # overrides edit the rules' placement
     if q.get("placement") == "auto":
         q.pop("placement")
@@ -150,7 +154,9 @@ def load_spec(path: Path) -> PipelineSpec:
         build_once_per_kind=v.get("build_once_per_kind", False),
         gate=gate,
         profile=ProfileSettings(None, prof.get("iterations", 10), prof.get("duration", 3.0),
-                                prof.get("warmup_ms", 200)),
+                                prof.get("warmup_ms", 200), Shapes(prof.get("minShapes", ""),
+                                                                   prof.get("optShapes", ""),
+                                                                   prof.get("maxShapes", ""))),
         release=Path(release) if release else None,
         runs_dir=Path(v.get("runs_dir", "runs")),
         auto=auto and fleet is not None,
@@ -334,7 +340,7 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     failures."""
     from edgeq.fs import ensure_dir
     from edgeq.orchestration.auto import AutoOptions, auto_applies
-    from edgeq.orchestration.fleet import FleetOptions, check_gates, validate_prepared
+    from edgeq.orchestration.fleet import FleetOptions, check_gates, validate_prepared, with_shapes
     from edgeq.pipeline.rundir import slug
 
     spec = load_spec(path)
@@ -369,6 +375,8 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
         outcome("model", "ran", str(model_path))
     model_key = state.data["model"]["key"]
     source = source or Hashed(_digest(model_path))  # the one hash of the model the stages below use
+    if fleet is not None:  # a dynamic input without a shape to build for: before any work on it
+        options = with_shapes(model_path, options)
 
     # prepare: clean -> quantize -> lint (placement auto: clean and lint; each board kind quantizes)
     auto = spec.auto and auto_applies(model_path, spec.quantize)

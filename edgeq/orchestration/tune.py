@@ -49,6 +49,7 @@ from typing import Any, Callable, Optional
 
 from edgeq.errors import EdgeqError, QuantError
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.pipeline.shapes import Shapes
 from edgeq.quant.decisions import IMPLICIT_FP16, Decision, candidate_key, candidate_plan, decision_points
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import Target
@@ -77,6 +78,7 @@ def parse_budget(text: str) -> float:
     return float(h * 3600 + m * 60 + sec)
 
 
+MIRRORED = ("mirror", "cache")  # starts that mirror an implicit engine (a cached one was a mirror too)
 # The accuracy bound a candidate must keep against FP32 on held-out data when none is given.
 MIN_COSINE = 0.99
 
@@ -92,6 +94,10 @@ class TuneOptions:
     # With placement "implicit": start from the rules (and say why) when the implicit engine does not
     # mirror onto the model; False (``--placement implicit`` given) stops with the error instead.
     fallback: bool = False
+    shapes: Shapes = field(default_factory=Shapes)  # a model with dynamic inputs: --minShapes/... as given
+    # --placement auto (``auto.AutoOptions``; the CLI's default): start from the placement cache's decision
+    # for this model, data, TensorRT and GPU when it kept an explicit placement, else as ``implicit``
+    auto: Optional[Any] = None
 
     @property
     def min_cosine(self) -> float:
@@ -131,14 +137,18 @@ class TuneResult:
     built: int = 0  # engines built by this invocation
     reused: int = 0  # measurements taken from the state file
     final: Optional[dict[str, Any]] = None  # implicit and tuned timed in alternation (Paired.to_dict)
-    # where the search started: {"placement": "mirror" | "rules", "not_mirror": why not, when asked}
+    # where the search started: {"placement": "mirror" | "cache" | "rules", "not_mirror": why not, when
+    # asked, "cache": what the placement cache said under --placement auto}
     start_from: dict[str, Any] = field(default_factory=dict)
 
     @property
     def started(self) -> str:
         """Where the search started, as people read it (the CLI's line, the HTML report's head)."""
+        cache = self.start_from.get("cache")
+        if self.start_from.get("placement") == "cache":
+            return f"the placement --placement auto decided on this kind of target ({cache})"
         if self.start_from.get("placement") == "mirror":
-            return "the mirror of the implicit engine"
+            return "the mirror of the implicit engine" + (f" ({cache})" if cache else "")
         why = self.start_from.get("not_mirror")
         return "edgeq's rules" + (f" ({why})" if why else "")
 
@@ -243,7 +253,8 @@ class _Tuner:
     def deploy(self, name: str, model_file: Path, cache: Optional[Path]) -> tuple[Any, float]:
         from edgeq.orchestration.variants import Variant, VariantOptions, deploy_one, variant_engine
 
-        opts = VariantOptions(accept_new_host_key=self.options.accept_new_host_key)
+        opts = VariantOptions(accept_new_host_key=self.options.accept_new_host_key,
+                              shapes=self.options.shapes)  # fmt: skip
         t0 = time.monotonic()
         variant = Variant(name, model_file, cache)
         result = deploy_one(variant, self.target, opts, self.out / "runs", self.progress)
@@ -255,6 +266,7 @@ class _Tuner:
     def paired(self, state: _State, a: Measured, b: Measured, rounds: int) -> dict[str, Any]:
         """``a`` and ``b`` timed in alternation (kept in the state: a resumed run does not re-time)."""
         from edgeq.orchestration.retime import retime
+        from edgeq.pipeline.stages import ProfileSettings
 
         key = f"{a.key}|{b.key}|{rounds}"
         got = state.paired(key)
@@ -264,6 +276,7 @@ class _Tuner:
         engines = [(m.key, Path(str(m.run_dir)) / "engine.plan") for m in (a, b)]
         accept = self.options.accept_new_host_key
         figures = retime(self.target, engines, rounds=rounds, accept_new_host_key=accept,
+                         settings=ProfileSettings(shapes=self.options.shapes),
                          progress=self.progress).to_dict()  # fmt: skip
         self.step_times.append(time.monotonic() - t0)
         state.put_paired(key, figures)
@@ -297,6 +310,9 @@ def tune(
         raise QuantError(f"{model}: {what}", "check the model path")
     if q.calib is None:
         raise QuantError("tune needs calibration data (--calib)", "give calibration data")
+    if options.auto is not None and q.placement != "implicit":
+        raise QuantError("tune --placement auto starts as implicit where nothing is cached",
+                         "give quantize placement implicit with auto")  # fmt: skip
     if q.placement not in ("trt", "implicit"):
         raise QuantError(f"tune --placement {q.placement}: tune starts from trt (the rules) or implicit "
                          "(the mirror of the implicit engine)", "use --placement trt or implicit")
@@ -310,6 +326,9 @@ def tune(
     if has_qdq(float_model):
         raise QuantError(f"{model}: already has Q/DQ nodes; tune starts from the float model",
                          "give the FP32 model")  # fmt: skip
+    from edgeq.pipeline.shapes import resolve_shapes
+
+    options = replace(options, shapes=resolve_shapes(model, options.shapes, q))  # one profile, every build
     if not target.is_local:
         target.ssh_config(options.accept_new_host_key)  # key files checked before any work
     stem = model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
@@ -358,7 +377,13 @@ def tune(
     decisions = decision_points(rules, fp16, regions)
     allow: list[str] = []
     started, why = "rules", None  # where the search starts, and why not from the mirror asked for
-    if q.placement == "implicit":  # start from the mirror; implicit's own float nodes are its intent
+    cached = _cached_start(model, target, options, progress) if options.auto is not None else None
+    if cached is not None and cached[0] is not None:  # the placement auto decided here: no mirror to make
+        from edgeq.quant.decisions import mirror_decisions
+
+        plan, decisions = mirror_decisions(cached[0], rules, regions)
+        started, allow = "cache", fp16
+    elif q.placement == "implicit":  # start from the mirror; implicit's own float nodes are its intent
         try:
             plan, decisions = _mirror_start(Path(str(implicit.run_dir)), reference, rules, regions)
             started, allow = "mirror", fp16
@@ -394,7 +419,7 @@ def tune(
     # 3. start (the mirror, or the rules with implicit's FP16 mirrored), then one toggle at a time
     current = {d.id: d.start for d in decisions}
     start = measure(current)
-    if not start.usable and started == "mirror":  # the mirror cost accuracy or failed: start from the rules
+    if not start.usable and started in MIRRORED:  # the mirror cost accuracy or failed: start from the rules
         why = f"the mirror's start was not usable: {_unusable(start)}"
         plan, decisions, allow, started = rules, decision_points(rules, fp16, regions), [], "rules"
         shared = plan.scale_amax(amax)
@@ -404,7 +429,7 @@ def tune(
     if not start.usable:  # implicit's FP16 mirrored can cost accuracy: fall back to the rules alone
         current = {d.id: d.start or d.rule == IMPLICIT_FP16 for d in decisions}
         best = start = measure(current)
-    start_from = {"placement": started, "not_mirror": why}
+    start_from = {"placement": started, "not_mirror": why, "cache": cached[1] if cached is not None else None}
     log: list[dict[str, Any]] = []
     stopped = None
     for i, d in enumerate(decisions):
@@ -435,11 +460,35 @@ def tune(
                         reused=tuner.reused, final=final, start_from=start_from)  # fmt: skip
     dropped += list(rules.excluded)  # --overrides: float on purpose
     result.gate = _gates(implicit, best, reference, [*dropped, *allow], target, final,
-                         relax_reformats=started == "mirror")  # fmt: skip
+                         relax_reformats=started in MIRRORED)  # fmt: skip
     result.files = {"model": str(tuned), "cache": str(tuned_cache), "json": str(out / "tune.json"),
                     "html": str(out / "tune.html"), "state": str(state.path)}  # fmt: skip
     _write_report(result, decisions)
     return result
+
+
+def _cached_start(model: Path, target: Target, options: TuneOptions, progress: ProgressFn
+                  ) -> tuple[Optional[Any], str]:  # fmt: skip
+    """tune --placement auto: the placement cache's plan for this model, data, TensorRT and GPU when the
+    decision kept the explicit engine (``auto.cached_placement``, the lookup deploy makes), else None;
+    and what the cache said, in words ("placement from cache ..." or why the mirror starts)."""
+    from edgeq.orchestration.auto import AutoOptions, cached_placement
+
+    auto = options.auto if isinstance(options.auto, AutoOptions) else AutoOptions()
+    key, lookup, uncached = cached_placement(model, target, options.quantize, auto,
+                                             accept_new_host_key=options.accept_new_host_key,
+                                             progress=progress, shapes=options.shapes)  # fmt: skip
+    decision = lookup.decision if lookup is not None else None
+    if key is None or lookup is None:
+        return None, f"placement cache not used: {uncached}; starting from the mirror"
+    if decision is None:
+        return None, f"placement cache miss ({key.describe()}); starting from the mirror"
+    ev = decision.evidence
+    said = (f"placement from cache (decided {ev.get('created', '?')} on {ev.get('target', '?')}: kept "
+            f"{decision.kept})")  # fmt: skip
+    if decision.kept != "explicit":
+        return None, f"{said}; no explicit placement to start from: starting from the mirror"
+    return decision.to_plan(), f"{said}: tuning starts from it"
 
 
 def _mirror_start(run_dir: Path, reference: Any, rules: Any, regions: Any) -> tuple[Any, list[Decision]]:

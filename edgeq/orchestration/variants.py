@@ -11,12 +11,13 @@ TensorRT on the target) stops everything at the build stage with that one messag
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
 from edgeq.errors import EdgeqError, QuantError, RemoteError
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.pipeline.shapes import Shapes
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import Target
 from edgeq.report.compare_engine import Engine
@@ -34,6 +35,15 @@ class VariantOptions:
     qdq_model: Optional[Path] = None  # also build this Q/DQ model
     accept_new_host_key: bool = False
     runs_dir: Path = Path("runs")
+    shapes: Shapes = field(default_factory=Shapes)  # a model with dynamic inputs: --minShapes/...
+
+
+def with_variant_shapes(model: Path, options: VariantOptions) -> VariantOptions:
+    """Every variant is built with one optimization profile (``edgeq.pipeline.shapes``), resolved before
+    any work: the flags, else the calibration data's shape."""
+    from edgeq.pipeline.shapes import resolve_shapes
+
+    return replace(options, shapes=resolve_shapes(model, options.shapes, options.quantize))
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,7 @@ class TargetEngines:
     engines: tuple[Engine, ...]
     findings: tuple[Any, ...] = ()  # lint findings of the float model (explain regions)
     gated: tuple[str, ...] = ("explicit",)  # the variants a relative gate judges (not the comparison ones)
+    placement: Optional[Any] = None  # compare --placement auto: the decision (``auto.AutoDeploy``)
 
 
 def _stem(model: Path) -> str:
@@ -138,7 +149,7 @@ def deploy_one(
         gate="none",
         runs_dir=runs,
         # implicit INT8 with FP16 allowed, as trtexec --int8 --fp16; the explicit ones alike
-        profile=ProfileSettings(fp16=True),
+        profile=ProfileSettings(fp16=True, shapes=options.shapes),
         calib_cache=variant.calib_cache,
     )
     try:
@@ -180,6 +191,7 @@ def engines_on_target(
     from edgeq.graph.rules import lint_model
 
     float_model = check_float_model(model, target, options, "compare --target")
+    options = with_variant_shapes(model, options)
     run_dir = compare_dir(model, target, options)
     variants = quantize_variants(model, run_dir, options.quantize)
     if options.fp16:

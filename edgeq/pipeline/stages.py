@@ -28,6 +28,7 @@ from edgeq.pipeline.rundir import (
     model_stem,
     write_json,
 )
+from edgeq.pipeline.shapes import Shapes
 from edgeq.remote.protocol import (
     DiskSpace,
     agent_failed,
@@ -127,6 +128,9 @@ class ProfileSettings:
     iterations: int = 10  # trtexec --iterations
     duration: float = 3.0  # trtexec --duration
     warmup_ms: int = 200  # trtexec --warmUp
+    # trtexec --minShapes/--optShapes/--maxShapes of a model with dynamic inputs (edgeq.pipeline.shapes):
+    # as given, then resolved before any SSH; built with them, timed at --optShapes
+    shapes: Shapes = field(default_factory=Shapes)
 
 
 
@@ -335,12 +339,15 @@ def build(
     fp16: bool,
     found: Probe,
     calib_remote: Optional[str] = None,
+    shapes: Shapes = Shapes(),
 ) -> dict[str, Any]:
-    """trtexec/TensorRT build; with ``calib_remote`` implicit INT8 from that calibration cache."""
+    """trtexec/TensorRT build; with ``calib_remote`` implicit INT8 from that calibration cache; ``shapes``:
+    the optimization profile of a model with dynamic inputs."""
     args = build_args(target, onnx_remote, engine_remote, int8=int8 or calib_remote is not None, fp16=fp16,
                       trt_version=found.tensorrt, cc=found.compute_capability)  # fmt: skip
     if calib_remote is not None:
         args.append(f"--calib={calib_remote}")
+    args += shapes.build_args()
     t = target.timeouts
     return agent("build", *args, f"--timeout={t.build:g}", timeout=t.build + 60)
 
@@ -387,7 +394,8 @@ def profile(
     return agent(
         "profile", f"--loadEngine={engine_remote}", *per_layer,
         f"--warmUp={settings.warmup_ms}", f"--iterations={settings.iterations}",
-        f"--duration={settings.duration:g}", *_dla(target), *copies, f"--timeout={t.profile:g}",
+        f"--duration={settings.duration:g}", *_dla(target), *copies, *settings.shapes.run_args(),
+        f"--timeout={t.profile:g}",
         timeout=t.profile + 60,
     )  # fmt: skip
 
@@ -467,7 +475,7 @@ def on_target(
                 check_build_room(found, prepared.model_file, target)
                 try:
                     built = build(agent, target, up_model.remote_path, engine_remote, int8=prepared.qdq,
-                                  fp16=fp16, found=found,
+                                  fp16=fp16, found=found, shapes=settings.shapes,
                                   calib_remote=up_cache.remote_path if up_cache is not None else None)
                 except RemoteError as e:
                     raise with_build_region(e, run_dir / "deploy.log", prepared) from None
@@ -499,7 +507,8 @@ def on_target(
     from edgeq.pipeline.accuracy import measure
 
     with rec.stage("accuracy") as r:
-        acc = measure(runner, agent, target, engine_remote, remote_run, accuracy, run_dir, _dla(target))
+        acc = measure(runner, agent, target, engine_remote, remote_run, accuracy, run_dir,
+                      [*_dla(target), *settings.shapes.run_args()])
         r.summary, r.data = acc.summary(), acc.to_dict()
     return found
 

@@ -1,0 +1,285 @@
+"""Models with dynamic input dimensions (a batch of ``N``, a free height and width, as real exports have
+them): built with one optimization profile, trtexec's ``--minShapes``/``--optShapes``/``--maxShapes``,
+from the flags or else the calibration data's shape, and timed at ``--shapes``.
+
+TensorRT 8.6 refuses to build such a network without a profile ("Network has dynamic or shape inputs, but
+no optimization profile has been defined"). Whole deploys run over a real OpenSSH sshd on 127.0.0.1 with
+the trtexec stand-in of tests/trtexec_tune.py (recorded TensorRT 8.6 runs; it reads the ONNX it is given),
+so what is checked is what reaches trtexec; the Python backend's profile is checked through the same
+parser it runs on the target (``edgeq.agent.shapes.profile_shapes``) and through the zipapp itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from test_agent import agent, run_agent  # noqa: F401 - fixture
+from test_deploy import _stages, ssh_server, tiny_model, trtexec_target  # noqa: F401 - fixtures
+from test_target_accuracy import SAMPLES, _data
+from trtexec_tune import builds, timings, tune_trtexec
+
+from edgeq import zoo
+from edgeq.agent import trtexec_backend as tb
+from edgeq.agent.shapes import format_shapes, parse_shapes, profile_shapes
+from edgeq.errors import EdgeqError
+from edgeq.pipeline.shapes import Shapes, resolve_shapes
+from edgeq.quant.quantize import QuantizeOptions
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+
+
+def dynamic_resnet(path: Path, dims: tuple = ("N", 3, "H", "W")) -> Path:
+    """The zoo's ResNet-50 at 32x32, exported as real detectors are: symbolic batch, height and width."""
+    model = zoo.resnet50(size=32)
+    for d, v in zip(model.graph.input[0].type.tensor_type.shape.dim, dims):
+        if isinstance(v, str):
+            d.dim_param = v
+        else:
+            d.dim_value = v
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    onnx.save(model, str(path))
+    return path
+
+
+def _calib(root: Path, shape=(1, 3, 32, 32)) -> Path:
+    calib = root / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        np.save(calib / f"s{i}.npy", rng.random(shape, dtype=np.float32))
+    return calib
+
+
+def _flag(argv: list[str], flag: str) -> str | None:
+    found = [a.split("=", 1)[1] for a in argv if a.startswith(flag + "=")]
+    return found[0] if found else None
+
+
+# -- the syntax and the agent's two backends ---------------------------------------------------------------
+
+
+def test_trtexec_shape_syntax_reads_back_what_it_writes():
+    shapes = [("images", (1, 3, 640, 640)), ("input:0", (2, 10))]
+    text = format_shapes(shapes)
+    assert text == "images:1x3x640x640,'input:0':2x10"  # a name with ':' is quoted, as trtexec reads it
+    assert parse_shapes(text) == shapes
+    for bad, why in (("images", "expected name:DxDx"), ("x:1x0", "at least 1"), ("x:1xa", "whole numbers"),
+                     ("x:1,x:2", "twice")):  # fmt: skip
+        with pytest.raises(ValueError, match=why):
+            parse_shapes(bad, "optShapes")
+
+
+def test_trtexec_build_gets_all_three_shape_flags_and_the_run_gets_shapes():
+    argv = tb.build_argv("trtexec", "m.onnx", "m.plan", int8=True, min_shapes="x:1x3x8x8",
+                         opt_shapes="x:4x3x8x8", max_shapes="x:8x3x8x8")  # fmt: skip
+    given = [a for a in argv if "Shapes=" in a]
+    assert given == ["--minShapes=x:1x3x8x8", "--optShapes=x:4x3x8x8", "--maxShapes=x:8x3x8x8"]
+    assert not [a for a in tb.build_argv("trtexec", "m.onnx", "m.plan") if "hapes" in a]  # static: none
+    with pytest.raises(ValueError, match="--optShapes without --minShapes/--maxShapes"):
+        tb.build_argv("trtexec", "m.onnx", "m.plan", opt_shapes="x:1x3x8x8")
+    prof = tb.profile_argv("trtexec", "m.plan", None, shapes="x:4x3x8x8")
+    assert "--shapes=x:4x3x8x8" in prof and not [a for a in tb.profile_argv("t", "m", None) if "shapes" in a]
+    infer = tb.infer_argv("trtexec", "m.plan", [("x", "x.bin")], "out.json", shapes="x:4x3x8x8")
+    assert "--shapes=x:4x3x8x8" in infer  # the held-out samples run at the same shape
+    assert not [a for a in tb.infer_argv("trtexec", "m.plan", [("x", "x.bin")], "o.json") if "shapes" in a]
+
+
+def test_the_python_backends_profile_covers_every_dynamic_input_and_checks_the_shapes():
+    """What ``trt_build`` hands ``IOptimizationProfile.set_shape`` for the network's parsed inputs."""
+    inputs = [("images", (-1, 3, -1, -1)), ("scale", (1, 2))]
+    got = profile_shapes(inputs, "images:1x3x32x32", "images:4x3x64x64", "images:8x3x64x64")
+    assert got == [("images", (1, 3, 32, 32), (4, 3, 64, 64), (8, 3, 64, 64))]
+    cases = [
+        (("", "images:1x3x8x8", "images:1x3x8x8"), "no --minShapes for it"),
+        (("images:1x3x8x8",) * 2 + ("images:1x3x8",), "does not fit the input's shape"),
+        (("images:1x4x8x8",) * 3, "does not fit"),  # 4 channels where the network has 3
+        (("images:2x3x8x8", "images:1x3x8x8", "images:2x3x8x8"), "must grow"),
+        (("images:1x3x8x8,scale:1x2",) * 3, "whose shape is static"),
+        (("images:1x3x8x8,other:1",) * 3, "not an input of the network"),
+    ]
+    for (lo, mid, hi), why in cases:
+        with pytest.raises(ValueError, match=why):
+            profile_shapes(inputs, lo, mid, hi)
+    assert profile_shapes([("x", (1, 3))], None, None, None) == []  # a static network: no profile
+
+
+def test_the_python_backend_checks_shape_flags_before_tensorrt(agent, tmp_path):  # noqa: F811
+    """Like trtexec: all three build flags or none, in trtexec's syntax; a usage error (exit 2) before
+    TensorRT is imported. Valid flags get as far as TensorRT (absent here: stage import)."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    base = ["build", f"--onnx={model}", f"--saveEngine={tmp_path / 'e'}", "--int8"]
+    code, obj, _ = run_agent(agent, *base, "--optShapes=x:1x3x8x8")
+    assert code == 2 and obj["error"]["stage"] == "usage"
+    assert "--minShapes/--maxShapes" in obj["error"]["message"]
+    code, obj, _ = run_agent(agent, *base, "--minShapes=x:1x3", "--optShapes=x:1x3", "--maxShapes=x:1xq")
+    assert code == 2 and "--maxShapes 'x:1xq'" in obj["error"]["message"]
+    shapes = [f"--{f}=x:1x3x8x8" for f in ("minShapes", "optShapes", "maxShapes")]
+    code, obj, _ = run_agent(agent, *base, *shapes)
+    assert code == 1 and obj["error"]["stage"] == "import"
+    engine = tmp_path / "e.plan"
+    engine.write_bytes(b"x")
+    for command in ("profile", "infer"):
+        np.savez(tmp_path / "in.npz", x=np.zeros((1, 1, 3, 8, 8), np.float32))
+        files = [f"--loadInputs={tmp_path / 'in.npz'}", f"--exportOutput={tmp_path / 'o.npz'}"]
+        more = files if command == "infer" else []
+        code, obj, _ = run_agent(agent, command, f"--loadEngine={engine}", *more, "--shapes=x:1xq")
+        assert code == 2 and obj["error"]["stage"] == "usage", obj
+        code, obj, _ = run_agent(agent, command, f"--loadEngine={engine}", *more, "--shapes=x:1x3x8x8")
+        assert code == 1 and obj["error"]["stage"] == "import", obj  # taken: on to TensorRT
+
+
+# -- the host: which shapes ------------------------------------------------------------------------------
+
+
+def test_shapes_come_from_the_calibration_data_else_the_flags(tmp_path):
+    model = dynamic_resnet(tmp_path / "net.onnx")
+    calib = _calib(tmp_path)
+    got = resolve_shapes(model, Shapes(), QuantizeOptions(calib=calib))
+    assert (got.min, got.opt, got.max) == ("input:1x3x32x32",) * 3 and got.source == "calibration data"
+    assert got.build_args() == [f"--{f}=input:1x3x32x32" for f in ("minShapes", "optShapes", "maxShapes")]
+    assert got.run_args() == ["--shapes=input:1x3x32x32"]
+    assert resolve_shapes(model, got, None) is got  # resolved once, kept by every nested build
+    # the flags win over the data; only --optShapes: a profile of that one shape, as trtexec
+    got = resolve_shapes(model, Shapes(opt="input:4x3x64x64"), QuantizeOptions(calib=calib))
+    assert (got.min, got.opt, got.max) == ("input:4x3x64x64",) * 3 and got.source == "--optShapes"
+    got = resolve_shapes(model, Shapes("input:1x3x32x32", "input:4x3x64x64", "input:8x3x96x96"))
+    assert got.build_args()[2] == "--maxShapes=input:8x3x96x96"
+    assert got.run_args() == ["--shapes=input:4x3x64x64"]
+    # a static model needs nothing, and takes no flags
+    static = tmp_path / "static.onnx"
+    onnx.save(zoo.resnet50(size=32), str(static))
+    assert not resolve_shapes(static, Shapes(), QuantizeOptions(calib=calib)).build_args()
+    with pytest.raises(EdgeqError, match="whose shape is static"):
+        resolve_shapes(static, Shapes(opt="input:1x3x32x32"))
+
+
+@pytest.mark.parametrize(("given", "why"), [
+    (Shapes(), "input 'input' has dynamic dimensions (?, 3, ?, ?) and no shape to build the engine for"),
+    (Shapes(opt="images:1x3x32x32"), "--optShapes names 'images', which is not an input of net.onnx"),
+    (Shapes(opt="input:1x4x32x32"), "does not fit the input's shape (?, 3, ?, ?)"),
+    (Shapes(min="input:2x3x32x32", opt="input:1x3x32x32"), "must grow from --minShapes 2x3x32x32"),
+    (Shapes(opt="input:1x3"), "does not fit"),
+    (Shapes(max="input:1;3"), "whole numbers"),
+])  # fmt: skip
+def test_shapes_that_cannot_be_used_are_one_line(tmp_path, given, why):
+    model = dynamic_resnet(tmp_path / "net.onnx")
+    with pytest.raises(EdgeqError) as e:
+        resolve_shapes(model, given, QuantizeOptions())
+    assert why in str(e.value) and e.value.exit_code == 2
+
+
+# -- whole deploys ---------------------------------------------------------------------------------------
+
+
+def _target(root: Path, trtexec: Path, sshd) -> str:
+    t = {"host": sshd.host, "port": sshd.port, "user": sshd.user, "identity_file": str(sshd.identity_file),
+         "known_hosts": str(sshd.known_hosts), "work_dir": str(root / "remote"), "python": sys.executable,
+         "tensorrt": "8.6", "backend": "trtexec", "trtexec": str(trtexec), "gpu": H100,
+         "timeouts": {"connect": 10, "command": 60}}  # fmt: skip
+    (root / "targets").mkdir(exist_ok=True)
+    (root / "targets" / "board.yaml").write_text(yaml.safe_dump(t))
+    return "board"
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "bin").mkdir()
+    dynamic_resnet(tmp_path / "net.onnx")
+    return tmp_path
+
+
+@pytest.mark.sshd
+@pytest.mark.parametrize("command", ["deploy", "fleet"])
+def test_a_dynamic_model_without_shapes_is_refused_before_any_ssh(root, cli, sshd, command):
+    trtexec = tune_trtexec(root / "bin", {})
+    _target(root, trtexec, sshd)
+    if command == "deploy":
+        args = ["deploy", root / "net.onnx", "--target", "board"]
+    else:
+        (root / "fleet.yaml").write_text(yaml.safe_dump({"targets": [{"target": "board"}]}))
+        args = ["fleet", "validate", root / "net.onnx", "--fleet", root / "fleet.yaml"]
+    code, out, err = cli(*args, "--runs-dir", root / "runs")
+    assert code == 2, (out, err)
+    (line,) = [ln for ln in err.splitlines() if ln.strip()]
+    assert "input 'input' has dynamic dimensions (?, 3, ?, ?)" in line and "--optShapes input:Nx3xHxW" in line
+    assert "Traceback" not in out + err
+    assert not (root / "runs").exists() and not (root / "remote").exists()  # nothing written, no SSH
+    assert not Path(str(trtexec) + ".calls.jsonl").exists()
+
+
+@pytest.mark.sshd
+def test_auto_builds_implicit_and_explicit_with_the_calibration_shape_and_the_cache_keeps_it(root, cli, sshd):
+    """``--placement auto`` on a dynamic model: the implicit engine, its mirror and (second deploy) the
+    cached placement's engine all get the profile of the calibration data's shape, and every timing the
+    same ``--shapes``. The flags given instead win, and another profile is another cache key: TensorRT
+    chooses its tactics, so what implicit runs INT8, at that shape."""
+    trtexec = tune_trtexec(root / "bin", {})
+    _target(root, trtexec, sshd)
+    _calib(root)
+    base = ["deploy", root / "net.onnx", "--target", "board", "--calib", root / "calib", "--iterations", "1",
+            "--duration", "0"]  # fmt: skip
+    code, out, err = cli(*base, "--json")
+    assert code == 0, err
+    assert json.loads(out)["placement"]["kept"] == "explicit"
+    code, out, err = cli(*base)
+    assert code == 0, err
+    assert "placement from cache" in " ".join(out.split())
+    built = builds(trtexec)
+    assert [_flag(b, "--calib") is not None for b in built] == [True, False, False]  # implicit, mirror, cache
+    for b in built:
+        shapes = [_flag(b, f"--{f}") for f in ("minShapes", "optShapes", "maxShapes")]
+        assert shapes == ["input:1x3x32x32"] * 3
+    runs = timings(trtexec)
+    assert len(runs) >= 4 and all(_flag(r, "--shapes") == "input:1x3x32x32" for r in runs)
+
+    code, out, err = cli(*base, "--optShapes", "input:2x3x64x64", "--maxShapes", "input:4x3x64x64", "--json")
+    assert code == 0, err
+    assert not json.loads(out)["placement"]["from_cache"]  # decided again: implicit built at that profile
+    again = builds(trtexec)[3:]
+    assert [_flag(b, "--calib") is not None for b in again] == [True, False]
+    for b in again:
+        shapes = [_flag(b, f"--{f}") for f in ("minShapes", "optShapes", "maxShapes")]
+        assert shapes == ["input:2x3x64x64", "input:2x3x64x64", "input:4x3x64x64"]
+    assert _flag(timings(trtexec)[-1], "--shapes") == "input:2x3x64x64"
+    assert len(list((root / "cache" / "edgeq" / "placement").glob("*.json"))) == 2
+
+
+@pytest.mark.sshd
+def test_the_held_out_samples_run_at_the_profiles_shape(trtexec_target, cli):  # noqa: F811
+    """--holdout on a dynamic model (the recorded trtexec 8.6 runs replayed; the outputs computed by
+    onnxruntime at the shapes trtexec was given): the build gets the calibration data's profile, and each
+    held-out sample runs with ``--shapes`` at it, so the engine's outputs come back and are scored."""
+    from trtexec_replay import calls
+
+    root, _, _, trtexec = trtexec_target()
+    model = tiny_model(root / "net.onnx")
+    m = onnx.load(str(model))
+    for vi, dims in ((m.graph.input[0], ("N", 3, "H", "W")), (m.graph.output[0], ("N", 8, "H", "W"))):
+        for d, v in zip(vi.type.tensor_type.shape.dim, dims):
+            if isinstance(v, str):
+                d.dim_param = v
+    onnx.save(m, str(model))
+    calib, holdout = _data(root)
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", root / "runs", "--placement",
+                         "trt", "--calib", calib, "--holdout", holdout, "--gate",
+                         "none,accuracy")  # fmt: skip
+    assert code == 0, (out, err)
+    (run_dir,) = (root / "runs").iterdir()
+    assert _stages(run_dir)["accuracy"]["status"] == "ok"
+    (build,) = [a for a in calls(trtexec) if any(x.startswith("--onnx=") for x in a)]
+    assert _flag(build, "--optShapes") == "input:1x3x16x16"
+    infers = [a for a in calls(trtexec) if any(x.startswith("--exportOutput=") for x in a)]
+    assert len(infers) == SAMPLES and all(_flag(a, "--shapes") == "input:1x3x16x16" for a in infers)
+    got = np.load(run_dir / "engine-outputs.npz")["output"]
+    assert got.shape == (SAMPLES, 1, 8, 16, 16)
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    assert acc["samples"] == SAMPLES and acc["passed"]
