@@ -387,7 +387,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "own; the 19 dense convolutions fuse it, 'Conv + PWN(HardSwish)') vs "
         "mobilenet_v3_small.static.layers.json.gz and mobilenet_v3_large.static.layers.json.gz (the output "
         "float: 8 and 9 depthwise convolutions FP32/FP16 behind reformats, their weights dequantized by "
-        "'Scale' layers; 0.65x and 0.71x implicit by the profiles' sums). Unverified: an engine built with "
+        "'Scale' layers; 0.65x and 0.71x implicit by the profiles' sums); unverified: an engine built with "
         "this entry",
         match=match_hardswish_unfused,
         ops=frozenset({"HardSwish"}),
