@@ -272,3 +272,36 @@ def test_auto_never_clips_the_ends_and_beats_every_single_calibrator(tmp_path):
     for c in choice.candidates:
         if c.stopped is not None and c.method in single:
             assert single[c.method].accuracy.task.value <= c.score.value + 1e-9 <= best + TIE
+
+
+def test_candidates_run_the_hardest_samples_first_and_stop_once_they_cannot_win(setup, tmp_path):
+    """A candidate's held-out pass in any sample order scores the same and returns its outputs in the
+    set's own order; with a figure to beat, it stops at the first sample where even FP32's outputs on
+    the rest could not lift it above that figure, which the worst sample reaches first."""
+    from edgeq.quant.accuracy import run_outputs
+    from edgeq.quant.autocalib import scorer
+    from edgeq.quant.data import calibration_set
+    from edgeq.quant.metrics import metric_from_spec
+
+    model, calib, held = setup
+    fp32 = onnx.load(model)
+    data = calibration_set(fp32, held)
+    reference = run_outputs(fp32, data)
+    candidate = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, calibrator="entropy"),
+                              output=tmp_path / "e.onnx").model
+    score = scorer(metric_from_spec("cosine"), reference, data, None, bounded=True)
+    full, outputs, stopped = score(candidate, None, None)
+    n = len(reference)
+    backwards, outputs2, stopped2 = score(candidate, None, list(reversed(range(n))))
+    assert stopped is None and stopped2 is None and outputs is not None and outputs2 is not None
+    assert backwards.value == pytest.approx(full.value)
+    for a, b in zip(outputs, outputs2):
+        np.testing.assert_array_equal(a["y"], b["y"])
+    per = full.per_sample
+    worst = sorted(range(n), key=per.__getitem__)
+    assert worst[0] != 0 and per[worst[0]] < per[0] - 0.01, per  # the set's first sample is not its worst
+    beat = 1.0 - (1.0 - per[worst[0]]) / n + 1e-9  # what FP32 on every other sample would lift it to
+    bound, none, after = score(candidate, beat, worst)
+    assert none is None and after == 1 and full.value <= bound.value <= beat
+    in_order = score(candidate, beat, None)
+    assert in_order[2] is None or in_order[2] > 1

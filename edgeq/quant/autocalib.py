@@ -13,6 +13,8 @@ pass, cut short once it cannot win: with the built-in metrics, FP32's own output
 candidate can give on a sample, so a candidate's figure with FP32's outputs standing in for the samples
 it has not run yet bounds its final figure; once that bound is no better than the best so far (within
 ``TIE``) the rest of its samples are not run. Exact: the candidate kept is the one full scoring keeps.
+The samples the best so far got least right run first (its per-sample figures, worst first): a
+candidate that cannot win mostly loses there, so it is stopped after a few samples, not near the end.
 Candidates are scored in ``AUTO_CANDIDATES``' order, the ones that won most often first (a high early
 best cuts the rest short); a tie keeps the earlier one.
 
@@ -48,9 +50,9 @@ if TYPE_CHECKING:
     from edgeq.quant.plan import Plan
 
     # a candidate's (score, held-out outputs, samples run when stopped) / the scorer, given the figure
-    # to beat (None: run every sample)
+    # to beat (None: run every sample) and the order to run the held-out samples in (None: as they are)
     Scored = tuple[TaskScore, list[dict[str, np.ndarray]] | None, int | None]
-    Score = Callable[[onnx.ModelProto, float | None], Scored]
+    Score = Callable[[onnx.ModelProto, float | None, Sequence[int] | None], Scored]
 
 AUTO = "auto"
 
@@ -199,20 +201,24 @@ def choose_calibrator(
     if score is None or len(methods) == 1:
         amax = complete(ranges(methods[0]), methods[0])
         model = build(amax)
-        outputs = score(model, None)[1] if score is not None else None
+        outputs = score(model, None, None)[1] if score is not None else None
         return Choice(methods[0], amax, model, outputs)
     best: tuple[Candidate, dict[str, float], onnx.ModelProto, list[dict[str, np.ndarray]]] | None = None
     tried: list[Candidate] = []
+    order: list[int] | None = None
     progress("auto: scoring calibrators", 0, len(methods))
     for i, method in enumerate(methods):
         t0 = time.perf_counter()
         amax = ranges(method)
         model = build(amax)
-        result, outputs, stopped = score(model, None if best is None else best[0].score.value + TIE)
+        beat = None if best is None else best[0].score.value + TIE
+        result, outputs, stopped = score(model, beat, order)
         cand = Candidate(method, result, time.perf_counter() - t0, stopped)
         tried.append(cand)
         if outputs is not None and (best is None or result.value > best[0].score.value + TIE):
             best = (cand, amax, model, outputs)
+            ps = result.per_sample  # the samples it got least right run first for the next candidates
+            order = sorted(range(len(ps)), key=ps.__getitem__) if len(ps) == len(outputs) else None
         progress("auto: scoring calibrators", i + 1, len(methods))
         if perfect is not None and result.value >= perfect:
             break
@@ -254,23 +260,46 @@ def scorer(metric: Metric, reference_outputs: list[dict[str, np.ndarray]], held:
 
     Given ``beat`` and ``bounded`` (the metric scores FP32's own outputs best on every sample: the
     built-in ones), the run stops after the first sample where the candidate's figure with FP32's
-    outputs standing in for the rest is ``<= beat``: then (that bound, None, samples run)."""
+    outputs standing in for the rest is ``<= beat``: then (that bound, None, samples run). ``order``:
+    the held-out samples' indices in the order to run them (None: as they are); the outputs come back
+    in the held-out set's own order."""
     from edgeq.quant.accuracy import run_outputs
 
     total = len(reference_outputs)
 
-    def score(model: onnx.ModelProto, beat: float | None) -> Scored:
+    def score(model: onnx.ModelProto, beat: float | None, order: Sequence[int] | None) -> Scored:
+        seq = list(order) if order is not None and sorted(order) == list(range(total)) else None
         bound: list[TaskScore] = []
+
+        def placed(outputs: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+            """The outputs so far at their samples' places, FP32's where not run yet."""
+            if seq is None:
+                return [*outputs, *reference_outputs[len(outputs):]]
+            mixed = list(reference_outputs)
+            for i, out in zip(seq, outputs):
+                mixed[i] = out
+            return mixed
 
         def stop(outputs: list[dict[str, np.ndarray]]) -> bool:
             if beat is None or not bounded or len(outputs) >= total:
                 return False
-            bound[:] = [metric.score(reference_outputs, [*outputs, *reference_outputs[len(outputs):]])]
+            bound[:] = [metric.score(reference_outputs, placed(outputs))]
             return bound[0].value <= beat
 
-        outputs = run_outputs(model, held, providers=providers, progress=progress, stop=stop)
+        data = held if seq is None else reordered(held, seq)
+        outputs = run_outputs(model, data, providers=providers, progress=progress, stop=stop)
         if len(outputs) < total:
             return bound[0], None, len(outputs)
+        outputs = placed(outputs)
         return metric.score(reference_outputs, outputs), outputs, None
 
     return score
+
+
+def reordered(data: Any, order: Sequence[int]) -> Any:
+    """The held-out samples in ``order``: a ``CalibrationSet``'s index reordered (samples still read
+    lazily), or a list of feeds."""
+    if hasattr(data, "subset"):
+        return data.subset(order)
+    items = list(data)
+    return [items[i] for i in order]
