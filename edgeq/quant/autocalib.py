@@ -2,9 +2,10 @@
 
 Why measure instead of picking one: no calibrator is best on trained models. Measured on four models
 shipped as ONNX by packages on the index (a YOLOv8n detector, PP-OCRv4's text detector and recogniser,
-a direction classifier): entropy kept 57% of the detector's FP32 detections where mse kept 95%, and left
-the recogniser reading nothing at all where percentile read 18 of 20 strings. Which one wins depends on
-the model's activation distributions, so the held-out task metric decides.
+a direction classifier): entropy kept 65% of the detector's FP32 detections where max kept 82%, and left
+the recogniser reading nothing at all where percentile read 15 of 20 strings; percentile was the text
+detector's best. Which one wins depends on the model's activation distributions, so the held-out task
+metric decides.
 
 Bounded cost: the histograms are collected once (the expensive pass, every activation of every
 calibration sample) and each calibrator's ranges come from them for free (``ranges_from_histograms``);
