@@ -33,6 +33,10 @@ Measured on 2 shared CPU cores (edgeq before ``auto``; wall s in brackets):
     rec      entropy 0/20, all empty [25]  percentile 14/20 CER 2.9% [21]  mse 14/20 [33]  max 15/20 2.5% [17]
     cls      16/16 under every calibrator [3-8]  ort 15/16
 
+``auto`` (the default since; ``--repeat 3``, its wall time against entropy's): det 88% (15 of 17,
+entropy+ends) 1.14x, textdet 0.953 (percentile) 1.32x, rec 16/20 CER 1.7% (entropy+ends+max16) 1.44x,
+cls 16/16 1.10x. INT8 weights with every activation float: det 16 of 17, rec 16/20 CER 1.2%.
+
 One scale makes most of the detector's loss: entropy's amax 6.0 against max's 16.6 on
 ``/model.22/cv3.0/cv3.0.1/act/Mul_output_0`` (the stride-8 class branch); entropy with that one amax
 from max keeps 88% (15 of 17), more than max alone. The recogniser's is spread: max's amax on the 20
