@@ -76,14 +76,13 @@ HYBRID_TOP = 16
 ENDS = "entropy+ends"
 HYBRID = f"{ENDS}+max{HYBRID_TOP}"
 HYBRIDS = {ENDS: Hybrid("entropy", "max", ends=True), HYBRID: Hybrid("entropy", "max", True, HYBRID_TOP)}
-# What auto scores, in order: the hybrids first (they won on the detector and the recogniser; an early
-# high score cuts the others short; the ends alone first, the cheaper to beat on the detector, where
-# each pass counts most against its short single-calibrator run), then percentile (the text
-# detector's) and entropy. Not mse and
-# max: each costs a held-out pass (the bound is 1.5x one calibrator's wall time, a few passes), and on
-# the four trained models measured neither won where these did (max is what the hybrids keep where it
-# pays: the ends and the hardest-clipped; mse ranked below percentile or a hybrid on all four). Both
-# stay available as --calibrator.
+# What auto scores, in order: the hybrids first (they won on the detector and the recogniser, and an
+# early high score cuts the others short; the ends alone first: the detector's winner, where each pass
+# counts most against its short single-calibrator run), then percentile (the text detector's) and
+# entropy. Not mse and max: each costs a held-out pass (the bound is 1.5x one calibrator's wall time,
+# a few passes), and on the four trained models measured neither won where these did (max is what the
+# hybrids keep where it pays: the ends and the hardest-clipped; mse ranked below percentile or a
+# hybrid on all four). Both stay available as --calibrator.
 AUTO_CANDIDATES = (ENDS, HYBRID, "percentile", "entropy")
 # Without held-out samples nothing is scored: TensorRT's own calibrator.
 AUTO_FALLBACK = "entropy"
