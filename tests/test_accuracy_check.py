@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeq.quant.autocalib import AUTO_CANDIDATES, HYBRID, TIE
+from edgeq.quant.autocalib import AUTO_CANDIDATES, TIE
 from edgeq.quant.quantize import QuantizeOptions, quantize_file
 
 C, H, W = 4, 8, 8
@@ -67,7 +67,7 @@ def test_auto_scores_every_calibrator_on_the_holdout_set_and_keeps_the_best(setu
     choice = result.choice
     assert choice is not None and choice.auto
     scores = {c.method: c.score.value for c in choice.candidates}
-    assert set(scores) == {"entropy", "percentile", "mse", "max", HYBRID}
+    assert set(scores) == set(AUTO_CANDIDATES)
     # entropy clips the outliers that carry the output; auto must not keep it here
     assert choice.method != "entropy"
     assert scores[choice.method] >= max(scores.values()) - TIE  # within float noise of the best
@@ -85,7 +85,12 @@ def test_auto_scores_every_calibrator_on_the_holdout_set_and_keeps_the_best(setu
                             output=tmp_path / "e.onnx")
     assert entropy.choice is not None and not entropy.choice.auto
     assert entropy.accuracy is not None and entropy.accuracy.task is not None
-    assert entropy.accuracy.task.value == pytest.approx(scores["entropy"])
+    stopped = next(c for c in choice.candidates if c.method == "entropy").stopped
+    if stopped is None:
+        assert entropy.accuracy.task.value == pytest.approx(scores["entropy"])
+    else:  # cut short: its figure is the bound, at least what all samples give, at most the best's
+        assert 1 <= stopped < 8 and entropy.accuracy.task.value <= scores["entropy"] + 1e-9
+        assert scores["entropy"] <= scores[choice.method] + TIE
     assert result.scales != entropy.scales
 
 
@@ -175,8 +180,128 @@ def test_auto_stops_scoring_once_a_calibrator_agrees_with_fp32_everywhere(tmp_pa
                                                   metric="classification"), output=tmp_path / "q.onnx")
     choice = result.choice
     assert choice is not None and choice.auto
-    assert [c.method for c in choice.candidates] == ["entropy"] and choice.candidates[0].score.value == 1.0
+    first = AUTO_CANDIDATES[0]
+    assert [c.method for c in choice.candidates] == [first] and choice.candidates[0].score.value == 1.0
     assert choice.untried == AUTO_CANDIDATES[1:]
     assert "were not scored" in choice.summary()
     summary = json.loads((tmp_path / "q.json").read_text())
-    assert summary["calibrator"] == "entropy"
+    assert summary["calibrator"] == first
+
+
+def _ends_model() -> onnx.ModelProto:
+    """x -> Conv -> Relu -> Conv -> Tanh -> Conv -> Relu -> Conv -> y, shaped like a trained network:
+    one early channel fires rarely and huge (Relu(100 x0 - 200): 0 on 98% of pixels, up to ~200), which
+    only switches a saturating unit (Tanh) downstream, so clipping it costs nothing while max's range for
+    it coarsens every other value of the tensor; and the last layer's input carries those rare events
+    at ~10 against a bulk under ~3 (a confident detection's class evidence), which is the answer there,
+    so clipping it (entropy does) loses exactly the samples that have them."""
+    rng = np.random.default_rng(0)
+    w1 = np.zeros((8, C, 1, 1), np.float32)
+    w1[:7] = rng.standard_normal((7, C, 1, 1)) * 0.5
+    w1[7, 0] = 100.0
+    b1 = np.zeros(8, np.float32)
+    b1[7] = -200.0
+    w2 = np.zeros((8, 8, 1, 1), np.float32)
+    w2[:7, :7] = rng.standard_normal((7, 7, 1, 1)) * 0.5
+    w2[7, 7] = 1.0
+    w3 = np.zeros((8, 8, 1, 1), np.float32)
+    w3[:7, :7] = rng.standard_normal((7, 7, 1, 1)) * 0.5
+    w3[7, 7] = 30.0
+    b3 = np.zeros(8, np.float32)
+    b3[7] = -20.0
+    w4 = (rng.standard_normal((C, 8, 1, 1)) * 0.5).astype(np.float32)
+    w4[:, 7] = 1.0
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["h1"], name="/conv1/Conv"),
+        helper.make_node("Relu", ["h1"], ["a"], name="/relu1/Relu"),
+        helper.make_node("Conv", ["a", "w2"], ["h2"], name="/conv2/Conv"),
+        helper.make_node("Tanh", ["h2"], ["b"], name="/tanh/Tanh"),
+        helper.make_node("Conv", ["b", "w3", "b3"], ["h3"], name="/conv3/Conv"),
+        helper.make_node("Relu", ["h3"], ["c"], name="/relu3/Relu"),
+        helper.make_node("Conv", ["c", "w4"], ["y"], name="/head/Conv"),
+    ]
+    inits = [numpy_helper.from_array(v, n) for n, v in
+             (("w1", w1), ("b1", b1), ("w2", w2), ("w3", w3), ("b3", b3), ("w4", w4))]
+    graph = helper.make_graph(
+        nodes, "ends",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, H, W])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, H, W])], inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def _normal_samples(directory: Path, n: int, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        np.save(directory / f"{i:03d}.npy", rng.standard_normal((1, C, H, W)).astype(np.float32))
+    return directory
+
+
+def test_auto_never_clips_the_ends_and_beats_every_single_calibrator(tmp_path):
+    """The hybrid that keeps max's range on the graph input and on the last layer's input (and
+    entropy's elsewhere) is closer to FP32 than any one calibrator: entropy clips the last layer's
+    rare large inputs, the others give the early outlier channel a range that coarsens its tensor."""
+    from edgeq.graph.io import graph_from_model
+    from edgeq.quant.autocalib import ENDS, end_tensors
+    from edgeq.quant.quantize import plan_for, prepare_model
+
+    model = tmp_path / "m.onnx"
+    onnx.save(_ends_model(), model)
+    reference = prepare_model(onnx.load(model))[0]
+    plan = plan_for(graph_from_model(reference), QuantizeOptions())[0]
+    assert set(plan.tensors) == {"x", "a", "b", "c"}, plan.tensors
+    assert end_tensors(reference, plan) == {"x", "c"}
+    calib, held = _normal_samples(tmp_path / "calib", 16, 1), _normal_samples(tmp_path / "held", 8, 2)
+    result = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, metric="cosine"),
+                           output=tmp_path / "q.onnx")
+    choice = result.choice
+    assert choice is not None and choice.method == ENDS, choice.summary()
+    best = result.accuracy.task.value if result.accuracy and result.accuracy.task else 0.0
+    single = {}
+    for method in ("entropy", "percentile", "mse", "max"):
+        r = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, metric="cosine",
+                                                 calibrator=method), output=tmp_path / f"{method}.onnx")
+        assert r.accuracy is not None and r.accuracy.task is not None
+        single[method] = r
+    assert best > max(r.accuracy.task.value for r in single.values() if r.accuracy and r.accuracy.task) + 0.01
+    # what it kept: max's range on the ends, entropy's in between
+    assert result.scales["c"] == single["max"].scales["c"] > single["entropy"].scales["c"]
+    assert result.scales["a"] == single["entropy"].scales["a"] < single["max"].scales["a"]
+    # candidates cut short (could not win): their figure bounds what all samples would give
+    for c in choice.candidates:
+        if c.stopped is not None and c.method in single:
+            assert single[c.method].accuracy.task.value <= c.score.value + 1e-9 <= best + TIE
+
+
+def test_candidates_run_the_hardest_samples_first_and_stop_once_they_cannot_win(setup, tmp_path):
+    """A candidate's held-out pass in any sample order scores the same and returns its outputs in the
+    set's own order; with a figure to beat, it stops at the first sample where even FP32's outputs on
+    the rest could not lift it above that figure, which the worst sample reaches first."""
+    from edgeq.quant.accuracy import run_outputs
+    from edgeq.quant.autocalib import scorer
+    from edgeq.quant.data import calibration_set
+    from edgeq.quant.metrics import metric_from_spec
+
+    model, calib, held = setup
+    fp32 = onnx.load(model)
+    data = calibration_set(fp32, held)
+    reference = run_outputs(fp32, data)
+    candidate = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, calibrator="entropy"),
+                              output=tmp_path / "e.onnx").model
+    score = scorer(metric_from_spec("cosine"), reference, data, None, bounded=True)
+    full, outputs, stopped = score(candidate, None, None)
+    n = len(reference)
+    backwards, outputs2, stopped2 = score(candidate, None, list(reversed(range(n))))
+    assert stopped is None and stopped2 is None and outputs is not None and outputs2 is not None
+    assert backwards.value == pytest.approx(full.value)
+    for a, b in zip(outputs, outputs2):
+        np.testing.assert_array_equal(a["y"], b["y"])
+    per = full.per_sample
+    worst = sorted(range(n), key=per.__getitem__)
+    assert worst[0] != 0 and per[worst[0]] < per[0] - 0.01, per  # the set's first sample is not its worst
+    beat = 1.0 - (1.0 - per[worst[0]]) / n + 1e-9  # what FP32 on every other sample would lift it to
+    bound, none, after = score(candidate, beat, worst)
+    assert none is None and after == 1 and full.value <= bound.value <= beat
+    in_order = score(candidate, beat, None)
+    assert in_order[2] is None or in_order[2] > 1

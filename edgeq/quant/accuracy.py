@@ -8,7 +8,7 @@ gate, and it names the figure that decided (as Polygraphy's comparator results d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sized
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -163,10 +163,12 @@ def run_outputs(
     providers: tuple[str, ...] | None = None,
     progress: ProgressFn = no_progress,
     what: str = "accuracy check",
+    stop: Callable[[list[dict[str, np.ndarray]]], bool] | None = None,
 ) -> list[dict[str, np.ndarray]]:
     """Every sample's outputs of ``model`` (float ones: an int output such as NMS indices is not
     compared), in ``data``'s order: the FP32 reference is run once and scored against each candidate
-    (calibrators, sensitivity regions) with a ``Metric``."""
+    (calibrators, sensitivity regions) with a ``Metric``. ``stop``: asked after each sample with the
+    outputs so far; True ends the run there (a candidate that can no longer win)."""
     import numpy as np
 
     session = _session(model, providers)
@@ -181,6 +183,8 @@ def run_outputs(
             raise QuantError(f"onnxruntime failed in the {what}: {first_line(e)}") from None
         outputs.append({n: np.asarray(a) for n, a in zip(names, got)})
         progress(what, len(outputs), total)
+        if stop is not None and stop(outputs):
+            break
     return outputs
 
 

@@ -104,10 +104,10 @@ class QuantizeOptions:
 
     def calibration(self) -> CalibOptions:
         """How ranges are computed (``collect_ranges``'s options); an unknown calibrator is refused here."""
-        from edgeq.quant.autocalib import AUTO, AUTO_ORDER
+        from edgeq.quant.autocalib import AUTO, AUTO_FALLBACK
         from edgeq.quant.calibrate import CalibOptions
 
-        method = AUTO_ORDER[0] if self.calibrator == AUTO else self.calibrator
+        method = AUTO_FALLBACK if self.calibrator == AUTO else self.calibrator
         return CalibOptions(method=method, percentile=self.percentile, providers=self.providers)
 
     @property
@@ -377,7 +377,7 @@ def choose(
     """The calibrator from collected histograms (``calibrate_and_choose``'s second half; ``edgeq
     sensitivity`` keeps the histograms to rank regions by how much they clip)."""
     from edgeq.quant.accuracy import held_out_reference
-    from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, choose_calibrator, scorer
+    from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, choose_calibrator, end_tensors, scorer
     from edgeq.quant.metrics import METRICS
 
     calib_opts = options.calibration()
@@ -397,11 +397,13 @@ def choose(
         else:
             methods = AUTO_CANDIDATES
     score = None
-    if held_out is not None:
-        score = scorer(held_out.metric, held_out.outputs, held_out.data, options.providers, progress)
     perfect = 1.0 if held_out is not None and held_out.metric.name in METRICS else None
+    if held_out is not None:
+        score = scorer(held_out.metric, held_out.outputs, held_out.data, options.providers, progress,
+                       bounded=perfect is not None)
     choice = choose_calibrator(methods, hists, calib_opts, lambda amax: build_qdq(reference, plan, amax),
-                               score, progress, needed=plan.tensors, perfect=perfect)
+                               score, progress, needed=plan.tensors, perfect=perfect,
+                               ends=end_tensors(reference, plan) if len(methods) > 1 else ())
     return choice, held_out, (*notes, *extra)
 
 

@@ -4,7 +4,7 @@ synthetic data), iterated lazily, and split into calibration and held-out parts.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -128,6 +128,11 @@ class CalibrationSet:
         held = [e for i, e in enumerate(self._index) if i in chosen]
         return (CalibrationSet(self.specs, self._sources, calib, self.notes),
                 CalibrationSet(self.specs, self._sources, held, self.notes))
+
+    def subset(self, order: Sequence[int]) -> CalibrationSet:
+        """These samples in ``order`` (indices into this set): ``--calibrator auto`` runs the held-out
+        samples the best candidate so far got least right first."""
+        return CalibrationSet(self.specs, self._sources, [self._index[i] for i in order], self.notes)
 
     def __repr__(self) -> str:
         return f"CalibrationSet({len(self)} samples, inputs={[s.name for s in self.specs]})"
