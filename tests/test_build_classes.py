@@ -167,10 +167,13 @@ def test_the_entry_names_exactly_the_corpus_models_whose_static_build_failed() -
     outcome |= {p.name.split(".")[0]: "failed" for p in CORPUS.glob("*.static.build-errors.log.gz")}
     assert sorted(n for n, o in outcome.items() if o == "failed") == ["googlenet", "inception_v3"]
     assert len(outcome) == 13
+    def structure(name: str) -> onnx.ModelProto:  # the graph only: the matcher reads no weight values
+        return onnx.load_from_string(gzip.decompress((CORPUS / f"{name}.skel.onnx.gz").read_bytes()))
+
     for name, o in outcome.items():
-        line = known_failure_line(typed_graph_from_model(zoo.skeleton(CORPUS / f"{name}.skel.onnx.gz")))
+        line = known_failure_line(typed_graph_from_model(structure(name)))
         assert (line is not None) == (o == "failed"), name
-    assert known_failure_line(typed_graph_from_model(zoo.skeleton(CORPUS / "googlenet.skel.onnx.gz"))) == (
+    assert known_failure_line(typed_graph_from_model(structure("googlenet"))) == (
         "TensorRT 8.6 is known to fail building this Q/DQ model (9 Inception pool branches, edgeq rules "
         "inception-build): deploy with a target, where --placement auto ships the implicit engine")
 
