@@ -387,6 +387,7 @@ def engines_auto(model: Path, target: Target, options: VariantOptions, auto: Aut
         deploy_one,
         implicit_variant,
         placed_variant,
+        side_variants,
         variant_engine,
         with_variant_shapes,
     )
@@ -417,12 +418,9 @@ def engines_auto(model: Path, target: Target, options: VariantOptions, auto: Aut
     every = plan_placement(graph_from_model(cal.reference), "all")
     variants = [placed_variant(cal, p, name, run_dir) for p, name in ((cal.plan, "explicit-trt"),
                                                                        (every, "explicit-all"))]  # fmt: skip
-    if options.fp16:
-        variants.append(Variant("fp16", implicit.model))
-    if options.qdq_model is not None:
-        variants.append(Variant(f"user:{Path(options.qdq_model).name.removesuffix('.onnx')}",
-                                Path(options.qdq_model)))  # fmt: skip
-        gated.append(variants[-1].name)
+    side, user = side_variants(options, implicit.model)
+    variants += side
+    gated += user
     engines += [variant_engine(v, deploy_one(v, target, options, runs, progress)) for v in variants]
     return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated), placed)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from edgeq.errors import EdgeqError, GraphError
 from edgeq.findings import ProgressFn, no_progress
@@ -45,6 +45,7 @@ from edgeq.remote.runner import EventFn, target_runner
 from edgeq.remote.targets import Target
 
 if TYPE_CHECKING:
+    from edgeq.orchestration.fleet import FleetOptions
     from edgeq.report.policy import Policy
 
 
@@ -159,10 +160,13 @@ def deploy(
     return DeployResult(rec.run_dir, rec.stages, finished, rec.timings)
 
 
-def with_shapes(model: Path, options: DeployOptions) -> DeployOptions:
+OptionsT = TypeVar("OptionsT", "DeployOptions", "FleetOptions")
+
+
+def with_shapes(model: Path, options: OptionsT) -> OptionsT:
     """``options`` with the optimization profile of ``model``'s dynamic inputs resolved (the flags, else
-    the calibration data's shape: ``edgeq.pipeline.shapes``), so every build of one deploy, nested ones
-    included, uses the same; exit 2 before any SSH when a dynamic input has no shape to use."""
+    the calibration data's shape: ``edgeq.pipeline.shapes``), so every build of one deploy or fleet,
+    nested ones included, uses the same; exit 2 before any SSH when a dynamic input has no shape to use."""
     from edgeq.pipeline.shapes import resolve_shapes
 
     shapes = resolve_shapes(check_model_path(model), options.profile.shapes, options.quantize)

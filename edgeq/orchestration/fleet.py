@@ -33,7 +33,7 @@ from edgeq.findings import ProgressFn, no_progress
 from edgeq.fs import sha256_file
 from edgeq.interrupt import EXIT_INTERRUPTED, Interrupted
 from edgeq.orchestration import resume
-from edgeq.orchestration.deploy import policy_for
+from edgeq.orchestration.deploy import policy_for, with_shapes
 from edgeq.orchestration.fleet_file import Fleet
 from edgeq.orchestration.pool import INTERRUPTED, BoardPool
 from edgeq.pipeline.accuracy import holdout_for
@@ -428,15 +428,6 @@ def _accuracy_plan(prepared: Prepared, run: _Run) -> Any:
     if run.held is None:
         return None
     return plan_for(prepared, run.held, run.options.quantize, run.options.accuracy_gate)
-
-
-def with_shapes(model: Path, options: FleetOptions) -> FleetOptions:
-    """Every board builds ``model`` with one optimization profile, resolved before any target is
-    contacted (``edgeq.pipeline.shapes``: the flags, else the calibration data's shape)."""
-    from edgeq.pipeline.shapes import resolve_shapes
-
-    shapes = resolve_shapes(model, options.profile.shapes, options.quantize)
-    return replace(options, profile=replace(options.profile, shapes=shapes))
 
 
 def check_gates(fleet: Fleet, options: FleetOptions) -> None:

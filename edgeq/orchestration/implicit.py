@@ -40,6 +40,7 @@ from edgeq.orchestration.variants import (
     deploy_one,
     implicit_variant,
     placed_variant,
+    side_variants,
     variant_engine,
     with_variant_shapes,
 )
@@ -319,13 +320,9 @@ def engines_with_mirror(
     every = plan_placement(graph_from_model(cal.reference), "all")
     variants = [placed_variant(cal, p, name, run_dir)
                 for p, name in ((plan, "explicit"), (cal.plan, "explicit-trt"), (every, "explicit-all"))]
-    if options.fp16:
-        variants.append(Variant("fp16", implicit.model))
-    gated = ["explicit"]
-    if options.qdq_model is not None:
-        variants.append(Variant(f"user:{Path(options.qdq_model).name.removesuffix('.onnx')}",
-                                Path(options.qdq_model)))  # fmt: skip
-        gated.append(variants[-1].name)
+    side, gated = side_variants(options, implicit.model)
+    variants += side
+    gated = ["explicit", *gated]
     engines = [variant_engine(implicit, built)]
     engines += [variant_engine(v, deploy_one(v, target, options, runs, progress)) for v in variants]
     return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated))

@@ -340,7 +340,8 @@ def run_pipeline(path: Path, *, on_stage: Callable[[StageOutcome], None] = lambd
     failures."""
     from edgeq.fs import ensure_dir
     from edgeq.orchestration.auto import AutoOptions, auto_applies
-    from edgeq.orchestration.fleet import FleetOptions, check_gates, validate_prepared, with_shapes
+    from edgeq.orchestration.deploy import with_shapes
+    from edgeq.orchestration.fleet import FleetOptions, check_gates, validate_prepared
     from edgeq.pipeline.rundir import slug
 
     spec = load_spec(path)

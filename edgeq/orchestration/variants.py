@@ -130,6 +130,20 @@ def quantize_variants(model_path: Path, out_dir: Path, options: QuantizeOptions)
             placed_variant(cal, every, "explicit-all", out_dir)]  # fmt: skip
 
 
+def side_variants(options: VariantOptions, fp32_model: Path) -> tuple[list[Variant], list[str]]:
+    """The variants every ``compare --target`` adds beside its placements: ``fp16`` (the FP32 model under
+    ``--fp16``) and the user's ``--qdq-model``, gated like edgeq's explicit engine: (variants, gated
+    names)."""
+    variants: list[Variant] = []
+    gated: list[str] = []
+    if options.fp16:
+        variants.append(Variant("fp16", fp32_model))
+    if options.qdq_model is not None:
+        variants.append(Variant(f"user:{_stem(options.qdq_model)}", Path(options.qdq_model)))
+        gated.append(variants[-1].name)
+    return variants, gated
+
+
 def deploy_one(
     variant: Variant, target: Target, options: VariantOptions, runs: Path, progress: ProgressFn
 ) -> Any:
@@ -194,12 +208,9 @@ def engines_on_target(
     options = with_variant_shapes(model, options)
     run_dir = compare_dir(model, target, options)
     variants = quantize_variants(model, run_dir, options.quantize)
-    if options.fp16:
-        variants.append(Variant("fp16", variants[0].model))
-    gated = ["explicit"]
-    if options.qdq_model is not None:
-        variants.append(Variant(f"user:{_stem(options.qdq_model)}", Path(options.qdq_model)))
-        gated.append(variants[-1].name)
+    side, gated = side_variants(options, variants[0].model)
+    variants += side
+    gated = ["explicit", *gated]
     runs = run_dir / "runs"
     engines = [variant_engine(v, deploy_one(v, target, options, runs, progress)) for v in variants]
     return TargetEngines(run_dir, tuple(engines), tuple(lint_model(float_model)), tuple(gated))
