@@ -178,6 +178,9 @@ class Pattern:
     # a regex of the TensorRT 8.6 build or parse error this fact explains: a failed build names its region
     # through it (``edgeq.report.runlog.build_failure``)
     build_error: str = ""
+    # what ``quantize`` says of a graph this entry matches, when the rules' output carries a measured cost
+    # the placement does not remove (a build 8.6 fails, Myelin layers slower than implicit); None: nothing
+    note: Optional[Callable[[gs.Graph], Optional[str]]] = None
 
 
 def matches_of(pattern: Pattern, graph: gs.Graph) -> list[Match]:

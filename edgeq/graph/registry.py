@@ -148,6 +148,13 @@ def uncovered(graph: gs.Graph) -> dict[str, list[str]]:
     return out
 
 
+def notes(graph: gs.Graph) -> list[str]:
+    """What ``quantize`` says of the rules' placement of ``graph``: where it has no measured word
+    (``uncovered``), then each entry's ``note`` (a measured cost the placement does not remove)."""
+    lines = [unmeasured_line(uncovered(graph)), *(p.note(graph) for p in REGISTRY if p.note is not None)]
+    return [x for x in lines if x]
+
+
 def unmeasured_line(found: dict[str, list[str]]) -> Optional[str]:
     """The one line ``quantize`` and ``lint`` print for ``uncovered``'s result (None when all is covered)."""
     if not found:

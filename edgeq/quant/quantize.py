@@ -304,12 +304,8 @@ def quantize_model(
     calib, held, notes = split_data(data, options, reference)
     if mirror is None:  # the rules placed it: say where they have no measured word
         from edgeq.graph import registry
-        from edgeq.graph.trt86.inception import known_failure_line
-        from edgeq.graph.trt86.myelin import known_slow_line
 
-        lines = (registry.unmeasured_line(registry.uncovered(graph)), known_failure_line(graph),
-                 known_slow_line(graph))
-        notes = (*(x for x in lines if x), *notes)
+        notes = (*registry.notes(graph), *notes)
     if options.gated and held is None:
         raise QuantError("the accuracy gate needs held-out samples",
                          hint="give --holdout DIR, or at least 2 samples and a --holdout fraction above 0")

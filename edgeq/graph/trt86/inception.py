@@ -101,6 +101,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ),
         ops=frozenset(_POOLS),
         build_error=BUILD_ASSERT,
+        note=known_failure_line,
         precedence=150,
     ),
 )

@@ -241,6 +241,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ops=GROWS,
         floats_nodes=True,
         build_error=BUILD_ASSERT,
+        note=known_slow_line,
         precedence=140,
     ),
 )
