@@ -88,6 +88,20 @@ class _FirstOutput:
         return Wrapped()
 
 
+def _fixed(model, batch: int, size: int):  # type: ignore[no-untyped-def]
+    """A real export's dynamic input dimensions as (batch, C, size, size); its outputs' left to TensorRT."""
+    for inp in model.graph.input:
+        dims = inp.type.tensor_type.shape.dim
+        for i, d in enumerate(dims):
+            if not d.dim_value:
+                d.dim_value = batch if i == 0 else size
+    for out in model.graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            d.Clear()
+    del model.graph.value_info[:]
+    return model
+
+
 def _sh(argv: list[str], log: Path, timeout: float) -> int:
     with open(log, "a") as f:
         f.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
@@ -105,6 +119,10 @@ class Model:
     placements: tuple[str, ...] = PLACEMENTS  # the engines it builds and times (implicit first)
 
     def __init__(self, name: str, args: argparse.Namespace) -> None:
+        # ``NAME=PATH@SIZE``: a real export (an ONNX file), its dynamic dimensions fixed to the batch and size
+        name, _, src = name.partition("=")
+        self.src: Optional[Path] = Path(src.partition("@")[0]).resolve() if src else None
+        self.size = int(src.partition("@")[2] or 640) if src else SIZES.get(name, 224)
         self.name, self.args = name, args
         self.dir = args.work / name
         self.batch = args.yolo_batch if name == "yolo" else args.batch
@@ -134,6 +152,8 @@ class Model:
             from edgeq import zoo
 
             onnx.save(zoo.yolo_like(batch=self.batch, size=640, width=64), str(tmp))
+        elif self.src is not None:
+            onnx.save(_fixed(onnx.load(str(self.src)), self.batch, self.size), str(tmp))
         else:
             import torch
             import torchvision
@@ -145,8 +165,7 @@ class Model:
                 else torchvision.models
             kw = {"aux_loss": False, "weights_backbone": None} if family is not torchvision.models else {}
             net = _FirstOutput(getattr(family, self.name)(weights=None, **kw)).eval()
-            size = SIZES.get(self.name, 224)
-            x = torch.randn(self.batch, 3, size, size)
+            x = torch.randn(self.batch, 3, self.size, self.size)
             try:
                 torch.onnx.export(net, (x,), str(tmp), opset_version=17, dynamo=False,
                                   input_names=["input"], output_names=["output"])
@@ -256,8 +275,8 @@ class Model:
         return s
 
 
-def schedule(steps: list[Step], budget_s: float, cpu_workers: int, only: Optional[set[str]] = None
-             ) -> list[str]:
+def schedule(steps: list[Step], budget_s: float, cpu_workers: int, only: Optional[set[str]] = None,
+             depth_first: bool = False) -> list[str]:
     """Run what is not done yet: one GPU step at a time beside up to ``cpu_workers`` CPU steps, a 'solo'
     step with nothing beside it, no step started that would overrun the budget. Returns what failed."""
     t0 = time.monotonic()
@@ -287,7 +306,8 @@ def schedule(steps: list[Step], budget_s: float, cpu_workers: int, only: Optiona
         blocked = {f.split(":", 2)[0] + ":" + f.split(":", 2)[1] for f in failed}
         todo = [s for s in steps if s.key not in done and s.key not in running and s.key not in blocked
                 and not any(f"{s.model}:{d}" in blocked for d in s.deps) and (only is None or s.name in only)]
-        todo.sort(key=lambda s: s.phase)  # stable: the models' order within a phase
+        if not depth_first:
+            todo.sort(key=lambda s: s.phase)  # stable: the models' order within a phase
         kinds = [by_key[k].kind for k in running]
         started = False
         for s in todo:
@@ -462,6 +482,8 @@ def _passed(args: argparse.Namespace) -> list[str]:
         out += ["--only", args.only]
     for k in ("batch", "yolo_batch", "samples", "holdout", "rounds", "duration", "budget", "cpu_workers"):
         out += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+    if args.depth_first:
+        out.append("--depth-first")
     return out
 
 
@@ -472,7 +494,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="where to put results.tar.gz (the results of every model so "
                     "far)")
     ap.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated torchvision model names, "
-                    "yolo, or corpus (the corpus beyond the default models)")
+                    "yolo, corpus (the corpus beyond the default models) or NAME=PATH@SIZE (a real export)")
     ap.add_argument("--gpus", type=int, default=1, help="one process per GPU, the models dealt out")
     ap.add_argument("--gpu-tag", default="0", help=argparse.SUPPRESS)
     ap.add_argument("--only", help="comma-separated step names to run (e.g. export while TensorRT is "
@@ -488,6 +510,8 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=4, help="seconds per timing run")
     ap.add_argument("--budget", type=float, default=540, help="seconds: no step starts that would overrun it")
     ap.add_argument("--cpu-workers", type=int, default=2)
+    ap.add_argument("--depth-first", action="store_true", help="finish each model (timed) before the next "
+                    "model's builds: when the budget is short, every finished model is a measured one")
     ap.add_argument("--chart", type=Path, help="also draw the ratios as a PNG (needs matplotlib)")
     ap.add_argument("--from-results", type=Path, help="only draw --chart from a results.json (no GPU)")
     args = ap.parse_args()
@@ -507,7 +531,8 @@ def main() -> int:
         return _spread(args, names)
     models = [Model(n, args) for n in names]
     steps = [s for m in models for s in m.steps()]
-    failed = schedule(steps, args.budget, args.cpu_workers, set(args.only.split(",")) if args.only else None)
+    failed = schedule(steps, args.budget, args.cpu_workers, set(args.only.split(",")) if args.only else None,
+                      args.depth_first)
     if args.only:
         return 1 if failed else 0
     report(args, models)
