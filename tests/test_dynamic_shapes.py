@@ -161,7 +161,7 @@ def test_shapes_come_from_the_calibration_data_else_the_flags(tmp_path):
 
 
 @pytest.mark.parametrize(("given", "why"), [
-    (Shapes(), "input 'input' has dynamic dimensions (?, 3, ?, ?) and no shape to build the engine for"),
+    (Shapes(), "input 'input' of net.onnx has dynamic dimensions (?, 3, ?, ?) and no --optShapes for it"),
     (Shapes(opt="images:1x3x32x32"), "--optShapes names 'images', which is not an input of net.onnx"),
     (Shapes(opt="input:1x4x32x32"), "does not fit the input's shape (?, 3, ?, ?)"),
     (Shapes(min="input:2x3x32x32", opt="input:1x3x32x32"), "must grow from --minShapes 2x3x32x32"),
@@ -173,6 +173,30 @@ def test_shapes_that_cannot_be_used_are_one_line(tmp_path, given, why):
     with pytest.raises(EdgeqError) as e:
         resolve_shapes(model, given, QuantizeOptions())
     assert why in str(e.value) and e.value.exit_code == 2
+
+
+def test_the_host_and_the_target_say_the_same_of_the_same_shapes(tmp_path):
+    """One rule, one message: the host's check of the flags against the ONNX model (before any SSH) and the
+    agent's Python backend against the network TensorRT parsed from it (-1 where it is dynamic) say the
+    same words for the same shapes."""
+    model = dynamic_resnet(tmp_path / "net.onnx")
+    network = [("input", (-1, 3, -1, -1))]
+    cases = [("input:1x4x32x32",) * 3, ("input:1x3",) * 3,
+             ("input:2x3x32x32", "input:1x3x32x32", "input:2x3x32x32"), ("input:1x3x32x32,other:1",) * 3,
+             ("", "", "")]  # fmt: skip
+    said = set()
+    for lo, mid, hi in cases:
+        with pytest.raises(EdgeqError) as host:
+            resolve_shapes(model, Shapes(lo, mid, hi))
+        with pytest.raises(ValueError) as target:
+            profile_shapes(network, lo, mid, hi, "net.onnx")
+        if not mid:  # the host asks for --optShapes (min and max follow it), trtexec's rule for all three
+            assert host.value.message == str(target.value).replace("--minShapes/--optShapes/--maxShapes",
+                                                                   "--optShapes")  # fmt: skip
+        else:
+            assert host.value.message == str(target.value) and host.value.exit_code == 2
+        said.add(host.value.message)
+    assert len(said) == len(cases)
 
 
 # -- whole deploys ---------------------------------------------------------------------------------------
@@ -210,7 +234,8 @@ def test_a_dynamic_model_without_shapes_is_refused_before_any_ssh(root, cli, ssh
     code, out, err = cli(*args, "--runs-dir", root / "runs")
     assert code == 2, (out, err)
     (line,) = [ln for ln in err.splitlines() if ln.strip()]
-    assert "input 'input' has dynamic dimensions (?, 3, ?, ?)" in line and "--optShapes input:Nx3xHxW" in line
+    assert "input 'input' of net.onnx has dynamic dimensions (?, 3, ?, ?) and no --optShapes for it" in line
+    assert "give --optShapes input:Nx3xHxW" in line and "or --calib data of that shape" in line
     assert "Traceback" not in out + err
     assert not (root / "runs").exists() and not (root / "remote").exists()  # nothing written, no SSH
     assert not Path(str(trtexec) + ".calls.jsonl").exists()

@@ -51,7 +51,8 @@ def _optimization_profile(builder, config, network, args, calibrator, log):
     if not any(d < 0 for _, dims in inputs for d in dims) and not (args.minShapes or args.optShapes):
         return None
     try:
-        shapes = profile_shapes(inputs, args.minShapes, args.optShapes, args.maxShapes)
+        shapes = profile_shapes(inputs, args.minShapes, args.optShapes, args.maxShapes,
+                                os.path.basename(args.onnx))
     except ValueError as e:
         raise AgentError("input", str(e)) from None
     if not shapes:

@@ -7,14 +7,16 @@ dynamic (a batch of ``N``, a free height and width). The shapes come from the us
 the calibration data (the shape quantize already ran the model at), and otherwise the deploy stops in one
 line (exit 2) before any SSH. Where a shape gives only ``--optShapes``, min and max are the same shape (a
 profile of one shape, as trtexec does); the engine is timed at ``--optShapes`` (``--shapes`` to the agent).
-The syntax itself is parsed and printed in one place, ``edgeq.agent.shapes``, which the agent reads too.
+The syntax, and the rule for a profile with its messages, live in one place, ``edgeq.agent.shapes``
+(``profile_shapes``), which the agent runs on the target too: this module only feeds it the model's inputs
+and the calibration data's shape, and turns its errors into edgeq's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import EdgeqError
 
@@ -60,53 +62,43 @@ def resolve_shapes(model: Path, given: Shapes, quantize: Optional[QuantizeOption
     dynamic input with no shape to use."""
     if given.resolved:
         return given
-    from edgeq.agent.shapes import format_shapes, parse_shapes
+    from edgeq.agent.shapes import ShapeError, format_shapes, profile_shapes
     from edgeq.graph.io import load_model
-    from edgeq.quant.data.inputs import input_specs
 
     onnx_model = load_model(model)
-    specs = input_specs(onnx_model)
-    dims = {s.name: s.shape for s in specs}
+    filled: dict[str, tuple[int, ...]] = {}
+
+    def from_data(names: list[str]) -> dict[str, tuple[int, ...]]:
+        filled.update(_calibration_shapes(onnx_model, quantize, names))
+        return filled
+
     try:
-        lo, mid, hi = (dict(parse_shapes(t, f[2:])) for t, f in zip((given.min, given.opt, given.max), FLAGS))
+        profile = profile_shapes(_inputs(onnx_model), given.min, given.opt, given.max, Path(model).name,
+                                 fill_opt=from_data, fill_hint="--calib data of that shape",
+                                 one_shape=True)  # fmt: skip
+    except ShapeError as e:
+        raise EdgeqError(str(e), e.hint) from None
     except ValueError as e:
         raise EdgeqError(str(e), "trtexec's syntax: name:1x3x224x224,other:1x10") from None
-    for shapes, flag in zip((lo, mid, hi), FLAGS):
-        for name in shapes:
-            if name not in dims:
-                raise EdgeqError(f"{flag} names '{name}', which is not an input of {Path(model).name}",
-                                 f"its inputs: {', '.join(dims)}")  # fmt: skip
-            if None not in dims[name] and dims[name]:
-                raise EdgeqError(f"{flag} names '{name}', whose shape is static {_x(dims[name])}",
-                                 "give shapes for dynamic inputs only")  # fmt: skip
-    dynamic = [s for s in specs if None in s.shape or not s.shape]
-    if not dynamic:
+    if not profile:
         return Shapes(resolved=True, source="static")
-    sample = _calibration_shapes(onnx_model, quantize, [s.name for s in dynamic if s.name not in mid])
-    sources = {"calibration data" if s.name not in mid else "--optShapes" for s in dynamic}
-    opts: dict[str, tuple[int, ...]] = {}
-    for s in dynamic:
-        opt = mid.get(s.name) or sample.get(s.name)
-        if opt is None:
-            example = f"{s.name}:{_example(onnx_model, s.name)}"
-            raise EdgeqError(
-                f"{Path(model).name}: input '{s.name}' has dynamic dimensions {s.describe()} and no shape to "
-                "build the engine for", f"give {FLAGS[1]} {example} (trtexec syntax; {FLAGS[0]}/{FLAGS[2]} "
-                "for a range), or --calib data of that shape")  # fmt: skip
-        opts[s.name] = tuple(opt)
-    out = [{s.name: tuple(given_.get(s.name, opts[s.name])) for s in dynamic} for given_ in (lo, mid, hi)]
-    for s in dynamic:
-        for shape, flag in zip((x[s.name] for x in out), FLAGS):
-            if s.shape and (len(shape) != len(s.shape) or any(w is not None and d != w
-                                                              for d, w in zip(shape, s.shape))):
-                raise EdgeqError(f"{flag} {s.name}:{_x(shape)} does not fit the input's shape {s.describe()}",
-                                 "same rank, equal where the input is static")  # fmt: skip
-        a, b, c = (x[s.name] for x in out)
-        if len({len(a), len(b), len(c)}) > 1 or any(p > q for p, q in [*zip(a, b), *zip(b, c)]):
-            raise EdgeqError(f"input '{s.name}': the shapes must grow from {FLAGS[0]} {_x(a)} to "
-                             f"{FLAGS[1]} {_x(b)} to {FLAGS[2]} {_x(c)}")  # fmt: skip
-    lo_text, opt_text, hi_text = (format_shapes(x) for x in out)
-    return Shapes(lo_text, opt_text, hi_text, resolved=True, source=" and ".join(sorted(sources)))
+    sources = {"calibration data" if name in filled else "--optShapes" for name, *_ in profile}
+    lo, opt, hi = (format_shapes([(name, shapes[i]) for name, *shapes in profile]) for i in range(3))
+    return Shapes(lo, opt, hi, resolved=True, source=" and ".join(sorted(sources)))
+
+
+def _inputs(model: Any) -> list[tuple[str, tuple[Any, ...]]]:
+    """The model's real inputs as ``profile_shapes`` reads them: a dimension's value, else the name the
+    export gives it (``N``, ``H``: what the fix shows to fill in), else None."""
+    from edgeq.quant.data.inputs import input_specs
+
+    declared = {vi.name: vi.type.tensor_type for vi in model.graph.input}
+    out = []
+    for spec in input_specs(model):
+        tt = declared[spec.name]
+        dims = tt.shape.dim if tt.HasField("shape") else []
+        out.append((spec.name, tuple(d.dim_value if d.dim_value > 0 else d.dim_param or None for d in dims)))
+    return out
 
 
 def _calibration_shapes(model: object, quantize: Optional[QuantizeOptions], names: list[str]
@@ -121,16 +113,3 @@ def _calibration_shapes(model: object, quantize: Optional[QuantizeOptions], name
                            preprocess=quantize.preprocess, limit=1)  # fmt: skip
     first = next(iter(data), {})
     return {name: tuple(int(d) for d in first[name].shape) for name in names if name in first}
-
-
-def _x(dims: tuple[Optional[int], ...]) -> str:
-    return "x".join("?" if d is None else str(d) for d in dims)
-
-
-def _example(model: object, name: str) -> str:
-    """The input's dimensions as the export names them (``Nx3xHxW``): what the user fills in."""
-    for vi in model.graph.input:  # type: ignore[attr-defined]
-        if vi.name == name and vi.type.tensor_type.HasField("shape"):
-            dims = vi.type.tensor_type.shape.dim
-            return "x".join(str(d.dim_value) if d.dim_value > 0 else (d.dim_param or "N") for d in dims)
-    return "1x3x224x224"
