@@ -252,29 +252,71 @@ def test_compare_on_a_target_shows_the_decided_engine_and_a_second_compare_reads
     assert _qdq(_shipped(trtexec, 4)) == first and _entries(root) == [entry]
 
 
+def _tune(cli, root: Path, out: str) -> tuple[int, dict, str]:
+    code, text, err = cli("tune", root / "net.onnx", "--target", "board", "--calib", root / "calib",
+                          "--min-cosine", "0", "--budget", "1s", "--rounds", "0", "--json", "-o",
+                          root / out)  # fmt: skip
+    return code, (json.loads(text) if text.strip() else {}), err
+
+
 def test_tune_starts_from_the_cached_placement_where_auto_decided_it(root, cli):
-    """tune's start under its default ``--placement auto``: with no entry it starts from the mirror and
-    says the cache missed; after a deploy decided the explicit engine for this model, data and GPU, it
-    starts from that placement and says "placement from cache"."""
+    """tune's start under its default ``--placement auto``: after a deploy decided the explicit engine for
+    this model, data and GPU, it starts from that placement, says "placement from cache" and writes no
+    entry of its own."""
     trtexec = tune_trtexec(root / "bin", {})
     _workspace(root, trtexec)
-    tune = ["tune", root / "net.onnx", "--target", "board", "--calib", root / "calib", "--min-cosine", "0",
-            "--budget", "1s", "--rounds", "0", "--json"]  # fmt: skip
-    code, out, err = cli(*tune, "-o", root / "t1")
-    assert code in (0, 1), err
-    start = json.loads(out)["start_from"]
-    assert start["placement"] == "mirror" and start["cache"].startswith("placement cache miss")
-
     code, d, err = _deploy(cli, root)
     assert code == 0 and d["placement"]["kept"] == "explicit", err
     deployed = _qdq(_shipped(trtexec, len(builds(trtexec)) - 1))
-    code, out, err = cli(*tune, "-o", root / "t2")
+    (entry,) = _entries(root)
+    written = entry.read_text()
+    code, t, err = _tune(cli, root, "t2")
     assert code in (0, 1), err
-    start = json.loads(out)["start_from"]
+    start = t["start_from"]
     assert start["placement"] == "cache" and start["cache"].startswith("placement from cache (decided ")
     assert "kept explicit): tuning starts from it" in start["cache"]
     # the start candidate is the cached placement: the same tensors carry Q/DQ as in the deployed engine
     assert set(_qdq(_shipped(trtexec, len(builds(trtexec)) - 1))) == set(deployed)
+    assert _implicit_builds(trtexec) == 2  # deploy's decision, tune's baseline
+    assert _entries(root) == [entry] and entry.read_text() == written
+
+
+def test_tune_records_the_placement_it_decides_and_deploy_reads_it_from_the_cache(root, cli):
+    """tune on a miss builds the implicit engine and its mirror (its start) on the target, so it decides as
+    deploy does and writes the entry through deploy's writer: the next deploy of the model to that kind of
+    target builds no implicit engine, says "placement from cache" and ships the placement and scales tune
+    started from; the next tune starts from the cache too."""
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, trtexec)
+    code, t, err = _tune(cli, root, "t1")
+    assert code in (0, 1), err
+    start = t["start_from"]
+    assert start["placement"] == "mirror" and start["cache"].startswith("placement cache miss")
+    (entry,) = _entries(root)
+    assert "decided here: kept explicit (1.01" in start["cache"] and start["cache"].endswith(
+        f"written to {entry}")  # fmt: skip
+    e = json.loads(entry.read_text())
+    assert e["kept"] == "explicit" and e["evidence"]["target"] == "board" and e["evidence"]["ratio"] >= 0.98
+    assert e["evidence"]["relative_gate"]["passed"] and isinstance(e["evidence"]["implicit_build_seconds"],
+                                                                    float)  # fmt: skip
+    assert Path(e["evidence"]["layers"]["implicit"]).parent.parent == root / "t1" / "runs"
+    assert e["calibration_cache"] == next((root / "t1").glob("*.implicit.cache")).read_text()
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False]
+    started = _qdq(_shipped(trtexec, 1))  # tune's start: the mirror of its implicit engine
+    assert len(started) == 55
+
+    code, d, err = _deploy(cli, root)
+    assert code == 0, err
+    auto = d["placement"]
+    assert auto["from_cache"] and auto["kept"] == "explicit" and auto["cache"]["path"] == str(entry)
+    assert any(n.startswith("placement from cache (decided ") and "no implicit engine built" in n
+               for n in auto["notes"])  # fmt: skip
+    assert _implicit_builds(trtexec) == 1 and len(builds(trtexec)) == 3
+    assert _qdq(_shipped(trtexec, 2)) == started  # the same Q/DQ tensors and scales
+
+    code, t, err = _tune(cli, root, "t2")
+    assert code in (0, 1), err
+    assert t["start_from"]["placement"] == "cache" and _entries(root) == [entry]
 
 
 def test_a_corrupt_cache_entry_is_ignored_with_a_warning(root, cli):

@@ -29,7 +29,8 @@ from edgeq.cli.output import EXIT_CODES_HELP, code_for, out, print_json, progres
 
 _HELP = (
     "Placement decided by the target's own timings: calibrate once, build implicit INT8 on the target, "
-    "start from what --placement auto decided there (cached), else its mirror, then toggle one decision "
+    "start from what --placement auto decided there (cached), else its mirror (judged and cached as deploy "
+    "decides), then toggle one decision "
     "point at a time, each built, profiled and kept only if faster in --rounds alternating timings and "
     "within --min-cosine (trt or --overrides: start from the rules, also the fallback).\n\n"
     "Writes the tuned Q/DQ model, its calibration cache, tune.json and tune.html; run it again with the "

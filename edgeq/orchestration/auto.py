@@ -17,7 +17,9 @@ When the implicit build itself fails there is nothing to mirror or time against:
 (``--placement trt``) is deployed instead, the output says so in one line naming the failure, and nothing
 is cached (the next deploy decides again).
 
-Either way the decision is written to the placement cache. The next deploy with the same key builds only
+Either way the decision is written to the placement cache, by ``record_decision``, the one writer (deploy,
+fleet, compare and tune's start from the mirror on a miss: ``decision_from`` makes the entry from what was
+judged, ``Judged``). The next deploy with the same key builds only
 the engine that was kept (the explicit one from the cached placement and scales, no calibration, no
 implicit build) and says "placement from cache". A target whose TensorRT version or GPU is unknown is
 decided every time (nothing cached). A Q/DQ model, or a float model without calibration data, is deployed
@@ -60,6 +62,8 @@ from edgeq.remote.targets import Target
 
 if TYPE_CHECKING:
     from edgeq.pipeline.stages import Prepared, Probe
+    from edgeq.quant.mirror import MirrorReport
+    from edgeq.quant.plan import Plan
     from edgeq.quant.quantize import QuantizeOptions
     from edgeq.report.compare_gate import RelativeGate
     from edgeq.report.policy import Policy
@@ -224,7 +228,6 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
             progress: ProgressFn, on_event: EventFn) -> AutoDeploy:  # fmt: skip
     """A miss: implicit, its mirror, the explicit engine and the relative gate; the decision cached."""
     from edgeq.fs import atomic_write_text
-    from edgeq.orchestration.placement_cache import plan_to_dict
 
     failed: list[str] = []
 
@@ -255,42 +258,84 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
     else:
         decided = judge_explicit(target, m, explicit, options, rounds=auto.rounds, min_ratio=auto.min_ratio,
                                  progress=progress)  # fmt: skip
-    if decided is not None and decided.relative:
-        kept, result, reason = "explicit", decided.explicit, decided.relative.summary()
-    elif decided is not None:
-        failures = "; ".join(f"[{r}] {msg}" for r, msg in decided.relative.failures[:3])
-        kept, result = "implicit", m.implicit
-        reason = f"the mirror's explicit engine failed the relative gate against implicit: {failures}"
-    else:
-        kept, result = "implicit", m.implicit
-        reason = f"the explicit build failed on {target.name}: {build_error} (the implicit engine is shipped)"
-    ratio = decided.relative.ratio.throughput if decided is not None else None
-    evidence = {
-        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "target": target.name,
-        "implicit_build_seconds": round(m.implicit.stage("build").seconds, 2),
-        "implicit_qps": m.implicit.timings.get("throughput_qps"),
-        "ratio": round(ratio, 4) if ratio is not None else None, "min_ratio": auto.min_ratio,
-        "relative_gate": decided.relative.to_dict() if decided is not None else None,
-        "explicit_build_error": build_error, "mirror": m.report.to_dict(),
-        "runs": {"implicit": str(m.implicit.run_dir),
-                 "explicit": str(decided.explicit.run_dir) if decided is not None else None},
-        "layers": {"implicit": str(m.implicit.run_dir / "layers.json"), "explicit":
-                   str(decided.explicit.run_dir / "layers.json") if decided is not None else None},
-    }  # fmt: skip
-    decision = Decision(kept, reason, plan_to_dict(m.plan), m.plan.scale_amax(m.cal.amax),
-                        Path(m.pair.calib_cache or "").read_text(), m.floats.nodes, m.floats.by_design,
-                        m.floats.reformats, evidence)  # fmt: skip
+    judged = Judged(target.name, m.plan, m.cal.amax, Path(m.pair.calib_cache or "").read_text(), m.floats,
+                    m.report, m.implicit.run_dir, m.implicit.stage("build").seconds,
+                    m.implicit.timings.get("throughput_qps"), auto.min_ratio,
+                    decided.relative if decided is not None else None,
+                    decided.explicit.run_dir if decided is not None else None, build_error)  # fmt: skip
+    decision = decision_from(judged)
+    result = decided.explicit if decision.kept == "explicit" and decided is not None else m.implicit
     out = AutoDeploy(m.run_dir, result, decision, False, lookup, uncached, key, decided, m.implicit)
-    out.files.update(_kept_files(kept, m.model, m.pair.model, m.pair.calib_cache))
+    out.files.update(_kept_files(decision.kept, m.model, m.pair.model, m.pair.calib_cache))
     if key is not None:
-        try:
-            out.files["cache_entry"] = str(cache.put(key, decision))
-        except OSError as e:  # a cache that cannot be written costs the next deploy a decision, no more
-            out.cache_warning = (f"placement cache: cannot write {cache.path(key)} ({e.strerror or e}); "
-                                 "not cached")
+        entry, out.cache_warning = record_decision(cache, key, decision)
+        if entry is not None:
+            out.files["cache_entry"] = entry
     out.files["summary"] = str(m.run_dir / "placement.json")
     atomic_write_text(m.run_dir / "placement.json", json.dumps(out.to_dict(), indent=2, default=str) + "\n")
     return out
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What a decision is made of, wherever the implicit engine was built, mirrored and the explicit one
+    judged against it (deploy's miss, tune's start from the mirror): one ``decision_from`` for both, so a
+    later deploy or tune of the key reads the same entry whoever wrote it."""
+
+    target: str
+    plan: Plan  # the mirror's placement, as the explicit engine was built from it
+    amax: dict[str, float]  # the calibration's ranges (before scale sharing)
+    calibration_cache: str  # the implicit engine's calibration cache (its text)
+    floats: ImplicitFloat  # implicit's float nodes, the float-entry nodes, its interior reformats
+    mirror: MirrorReport
+    implicit_run: Path
+    implicit_build_seconds: Optional[float]
+    implicit_qps: Optional[float]
+    min_ratio: float
+    relative: Optional[RelativeGate] = None  # None: no explicit engine was timed (its build failed)
+    explicit_run: Optional[Path] = None
+    build_error: Optional[str] = None  # the explicit build's first error line
+
+
+def decision_from(j: Judged) -> Decision:
+    """What is kept and why (the explicit engine when the relative gate passed, else implicit), with the
+    placement, its scales and the evidence: the one way a decision is made into a cache entry."""
+    from edgeq.orchestration.placement_cache import plan_to_dict
+
+    if j.relative is not None and j.relative:
+        kept, reason = "explicit", j.relative.summary()
+    elif j.relative is not None:
+        failures = "; ".join(f"[{r}] {msg}" for r, msg in j.relative.failures[:3])
+        kept = "implicit"
+        reason = f"the mirror's explicit engine failed the relative gate against implicit: {failures}"
+    else:
+        kept = "implicit"
+        reason = f"the explicit build failed on {j.target}: {j.build_error} (the implicit engine is shipped)"
+    ratio = j.relative.ratio.throughput if j.relative is not None else None
+    build_s = round(j.implicit_build_seconds, 2) if j.implicit_build_seconds is not None else None
+    explicit = str(j.explicit_run) if j.explicit_run is not None else None
+    evidence = {
+        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "target": j.target,
+        "implicit_build_seconds": build_s, "implicit_qps": j.implicit_qps,
+        "ratio": round(ratio, 4) if ratio is not None else None, "min_ratio": j.min_ratio,
+        "relative_gate": j.relative.to_dict() if j.relative is not None else None,
+        "explicit_build_error": j.build_error, "mirror": j.mirror.to_dict(),
+        "runs": {"implicit": str(j.implicit_run), "explicit": explicit},
+        "layers": {"implicit": str(j.implicit_run / "layers.json"),
+                   "explicit": str(j.explicit_run / "layers.json") if j.explicit_run is not None else None},
+    }  # fmt: skip
+    return Decision(kept, reason, plan_to_dict(j.plan), j.plan.scale_amax(j.amax), j.calibration_cache,
+                    j.floats.nodes, j.floats.by_design, j.floats.reformats, evidence)  # fmt: skip
+
+
+def record_decision(cache: PlacementCache, key: PlacementKey, decision: Decision
+                    ) -> tuple[Optional[str], Optional[str]]:  # fmt: skip
+    """The one writer of the placement cache (deploy, fleet, compare and tune): (the entry's path, None),
+    or (None, a warning) when it cannot be written: that costs the next deploy a decision, no more."""
+    try:
+        return str(cache.put(key, decision)), None
+    except OSError as e:
+        return None, f"placement cache: cannot write {cache.path(key)} ({e.strerror or e}); not cached"
 
 
 def _rules_fallback(model: Path, target: Target, options: DeployOptions, error: EdgeqError,

@@ -247,8 +247,7 @@ def judge_explicit(
     from edgeq.fs import atomic_write_text
     from edgeq.orchestration.retime import retime
     from edgeq.pipeline.stages import ProfileSettings
-    from edgeq.report.compare import diff_pair
-    from edgeq.report.compare_gate import DEFAULT_MIN_RATIO, relative_gate
+    from edgeq.report.compare_gate import DEFAULT_MIN_RATIO
 
     implicit, cal = m.implicit, m.cal
     paired: Optional[dict[str, Any]] = None
@@ -261,16 +260,29 @@ def judge_explicit(
                        accept_new_host_key=options.accept_new_host_key, cache_dir=options.cache_dir,
                        progress=progress)  # fmt: skip
         paired, qps = timed.to_dict(), [timed.median(0), timed.median(1)]
-    base = _run_engine(implicit.run_dir, cal.reference, "implicit", qps[0], None)
-    cand = _run_engine(explicit.run_dir, cal.reference, "explicit", qps[1], None)
-    relative = relative_gate(diff_pair(base, cand), DEFAULT_MIN_RATIO if min_ratio is None else min_ratio,
-                             by_design=m.floats.by_design)  # fmt: skip
+    relative = relative_to_implicit(cal.reference, implicit.run_dir, explicit.run_dir, (qps[0], qps[1]),
+                                    DEFAULT_MIN_RATIO if min_ratio is None else min_ratio,
+                                    m.floats.by_design)  # fmt: skip
     result = ImplicitDeploy(m.run_dir, implicit, explicit, m.report, m.floats, relative, m.accuracy, paired)
     summary = m.run_dir / "implicit.json"
     result.files = {"mirror_model": str(m.model), "fp32_model": str(m.pair.model),
                     "cache": str(m.pair.calib_cache), "summary": str(summary)}  # fmt: skip
     atomic_write_text(summary, json.dumps(result.to_dict(), indent=2, default=str) + "\n")
     return result
+
+
+def relative_to_implicit(reference: Any, implicit_run: Path, explicit_run: Path,
+                         qps: tuple[Optional[float], Optional[float]], min_ratio: float,
+                         by_design: tuple[str, ...] = ()) -> RelativeGate:  # fmt: skip
+    """The relative gate of an explicit engine against the implicit one, each read from its run directory
+    and mapped onto ``reference``, at ``qps`` (paired medians where there are some): deploy's judgement
+    and tune's of its start from the mirror."""
+    from edgeq.report.compare import diff_pair
+    from edgeq.report.compare_gate import relative_gate
+
+    base = _run_engine(implicit_run, reference, "implicit", qps[0], None)
+    cand = _run_engine(explicit_run, reference, "explicit", qps[1], None)
+    return relative_gate(diff_pair(base, cand), min_ratio, by_design=by_design)
 
 
 def deploy_implicit(

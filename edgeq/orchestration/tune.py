@@ -31,7 +31,10 @@ accuracy, what chose it).
 (``edgeq.quant.decisions.decision_points``: sites whose consumers implicit ran FP16 start float). The default
 (no ``--placement``: ``TuneOptions.fallback``) takes that start when the implicit engine does not mirror
 onto the model, and any run does when the mirror's start is unusable (accuracy, build); ``start_from`` in
-``tune.json`` says which start and why. From the mirror the gate allowlists the nodes implicit itself ran
+``tune.json`` says which start and why. Under ``--placement auto`` (the CLI's default) the start is the
+placement cache's decision for the key when it kept the explicit engine; on a miss tune starts from the mirror
+and, that start measured, decides and caches it as deploy does (``_record_start``). From the mirror the gate
+allowlists the nodes implicit itself ran
 in FP16/FP32 (``edgeq.orchestration.implicit``). ``--overrides`` (e.g. the file ``quantize --max-loss``
 writes) starts from the rules with those nodes float, and the precision gate allowlists them.
 """
@@ -378,14 +381,15 @@ def tune(
     allow: list[str] = []
     started, why = "rules", None  # where the search starts, and why not from the mirror asked for
     cached = _cached_start(model, target, options, progress) if options.auto is not None else None
-    if cached is not None and cached[0] is not None:  # the placement auto decided here: no mirror to make
+    mirrored: Any = None  # the mirror's report, when the search starts from it
+    if cached is not None and cached.plan is not None:  # the placement auto decided here: no mirror to make
         from edgeq.quant.decisions import mirror_decisions
 
-        plan, decisions = mirror_decisions(cached[0], rules, regions)
+        plan, decisions = mirror_decisions(cached.plan, rules, regions)
         started, allow = "cache", fp16
     elif q.placement == "implicit":  # start from the mirror; implicit's own float nodes are its intent
         try:
-            plan, decisions = _mirror_start(Path(str(implicit.run_dir)), reference, rules, regions)
+            plan, decisions, mirrored = _mirror_start(Path(str(implicit.run_dir)), reference, rules, regions)
             started, allow = "mirror", fp16
         except QuantError as e:
             if not options.fallback:
@@ -419,6 +423,11 @@ def tune(
     # 3. start (the mirror, or the rules with implicit's FP16 mirrored), then one toggle at a time
     current = {d.id: d.start for d in decisions}
     start = measure(current)
+    said = cached.said if cached is not None else None
+    if started == "mirror" and cached is not None and cached.misses:  # tune decided: cache it as deploy does
+        start_plan = candidate_plan(plan, decisions, current)
+        said = _record_start(tuner, state, cached, implicit, start, start_plan, shared, implicit_cache,
+                             reference, mirrored)  # fmt: skip
     if not start.usable and started in MIRRORED:  # the mirror cost accuracy or failed: start from the rules
         why = f"the mirror's start was not usable: {_unusable(start)}"
         plan, decisions, allow, started = rules, decision_points(rules, fp16, regions), [], "rules"
@@ -429,7 +438,7 @@ def tune(
     if not start.usable:  # implicit's FP16 mirrored can cost accuracy: fall back to the rules alone
         current = {d.id: d.start or d.rule == IMPLICIT_FP16 for d in decisions}
         best = start = measure(current)
-    start_from = {"placement": started, "not_mirror": why, "cache": cached[1] if cached is not None else None}
+    start_from = {"placement": started, "not_mirror": why, "cache": said}
     log: list[dict[str, Any]] = []
     stopped = None
     for i, d in enumerate(decisions):
@@ -467,8 +476,24 @@ def tune(
     return result
 
 
-def _cached_start(model: Path, target: Target, options: TuneOptions, progress: ProgressFn
-                  ) -> tuple[Optional[Any], str]:  # fmt: skip
+@dataclass(frozen=True)
+class _Cached:
+    """What the placement cache said to tune --placement auto: the plan to start from (a decision that
+    kept the explicit engine), else None; the words; and the key and lookup, for writing a decision."""
+
+    plan: Optional[Any]
+    said: str
+    auto: Any  # auto.AutoOptions
+    key: Optional[Any] = None  # placement_cache.PlacementKey
+    lookup: Optional[Any] = None  # placement_cache.Lookup
+
+    @property
+    def misses(self) -> bool:
+        """No usable entry for a key there is: tune's own decision is to be written."""
+        return self.key is not None and self.lookup is not None and self.lookup.decision is None
+
+
+def _cached_start(model: Path, target: Target, options: TuneOptions, progress: ProgressFn) -> _Cached:
     """tune --placement auto: the placement cache's plan for this model, data, TensorRT and GPU when the
     decision kept the explicit engine (``auto.cached_placement``, the lookup deploy makes), else None;
     and what the cache said, in words ("placement from cache ..." or why the mirror starts)."""
@@ -480,20 +505,61 @@ def _cached_start(model: Path, target: Target, options: TuneOptions, progress: P
                                              progress=progress, shapes=options.shapes)  # fmt: skip
     decision = lookup.decision if lookup is not None else None
     if key is None or lookup is None:
-        return None, f"placement cache not used: {uncached}; starting from the mirror"
+        return _Cached(None, f"placement cache not used: {uncached}; starting from the mirror", auto)
     if decision is None:
-        return None, f"placement cache miss ({key.describe()}); starting from the mirror"
+        warned = f"{lookup.warning}; " if lookup.warning else ""
+        return _Cached(None, f"{warned}placement cache miss ({key.describe()}); starting from the mirror",
+                       auto, key, lookup)  # fmt: skip
     ev = decision.evidence
     said = (f"placement from cache (decided {ev.get('created', '?')} on {ev.get('target', '?')}: kept "
             f"{decision.kept})")  # fmt: skip
     if decision.kept != "explicit":
-        return None, f"{said}; no explicit placement to start from: starting from the mirror"
-    return decision.to_plan(), f"{said}: tuning starts from it"
+        return _Cached(None, f"{said}; no explicit placement to start from: starting from the mirror", auto,
+                       key, lookup)  # fmt: skip
+    return _Cached(decision.to_plan(), f"{said}: tuning starts from it", auto, key, lookup)
 
 
-def _mirror_start(run_dir: Path, reference: Any, rules: Any, regions: Any) -> tuple[Any, list[Decision]]:
-    """The mirror of the implicit engine in ``run_dir`` and its decisions both ways (``mirror_decisions``).
-    Raises QuantError when its layer JSON is missing or does not map onto ``reference``."""
+def _record_start(tuner: _Tuner, state: _State, cached: _Cached, implicit: Measured, start: Measured,
+                  plan: Any, amax: dict[str, float], implicit_cache: Path, reference: Any, mirror: Any
+                  ) -> str:  # fmt: skip
+    """A cache miss under auto: tune built the implicit engine and its mirror's engine (the start), so it
+    decides as deploy does (the relative gate at auto's ratio, on ``--rounds`` paired rounds) and writes
+    the decision through deploy's one writer: a later deploy or tune of the key reads it. A start that is
+    not usable decides nothing: one refused for accuracy met tune's bound, not deploy's; a failed build is
+    left to deploy, which names the build log's TensorRT error. Returns what it said."""
+    from edgeq.orchestration.auto import Judged, decision_from, record_decision
+    from edgeq.orchestration.implicit import implicit_float, relative_to_implicit
+    from edgeq.orchestration.placement_cache import PlacementCache
+    from edgeq.pipeline.rundir import stage_seconds
+    from edgeq.report.compare_engine import engine_from_path
+
+    if not start.usable or implicit.run_dir is None:
+        return f"{cached.said}; nothing cached: the mirror's start was not usable ({_unusable(start)})"
+    implicit_run, explicit_run = Path(implicit.run_dir), Path(str(start.run_dir))
+    base = engine_from_path(str(implicit_run), onnx_model=reference, name="implicit")
+    floats = replace(implicit_float(base), by_design=plan.float_nodes)
+    qps: tuple[Optional[float], Optional[float]] = (implicit.qps, start.qps)
+    if tuner.options.rounds:
+        figures = tuner.paired(state, implicit, start, tuner.options.rounds)
+        qps = (figures["median_qps"][0], figures["median_qps"][1])
+    relative = relative_to_implicit(reference, implicit_run, explicit_run, qps, cached.auto.min_ratio,
+                                    floats.by_design)  # fmt: skip
+    judged = Judged(tuner.target.name, plan, amax, implicit_cache.read_text(), floats, mirror, implicit_run,
+                    stage_seconds(implicit_run, "build"), implicit.qps, cached.auto.min_ratio, relative,
+                    explicit_run)  # fmt: skip
+    decision = decision_from(judged)
+    assert cached.key is not None  # a miss has a key
+    entry, warning = record_decision(PlacementCache(cached.auto.cache_dir), cached.key, decision)
+    ratio = f" ({decision.evidence['ratio']}x implicit)" if decision.evidence.get("ratio") is not None else ""
+    where = f"written to {entry}" if entry is not None else f"warning: {warning}"
+    return f"{cached.said}; decided here: kept {decision.kept}{ratio}, {where}"
+
+
+def _mirror_start(run_dir: Path, reference: Any, rules: Any, regions: Any
+                  ) -> tuple[Any, list[Decision], Any]:  # fmt: skip
+    """The mirror of the implicit engine in ``run_dir``, its decisions both ways (``mirror_decisions``) and
+    the mirror's report. Raises QuantError when its layer JSON is missing or does not map onto
+    ``reference``."""
     from edgeq.graph.io import graph_from_model
     from edgeq.quant.decisions import mirror_decisions
     from edgeq.quant.mirror import load_engine, plan_from_engine
@@ -501,8 +567,8 @@ def _mirror_start(run_dir: Path, reference: Any, rules: Any, regions: Any) -> tu
     layers = run_dir / "layers.json"
     if not layers.is_file():
         raise QuantError(f"{layers}: the target wrote no layer JSON for the implicit engine")
-    mirror, _ = plan_from_engine(graph_from_model(reference), load_engine(layers))
-    return mirror_decisions(mirror, rules, regions)
+    mirror, report = plan_from_engine(graph_from_model(reference), load_engine(layers))
+    return (*mirror_decisions(mirror, rules, regions), report)
 
 
 def _unusable(m: Measured) -> str:

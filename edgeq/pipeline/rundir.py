@@ -82,6 +82,16 @@ def write_json(path: Path, obj: Any) -> Path:
     return path
 
 
+def stage_seconds(run_dir: Path, name: str) -> Optional[float]:
+    """One stage's seconds as a finished run's ``stages.json`` has them; None where it has not."""
+    try:
+        stages = json.loads((Path(run_dir) / "stages.json").read_text())["stages"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    done = [s for s in stages if s.get("name") == name and s.get("status") == "ok"]
+    return float(done[0]["seconds"]) if done else None
+
+
 class RunLog:
     """``stages.json`` and ``deploy.log`` of one run; every change is on disk at once."""
 
