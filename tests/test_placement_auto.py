@@ -224,11 +224,23 @@ def test_a_failed_implicit_build_ships_the_rules_qdq_model_and_says_so(root, cli
     assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, True, False]
 
 
-def test_compare_on_a_target_shows_the_decided_engine_and_a_second_compare_reads_the_cache(root, cli):
+def test_compare_on_a_target_shows_the_decided_engine_and_a_second_compare_reads_the_cache(root, cli,
+                                                                                            monkeypatch):
     """``compare --target --calib`` decides by default (``--placement auto``): the decided engine is the
     gated ``explicit`` row beside the implicit baseline (the one the decision built), the rules and
-    --placement all. The next compare reads the placement cache: the cached placement's engine, no mirror,
-    the baseline built as always, and it says "placement from cache"."""
+    --placement all, all from one calibration pass over the data (the decision's; counted on edgeq's one
+    calibration function). The next compare reads the placement cache: the cached placement's engine, no
+    mirror, the baseline built as always (one calibration), and it says "placement from cache"."""
+    from edgeq.quant import quantize
+
+    passes: list[int] = []
+    real = quantize.calibrate_and_choose
+
+    def counted(*args, **kwargs):
+        passes.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(quantize, "calibrate_and_choose", counted)
     trtexec = tune_trtexec(root / "bin", {})
     _workspace(root, trtexec)
     args = ["compare", root / "net.onnx", "--target", "board", "--calib", root / "calib", "--gate",
@@ -241,9 +253,14 @@ def test_compare_on_a_target_shows_the_decided_engine_and_a_second_compare_reads
     assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, False, False]
     first = _qdq(_shipped(trtexec, 1))  # the mirror the target judged
     (entry,) = _entries(root)
+    assert len(passes) == 1  # the decision's calibration, reused by the rules' rows
+    (compared,) = (root / "runs").glob("compare-net-board-*")
+    cache = json.loads(entry.read_text())["calibration_cache"]
+    assert (compared / "net.implicit.cache").read_text() == cache  # the baseline row's: the same ranges
 
     code, out, err = cli(*args)
     assert code == 0, err
+    assert len(passes) == 2  # a hit: one calibration, for the baseline and the rules
     text = " ".join(out.split())
     assert "placement from cache" in text and "no implicit engine built" in text
     # the cached placement's engine first (no calibration, no mirror), then the baseline and the rules

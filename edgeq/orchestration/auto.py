@@ -54,7 +54,7 @@ from edgeq.orchestration.implicit import (
     judge_explicit,
 )
 from edgeq.orchestration.placement_cache import Decision, Lookup, PlacementCache, PlacementKey
-from edgeq.orchestration.variants import TargetEngines, VariantOptions
+from edgeq.orchestration.variants import Calibrated, TargetEngines, VariantOptions
 from edgeq.pipeline.rundir import new_run_dir, no_event
 from edgeq.pipeline.shapes import Shapes
 from edgeq.remote.runner import EventFn
@@ -95,6 +95,7 @@ class AutoDeploy:
     implicit_run: Optional[DeployResult] = None  # this run built the implicit engine
     files: dict[str, str] = field(default_factory=dict)
     cache_warning: Optional[str] = None  # the decision could not be written to the cache
+    calibrated: Optional[Calibrated] = None  # this run's calibration (a miss): compare's rows reuse it
 
     @property
     def kept(self) -> str:
@@ -265,7 +266,8 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
                     decided.explicit.run_dir if decided is not None else None, build_error)  # fmt: skip
     decision = decision_from(judged)
     result = decided.explicit if decision.kept == "explicit" and decided is not None else m.implicit
-    out = AutoDeploy(m.run_dir, result, decision, False, lookup, uncached, key, decided, m.implicit)
+    out = AutoDeploy(m.run_dir, result, decision, False, lookup, uncached, key, decided, m.implicit,
+                     calibrated=m.cal)  # fmt: skip
     out.files.update(_kept_files(decision.kept, m.model, m.pair.model, m.pair.calib_cache))
     if key is not None:
         entry, out.cache_warning = record_decision(cache, key, decision)
@@ -447,7 +449,9 @@ def engines_auto(model: Path, target: Target, options: VariantOptions, auto: Aut
                            gate="none", runs_dir=run_dir / "placement",
                            profile=ProfileSettings(fp16=True, shapes=options.shapes))  # fmt: skip
     placed = deploy_auto(model, target, decide, auto, progress=progress)
-    cal, _ = calibrate_once(Path(model), options.quantize)
+    # one calibration for every row: the decision's when this run decided (its implicit engine is the
+    # baseline), else one of the same data (less --holdout, as the decision's) for the baseline and rules
+    cal = placed.calibrated or calibrate_once(Path(model), options.quantize, holdout=True)[0]
     implicit = implicit_variant(cal, run_dir, options.quantize)
     baseline = placed.implicit_run or deploy_one(implicit, target, options, runs, progress)
     engines = [variant_engine(implicit, baseline)]
