@@ -64,6 +64,7 @@ class Step:
     done: Callable[[], bool]
     run: Callable[[], None]
     phase: int = 0  # 0 before 1 over all models: every implicit and static engine before any mirror
+    after: tuple[str, ...] = ()  # steps tried first (done or failed): timing waits for the static build
     key: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -227,10 +228,11 @@ class Model:
         engines alone."""
         import re
 
-        figures: dict[str, list[float]] = {p: [] for p in self.placements}
+        built = tuple(p for p in self.placements if self.plan(p).is_file())  # a failed static build: the rest
+        figures: dict[str, list[float]] = {p: [] for p in built}
         log = self.dir / "timing.log"
         for r in range(self.args.rounds):
-            order = self.placements if r % 2 == 0 else tuple(reversed(self.placements))
+            order = built if r % 2 == 0 else tuple(reversed(built))
             for p in order:
                 argv = [self.args.trtexec, f"--loadEngine={self.plan(p)}", "--noDataTransfers",
                         "--useCudaGraph", f"--duration={self.args.duration}", "--warmUp=500"]
@@ -267,8 +269,8 @@ class Model:
             Step("build-mirror", self.name, "gpu", 60 * heavy, ("quantize-mirror",),
                  self.layers("mirror").is_file, lambda: self.build("mirror"), phase=1),
             Step("time", self.name, "solo", self.args.rounds * 3 * (self.args.duration + 4),
-                 ("build-implicit", "build-static", "build-mirror"), (self.dir / "timing.json").is_file,
-                 self.time_rounds, phase=1),
+                 ("build-implicit", "build-mirror"), (self.dir / "timing.json").is_file,
+                 self.time_rounds, phase=1, after=("build-static",)),
             Step("compare", self.name, "cpu", 20, ("time",), (self.dir / "compare.json").is_file,
                  self.compare, phase=1),
         ]
@@ -286,8 +288,13 @@ def schedule(steps: list[Step], budget_s: float, cpu_workers: int, only: Optiona
     running: dict[str, Future[None]] = {}
     pool = ThreadPoolExecutor(max_workers=cpu_workers + 1)
 
+    def settled(key: str) -> bool:  # done, failed, or never to run (a step it needs failed)
+        fell = {f.split(": ", 1)[0] for f in failed}
+        return key in done or key in fell or any(f"{by_key[key].model}:{d}" in fell for d in by_key[key].deps)
+
     def ready(s: Step) -> bool:
-        return all(f"{s.model}:{d}" in done for d in s.deps)
+        return (all(f"{s.model}:{d}" in done for d in s.deps)
+                and all(settled(f"{s.model}:{d}") for d in s.after if f"{s.model}:{d}" in by_key))
 
     def fits(s: Step) -> bool:
         return time.monotonic() - t0 + s.estimate_s <= budget_s
