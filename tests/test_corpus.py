@@ -1,5 +1,5 @@
-"""The corpus: real implicit INT8 engines of 18 architectures (TensorRT 8.6.0 on H100 and H200, layer JSON and
-profile), each beside the graph it was built from (a skeleton of edgeq's ``.int8.fp32.onnx``, or the zoo's
+"""The corpus: real implicit INT8 engines of 24 models (TensorRT 8.6.0 on H100 and H200, layer JSON and
+profile; YOLOv8n on both GPUs), each beside the graph it was built from (a skeleton of edgeq's ``.int8.fp32.onnx``, or the zoo's
 code for the two built in code). Without a GPU: every engine mirrors onto its graph, and the static rules
 are held against each mirror per quantized tensor, printed as one table (``tests/fixtures/README.md``
 has the measurement behind each file)."""
@@ -90,14 +90,16 @@ def table() -> list[Row]:
 
 def test_the_corpus_covers_the_families_the_rules_were_not_written_from() -> None:
     names = {e.name for e in entries()}
-    assert len(names) >= 18
-    assert {"vit_b_16", "convnext_tiny", "googlenet", "regnet_x_400mf", "mobilenet_v3_small",
-            "efficientnet_v2_s", "yolov8n (nudenet)"} <= names
+    assert len(names) >= 24
+    assert {"vit_b_16", "swin_t", "convnext_tiny", "googlenet", "inception_v3", "regnet_x_400mf",
+            "mobilenet_v3_small", "efficientnet_v2_s", "yolov8n (nudenet)", "yolov8n_nudenet"} <= names
+    # no profile: one lease kept none; trtexec's profiling run crashed at exit ("device not ready") on two
+    unprofiled = {"regnet_y_400mf", "fcn_resnet50", "mnasnet1_0"}
     for e in entries():
         layers = json.loads(gzip.decompress(e.layers.read_bytes()), strict=False)["Layers"]
         assert layers, e.name
         assert e.layers.with_name(e.layers.name.replace(".layers.", ".profile.")).is_file() \
-            or e.name == "regnet_y_400mf", e.name  # that one lease kept no profile
+            or e.name in unprofiled, e.name
 
 
 def test_every_corpus_engine_mirrors_onto_its_graph_and_keeps_its_int8_edges(table, capsys) -> None:
@@ -115,16 +117,16 @@ def test_every_corpus_engine_mirrors_onto_its_graph_and_keeps_its_int8_edges(tab
 def test_where_the_rules_agree_with_the_engines_and_where_the_target_must_decide(table) -> None:
     """What the corpus says about the static rules, per quantized activation tensor. They match the engine
     on the families they were measured on (EfficientNet, ResNeXt, MobileNetV3 with hardswish-unfused);
-    ViT's implicit engine runs no INT8 at all on 8.6 (Myelin, FP16) and the rules leave its transformer
-    blocks float; where the GPU picks FP16 for
+    ViT's and Swin-T's implicit engines run no INT8 at all on 8.6 (Myelin, FP16) and the rules leave their
+    transformer blocks float; where the GPU picks FP16 for
     grouped convolutions (RegNetX) or Inception's branches (GoogLeNet) the rules cannot know it: under half
     agree, the case for ``--placement auto``."""
     by = {r.entry.name: r for r in table}
     for name in ("efficientnet_v2_s", "resnext50_32x4d", "efficientnet_b0", "mobilenet_v3_small",
                  "mobilenet_v3_large"):
         assert (by[name].agreement.fraction or 0) >= 0.95, name
-    vit = by["vit_b_16"]
-    assert vit.int8_edges == 0 and len(vit.agreement.rules_only) <= 1
+    for name in ("vit_b_16", "swin_t"):  # the patch convolution's input at most
+        assert by[name].int8_edges == 0 and len(by[name].agreement.rules_only) <= 1, name
     for name in ("regnet_x_400mf", "googlenet"):
         assert (by[name].agreement.fraction or 1) < 0.6 and by[name].agreement.rules_only, name
 

@@ -181,6 +181,20 @@ class _Graph:
         base = _CLONE.sub("", name)
         return base if base in self.nodes else None
 
+    def region_end(self, end: str) -> str | None:
+        """One end of a ``{ForeignNode[a...b]}``: a node, or a weight TensorRT named the region by (its
+        first reader: ``net.features.3.0.attn.qkv.bias``), or None where TensorRT left it unnamed."""
+        for piece in (p.strip() for p in end.split(" + ")):
+            if piece.startswith("(Unnamed Layer"):
+                continue
+            node = self.node(piece)
+            t = self.tensors.get(piece)
+            if node is None and t is not None and piece in self.constant and t.outputs:
+                node = min((n.name for n in t.outputs), key=lambda n: self.order.get(n, 0))
+            if node is not None:
+                return node
+        return None
+
     def tensor(self, name: str) -> gs.Tensor | None:
         t = self.tensors.get(name) or self.tensors.get(_CLONE.sub("", name))
         return t if t is not None and t.name not in self.constant else None
@@ -214,9 +228,12 @@ def layer_nodes(lay: EngineLayer, g: _Graph) -> tuple[tuple[str, ...], bool]:
     if not pieces:
         foreign = _FOREIGN.match(lay.name)
         if foreign:
-            a, b = g.node(foreign.group("a").strip()), g.node(foreign.group("b").strip())
+            a, b = (g.region_end(foreign.group(k)) for k in ("a", "b"))
             if a and b:
                 return tuple(g.between(a, b)), True
+            ends = tuple(dict.fromkeys(n for n in (a, b) if n))
+            if ends:  # one end TensorRT left unnamed (a Transformer's Myelin region): the end it named
+                return ends, True
         pieces = [p for p in split_layer_name(lay.name) if not p.startswith("(Unnamed Layer")]
     found = tuple(dict.fromkeys(n for n in (g.node(p) for p in pieces) if n))
     return found, bool(pieces)
