@@ -1,8 +1,8 @@
 """The corpus: real implicit INT8 engines of 24 models (TensorRT 8.6.0 on H100 and H200, layer JSON and
-profile; YOLOv8n on both GPUs), each beside the graph it was built from (a skeleton of edgeq's ``.int8.fp32.onnx``, or the zoo's
-code for the two built in code). Without a GPU: every engine mirrors onto its graph, and the static rules
-are held against each mirror per quantized tensor, printed as one table (``tests/fixtures/README.md``
-has the measurement behind each file)."""
+profile; YOLOv8n on both GPUs), each beside the graph it was built from (a skeleton of edgeq's
+``.int8.fp32.onnx``, or the zoo's code for the two built in code). Without a GPU: every engine mirrors
+onto its graph, and the static rules are held against each mirror per quantized tensor, printed as one
+table (``tests/fixtures/README.md`` has the measurement behind each file)."""
 
 from __future__ import annotations
 

@@ -130,6 +130,21 @@ def test_detection_sums_over_samples_and_names_the_worst():
     assert score.value == pytest.approx(2 / 3) and score.worst == (1, 0.0)
 
 
+def test_detection_ranks_a_candidate_that_invents_detections_below_one_that_loses_one():
+    """The headline counts FP32's detections kept; what ``--calibrator auto`` compares also counts the
+    ones a candidate invents, so keeping everything among many false boxes does not win."""
+    ref = yolo(BOXES)
+    invented = [(300.0 + 50 * i, 300.0, 30.0, 30.0, 1, 0.7) for i in range(6)]
+    noisy = DetectionMetric().score(samples("o", ref), samples("o", yolo(BOXES + invented)))
+    lossy = DetectionMetric().score(samples("o", ref), samples("o", yolo(BOXES[:1])))
+    assert noisy.value == 1.0 and noisy.figures["extra"] == 6 and "6 new" in noisy.text
+    assert lossy.value == 0.5 and lossy.figures["extra"] == 0
+    assert noisy.rank == pytest.approx(2 / 8) and lossy.rank == pytest.approx(1 / 2)
+    assert lossy.rank > noisy.rank
+    same = DetectionMetric().score(samples("o", ref), samples("o", ref))
+    assert same.rank == same.value == 1.0
+
+
 # --- masks -----------------------------------------------------------------------------------------------
 
 

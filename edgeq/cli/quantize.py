@@ -190,7 +190,7 @@ def _render_choice(choice: Any) -> None:
         t.add_column(col, justify="right" if right else "left", no_wrap=col != "held-out result")
     for c in choice.candidates:
         mark = " (kept)" if c.method == choice.method else ""
-        value = f"{'<= ' if c.stopped is not None else ''}{c.score.value:.6f}"
+        value = f"{'<= ' if c.stopped is not None else ''}{c.score.rank:.6f}"
         t.add_row(escape(c.method + mark), value, escape(c.text), f"{c.seconds:.1f}")
     print_table(t, drop=("s",))
     out.print(escape(choice.summary()))

@@ -104,12 +104,12 @@ class Candidate:
     def text(self) -> str:
         if self.stopped is None:
             return self.score.text
-        return (f"stopped after {self.stopped} held-out samples: at most {self.score.value:.4f}, "
+        return (f"stopped after {self.stopped} held-out samples: at most {self.score.rank:.4f}, "
                 "not above the best so far")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"calibrator": self.method, "value": self.score.value, "text": self.text,
-                "seconds": round(self.seconds, 3), "stopped_after": self.stopped}
+        return {"calibrator": self.method, "value": self.score.value, "rank": self.score.rank,
+                "text": self.text, "seconds": round(self.seconds, 3), "stopped_after": self.stopped}
 
 
 @dataclass(frozen=True)
@@ -132,14 +132,14 @@ class Choice:
         if not self.auto:
             return f"calibrator {self.method}"
         best = next(c for c in self.candidates if c.method == self.method)
-        tried = ", ".join(f"{c.method} {'<= ' if c.stopped is not None else ''}{c.score.value:.4f}"
+        tried = ", ".join(f"{c.method} {'<= ' if c.stopped is not None else ''}{c.score.rank:.4f}"
                           for c in self.candidates)
         if len(self.candidates) == 1:
             return (f"auto chose {self.method} ({best.score.text}): it agrees with FP32 on every held-out "
                     f"sample, so {', '.join(self.untried)} were not scored")
         runner_up = max((c for c in self.candidates if c.method != self.method),
-                        key=lambda c: c.score.value)
-        margin = best.score.value - runner_up.score.value
+                        key=lambda c: c.score.rank)
+        margin = best.score.rank - runner_up.score.rank
         by = f"by at least {margin:+.4f}" if runner_up.stopped is not None else f"by {margin:+.4f}"
         return (f"auto chose {self.method} ({best.score.text}) {by} over {runner_up.method}; "
                 f"{best.score.metric} per calibrator: {tried}")
@@ -211,16 +211,16 @@ def choose_calibrator(
         t0 = time.perf_counter()
         amax = ranges(method)
         model = build(amax)
-        beat = None if best is None else best[0].score.value + TIE
+        beat = None if best is None else best[0].score.rank + TIE
         result, outputs, stopped = score(model, beat, order)
         cand = Candidate(method, result, time.perf_counter() - t0, stopped)
         tried.append(cand)
-        if outputs is not None and (best is None or result.value > best[0].score.value + TIE):
+        if outputs is not None and (best is None or result.rank > best[0].score.rank + TIE):
             best = (cand, amax, model, outputs)
             ps = result.per_sample  # the samples it got least right run first for the next candidates
             order = sorted(range(len(ps)), key=ps.__getitem__) if len(ps) == len(outputs) else None
         progress("auto: scoring calibrators", i + 1, len(methods))
-        if perfect is not None and result.value >= perfect:
+        if perfect is not None and result.rank >= perfect:
             break
     assert best is not None
     untried = tuple(methods[len(tried):])
@@ -284,7 +284,7 @@ def scorer(metric: Metric, reference_outputs: list[dict[str, np.ndarray]], held:
             if beat is None or not bounded or len(outputs) >= total:
                 return False
             bound[:] = [metric.score(reference_outputs, placed(outputs))]
-            return bound[0].value <= beat
+            return bound[0].rank <= beat
 
         data = held if seq is None else reordered(held, seq)
         outputs = run_outputs(model, data, providers=providers, progress=progress, stop=stop)

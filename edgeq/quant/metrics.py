@@ -37,6 +37,8 @@ class TaskScore:
     ``value``: the headline figure, higher is better, FP32 against itself scores 1.0. ``text``: the
     headline as a person reads it. ``figures``: every figure the metric computed (counts, CER, ...).
     ``per_sample``: each sample's figure in the same sense as ``value`` (the worst one is shown).
+    ``ranked``: what ``--calibrator auto`` compares candidates by where the headline leaves something out
+    (detection: the new detections a candidate invents); None: ``value``.
     """
 
     metric: str
@@ -44,6 +46,12 @@ class TaskScore:
     text: str
     figures: Mapping[str, float] = field(default_factory=dict)
     per_sample: tuple[float, ...] = ()
+    ranked: float | None = None
+
+    @property
+    def rank(self) -> float:
+        """The figure candidates are compared by: higher is better, FP32 against itself 1.0."""
+        return self.value if self.ranked is None else self.ranked
 
     @property
     def worst(self) -> tuple[int, float] | None:
@@ -406,9 +414,11 @@ class DetectionMetric:
                      f"{self.score_threshold:g}): nothing to keep")
         if extra:
             text += f", {extra} new"
+        # ranked: kept over FP32's and the new detections together, so a candidate cannot win by keeping
+        # FP32's detections among many it invents (kept/total ignores them)
         return TaskScore(self.name, value, text,
                          {"kept": float(kept), "fp32_detections": float(total), "extra": float(extra)},
-                         tuple(per_sample))
+                         tuple(per_sample), ranked=kept / (total + extra) if total + extra else 1.0)
 
 
 def guess_detection(sample: Outputs) -> str | None:
