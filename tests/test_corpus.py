@@ -127,8 +127,10 @@ def test_where_the_rules_agree_with_the_engines_and_where_the_target_must_decide
         assert (by[name].agreement.fraction or 0) >= 0.95, name
     for name in ("vit_b_16", "swin_t"):  # the patch convolution's input at most
         assert by[name].int8_edges == 0 and len(by[name].agreement.rules_only) <= 1, name
-    for name in ("regnet_x_400mf", "googlenet"):
-        assert (by[name].agreement.fraction or 1) < 0.6 and by[name].agreement.rules_only, name
+    assert (by["regnet_x_400mf"].agreement.fraction or 1) < 0.6 and by["regnet_x_400mf"].agreement.rules_only
+    # GoogLeNet: the rules keep Inception's merged convolutions' outputs float (inception-build), where this
+    # GPU ran them INT8 (the mirror cannot name the merged layer's output, so it reads them float too)
+    assert (by["googlenet"].agreement.fraction or 1) < 0.6 and by["googlenet"].agreement.engine_only
 
 
 def render(rows: list[Row]) -> str:

@@ -1,11 +1,14 @@
-"""Inception's pool branch: the rules' Q/DQ model of a network with one fails to build on TensorRT 8.6.
+"""Inception's merged 1x1 convolutions: their INT8 outputs fail the explicit build on TensorRT 8.6.
 
-The branch: a stride-1 MaxPool or AveragePool reading a block's input that two or more convolutions read
-too (Inception's 1x1 branches, which TensorRT merges into one layer), with a convolution after the pool.
-Every network that had one failed its explicit build with the same internal error, and the one block
-measured without one built; which Q/DQ in it TensorRT trips on is not known yet, so this entry places
-nothing: it names the branches, so ``quantize`` and ``lint`` say the build will fail and deploy's failed
-build names the block, and ``--placement auto`` (a target) ships the implicit engine.
+An Inception block's 1x1 convolutions read the block's input side by side, and TensorRT merges them into
+one layer (``A || B || C`` in the layer JSON of GoogLeNet's and Inception-v3's implicit engines). The rules'
+Q/DQ model, with each of their outputs INT8 at its own scale, failed to build on both networks with the
+same internal error; the mirror of each implicit engine, which read those outputs float (the merged layer's
+output has no ONNX name, so the mirror could not keep it INT8) and differs from the rules little elsewhere,
+built. So this entry keeps the merged convolutions' outputs float: a placement like one that built, the
+rules' own build with it not yet measured, and the layers after those convolutions run FP16. The Inception
+pool branch (a stride-1 pool beside the merged convolutions, a convolution after it) is where the builds
+failed; ``quantize`` says so and ``--placement auto`` (a target) decides.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from edgeq.findings import Level
-from edgeq.graph.facts import Decisions, Hit, LintSpec, Match, Pattern
+from edgeq.graph import fusion
+from edgeq.graph.facts import Decisions, Hit, LintSpec, Match, Pattern, Want, edge
 from edgeq.graph.patterns import is_op, iter_nodes, node_label, skip_qdq_down
 from edgeq.graph.trt86.common import float_of, quantized
 from edgeq.text import plural
@@ -24,6 +28,11 @@ if TYPE_CHECKING:
 RULE = "inception-build"
 BUILD_ASSERT = "chooseHigherPrecision"
 CORPUS = "tests/fixtures/trt86-h100-corpus"
+MIRRORS = (
+    f"{CORPUS}/googlenet.mirror.layers.json.gz and inception_v3.mirror.layers.json.gz (the mirrors, the "
+    "merged convolutions' outputs float, FP16 in the engine: both built, an H100, 2026-11-26; GoogLeNet's "
+    "0.78x implicit by its run log)"
+)
 EVIDENCE = (
     f"measured: {CORPUS}/googlenet.static.build-errors.log.gz and inception_v3.static.build-errors.log.gz "
     "(torchvision GoogLeNet and Inception-v3, the rules' Q/DQ, an H100, 2026-11-26: 'graphOptimizer.cpp::"
@@ -31,7 +40,8 @@ EVIDENCE = (
     f"engines build, {CORPUS}/googlenet.implicit.layers.json.gz merges the 1x1 branches into one layer "
     "'... || ...'); tests/fixtures/trt86-h200-i28/inception.main.int8.build.log.gz (the zoo's "
     "inception_like, an H200: the same error) vs inception_b.main.int8.build.log.gz (the reduction block, "
-    "no pool branch beside 1x1 convolutions: builds). Unverified: which Q/DQ of the branch trips the builder"
+    f"no pool branch beside 1x1 convolutions: builds) vs {MIRRORS}; unverified: that the rules' own model "
+    "builds with the merged outputs float, and that those outputs are what trips the builder"
 )
 _POOLS = ("MaxPool", "AveragePool")
 
@@ -55,51 +65,119 @@ def pool_branches(graph: gs.Graph) -> list[tuple[gs.Node, list[gs.Node], list[gs
     return out
 
 
+def _one_by_one(node: gs.Node) -> bool:
+    """A plain 1x1 stride-1 convolution: what TensorRT merges with its siblings."""
+    w = node.inputs[1] if len(node.inputs) > 1 else None
+    shape = getattr(w, "shape", None) or ()
+    return (is_op(node, "Conv") and _stride_one(node) and int(node.attrs.get("group", 1)) == 1
+            and len(shape) == 4 and tuple(shape[2:]) == (1, 1))
+
+
+def _concats_below(t: gs.Tensor, depth: int = 16) -> set[str]:
+    """The Concat nodes reachable from ``t`` within ``depth`` nodes (an Inception branch's end)."""
+    found: set[str] = set()
+    frontier, seen = [t], set()
+    for _ in range(depth):
+        nxt = []
+        for x in frontier:
+            for r, _, _ in skip_qdq_down(x):
+                if r.name in seen:
+                    continue
+                seen.add(r.name)
+                if is_op(r, "Concat"):
+                    found.add(r.name)
+                else:
+                    nxt += list(r.outputs)
+        frontier = nxt
+    return found
+
+
+def merged_convolutions(graph: gs.Graph) -> list[tuple[gs.Tensor, list[gs.Node]]]:
+    """(block input, its 1x1 convolutions) where two or more plain 1x1 convolutions read one tensor and
+    their branches meet in one Concat: the convolutions TensorRT merges into one layer."""
+    out = []
+    seen: set[str] = set()
+    for n in iter_nodes(graph, subgraphs=False):
+        if not _one_by_one(n) or not n.inputs:
+            continue
+        x = float_of(n.inputs[0])
+        if x.name in seen:
+            continue
+        seen.add(x.name)
+        convs = [r for r, _, _ in skip_qdq_down(x) if _one_by_one(r)]
+        if len(convs) < 2:
+            continue
+        common = set.intersection(*(_concats_below(_output(c)) for c in convs))
+        if common:
+            out.append((x, convs))
+    return out
+
+
+def _output(conv: gs.Node) -> gs.Tensor:
+    """The convolution's output after the epilogue TensorRT fuses into it (BN, ReLU)."""
+    tail = fusion.epilogue(conv)
+    return (tail[-1] if tail else conv).outputs[0]
+
+
 def match_pool_branch(graph: gs.Graph) -> list[Match]:
-    return [Match(RULE, pool.name, (pool.name, *(c.name for c in after)))
-            for pool, after, _ in pool_branches(graph)]
+    out = [Match(RULE, pool.name, (pool.name, *(c.name for c in after)))
+           for pool, after, _ in pool_branches(graph)]
+    for _, convs in merged_convolutions(graph):
+        outs = [_output(c) for c in convs]
+        floats = tuple(edge(float_of(t), r, Want.FLOAT) for t in outs for r, _, _ in skip_qdq_down(t))
+        out.append(Match(RULE, convs[0].name, tuple(c.name for c in convs), floats))
+    return out
 
 
 def lint_pool_branch(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
-    """Quantized pool branches: the Q/DQ model will not build on 8.6 (float ones: no finding)."""
-    hits = [(pool, after) for pool, after, siblings in pool_branches(graph)
-            if quantized(pool.inputs[0]) or any(quantized(s.inputs[0]) for s in siblings)]
+    """Merged 1x1 convolutions with INT8 outputs beside a pool branch: the Q/DQ model that failed on 8.6."""
+    pools = {x.name for pool, _, _ in pool_branches(graph) for x in (float_of(pool.inputs[0]),)}
+    hits = [convs for x, convs in merged_convolutions(graph)
+            if x.name in pools and any(quantized(t) for c in convs
+                                       for t in _readers_inputs(_output(c)))]
     if not hits:
         return []
     return [Hit(
-        f"{plural(len(hits), 'Inception pool branch', 'Inception pool branches')} with Q/DQ "
-        f"('{node_label(hits[0][0])}' and its convolutions): "
-        f"TensorRT 8.6 fails this build ('{BUILD_ASSERT} ... Assertion dt1 == DataType::kFLOAT || dt1 == "
+        f"{plural(len(hits), 'Inception block', 'Inception blocks')} with the merged 1x1 convolutions' "
+        f"outputs INT8 ('{node_label(hits[0][0])}' and its siblings): "
+        f"TensorRT 8.6 failed these builds ('{BUILD_ASSERT} ... Assertion dt1 == DataType::kFLOAT || dt1 == "
         "DataType::kHALF')",
-        tuple(dict.fromkeys(node_label(x) for pool, after in hits for x in (pool, *after))))]
+        tuple(dict.fromkeys(node_label(c) for convs in hits for c in convs)))]
+
+
+def _readers_inputs(t: gs.Tensor) -> list[gs.Tensor]:
+    """The tensors ``t``'s readers read it as (its Q/DQ pair's output where it has one)."""
+    return [r.inputs[i] for r, i, _ in skip_qdq_down(t)] or [t]
 
 
 def known_failure_line(graph: gs.Graph) -> str | None:
-    """The one line ``quantize`` prints where the rules' output of ``graph`` is known not to build."""
+    """The one line ``quantize`` prints for a network with Inception pool branches."""
     n = len(pool_branches(graph))
     if not n:
         return None
-    return (f"TensorRT 8.6 is known to fail building this Q/DQ model "
-            f"({plural(n, 'Inception pool branch', 'Inception pool branches')}, "
-            f"edgeq rules {RULE}): deploy with a target, where --placement auto ships the implicit engine")
+    return (f"{plural(n, 'Inception pool branch', 'Inception pool branches')}: TensorRT 8.6 failed "
+            f"building the rules' Q/DQ of such blocks; the merged 1x1 convolutions' outputs are kept float "
+            f"as in a model that built (edgeq rules {RULE}; unverified here, those layers run FP16): "
+            "deploy with a target, where --placement auto decides")
 
 
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         RULE,
-        "A network with an Inception pool branch (a stride-1 MaxPool or AveragePool reading a block input "
-        "that two or more convolutions also read, a convolution after it) fails its Q/DQ build on 8.6 with "
-        f"'{BUILD_ASSERT}'; its implicit engine builds. No placement is known to build yet: the entry places "
-        "nothing, names the branches, and a target decides.",
+        "Two or more plain 1x1 convolutions reading one tensor, their branches meeting in a Concat (an "
+        "Inception block), run as one merged layer; with each output INT8 the Q/DQ models of GoogLeNet and "
+        f"Inception-v3 failed to build on 8.6 with '{BUILD_ASSERT}', and their mirrors, those outputs float, "
+        "built: keep the merged convolutions' outputs float. The convolutions still read INT8.",
         EVIDENCE,
         match=match_pool_branch,
         lint=LintSpec(
             Level.ERROR,
-            "Inception pool branches with Q/DQ: the TensorRT 8.6 build fails",
-            "deploy with a target (--placement auto, or implicit): the implicit engine builds",
+            "Inception blocks with the merged 1x1 convolutions' outputs INT8: the TensorRT 8.6 build fails",
+            "run `edgeq quantize` on the float model (keeps them float), or deploy with a target",
             lint_pool_branch,
         ),
-        ops=frozenset(_POOLS),
+        ops=frozenset({*_POOLS, "Conv"}),
+        verified=False,
         build_error=BUILD_ASSERT,
         note=known_failure_line,
         precedence=150,
