@@ -103,6 +103,14 @@ def _fixed(model, batch: int, size: int):  # type: ignore[no-untyped-def]
     return model
 
 
+def _has_qdq(path: Path) -> bool:
+    import onnx
+
+    from edgeq.pipeline.stages import has_qdq
+
+    return has_qdq(onnx.load(str(path), load_external_data=False))
+
+
 def _sh(argv: list[str], log: Path, timeout: float) -> int:
     with open(log, "a") as f:
         f.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
@@ -211,7 +219,10 @@ class Model:
                        if placement == "implicit" else (str(self.q(placement)), None))
         plan = self.plan(placement)
         plan.unlink(missing_ok=True)
-        argv = build_argv(t, onnx, str(plan), int8=True, fp16=True, calib=calib, tactic_sources=TACTICS,
+        # as deploy builds it: a Q/DQ model without a Q/DQ (a mirror of an engine with no INT8 layer) gets no
+        # --int8, which would run implicit INT8 on trtexec's placeholder ranges
+        int8 = calib is not None or _has_qdq(Path(onnx))
+        argv = build_argv(t, onnx, str(plan), int8=int8, fp16=True, calib=calib, tactic_sources=TACTICS,
                           timing_cache=str(self.args.work / f"timing.{self.args.gpu_tag}.cache"))
         t0 = time.perf_counter()
         _sh(argv, Path(f"{stem}.build.log"), 1200)  # 8.6's trtexec can crash at exit: judge the plan
