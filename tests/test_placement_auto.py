@@ -319,6 +319,9 @@ def test_tune_records_the_placement_it_decides_and_deploy_reads_it_from_the_cach
     assert Path(e["evidence"]["layers"]["implicit"]).parent.parent == root / "t1" / "runs"
     assert e["calibration_cache"] == next((root / "t1").glob("*.implicit.cache")).read_text()
     assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False]
+    # tune ran with --rounds 0; what it cached was judged on auto's 3 paired rounds, as deploy judges
+    paired = json.loads((root / "t1" / "tune.state.json").read_text())["paired"]
+    assert [k.rsplit("|", 1)[1] for k in paired] == ["3"]
     started = _qdq(_shipped(trtexec, 1))  # tune's start: the mirror of its implicit engine
     assert len(started) == 55
 

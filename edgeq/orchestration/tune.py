@@ -523,7 +523,8 @@ def _record_start(tuner: _Tuner, state: _State, cached: _Cached, implicit: Measu
                   plan: Any, amax: dict[str, float], implicit_cache: Path, reference: Any, mirror: Any
                   ) -> str:  # fmt: skip
     """A cache miss under auto: tune built the implicit engine and its mirror's engine (the start), so it
-    decides as deploy does (the relative gate at auto's ratio, on ``--rounds`` paired rounds) and writes
+    decides as deploy does (the relative gate at auto's ratio, on auto's paired rounds or ``--rounds`` if
+    more) and writes
     the decision through deploy's one writer: a later deploy or tune of the key reads it. A start that is
     not usable decides nothing: one refused for accuracy met tune's bound, not deploy's; a failed build is
     left to deploy, which names the build log's TensorRT error. Returns what it said."""
@@ -538,10 +539,10 @@ def _record_start(tuner: _Tuner, state: _State, cached: _Cached, implicit: Measu
     implicit_run, explicit_run = Path(implicit.run_dir), Path(str(start.run_dir))
     base = engine_from_path(str(implicit_run), onnx_model=reference, name="implicit")
     floats = replace(implicit_float(base), by_design=plan.float_nodes)
-    qps: tuple[Optional[float], Optional[float]] = (implicit.qps, start.qps)
-    if tuner.options.rounds:
-        figures = tuner.paired(state, implicit, start, tuner.options.rounds)
-        qps = (figures["median_qps"][0], figures["median_qps"][1])
+    # what is cached must be judged as deploy judges it: on auto's paired rounds at least, whatever
+    # --rounds tune runs its own comparisons on (0: single timings, too noisy to keep for every deploy)
+    figures = tuner.paired(state, implicit, start, max(tuner.options.rounds, cached.auto.rounds))
+    qps: tuple[Optional[float], Optional[float]] = (figures["median_qps"][0], figures["median_qps"][1])
     relative = relative_to_implicit(reference, implicit_run, explicit_run, qps, cached.auto.min_ratio,
                                     floats.by_design)  # fmt: skip
     judged = Judged(tuner.target.name, plan, amax, implicit_cache.read_text(), floats, mirror, implicit_run,
