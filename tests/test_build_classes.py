@@ -50,9 +50,9 @@ def _plan(model: onnx.ModelProto, placement: str = "trt"):
     return graph, plan_placement(graph, placement)
 
 
-def _quantized(model: onnx.ModelProto, placement: str = "trt") -> onnx.ModelProto:
-    data = calibration_set(model, None, synthetic=4, seed=0)
-    return quantize_model(model, data, QuantizeOptions(placement=placement, holdout=0.25)).model
+def _quantized(model: onnx.ModelProto, placement: str = "trt", samples: int = 4) -> onnx.ModelProto:
+    data = calibration_set(model, None, synthetic=samples, seed=0)
+    return quantize_model(model, data, QuantizeOptions(placement=placement, holdout=1 / samples)).model
 
 
 def _int8_inputs(graph, plan) -> dict[str, set[str]]:
@@ -193,13 +193,12 @@ def test_a_failed_inception_build_names_its_merged_convolutions_not_the_timing_c
     text = gzip.decompress((CORPUS / "googlenet.static.build-errors.log.gz").read_bytes()).decode()
     assert text.index("timing cache will not be used") < text.index("chooseHigherPrecision")
     # the model that failed had the merged convolutions' outputs INT8, as --placement all quantizes them
-    found = build_failure(text, _quantized(zoo.skeleton(CORPUS / "googlenet.skel.onnx.gz"), "all"))
+    found = build_failure(text, _quantized(zoo.skeleton(CORPUS / "googlenet.skel.onnx.gz"), "all", 2))
     assert found is not None and found.rule == "inception-build" and "chooseHigherPrecision" in found.message
     block = "/net/inception3a/"
     assert found.nodes[:3] == (f"{block}branch1/conv/Conv", f"{block}branch2/branch2.0/conv/Conv",
                                f"{block}branch3/branch3.0/conv/Conv")
     assert len(found.nodes) == 27  # 9 blocks, 3 merged convolutions each
-    assert build_failure(text, _quantized(zoo.skeleton(CORPUS / "googlenet.skel.onnx.gz"))).nodes == ()
     built = gzip.decompress((I28 / "inception_b.main.int8.build.log.gz").read_bytes()).decode()
     assert build_failure(built) is None and "&&&& PASSED" in built
 
@@ -253,15 +252,16 @@ def test_the_merged_convolutions_are_the_ones_the_implicit_engines_merged() -> N
                             strict=False)["Layers"]
         merged_layers = [set(p.split(" + ")[0] for p in lay["Name"].split(" || ")) for lay in layers
                          if " || " in lay["Name"]]
-        groups = merged_convolutions(typed_graph_from_model(zoo.skeleton(CORPUS / f"{name}.skel.onnx.gz")))
+        groups = merged_convolutions(graph_from_model(zoo.skeleton(CORPUS / f"{name}.skel.onnx.gz")))
         assert len(merged_layers) == len(groups) == n, name
         assert sorted(sorted(g) for g in merged_layers) == sorted(sorted(c.name for c in convs)
                                                                   for _, convs in groups), name
     others = [p for p in sorted(CORPUS.glob("*.skel.onnx.gz")) if not p.name.startswith(("googlenet", "inc"))]
-    for p in others:
-        assert merged_convolutions(typed_graph_from_model(zoo.skeleton(p))) == [], p.name
+    for p in others:  # the structure alone: the matcher reads no weight values
+        model = onnx.load_from_string(gzip.decompress(p.read_bytes()))
+        assert merged_convolutions(graph_from_model(model)) == [], p.name
     for n in zoo.ZOO:
-        assert merged_convolutions(typed_graph_from_model(zoo.build(n))) == [], n
+        assert merged_convolutions(graph_from_model(zoo.build(n))) == [], n
 
 
 # ---------------------------------------------------------------------------- unmeasured placement
