@@ -64,6 +64,7 @@ class Row:
     kept: int
     float_entry_edges: int
     float_entry: tuple[str, ...]
+    inexpressible_edges: int
     agreement: Agreement
     static_build: str
 
@@ -84,7 +85,8 @@ def table() -> list[Row]:
         plan, report = plan_from_engine(graph, load_engine(e.layers))
         kept = sum(len(s.consumers) for s in plan.sites)
         rows.append(Row(e, report.int8_edges, kept, report.float_entry_edges, tuple(report.float_entry),
-                        agreement(plan_placement(graph), plan), _static_build(e.name)))
+                        report.inexpressible_edges, agreement(plan_placement(graph), plan),
+                        _static_build(e.name)))
     return rows
 
 
@@ -104,12 +106,16 @@ def test_the_corpus_covers_the_families_the_rules_were_not_written_from() -> Non
 
 def test_every_corpus_engine_mirrors_onto_its_graph_and_keeps_its_int8_edges(table, capsys) -> None:
     """Each engine's INT8 edges become Q/DQ sites, all but those inside a float-entry region the mirror
-    names (Q/DQ cannot say those on 8.6: ShuffleNet's branches, measured faster float); the table is
-    printed for the CI log."""
+    names (Q/DQ cannot say those on 8.6: ShuffleNet's branches, measured faster float) and Inception's
+    merged convolutions' outputs (INT8 in the Q/DQ builds that failed); the table is printed for the CI
+    log."""
     for r in table:
-        assert r.kept + r.float_entry_edges == r.int8_edges, r.entry.name
-        assert r.kept >= 0.95 * r.int8_edges or r.float_entry, r.entry.name
+        assert r.kept + r.float_entry_edges + r.inexpressible_edges == r.int8_edges, r.entry.name
+        assert r.kept >= 0.95 * r.int8_edges or r.float_entry or r.inexpressible_edges, r.entry.name
     assert [r.entry.name for r in table if r.float_entry] == ["shufflenet_v2_x1_0"]
+    # Inception's merged 1x1 convolutions' outputs (inception-build): 27 of GoogLeNet's 102, 31 of 149
+    assert {r.entry.name: (r.inexpressible_edges, r.int8_edges) for r in table if r.inexpressible_edges} == {
+        "googlenet": (27, 102), "inception_v3": (31, 149)}
     with capsys.disabled():
         print("\n" + render(table))
 
@@ -135,12 +141,13 @@ def test_where_the_rules_agree_with_the_engines_and_where_the_target_must_decide
 
 def render(rows: list[Row]) -> str:
     head = f"{'model':20s} {'GPU':4s} {'INT8 edges':>10s} {'mirror kept':>11s} {'agree':>6s} " \
-           f"{'rules only':>10s} {'engine only':>11s} {'float-entry':>11s} {'static build':>12s}"
+           f"{'rules only':>10s} {'engine only':>11s} {'float-entry':>11s} {'merged':>6s} " \
+           f"{'static build':>12s}"
     lines = [head]
     for r in rows:
         a = r.agreement
         frac = "-" if a.fraction is None else f"{a.fraction:.2f}"
         lines.append(f"{r.entry.name:20s} {r.entry.gpu:4s} {r.int8_edges:10d} {r.kept:11d} {frac:>6s} "
                      f"{len(a.rules_only):10d} {len(a.engine_only):11d} {r.float_entry_edges:11d} "
-                     f"{r.static_build:>12s}")
+                     f"{r.inexpressible_edges:6d} {r.static_build:>12s}")
     return "\n".join(lines)

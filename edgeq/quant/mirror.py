@@ -35,10 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError, ReportError
 from edgeq.graph.patterns import is_float, moves_data, producer
+from edgeq.graph.trt86.inception import RULE as INEXPRESSIBLE
+from edgeq.graph.trt86.inception import merged_outputs
 from edgeq.graph.trt86.regions import INT8_BODY, QUANTIZING_REFORMAT
 from edgeq.quant.placement import weight_axis
 from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
-from edgeq.quant.regions import drop_regions, entry_regions
+from edgeq.quant.regions import Region, drop_regions, entry_regions
 from edgeq.quant.rules import WEIGHTED_OPS, rule
 from edgeq.text import plural
 from edgeq.unionfind import UnionFind
@@ -91,6 +93,9 @@ class MirrorReport:
     float_entry: tuple[str, ...] = ()  # entries of the INT8 regions left float (edgeq rules float-entry)
     float_entry_edges: int = 0  # INT8 edges inside them: no Q/DQ
     int8_entry: tuple[str, ...] = ()  # entries of such regions kept INT8: not a branch (Region.branch)
+    # INT8 edges Q/DQ cannot say on 8.6 (edgeq rules inception-build: a merged 1x1 convolution's output)
+    inexpressible: tuple[str, ...] = ()
+    inexpressible_edges: int = 0
 
     def summary_line(self) -> str:
         text = (f"mirrored {self.int8_edges} INT8 edges ({self.float_edges} float) from {self.source}: "
@@ -101,6 +106,11 @@ class MirrorReport:
         if self.int8_entry:
             text += (f"; {plural(len(self.int8_entry), 'entry', 'entries')} quantized by a reformat kept "
                      f"INT8 ({', '.join(self.int8_entry[:3])}): {INT8_BODY}")
+        if self.inexpressible:
+            text += (f"; {self.inexpressible_edges} of the INT8 edges left float: the outputs of "
+                     f"{plural(len(self.inexpressible), 'merged 1x1 convolution')} ('A || B' layers), INT8 "
+                     "in the Q/DQ builds that failed, float in those that built "
+                     f"(edgeq rules {INEXPRESSIBLE})")
         if self.unmapped:
             names = ", ".join(u.tensor for u in self.unmapped[:3])
             text += f"; {len(self.unmapped)} tensors unmapped ({names})"
@@ -119,6 +129,8 @@ class MirrorReport:
             "float_entry": list(self.float_entry),
             "float_entry_edges": self.float_entry_edges,
             "int8_entry": list(self.int8_entry),
+            "inexpressible": list(self.inexpressible),
+            "inexpressible_edges": self.inexpressible_edges,
         }
 
 
@@ -216,6 +228,20 @@ class _Graph:
 
         region = reach(first, True) & reach(last, False)
         return sorted(region | {first, last}, key=lambda n: self.order.get(n, 0))
+
+
+def _inexpressible(graph: gs.Graph, plan: Plan) -> tuple[Plan, tuple[tuple[str, ...], int]]:
+    """``plan`` without the sites Q/DQ cannot say on 8.6: a merged 1x1 convolution's output the engine
+    carried INT8 (GoogLeNet's and Inception-v3's Q/DQ builds with them INT8 failed; the rules keep them
+    float too). Their readers go in ``float_nodes``: float by design, named. Returns the plan and (the
+    tensors, the INT8 edges they held)."""
+    merged = {t.name for t, _ in merged_outputs(graph)}
+    off = [s for s in plan.sites if s.tensor in merged]
+    if not off:
+        return plan, ((), 0)
+    region = Region(entries=tuple(s.tensor for s in off), nodes=tuple(c for s in off for c in s.consumers),
+                    sites=tuple(s.tensor for s in off), commuted=())
+    return drop_regions(plan, [region], INEXPRESSIBLE), (region.sites, sum(len(s.consumers) for s in off))
 
 
 def layer_nodes(lay: EngineLayer, g: _Graph) -> tuple[tuple[str, ...], bool]:
@@ -326,11 +352,26 @@ class _Mirror:
         if set(self.held[p]) & set(self.held[reader]):
             return "internal", ""
         if self.held[p]:
+            own = self._written_as(p, reader)
+            if own is not None:
+                return "tensor", own
             return "unknown", f"written by layer '{lay.name[:80]}' under a name the model does not have"
         data = [t for t in lay.inputs if not self._weight_name(t.name)]
         if len(data) != 1 or depth > 32:
             return "unknown", f"behind layer '{lay.name[:80]}', which names no ONNX node"
         return self._trace(data[0].name, reader, depth + 1)
+
+    def _written_as(self, p: int, reader: int) -> str | None:
+        """The graph tensor a layer wrote under its own name (a merged ``A || B`` layer, a Gemm + ReLU
+        before a classifier): the output of one of its nodes that the reader's nodes read, the first in
+        graph order; None when none or the reader holds no node."""
+        nodes = set(self.held[reader])
+        if not nodes:
+            return None
+        outs = [o for n in self.held[p] for o in self.g.nodes[n].outputs
+                if is_float(o) and not any(c.name in self.held[p] for c in o.outputs)]
+        found = [o for o in outs if self._paths(o, nodes)]
+        return found[0].name if found else None
 
     def _precision_used(self, i: int, precision: str | None) -> str | None:
         """The precision layer ``i``'s node computes on: a prologue layer (``reshape_before_X``) hands its
@@ -448,6 +489,7 @@ class _Mirror:
         found = entry_regions(self.g.graph, engine_plan) if with_float_entry else []
         regions = [r for r in found if r.branch]
         plan = drop_regions(engine_plan, regions)
+        plan, said = _inexpressible(self.g.graph, plan)
         int8_edges = sum(len(s.consumers) for s in engine_plan.sites)
         edges = self.reads.edges
         report = MirrorReport(
@@ -457,11 +499,13 @@ class _Mirror:
             mapped_layers=len(mapped),
             int8_edges=int8_edges,
             float_entry=tuple(t for r in regions for t in r.entries),
-            float_entry_edges=int8_edges - sum(len(s.consumers) for s in plan.sites),
+            float_entry_edges=int8_edges - sum(len(s.consumers) for s in plan.sites) - said[1],
             int8_entry=tuple(t for r in found if not r.branch for t in r.entries),
             float_edges=sum(1 for ps in edges.values() if "INT8" not in ps),
             unmapped=tuple(self.reads.unmapped),
             unmapped_layers=tuple(self.layers[i].name for i in self.named if not self.held[i]),
+            inexpressible=said[0],
+            inexpressible_edges=said[1],
         )
         return plan, report
 

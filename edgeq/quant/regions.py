@@ -133,10 +133,10 @@ class _Grower:
         return found
 
 
-def drop_regions(plan: Plan, regions: Iterable[Region]) -> Plan:
+def drop_regions(plan: Plan, regions: Iterable[Region], rule: str = RULE) -> Plan:
     """``plan`` with each region float: its Q/DQ sites and commuted tensors gone, its nodes' weights
-    float, each site recorded as left float by ``float-entry``, its nodes in ``float_nodes`` (the gates
-    read them as float by design, not as a fallback)."""
+    float, each site recorded as left float by ``rule`` (``float-entry``), its nodes in ``float_nodes``
+    (the gates read them as float by design, not as a fallback)."""
     regions = list(regions)
     off = {t for r in regions for t in r.sites}
     off_commuted = {t for r in regions for t in r.commuted}
@@ -151,7 +151,7 @@ def drop_regions(plan: Plan, regions: Iterable[Region]) -> Plan:
         sites=tuple(s for s in plan.sites if s.tensor not in off),
         weights=tuple(w for w in plan.weights if w.node not in off_nodes),
         commuted=tuple(t for t in plan.commuted if t not in off_commuted),
-        floats=plan.floats + tuple(FloatTensor(t, RULE) for t in sorted(gone)),
+        floats=plan.floats + tuple(FloatTensor(t, rule) for t in sorted(gone)),
         groups=groups,
         group_ids={t: g for t, g in plan.group_ids.items() if t not in gone and g in groups},
         float_nodes=tuple(dict.fromkeys((*plan.float_nodes, *sorted(off_nodes)))),

@@ -119,6 +119,12 @@ def _output(conv: gs.Node) -> gs.Tensor:
     return (tail[-1] if tail else conv).outputs[0]
 
 
+def merged_outputs(graph: gs.Graph) -> list[tuple[gs.Tensor, gs.Node]]:
+    """(output, convolution) of every merged 1x1 convolution: what Q/DQ cannot carry INT8 on 8.6 (the
+    mirror leaves these float where the implicit engine ran them INT8)."""
+    return [(float_of(_output(c)), c) for _, convs in merged_convolutions(graph) for c in convs]
+
+
 def match_pool_branch(graph: gs.Graph) -> list[Match]:
     out = [Match(RULE, pool.name, (pool.name, *(c.name for c in after)))
            for pool, after, _ in pool_branches(graph)]
