@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from edgeq.agent.shapes import BUILD_FLAGS
 from edgeq.errors import EdgeqError
 
 if TYPE_CHECKING:
     from edgeq.quant.quantize import QuantizeOptions
 
-FLAGS = ("--minShapes", "--optShapes", "--maxShapes")
+FLAGS = tuple(f"--{f}" for f in BUILD_FLAGS)  # trtexec's, as the agent names them
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from edgeq.findings import Level
 from edgeq.graph import fusion
 from edgeq.graph.facts import Decisions, Hit, LintSpec, Match, Pattern, Want, edge
 from edgeq.graph.patterns import is_op, iter_nodes, node_label, skip_qdq_down
-from edgeq.graph.trt86.common import float_of, quantized
+from edgeq.graph.trt86.common import float_of
 from edgeq.text import plural
 
 if TYPE_CHECKING:
@@ -122,15 +122,14 @@ def _output(conv: gs.Node) -> gs.Tensor:
 def merged_outputs(graph: gs.Graph) -> list[tuple[gs.Tensor, gs.Node]]:
     """(output, convolution) of every merged 1x1 convolution: what Q/DQ cannot carry INT8 on 8.6 (the
     mirror leaves these float where the implicit engine ran them INT8)."""
-    return [(float_of(_output(c)), c) for _, convs in merged_convolutions(graph) for c in convs]
+    return [(_output(c), c) for _, convs in merged_convolutions(graph) for c in convs]
 
 
 def match_pool_branch(graph: gs.Graph) -> list[Match]:
     out = [Match(RULE, pool.name, (pool.name, *(c.name for c in after)))
            for pool, after, _ in pool_branches(graph)]
     for _, convs in merged_convolutions(graph):
-        outs = [_output(c) for c in convs]
-        floats = tuple(edge(float_of(t), r, Want.FLOAT) for t in outs for r, _, _ in skip_qdq_down(t))
+        floats = tuple(edge(t, r, Want.FLOAT) for t in map(_output, convs) for r, _, _ in skip_qdq_down(t))
         out.append(Match(RULE, convs[0].name, tuple(c.name for c in convs), floats))
     return out
 
@@ -138,9 +137,8 @@ def match_pool_branch(graph: gs.Graph) -> list[Match]:
 def lint_pool_branch(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
     """Merged 1x1 convolutions with INT8 outputs beside a pool branch: the Q/DQ model that failed on 8.6."""
     pools = {x.name for pool, _, _ in pool_branches(graph) for x in (float_of(pool.inputs[0]),)}
-    hits = [convs for x, convs in merged_convolutions(graph)
-            if x.name in pools and any(quantized(t) for c in convs
-                                       for t in _readers_inputs(_output(c)))]
+    hits = [convs for x, convs in merged_convolutions(graph)  # an output read through a Q/DQ pair: INT8
+            if x.name in pools and any(pairs for c in convs for _, _, pairs in skip_qdq_down(_output(c)))]
     if not hits:
         return []
     return [Hit(
@@ -149,11 +147,6 @@ def lint_pool_branch(graph: gs.Graph, matches: list[Match], decisions: Decisions
         f"TensorRT 8.6 failed these builds ('{BUILD_ASSERT} ... Assertion dt1 == DataType::kFLOAT || dt1 == "
         "DataType::kHALF')",
         tuple(dict.fromkeys(node_label(c) for convs in hits for c in convs)))]
-
-
-def _readers_inputs(t: gs.Tensor) -> list[gs.Tensor]:
-    """The tensors ``t``'s readers read it as (its Q/DQ pair's output where it has one)."""
-    return [r.inputs[i] for r, i, _ in skip_qdq_down(t)] or [t]
 
 
 def known_failure_line(graph: gs.Graph) -> str | None:
