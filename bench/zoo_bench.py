@@ -129,9 +129,11 @@ class Model:
 
     def __init__(self, name: str, args: argparse.Namespace) -> None:
         # ``NAME=PATH@SIZE``: a real export (an ONNX file), its dynamic dimensions fixed to the batch and size
+        # ``NAME@SIZE``: a torchvision model at another input size (a quicker build of a slow one)
         name, _, src = name.partition("=")
+        name, _, size = name.partition("@")
         self.src: Optional[Path] = Path(src.partition("@")[0]).resolve() if src else None
-        self.size = int(src.partition("@")[2] or 640) if src else SIZES.get(name, 224)
+        self.size = int(src.partition("@")[2] or 640) if src else int(size or SIZES.get(name, 224))
         self.name, self.args = name, args
         self.dir = args.work / name
         self.batch = args.yolo_batch if name == "yolo" else args.batch
@@ -512,7 +514,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="where to put results.tar.gz (the results of every model so "
                     "far)")
     ap.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated torchvision model names, "
-                    "yolo, corpus (the corpus beyond the default models) or NAME=PATH@SIZE (a real export)")
+                    "yolo, corpus (the corpus beyond the default models), NAME@SIZE (a torchvision model at another input "
+                    "size) or NAME=PATH@SIZE (a real export)")
     ap.add_argument("--gpus", type=int, default=1, help="one process per GPU, the models dealt out")
     ap.add_argument("--gpu-tag", default="0", help=argparse.SUPPRESS)
     ap.add_argument("--only", help="comma-separated step names to run (e.g. export while TensorRT is "
