@@ -177,7 +177,7 @@ def test_a_qdq_models_reference_is_its_float_graph():
     import onnxruntime as ort
 
     from edgeq import zoo
-    from edgeq.pipeline.accuracy import without_qdq
+    from edgeq.graph.verify import without_qdq
 
     float_model = zoo.resnet_like(size=32, width=8)
     qdq = zoo.qdq_ort(float_model, quantize_bias=False)

@@ -82,51 +82,6 @@ def holdout_for(model: onnx.ModelProto, options: QuantizeOptions, gate: bool) ->
     return HeldOutSet(held, f"{options.holdout:.0%} of --calib (give --holdout DIR for a separate set)")
 
 
-def without_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The float graph of a Q/DQ model, for a deploy that was handed one: each activation Q->DQ pair
-    becomes an Identity, each weight DQ its dequantized initializer. The weights stay the rounded ones
-    (the FP32 originals are not in a Q/DQ file), so the reference isolates what activation
-    quantization and TensorRT's kernels cost."""
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    producers = {o: n for n in g.node for o in n.output}
-    inits = {i.name: i for i in g.initializer}
-    nodes, added = [], []
-    for n in g.node:
-        if n.op_type == "DequantizeLinear":
-            src = producers.get(n.input[0])
-            if src is not None and src.op_type == "QuantizeLinear":
-                nodes.append(helper.make_node("Identity", [src.input[0]], [n.output[0]], name=n.name))
-                continue
-            if n.input[0] in inits:
-                w = numpy_helper.to_array(inits[n.input[0]]).astype(np.float32)
-                scale = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
-                zp = (numpy_helper.to_array(inits[n.input[2]]).astype(np.float32)
-                      if len(n.input) > 2 and n.input[2] in inits else np.zeros_like(scale))  # fmt: skip
-                if scale.ndim == 1 and scale.size > 1:
-                    axis = next((a.i for a in n.attribute if a.name == "axis"), 1) % w.ndim
-                    shape = [1] * w.ndim
-                    shape[axis] = scale.size
-                    scale, zp = scale.reshape(shape), zp.reshape(shape)
-                added.append(numpy_helper.from_array(((w - zp) * scale).astype(np.float32), n.output[0]))
-                continue
-        nodes.append(n)
-    used = {i for n in nodes for i in n.input} | {o.name for o in g.output}
-    nodes = [n for n in nodes if n.op_type != "QuantizeLinear" or any(o in used for o in n.output)]
-    used = {i for n in nodes for i in n.input} | {o.name for o in g.output}
-    kept = [i for i in g.initializer if i.name in used]
-    del g.node[:]
-    g.node.extend(nodes)
-    del g.initializer[:]
-    g.initializer.extend(kept + added)
-    return m
-
-
 def pack_inputs(feeds: Sequence[Outputs], path: Path) -> Path:
     """The held-out inputs as the agent reads them: one ``.npz``, one array per input, samples stacked
     on a new axis 0 (each sample in the model's own input shape, its batch dimension included)."""
@@ -347,6 +302,8 @@ def plan_for(prepared: Any, holdout: HeldOutSet, options: QuantizeOptions, gate:
     if prepared.reference is not None:
         reference = prepared.reference
     elif prepared.qdq:
+        from edgeq.graph.verify import without_qdq
+
         reference = without_qdq(prepared.model)
     else:
         reference = prepared.model

@@ -11,13 +11,15 @@ Sources cited in docstrings: ``edgeq/docs/trt86-rules.md`` (the shipped rules, f
 developer guide, the onnx-tensorrt 8.6 importers and the measured logs in ``tests/fixtures/trt86-h200``).
 
 The passes live by family: ``opset`` (IR version and opset lowering), ``qdq`` (the Q/DQ repairs) and
-``tidy`` (folding and the value-preserving clean-ups); ``base`` holds what they share. This module is
-their order.
+``tidy`` (folding and the value-preserving clean-ups), ``batchnorm`` (BatchNormalization folded into
+the convolution before it, which TensorRT 8.6 gets wrong behind Q/DQ); ``base`` holds what they share.
+This module is their order.
 """
 
 from __future__ import annotations
 
 from edgeq.graph.passes.base import Pass
+from edgeq.graph.passes.batchnorm import fold_batchnorm
 from edgeq.graph.passes.opset import convert_opset, set_ir_version
 from edgeq.graph.passes.qdq import fold_bias_dq, qdq_float32, qdq_remove_casts, qdq_to_int8, qdq_torch_qint8
 from edgeq.graph.passes.tidy import dedupe_initializers, fold_constants, remove_noops, remove_unused, toposort
@@ -28,6 +30,7 @@ __all__ = [
     "Pass",
     "convert_opset",
     "dedupe_initializers",
+    "fold_batchnorm",
     "fold_bias_dq",
     "fold_constants",
     "qdq_float32",
@@ -52,6 +55,8 @@ __all__ = [
 # - qdq_torch_qint8 (only with --torch-qint8) before qdq_remove_casts: it retargets PyTorch's Casts to
 #   INT8, which makes them no-ops that qdq_remove_casts removes.
 # - qdq_remove_casts before qdq_to_int8: the int8 conversion needs Q directly feeding DQ.
+# - fold_batchnorm after qdq_to_int8 and fold_bias_dq: it folds into int8 weights behind a per-channel
+#   DequantizeLinear and into float biases, the forms those passes leave.
 # - dedupe, remove_unused, toposort last: earlier passes create duplicates, orphans and reorderings.
 PASSES: tuple[Pass, ...] = (
     Pass("set_ir_version", set_ir_version, "model"),
@@ -63,6 +68,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("qdq_remove_casts", qdq_remove_casts, "graph"),
     Pass("qdq_to_int8", qdq_to_int8, "graph"),
     Pass("fold_bias_dq", fold_bias_dq, "graph"),
+    Pass("fold_batchnorm", fold_batchnorm, "graph"),
     Pass("dedupe_initializers", dedupe_initializers, "graph"),
     Pass("remove_unused", remove_unused, "graph"),
     Pass("toposort", toposort, "graph"),
