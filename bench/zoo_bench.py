@@ -514,8 +514,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="where to put results.tar.gz (the results of every model so "
                     "far)")
     ap.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated torchvision model names, "
-                    "yolo, corpus (the corpus beyond the default models), NAME@SIZE (a torchvision model at another input "
-                    "size) or NAME=PATH@SIZE (a real export)")
+                    "yolo, corpus (the corpus beyond the default models), NAME@SIZE (a torchvision model at "
+                    "another input size) or NAME=PATH@SIZE (a real export)")
     ap.add_argument("--gpus", type=int, default=1, help="one process per GPU, the models dealt out")
     ap.add_argument("--gpu-tag", default="0", help=argparse.SUPPRESS)
     ap.add_argument("--only", help="comma-separated step names to run (e.g. export while TensorRT is "
