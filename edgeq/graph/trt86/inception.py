@@ -40,8 +40,10 @@ EVIDENCE = (
     f"engines build, {CORPUS}/googlenet.implicit.layers.json.gz merges the 1x1 branches into one layer "
     "'... || ...'); tests/fixtures/trt86-h200-i28/inception.main.int8.build.log.gz (the zoo's "
     "inception_like, an H200: the same error) vs inception_b.main.int8.build.log.gz (the reduction block, "
-    f"no pool branch beside 1x1 convolutions: builds) vs {MIRRORS}; unverified: that the rules' own model "
-    "builds with the merged outputs float, and that those outputs are what trips the builder"
+    f"no pool branch beside 1x1 convolutions: builds) vs {MIRRORS}; {CORPUS}/googlenet.mirror.build-errors."
+    "log.gz and inception_v3.mirror.build-errors.log.gz (the mirrors with the merged outputs float but their "
+    "readers' weights FP32 under an INT8 output, an H200, 2026-11-26: the same error); unverified: that the "
+    "rules' own model builds with the merged outputs float, and that those outputs are what trips the builder"
 )
 _POOLS = ("MaxPool", "AveragePool")
 
@@ -119,12 +121,6 @@ def _output(conv: gs.Node) -> gs.Tensor:
     return (tail[-1] if tail else conv).outputs[0]
 
 
-def merged_outputs(graph: gs.Graph) -> list[tuple[gs.Tensor, gs.Node]]:
-    """(output, convolution) of every merged 1x1 convolution: what Q/DQ cannot carry INT8 on 8.6 (the
-    mirror leaves these float where the implicit engine ran them INT8)."""
-    return [(_output(c), c) for _, convs in merged_convolutions(graph) for c in convs]
-
-
 def match_pool_branch(graph: gs.Graph) -> list[Match]:
     out = [Match(RULE, pool.name, (pool.name, *(c.name for c in after)))
            for pool, after, _ in pool_branches(graph)]
@@ -166,7 +162,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "Two or more plain 1x1 convolutions reading one tensor, their branches meeting in a Concat (an "
         "Inception block), run as one merged layer; with each output INT8 the Q/DQ models of GoogLeNet and "
         f"Inception-v3 failed to build on 8.6 with '{BUILD_ASSERT}', and their mirrors, those outputs float, "
-        "built: keep the merged convolutions' outputs float. The convolutions still read INT8.",
+        "built: keep the merged convolutions' outputs float. The convolutions still read INT8, and their "
+        "readers keep INT8 weights (mirrors with those FP32 failed the same way).",
         EVIDENCE,
         match=match_pool_branch,
         lint=LintSpec(
