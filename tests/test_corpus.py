@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from conftest import ROOT
 
 from edgeq import zoo
+from edgeq.graph import registry
+from edgeq.graph.facts import Want, matches_of
 from edgeq.graph.io import graph_from_model
+from edgeq.graph.patterns import is_constant
 from edgeq.quant.mirror import Agreement, agreement, load_engine, plan_from_engine
 from edgeq.quant.placement import plan_placement
 from edgeq.quant.quantize import prepare_model
+
+if TYPE_CHECKING:
+    import onnx_graphsurgeon as gs
 
 FIXTURES = ROOT / "tests" / "fixtures"
 CORPUS = FIXTURES / "trt86-h100-corpus"
@@ -128,6 +136,55 @@ def test_every_corpus_engine_mirrors_onto_its_graph_and_keeps_its_int8_edges(tab
         ("googlenet", "H200"): (26, 102), ("inception_v3", "H200"): (31, 149)}
     with capsys.disabled():
         print("\n" + render(table))
+
+
+def _entry(name: str) -> Entry:
+    return next(e for e in entries() if e.name == name)
+
+
+@pytest.mark.parametrize(("name", "readers"), [("googlenet", 18), ("inception_v3", 22)])
+def test_the_inception_mirrors_float_only_the_merged_outputs_edges_their_readers_keep_int8_weights(
+        name: str, readers: int) -> None:
+    """What failed on the H200 (``<name>.mirror.build-errors.log.gz``, ``chooseHigherPrecision``): the
+    mirror had floated the merged 1x1 convolutions' readers whole, their weights FP32 under an INT8 output
+    into the block's Concat. The mirror floats the edges ``inception-build`` floats and no other, and the
+    readers keep the weight DQ the engine ran them with, as in the rules' model (which builds)."""
+    entry = registry.pattern("inception-build")
+    failed = gzip.decompress((H200 / f"{name}.mirror.build-errors.log.gz").read_bytes()).decode()
+    assert re.search(entry.build_error, failed) and "Engine set up failed" in failed
+    graph = _graph(_entry(name))
+    plan, report = plan_from_engine(graph, load_engine(_entry(name).layers))
+    floats = {(e.tensor, e.consumer) for m in matches_of(entry, graph) for e in m.wanting(Want.FLOAT)}
+    assert not {(s.tensor, c) for s in plan.sites for c in s.consumers} & floats
+    assert report.inexpressible and set(report.inexpressible) <= {t for t, _ in floats}
+    ops = {n.name: n.op for n in graph.nodes}
+    weighted = {c for _, c in floats if ops[c] == "Conv"}  # the 3x3 (5x5, 7x1) after a merged 1x1
+    assert len(weighted) == readers
+    static = plan_placement(graph)
+    int8_weights = {w.node for w in plan.weights} & weighted
+    assert int8_weights == {w.node for w in static.weights} & weighted == weighted
+
+
+def _dequantized(layers: Path, graph: gs.Graph) -> set[str]:
+    """The initializers a Q/DQ engine's layer JSON names as quantized or dequantized: its weight DQs."""
+    suffix = re.compile(r"_(quantized|dequantized|QuantizeLinear|DequantizeLinear)(_clone_\d+)?$")
+    names: set[str] = set()
+    for lay in json.loads(gzip.decompress(layers.read_bytes()), strict=False)["Layers"]:
+        names |= {p.strip() for p in re.split(r" \+ | \|\| ", lay["Name"])}
+        names |= {t["Name"] for io in ("Inputs", "Outputs") for t in lay.get(io, [])}
+    return {suffix.sub("", n) for n in names if suffix.search(n)} & {
+        n for n, t in graph.tensors().items() if is_constant(t)}
+
+
+def test_the_inception_v3_mirror_writes_the_weight_dqs_of_the_mirror_that_built() -> None:
+    """Inception-v3's mirror engine (H100, built from this implicit engine's Q/DQ mirror before the mirror
+    read the merged layers' outputs) dequantized 95 weights; the mirror writes exactly those, the 22
+    readers' of the merged outputs among them (the H200 mirror that left those FP32 failed to build)."""
+    graph = _graph(_entry("inception_v3"))
+    plan, _ = plan_from_engine(graph, load_engine(_entry("inception_v3").layers))
+    built = _dequantized(CORPUS / "inception_v3.mirror.layers.json.gz", graph)
+    assert len(built) == 95
+    assert {w.tensor for w in plan.weights} == built
 
 
 def test_where_the_rules_agree_with_the_engines_and_where_the_target_must_decide(table) -> None:

@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeq.errors import QuantError, ReportError
+from edgeq.graph import registry
+from edgeq.graph.facts import Want, matches_of
 from edgeq.graph.patterns import is_float, moves_data, producer
 from edgeq.graph.trt86.inception import RULE as INEXPRESSIBLE
-from edgeq.graph.trt86.inception import merged_outputs
 from edgeq.graph.trt86.regions import INT8_BODY, QUANTIZING_REFORMAT
 from edgeq.quant.placement import weight_axis
 from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
@@ -231,17 +232,29 @@ class _Graph:
 
 
 def _inexpressible(graph: gs.Graph, plan: Plan) -> tuple[Plan, tuple[tuple[str, ...], int]]:
-    """``plan`` without the sites Q/DQ cannot say on 8.6: a merged 1x1 convolution's output the engine
-    carried INT8 (GoogLeNet's and Inception-v3's Q/DQ builds with them INT8 failed; the rules keep them
-    float too). Their readers go in ``float_nodes``: float by design, named. Returns the plan and (the
-    tensors, the INT8 edges they held)."""
-    merged = {t.name for t, _ in merged_outputs(graph)}
-    off = [s for s in plan.sites if s.tensor in merged]
+    """``plan`` without the INT8 edges Q/DQ cannot say on 8.6: those the ``inception-build`` entry decides
+    float (a merged 1x1 convolution's output into its readers), read from the entry's own match, the one
+    the rules' placement blocks, so the mirror writes there what the rules do. Only the edges go float:
+    the entry floats no node whole (``floats_nodes``), so the readers keep the weight DQ the engine ran
+    them with, as in the rules' model and the mirrors that built; the mirrors that left those weights
+    FP32 under an INT8 output failed to build (``chooseHigherPrecision``). The readers go in
+    ``float_nodes``: they compute on float input by design. Returns the plan and (the tensors, the INT8
+    edges taken off)."""
+    entry = registry.pattern(INEXPRESSIBLE)
+    floats = {(e.tensor, e.consumer) for m in matches_of(entry, graph) for e in m.wanting(Want.FLOAT)}
+    off = {s.tensor: tuple(c for c in s.consumers if (s.tensor, c) in floats) for s in plan.sites}
+    off = {t: cs for t, cs in off.items() if cs}
     if not off:
         return plan, ((), 0)
-    region = Region(entries=tuple(s.tensor for s in off), nodes=tuple(c for s in off for c in s.consumers),
-                    sites=tuple(s.tensor for s in off), commuted=())
-    return drop_regions(plan, [region], INEXPRESSIBLE), (region.sites, sum(len(s.consumers) for s in off))
+    # a site also read on an edge the entry does not float keeps its Q/DQ for that reader alone
+    trimmed = tuple(replace(s, consumers=tuple(c for c in s.consumers if c not in off.get(s.tensor, ())))
+                    for s in plan.sites)
+    gone = tuple(s.tensor for s in trimmed if not s.consumers)
+    region = Region(entries=tuple(off), nodes=tuple(c for cs in off.values() for c in cs), sites=gone,
+                    commuted=())
+    plan = drop_regions(replace(plan, sites=trimmed), [region], INEXPRESSIBLE,
+                        float_weights=entry.floats_nodes)
+    return plan, (tuple(off), sum(map(len, off.values())))
 
 
 def layer_nodes(lay: EngineLayer, g: _Graph) -> tuple[tuple[str, ...], bool]:

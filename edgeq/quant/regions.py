@@ -133,14 +133,17 @@ class _Grower:
         return found
 
 
-def drop_regions(plan: Plan, regions: Iterable[Region], rule: str = RULE) -> Plan:
-    """``plan`` with each region float: its Q/DQ sites and commuted tensors gone, its nodes' weights
-    float, each site recorded as left float by ``rule`` (``float-entry``), its nodes in ``float_nodes``
-    (the gates read them as float by design, not as a fallback)."""
+def drop_regions(plan: Plan, regions: Iterable[Region], rule: str = RULE, *, float_weights: bool = True
+                 ) -> Plan:
+    """``plan`` with each region float: its Q/DQ sites and commuted tensors gone, each site recorded as
+    left float by ``rule`` (``float-entry``), its nodes in ``float_nodes`` (the gates read them as float
+    by design, not as a fallback) and, with ``float_weights`` (a region that runs float whole), their
+    weights float; without it they keep their DQ (an entry that floats edges, not nodes: ``floats_nodes``)."""
     regions = list(regions)
     off = {t for r in regions for t in r.sites}
     off_commuted = {t for r in regions for t in r.commuted}
     off_nodes = {n for r in regions for n in r.nodes}
+    weight_nodes = off_nodes if float_weights else set()
     if not off and not off_commuted:
         return plan
     gone = off | off_commuted
@@ -149,7 +152,7 @@ def drop_regions(plan: Plan, regions: Iterable[Region], rule: str = RULE) -> Pla
     return replace(
         plan,
         sites=tuple(s for s in plan.sites if s.tensor not in off),
-        weights=tuple(w for w in plan.weights if w.node not in off_nodes),
+        weights=tuple(w for w in plan.weights if w.node not in weight_nodes),
         commuted=tuple(t for t in plan.commuted if t not in off_commuted),
         floats=plan.floats + tuple(FloatTensor(t, rule) for t in sorted(gone)),
         groups=groups,

@@ -5,8 +5,8 @@ one layer (``A || B || C`` in the layer JSON of GoogLeNet's and Inception-v3's i
 Q/DQ model, with each of their outputs INT8 at its own scale, failed to build on both networks with the
 same internal error; the mirror of each implicit engine, which read those outputs float (the merged layer's
 output has no ONNX name, so the mirror could not keep it INT8) and differs from the rules little elsewhere,
-built. So this entry keeps the merged convolutions' outputs float: a placement like one that built, the
-rules' own build with it not yet measured, and the layers after those convolutions run FP16. The Inception
+built. So this entry keeps the merged convolutions' outputs float: with it the rules' models of both built
+(an H200, 2026-11-26), not timed, and the layers after those convolutions run FP16. The Inception
 pool branch (a stride-1 pool beside the merged convolutions, a convolution after it) is where the builds
 failed; ``quantize`` says so and ``--placement auto`` (a target) decides.
 """
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 RULE = "inception-build"
 BUILD_ASSERT = "chooseHigherPrecision"
 CORPUS = "tests/fixtures/trt86-h100-corpus"
+H200 = "tests/fixtures/trt86-h200-corpus"
 MIRRORS = (
     f"{CORPUS}/googlenet.mirror.layers.json.gz and inception_v3.mirror.layers.json.gz (the mirrors, the "
     "merged convolutions' outputs float, FP16 in the engine: both built, an H100, 2026-11-26; GoogLeNet's "
@@ -40,8 +41,12 @@ EVIDENCE = (
     f"engines build, {CORPUS}/googlenet.implicit.layers.json.gz merges the 1x1 branches into one layer "
     "'... || ...'); tests/fixtures/trt86-h200-i28/inception.main.int8.build.log.gz (the zoo's "
     "inception_like, an H200: the same error) vs inception_b.main.int8.build.log.gz (the reduction block, "
-    f"no pool branch beside 1x1 convolutions: builds) vs {MIRRORS}; unverified: that the rules' own model "
-    "builds with the merged outputs float, and that those outputs are what trips the builder"
+    f"no pool branch beside 1x1 convolutions: builds) vs {MIRRORS}; {H200}/googlenet.mirror.build-errors."
+    "log.gz and inception_v3.mirror.build-errors.log.gz (the mirrors with the merged outputs float but their "
+    "readers' weights FP32 under an INT8 output, an H200, 2026-11-26: the same error); built with this "
+    f"entry: {H200}/googlenet.static.layers.json.gz and inception_v3.static.layers.json.gz (the rules' "
+    "models, the same H200 lease; 19 and 23 FP16/FP32 layers, not timed); unverified: that those outputs "
+    "are what trips the builder"
 )
 _POOLS = ("MaxPool", "AveragePool")
 
@@ -119,12 +124,6 @@ def _output(conv: gs.Node) -> gs.Tensor:
     return (tail[-1] if tail else conv).outputs[0]
 
 
-def merged_outputs(graph: gs.Graph) -> list[tuple[gs.Tensor, gs.Node]]:
-    """(output, convolution) of every merged 1x1 convolution: what Q/DQ cannot carry INT8 on 8.6 (the
-    mirror leaves these float where the implicit engine ran them INT8)."""
-    return [(_output(c), c) for _, convs in merged_convolutions(graph) for c in convs]
-
-
 def match_pool_branch(graph: gs.Graph) -> list[Match]:
     out = [Match(RULE, pool.name, (pool.name, *(c.name for c in after)))
            for pool, after, _ in pool_branches(graph)]
@@ -156,7 +155,7 @@ def known_failure_line(graph: gs.Graph) -> str | None:
         return None
     return (f"{plural(n, 'Inception pool branch', 'Inception pool branches')}: TensorRT 8.6 failed "
             f"building the rules' Q/DQ of such blocks; the merged 1x1 convolutions' outputs are kept float "
-            f"as in a model that built (edgeq rules {RULE}; unverified here, those layers run FP16): "
+            f"as in the models that built (edgeq rules {RULE}; not timed, those layers run FP16): "
             "deploy with a target, where --placement auto decides")
 
 
@@ -166,7 +165,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "Two or more plain 1x1 convolutions reading one tensor, their branches meeting in a Concat (an "
         "Inception block), run as one merged layer; with each output INT8 the Q/DQ models of GoogLeNet and "
         f"Inception-v3 failed to build on 8.6 with '{BUILD_ASSERT}', and their mirrors, those outputs float, "
-        "built: keep the merged convolutions' outputs float. The convolutions still read INT8.",
+        "built: keep the merged convolutions' outputs float. The convolutions still read INT8, and their "
+        "readers keep INT8 weights (mirrors with those FP32 failed the same way).",
         EVIDENCE,
         match=match_pool_branch,
         lint=LintSpec(
@@ -176,7 +176,6 @@ PATTERNS: tuple[Pattern, ...] = (
             lint_pool_branch,
         ),
         ops=frozenset({*_POOLS, "Conv"}),
-        verified=False,
         build_error=BUILD_ASSERT,
         note=known_failure_line,
         precedence=150,
