@@ -30,8 +30,10 @@ class InputSpec:
         return self.shape[0]
 
     def describe(self, shape: Sequence[int | None] | None = None) -> str:
-        dims = self.shape if shape is None else shape
-        return "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
+        """``(?, 3, 224, 224)``: the agent's way (one format for a shape in host and agent messages)."""
+        from edgeq.agent.shapes import describe_dims
+
+        return str(describe_dims(self.shape if shape is None else shape))
 
 
 def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
