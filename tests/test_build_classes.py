@@ -182,8 +182,8 @@ def test_the_entry_names_exactly_the_corpus_models_whose_static_build_failed() -
         assert (line is not None) == (o == "failed"), name
     assert known_failure_line(typed_graph_from_model(structure("googlenet"))) == (
         "9 Inception pool branches: TensorRT 8.6 failed building the rules' Q/DQ of such blocks; the merged "
-        "1x1 convolutions' outputs are kept float as in a model that built (edgeq rules inception-build; "
-        "unverified here, those layers run FP16): deploy with a target, where --placement auto decides")
+        "1x1 convolutions' outputs are kept float as in the models that built (edgeq rules inception-build; "
+        "not timed, those layers run FP16): deploy with a target, where --placement auto decides")
 
 
 def test_a_failed_inception_build_names_its_merged_convolutions_not_the_timing_cache() -> None:

@@ -224,6 +224,33 @@ def test_a_failed_implicit_build_ships_the_rules_qdq_model_and_says_so(root, cli
     assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, True, False]
 
 
+def test_compare_where_the_implicit_build_fails_calibrates_for_the_rules_and_the_rows_once_each(root, cli,
+                                                                                                monkeypatch):
+    """The implicit build fails under ``compare --target`` (a recorded 8.6.0 failing log): the decision
+    ships the rules' model; the compare's rows reuse the calibration the failed decision made, so the data
+    is calibrated twice (the decision's, the rules' deploy), not a third time for the rows, and the failed
+    implicit engine is the baseline row, not built a second time."""
+    from edgeq.quant import quantize
+
+    passes: list[int] = []
+    real = quantize.calibrate_and_choose
+
+    def counted(*args, **kwargs):
+        passes.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(quantize, "calibrate_and_choose", counted)
+    trtexec = tune_trtexec(root / "bin", {})
+    _workspace(root, _failing_explicit(root / "bin", trtexec, H200 / "yolo_ortfb.explicit.build.log",
+                                       implicit=True))
+    code, _, err = cli("compare", root / "net.onnx", "--target", "board", "--calib", root / "calib")
+    assert len(passes) == 2, err
+    # the implicit engine tried once (the decision's), then the rules' model the decision shipped and the
+    # compare's explicit-trt and explicit-all rows; the baseline row is the decision's failure
+    assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, False, False]
+    assert code != 0 and "the baseline did not build" in err and "Could not find any implementation" in err
+
+
 def test_compare_on_a_target_shows_the_decided_engine_and_a_second_compare_reads_the_cache(root, cli,
                                                                                             monkeypatch):
     """``compare --target --calib`` decides by default (``--placement auto``): the decided engine is the

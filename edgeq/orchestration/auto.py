@@ -96,6 +96,7 @@ class AutoDeploy:
     files: dict[str, str] = field(default_factory=dict)
     cache_warning: Optional[str] = None  # the decision could not be written to the cache
     calibrated: Optional[Calibrated] = None  # this run's calibration (a miss): compare's rows reuse it
+    implicit_error: Optional[EdgeqError] = None  # this run's implicit build failed: compare's baseline row
 
     @property
     def kept(self) -> str:
@@ -356,7 +357,8 @@ def _rules_fallback(model: Path, target: Target, options: DeployOptions, error: 
                 "target": target.name, "implicit_build_seconds": None, "implicit_build_error": why,
                 "ratio": None, "runs": {"rules": str(result.run_dir)}}  # fmt: skip
     decision = Decision(RULES, reason, {}, {}, "", evidence=evidence)
-    out = AutoDeploy(result.run_dir, result, decision, False, lookup, uncached, key)
+    out = AutoDeploy(result.run_dir, result, decision, False, lookup, uncached, key, implicit_error=error,
+                     calibrated=getattr(error, "calibrated", None))  # fmt: skip
     quantized = result.stage("quantize").data.get("output")
     out.files["model"] = str(result.run_dir / quantized) if quantized else str(model)
     summary = result.run_dir / "placement.json"
@@ -453,7 +455,9 @@ def engines_auto(model: Path, target: Target, options: VariantOptions, auto: Aut
     # baseline), else one of the same data (less --holdout, as the decision's) for the baseline and rules
     cal = placed.calibrated or calibrate_once(Path(model), options.quantize, holdout=True)[0]
     implicit = implicit_variant(cal, run_dir, options.quantize)
-    baseline = placed.implicit_run or deploy_one(implicit, target, options, runs, progress)
+    # the decision's implicit engine (built, or failed: not built a second time), else one built here
+    baseline = placed.implicit_run or placed.implicit_error or deploy_one(implicit, target, options, runs,
+                                                                           progress)
     engines = [variant_engine(implicit, baseline)]
     gated: list[str] = []
     shown: Optional[DeployResult] = placed.result

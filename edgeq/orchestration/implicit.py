@@ -178,6 +178,15 @@ def explicit_deploy_options(common: DeployOptions, allow: tuple[str, ...], float
                    gate_reformats=False if floats.reformats else None)  # fmt: skip
 
 
+class ImplicitBuildFailed(EdgeqError):
+    """The implicit engine's deploy failed. ``calibrated``: the calibration it was built from, so a caller
+    that ships something else instead (auto's rules fallback, compare's rows) does not calibrate again."""
+
+    def __init__(self, message: str, hint: Optional[str], *, exit_code: int, calibrated: Calibrated) -> None:
+        super().__init__(message, hint, exit_code=exit_code)
+        self.calibrated = calibrated
+
+
 def implicit_then_mirror(
     model: Path,
     target: Target,
@@ -210,8 +219,8 @@ def implicit_then_mirror(
         implicit = deploy(pair.model, target, replace(common, gate="none", calib_cache=pair.calib_cache),
                           progress=progress, on_event=on_event)  # fmt: skip
     except EdgeqError as e:
-        raise EdgeqError(f"{what}: the implicit engine: {e.message}", e.hint,
-                         exit_code=e.exit_code) from None  # fmt: skip
+        raise ImplicitBuildFailed(f"{what}: the implicit engine: {e.message}", e.hint,
+                                  exit_code=e.exit_code, calibrated=cal) from None  # fmt: skip
     impl_engine = _run_engine(implicit.run_dir, cal.reference, "implicit",
                               implicit.timings.get("throughput_qps"), None)  # fmt: skip
 
