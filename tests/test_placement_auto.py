@@ -224,12 +224,8 @@ def test_a_failed_implicit_build_ships_the_rules_qdq_model_and_says_so(root, cli
     assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, True, False]
 
 
-def test_compare_where_the_implicit_build_fails_calibrates_for_the_rules_and_the_rows_once_each(root, cli,
-                                                                                                monkeypatch):
-    """The implicit build fails under ``compare --target`` (a recorded 8.6.0 failing log): the decision
-    ships the rules' model; the compare's rows reuse the calibration the failed decision made, so the data
-    is calibrated twice (the decision's, the rules' deploy), not a third time for the rows, and the failed
-    implicit engine is the baseline row, not built a second time."""
+def _calibration_passes(monkeypatch) -> list[int]:
+    """One entry per calibration pass over the data (counted on edgeq's one calibration function)."""
     from edgeq.quant import quantize
 
     passes: list[int] = []
@@ -240,6 +236,16 @@ def test_compare_where_the_implicit_build_fails_calibrates_for_the_rules_and_the
         return real(*args, **kwargs)
 
     monkeypatch.setattr(quantize, "calibrate_and_choose", counted)
+    return passes
+
+
+def test_compare_where_the_implicit_build_fails_calibrates_for_the_rules_and_the_rows_once_each(root, cli,
+                                                                                                monkeypatch):
+    """The implicit build fails under ``compare --target`` (a recorded 8.6.0 failing log): the decision
+    ships the rules' model; the compare's rows reuse the calibration the failed decision made, so the data
+    is calibrated twice (the decision's, the rules' deploy), not a third time for the rows, and the failed
+    implicit engine is the baseline row, not built a second time."""
+    passes = _calibration_passes(monkeypatch)
     trtexec = tune_trtexec(root / "bin", {})
     _workspace(root, _failing_explicit(root / "bin", trtexec, H200 / "yolo_ortfb.explicit.build.log",
                                        implicit=True))
@@ -258,16 +264,7 @@ def test_compare_on_a_target_shows_the_decided_engine_and_a_second_compare_reads
     --placement all, all from one calibration pass over the data (the decision's; counted on edgeq's one
     calibration function). The next compare reads the placement cache: the cached placement's engine, no
     mirror, the baseline built as always (one calibration), and it says "placement from cache"."""
-    from edgeq.quant import quantize
-
-    passes: list[int] = []
-    real = quantize.calibrate_and_choose
-
-    def counted(*args, **kwargs):
-        passes.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(quantize, "calibrate_and_choose", counted)
+    passes = _calibration_passes(monkeypatch)
     trtexec = tune_trtexec(root / "bin", {})
     _workspace(root, trtexec)
     args = ["compare", root / "net.onnx", "--target", "board", "--calib", root / "calib", "--gate",
