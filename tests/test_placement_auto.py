@@ -254,7 +254,9 @@ def test_compare_where_the_implicit_build_fails_calibrates_for_the_rules_and_the
     # the implicit engine tried once (the decision's), then the rules' model the decision shipped and the
     # compare's explicit-trt and explicit-all rows; the baseline row is the decision's failure
     assert [any(a.startswith("--calib=") for a in b) for b in builds(trtexec)] == [True, False, False, False]
-    assert code != 0 and "the baseline did not build" in err and "Could not find any implementation" in err
+    # the target's failure, said as one (exit 1), not compare --engines' usage error
+    assert code == 1 and "the baseline 'implicit' did not build on board" in err, err
+    assert "Could not find any implementation" in err and "put a built engine first" not in err
 
 
 def test_compare_on_a_target_shows_the_decided_engine_and_a_second_compare_reads_the_cache(root, cli,

@@ -377,4 +377,5 @@ def _on_target(paths: list[Path], target: str, calib: Optional[Path], fp16: bool
             built = engines_on_target(paths[0], tgt, options, progress=progress)
     if not json_out:
         out.print(f"run directory: [bold]{escape(str(built.run_dir))}[/]")
+    built.require_baseline(tgt.name)
     return built

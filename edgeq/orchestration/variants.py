@@ -61,6 +61,14 @@ class TargetEngines:
     gated: tuple[str, ...] = ("explicit",)  # the variants a relative gate judges (not the comparison ones)
     placement: Optional[Any] = None  # compare --placement auto: the decision (``auto.AutoDeploy``)
 
+    def require_baseline(self, target: str) -> None:
+        """A baseline (the first row) that did not build on the target is the target's failure (exit 1),
+        not a usage error: there is nothing to compare the other rows against."""
+        base = self.engines[0] if self.engines else None
+        if base is not None and not base.built:
+            raise RemoteError(f"compare --target: the baseline '{base.name}' did not build on {target}: "
+                              f"{base.error}", f"each build's log is under {self.run_dir}", exit_code=1)
+
 
 def _stem(model: Path) -> str:
     return model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
