@@ -47,6 +47,7 @@ from edgeq.orchestration.deploy import (
 )
 from edgeq.orchestration.implicit import (
     ROUNDS,
+    ImplicitBuildFailed,
     ImplicitDeploy,
     ImplicitFloat,
     explicit_deploy_options,
@@ -358,7 +359,7 @@ def _rules_fallback(model: Path, target: Target, options: DeployOptions, error: 
                 "ratio": None, "runs": {"rules": str(result.run_dir)}}  # fmt: skip
     decision = Decision(RULES, reason, {}, {}, "", evidence=evidence)
     out = AutoDeploy(result.run_dir, result, decision, False, lookup, uncached, key, implicit_error=error,
-                     calibrated=getattr(error, "calibrated", None))  # fmt: skip
+                     calibrated=error.calibrated if isinstance(error, ImplicitBuildFailed) else None)
     quantized = result.stage("quantize").data.get("output")
     out.files["model"] = str(result.run_dir / quantized) if quantized else str(model)
     summary = result.run_dir / "placement.json"

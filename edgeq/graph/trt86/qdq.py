@@ -20,6 +20,7 @@ from edgeq.graph.patterns import (
     is_quantize,
     iter_nodes,
     node_label,
+    producer,
     qparams,
 )
 from edgeq.text import noun, plural
@@ -208,8 +209,6 @@ def check_int32_bias(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hi
 
 def check_conv_batchnorm(graph: gs.Graph, _m: list[Match], _d: Decisions) -> list[Hit]:
     """A BatchNormalization reading a convolution whose weight is int8 behind a DequantizeLinear."""
-    from edgeq.graph.patterns import producer
-
     hits = []
     for n in iter_nodes(graph):
         if not is_op(n, "BatchNormalization") or not n.inputs:
