@@ -233,6 +233,34 @@ def check_dynamic_shape(graph: gs.Graph) -> list[Finding]:
     ]
 
 
+def placeholder_dims(graph: gs.Graph) -> dict[str, list[tuple[str, int]]]:
+    """Dimension names that are not identifiers ('?', as paddle2onnx writes an unknown size) and name
+    more than one input dimension: name -> [(input, axis)]. TensorRT 8.6 takes every dimension of one
+    name as one size, so ``[-1, 3, '?', '?']`` cannot take a 48x192 input; no exporter means such a name
+    as a tie (real ties are identifiers: ``batch``)."""
+    uses: dict[str, list[tuple[str, int]]] = {}
+    for t in graph.inputs:
+        for axis, d in enumerate(getattr(t, "shape", None) or ()):
+            if isinstance(d, str) and d and not d.isidentifier():
+                uses.setdefault(d, []).append((t.name, axis))
+    return {name: where for name, where in uses.items() if len(where) > 1}
+
+
+def check_dim_name_shared(graph: gs.Graph) -> list[Finding]:
+    """Input dimensions that share a placeholder name: TensorRT 8.6 refuses sizes that differ."""
+    return [
+        _finding(
+            "dim-name-shared",
+            f"{len(where)} input dimensions share the name {name!r} ("
+            + ", ".join(f"{t} axis {a}" for t, a in where)
+            + "): TensorRT 8.6 takes them as one size and fails the build when they differ ('Input "
+            "dimensions with this name are inconsistent')",
+            dict.fromkeys(t for t, _ in where),
+        )
+        for name, where in placeholder_dims(graph).items()
+    ]
+
+
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
@@ -368,6 +396,16 @@ _PARSE_RULES: tuple[Rule, ...] = (
         "build with --minShapes/--optShapes/--maxShapes (trtexec names), or export with fixed shapes",
         f"{DEV_GUIDE} §8 Working with Dynamic Shapes (optimization profiles)",
         check_dynamic_shape,
+    ),
+    Rule(
+        "dim-name-shared",
+        Level.ERROR,
+        "input dimensions sharing a placeholder name ('?')",
+        "run `edgeq clean` (names each such dimension apart)",
+        "measured: tests/fixtures/trt86-h100-dims/README.md (PP-OCR's direction classifier as paddle2onnx "
+        "exports it, x [-1, 3, '?', '?'], H100: 'Error Code 4: Internal Error (?: Input dimensions with this "
+        "name are inconsistent.)' for the implicit and the explicit build; named apart, the build went on)",
+        check_dim_name_shared,
     ),
     Rule(
         "int64-weights",

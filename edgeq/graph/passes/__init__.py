@@ -11,8 +11,9 @@ Sources cited in docstrings: ``edgeq/docs/trt86-rules.md`` (the shipped rules, f
 developer guide, the onnx-tensorrt 8.6 importers and the measured logs in ``tests/fixtures/trt86-h200``).
 
 The passes live by family: ``opset`` (IR version and opset lowering), ``qdq`` (the Q/DQ repairs) and
-``tidy`` (folding and the value-preserving clean-ups), ``batchnorm`` (BatchNormalization folded into
-the convolution before it, which TensorRT 8.6 gets wrong behind Q/DQ); ``base`` holds what they share.
+``tidy`` (folding and the value-preserving clean-ups, input dimension names among them), ``batchnorm``
+(BatchNormalization folded into the convolution before it, which TensorRT 8.6 gets wrong behind Q/DQ);
+``base`` holds what they share.
 This module is their order.
 """
 
@@ -22,7 +23,14 @@ from edgeq.graph.passes.base import Pass
 from edgeq.graph.passes.batchnorm import fold_batchnorm
 from edgeq.graph.passes.opset import convert_opset, set_ir_version
 from edgeq.graph.passes.qdq import fold_bias_dq, qdq_float32, qdq_remove_casts, qdq_to_int8, qdq_torch_qint8
-from edgeq.graph.passes.tidy import dedupe_initializers, fold_constants, remove_noops, remove_unused, toposort
+from edgeq.graph.passes.tidy import (
+    dedupe_initializers,
+    fold_constants,
+    name_dims_apart,
+    remove_noops,
+    remove_unused,
+    toposort,
+)
 
 __all__ = [
     "PASSES",
@@ -33,6 +41,7 @@ __all__ = [
     "fold_batchnorm",
     "fold_bias_dq",
     "fold_constants",
+    "name_dims_apart",
     "qdq_float32",
     "qdq_remove_casts",
     "qdq_to_int8",
@@ -48,6 +57,7 @@ __all__ = [
 #   one onnxruntime knows; convert_opset next, so every graph pass sees opset <= 17 semantics and
 #   folding tidies the constants the converter adds; qdq_float32 right after it, because float16 Q/DQ
 #   are invalid below opset 19 and every later pass (and onnxruntime folding) needs a valid model.
+# - name_dims_apart before folding: graphsurgeon's shape folding reads the input shapes.
 # - fold_constants before the Q/DQ passes: it lowers Constant nodes and folds the Casts PyTorch puts on
 #   zero-points and scales, so the Q/DQ passes can read their types and values (it never folds Q/DQ).
 # - remove_noops before the Q/DQ passes: Identity/Dropout between Q and DQ hide the pairs (it leaves
@@ -62,6 +72,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("set_ir_version", set_ir_version, "model"),
     Pass("convert_opset", convert_opset, "model"),
     Pass("qdq_float32", qdq_float32, "model"),
+    Pass("name_dims_apart", name_dims_apart, "graph"),
     Pass("fold_constants", fold_constants, "graph"),
     Pass("remove_noops", remove_noops, "graph"),
     Pass("qdq_torch_qint8", qdq_torch_qint8, "graph"),

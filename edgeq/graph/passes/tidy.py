@@ -1,5 +1,5 @@
 """The passes that change no values: constant folding, no-op removal, duplicate initializers merged,
-dead nodes dropped, nodes sorted topologically."""
+dead nodes dropped, nodes sorted topologically, placeholder dimension names told apart."""
 
 from __future__ import annotations
 
@@ -256,3 +256,28 @@ def toposort(graph: gs.Graph, options: CleanOptions) -> list[Change]:
         return []
     return [Change("toposort", f"reordered nodes into topological order ({moved} positions changed)")]
 
+
+def name_dims_apart(graph: gs.Graph, options: CleanOptions) -> list[Change]:
+    """Give input dimensions that share a placeholder name ('?') a name each: ``<input>_dim<axis>``.
+
+    TensorRT 8.6 takes dimensions of one name as one size, so paddle2onnx's ``[-1, 3, '?', '?']`` fails
+    every build with a non-square input (edgeq/docs/trt86-rules.md#dim-name-shared). The dimensions stay
+    dynamic; only the false tie goes.
+    """
+    from edgeq.graph.rules import placeholder_dims
+
+    shared = placeholder_dims(graph)
+    if not shared:
+        return []
+    by_name = {t.name: t for t in graph.inputs}
+    changes = []
+    for name, where in shared.items():
+        new = []
+        for tensor, axis in where:
+            t = by_name[tensor]
+            label = "".join(c if c.isalnum() else "_" for c in tensor)
+            t.shape[axis] = f"{label}_dim{axis}"
+            new.append(f"{tensor} axis {axis} -> {t.shape[axis]}")
+        changes.append(Change("name_dims_apart", f"dimensions named {name!r} named apart ("
+                              + ", ".join(new) + "): TensorRT 8.6 takes one name as one size", ()))
+    return changes
