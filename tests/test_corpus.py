@@ -1,4 +1,4 @@
-"""The corpus: real implicit INT8 engines of 25 models (TensorRT 8.6.0 on H100 and H200, layer JSON and
+"""The corpus: real implicit INT8 engines of 26 models (TensorRT 8.6.0 on H100 and H200, layer JSON and
 profile; YOLOv8n and nine torchvision models on both GPUs), each beside the graph it was built from (a
 skeleton of edgeq's ``.int8.fp32.onnx``, or the zoo's code for the two built in code). Without a GPU:
 every engine mirrors onto its graph, and the static rules are held against each mirror per quantized
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 FIXTURES = ROOT / "tests" / "fixtures"
 CORPUS = FIXTURES / "trt86-h100-corpus"
 H200 = FIXTURES / "trt86-h200-corpus"  # a later lease on 4x H200: the same exports (the H100 skeletons)
+CORPUS2 = FIXTURES / "trt86-h100-corpus2"  # a third lease on 2x H100: the same exports
 ZOO = FIXTURES / "trt86-h100-zoo"
 
 
@@ -52,6 +53,9 @@ def entries() -> list[Entry]:
     out.append(Entry("resnet50", "H100", ZOO / "resnet50.implicit.layers.json.gz", "zoo:resnet50"))
     out.append(Entry("yolo_like", "H100", FIXTURES / "trt86-h100-zoo2" / "yolo.implicit.layers.json.gz",
                      "zoo:yolo_like"))
+    seen = {e.name for e in out}
+    out += [Entry(p.name.split(".")[0], "H100", p, str(CORPUS / f"{p.name.split('.')[0]}.skel.onnx.gz"))
+            for p in sorted(CORPUS2.glob("*.implicit.layers.json.gz")) if p.name.split(".")[0] not in seen]
     for p in sorted(H200.glob("*.implicit.layers.json.gz")):
         name = p.name.split(".")[0]
         skel = next(d / f"{name}.skel.onnx.gz" for d in (CORPUS, H200)
@@ -185,6 +189,17 @@ def test_the_inception_v3_mirror_writes_the_weight_dqs_of_the_mirror_that_built(
     built = _dequantized(CORPUS / "inception_v3.mirror.layers.json.gz", graph)
     assert len(built) == 95
     assert {w.tensor for w in plan.weights} == built
+
+
+@pytest.mark.parametrize("name", ["googlenet", "inception_v3"])
+def test_the_inception_mirrors_edgeq_writes_today_are_the_ones_that_built_on_the_h100(name: str) -> None:
+    """The third lease's mirrors (H100) built: the weights their engines dequantized are exactly the weight
+    DQs edgeq's mirror writes from that lease's implicit engine (the readers of the merged outputs keep
+    INT8 weights), and the merged outputs it leaves float are ``inception-build``'s edges."""
+    graph = _graph(_entry(name))
+    plan, report = plan_from_engine(graph, load_engine(CORPUS2 / f"{name}.implicit.layers.json.gz"))
+    assert {w.tensor for w in plan.weights} == _dequantized(CORPUS2 / f"{name}.mirror.layers.json.gz", graph)
+    assert report.inexpressible_edges > 0
 
 
 def test_where_the_rules_agree_with_the_engines_and_where_the_target_must_decide(table) -> None:

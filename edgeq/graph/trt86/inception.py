@@ -6,7 +6,8 @@ Q/DQ model, with each of their outputs INT8 at its own scale, failed to build on
 same internal error; the mirror of each implicit engine, which read those outputs float (the merged layer's
 output has no ONNX name, so the mirror could not keep it INT8) and differs from the rules little elsewhere,
 built. So this entry keeps the merged convolutions' outputs float: with it the rules' models of both built
-(an H200, 2026-11-26), not timed, and the layers after those convolutions run FP16. The Inception
+(an H200, 2026-11-26, and an H100), but ran 0.40x and 0.44x implicit (an H100, paired rounds): the
+convolutions reading those float outputs with INT8 weights run FP32. The Inception
 pool branch (a stride-1 pool beside the merged convolutions, a convolution after it) is where the builds
 failed; ``quantize`` says so and ``--placement auto`` (a target) decides.
 """
@@ -46,7 +47,10 @@ EVIDENCE = (
     "readers' weights FP32 under an INT8 output, an H200, 2026-11-26: the same error); built with this "
     f"entry: {H200}/googlenet.static.layers.json.gz and inception_v3.static.layers.json.gz (the rules' "
     "models, the same H200 lease; 19 and 23 FP16/FP32 layers, not timed); unverified: that those outputs "
-    "are what trips the builder"
+    "are what trips the builder; timed: tests/fixtures/trt86-h100-corpus2/timed.json (GoogLeNet and "
+    "Inception-v3, an H100, 2026-11-26, 3 paired rounds: static 0.396x and 0.438x implicit, the mirrors, "
+    "built with the readers' INT8 weights kept, 0.397x and 0.436x; googlenet.mirror.layers.json.gz: 18 "
+    "Scale layers dequantizing weights at run time, 25 FP32 convolutions)"
 )
 _POOLS = ("MaxPool", "AveragePool")
 
@@ -155,8 +159,9 @@ def known_failure_line(graph: gs.Graph) -> str | None:
         return None
     return (f"{plural(n, 'Inception pool branch', 'Inception pool branches')}: TensorRT 8.6 failed "
             f"building the rules' Q/DQ of such blocks; the merged 1x1 convolutions' outputs are kept float "
-            f"as in the models that built (edgeq rules {RULE}; not timed, those layers run FP16): "
-            "deploy with a target, where --placement auto decides")
+            f"as in the models that built (edgeq rules {RULE}), and on the measured H100 such models ran "
+            "0.40x-0.44x the implicit engine's speed (GoogLeNet, Inception-v3): deploy with a target, where "
+            "--placement auto decides")
 
 
 PATTERNS: tuple[Pattern, ...] = (
