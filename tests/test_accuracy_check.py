@@ -305,3 +305,41 @@ def test_candidates_run_the_hardest_samples_first_and_stop_once_they_cannot_win(
     assert none is None and after == 1 and full.value <= bound.value <= beat
     in_order = score(candidate, beat, None)
     assert in_order[2] is None or in_order[2] > 1
+
+
+def test_a_candidate_bound_is_not_rescored_after_every_sample_of_a_large_held_out_set(setup, tmp_path):
+    """Each bound check scores the whole held-out set: checked after every sample, a candidate that runs
+    them all costs O(n^2) metric work (on 100 detector images as much as running the model). Checked
+    after each early sample, then once per quarter more, a 48-sample pass scores a few times log(n)
+    and still stops, and then reports a bound that no full run beats."""
+    from edgeq.quant.accuracy import run_outputs
+    from edgeq.quant.autocalib import scorer
+    from edgeq.quant.data import calibration_set
+    from edgeq.quant.metrics import metric_from_spec
+
+    model, calib, _ = setup
+    fp32 = onnx.load(model)
+    held = _samples(tmp_path / "held48", 48, 7)
+    data = calibration_set(fp32, held)
+    reference = run_outputs(fp32, data)
+    candidate = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, calibrator="entropy"),
+                              output=tmp_path / "e.onnx").model
+    cosine = metric_from_spec("cosine")
+    calls: list[int] = []
+
+    class Counted:
+        name = cosine.name
+
+        def score(self, reference, candidate):  # type: ignore[no-untyped-def]
+            calls.append(len(candidate))
+            return cosine.score(reference, candidate)
+
+    score = scorer(Counted(), reference, data, None, bounded=True)
+    full, outputs, stopped = score(candidate, -1.0, None)  # a figure it always beats: never stops
+    assert stopped is None and outputs is not None and len(outputs) == 48
+    assert len(calls) <= 20, len(calls)  # 47 checks and the final score if every sample were checked
+    calls.clear()
+    beat = 1.0 - (1.0 - full.rank) / 2  # half its loss: reached part-way through, then it stops
+    bound, none, after = score(candidate, beat, None)
+    assert none is None and after is not None and after < 48, after
+    assert full.rank <= bound.rank + 1e-9 and bound.rank <= beat
