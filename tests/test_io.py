@@ -83,6 +83,31 @@ def test_output_onto_the_inputs_external_data_is_refused(tmp_path: Path, cli) ->
     assert (_sha(p), _sha(data)) == before
 
 
+def test_the_size_estimate_is_the_serialized_size_without_serializing() -> None:
+    """The 2 GB choice reads ``serialized_size``: within a few dozen bytes per tensor of protobuf's count,
+    whether the weights are raw bytes, float_data, a Constant node's tensor, in a subgraph or a zoo net."""
+    from edgeq import zoo
+
+    rng = np.random.default_rng(1)
+    floats = helper.make_tensor("f", TensorProto.FLOAT, [64, 8], rng.standard_normal(512).tolist())
+    const = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(
+        rng.standard_normal((64, 8)).astype(np.float32), "cv"))
+    k = numpy_helper.from_array(rng.standard_normal((64, 8)).astype(np.float32), "k")
+    branch = helper.make_graph([helper.make_node("Identity", ["k"], ["out"])], "b", [],
+                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, [64, 8])], [k])
+    g = helper.make_graph(
+        [const, helper.make_node("Add", ["f", "c"], ["a"]),
+         helper.make_node("If", ["cond"], ["i"], then_branch=branch, else_branch=branch),
+         helper.make_node("Add", ["a", "i"], ["y"])],
+        "mixed", [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 8])], [floats])
+    models = [_tiny(256), helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              zoo.resnet_like(size=32, width=8, layers=(1, 1), classes=10, seed=0)]
+    for m in models:
+        exact, est = m.ByteSize(), io.serialized_size(m)
+        assert exact - 64 <= est <= exact + 256 + 48 * len(m.graph.initializer), (est, exact)
+
+
 def test_external_data_threshold_picks_external(tmp_path: Path, monkeypatch) -> None:
     """Models over the protobuf limit go to external data by themselves (threshold lowered to test it)."""
     monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD", 1000)
