@@ -113,6 +113,19 @@ def test_detection_low_score_changes_do_not_matter():
     assert CosineMetric().score(samples("o", ref), samples("o", got)).value < 0.9  # cosine sees noise
 
 
+def test_detection_says_how_many_lost_detections_fp32_itself_barely_made():
+    """A loss at FP32's own margin (scored 0.3, threshold 0.25) is told apart from a confident one."""
+    faint = (300.0, 300.0, 30.0, 30.0, 1, 0.3)
+    ref = yolo([*BOXES, faint])
+    marginal = DetectionMetric().score(samples("o", ref), samples("o", yolo(BOXES)))
+    assert marginal.figures["lost_near_threshold"] == 1
+    assert marginal.text.endswith("; 1 of the 1 lost scored under 0.35 by FP32 itself")
+    # the 0.8 box lost, the faint one kept
+    confident = DetectionMetric().score(samples("o", ref), samples("o", yolo([*BOXES[1:], faint])))
+    assert confident.figures["lost_near_threshold"] == 0 and "lost scored" not in confident.text
+    assert confident.value == pytest.approx(2 / 3)
+
+
 def test_detection_nms_is_per_class_and_counts_each_object_once():
     dup = [(100.0, 100.0, 40.0, 40.0, 0, 0.8), (102.0, 100.0, 40.0, 40.0, 0, 0.7),  # same class: one
            (101.0, 100.0, 40.0, 40.0, 1, 0.5)]  # another class on the same place: its own detection
