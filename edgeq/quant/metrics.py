@@ -360,12 +360,6 @@ def yolo_detections(pred: np.ndarray, score: float, nms_iou: float, max_det: int
     return out
 
 
-def match_detections(ref: tuple[np.ndarray, np.ndarray, np.ndarray],
-                     got: tuple[np.ndarray, np.ndarray, np.ndarray], iou: float) -> int:
-    """How many reference detections the candidate keeps (``kept_detections``)."""
-    return int(kept_detections(ref, got, iou).sum())
-
-
 def kept_detections(ref: tuple[np.ndarray, np.ndarray, np.ndarray],
                     got: tuple[np.ndarray, np.ndarray, np.ndarray], iou: float) -> np.ndarray:
     """Which reference detections the candidate keeps: greedy one-to-one matching, best reference
