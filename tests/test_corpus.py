@@ -1,4 +1,4 @@
-"""The corpus: real implicit INT8 engines of 26 models (TensorRT 8.6.0 on H100 and H200, layer JSON and
+"""The corpus: real implicit INT8 engines of 27 models (TensorRT 8.6.0 on H100 and H200, layer JSON and
 profile; YOLOv8n and nine torchvision models on both GPUs), each beside the graph it was built from (a
 skeleton of edgeq's ``.int8.fp32.onnx``, or the zoo's code for the two built in code). Without a GPU:
 every engine mirrors onto its graph, and the static rules are held against each mirror per quantized
@@ -21,9 +21,11 @@ from edgeq.graph import registry
 from edgeq.graph.facts import Want, matches_of
 from edgeq.graph.io import graph_from_model
 from edgeq.graph.patterns import is_constant
+from edgeq.orchestration.auto import AUTO_MIN_RATIO
 from edgeq.quant.mirror import Agreement, agreement, load_engine, plan_from_engine
 from edgeq.quant.placement import plan_placement
 from edgeq.quant.quantize import prepare_model
+from edgeq.report.parse import load_layers
 
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
@@ -32,6 +34,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 CORPUS = FIXTURES / "trt86-h100-corpus"
 H200 = FIXTURES / "trt86-h200-corpus"  # a later lease on 4x H200: the same exports (the H100 skeletons)
 CORPUS2 = FIXTURES / "trt86-h100-corpus2"  # a third lease on 2x H100: the same exports
+CORPUS3 = FIXTURES / "trt86-h100-corpus3"  # a fourth on 2x H100: deeplabv3's same export, densenet_mini's own
 ZOO = FIXTURES / "trt86-h100-zoo"
 
 
@@ -53,9 +56,14 @@ def entries() -> list[Entry]:
     out.append(Entry("resnet50", "H100", ZOO / "resnet50.implicit.layers.json.gz", "zoo:resnet50"))
     out.append(Entry("yolo_like", "H100", FIXTURES / "trt86-h100-zoo2" / "yolo.implicit.layers.json.gz",
                      "zoo:yolo_like"))
-    seen = {e.name for e in out}
-    out += [Entry(p.name.split(".")[0], "H100", p, str(CORPUS / f"{p.name.split('.')[0]}.skel.onnx.gz"))
-            for p in sorted(CORPUS2.glob("*.implicit.layers.json.gz")) if p.name.split(".")[0] not in seen]
+    for later in (CORPUS2, CORPUS3):
+        seen = {e.name for e in out}
+        for p in sorted(later.glob("*.implicit.layers.json.gz")):
+            name = p.name.split(".")[0]
+            if name not in seen:
+                skel = next(d / f"{name}.skel.onnx.gz" for d in (CORPUS, later)
+                            if (d / f"{name}.skel.onnx.gz").is_file())
+                out.append(Entry(name, "H100", p, str(skel)))
     for p in sorted(H200.glob("*.implicit.layers.json.gz")):
         name = p.name.split(".")[0]
         skel = next(d / f"{name}.skel.onnx.gz" for d in (CORPUS, H200)
@@ -131,7 +139,8 @@ def test_every_corpus_engine_mirrors_onto_its_graph_and_keeps_its_int8_edges(tab
     for r in table:
         assert r.kept + r.float_entry_edges + r.inexpressible_edges == r.int8_edges, r.entry.name
         assert r.kept >= 0.95 * r.int8_edges or r.float_entry or r.inexpressible_edges, r.entry.name
-    assert [r.entry.name for r in table if r.float_entry] == ["shufflenet_v2_x1_0"]
+    # ShuffleNet's branches and, in the fourth lease, DenseNet's last two dense layers (test below)
+    assert [r.entry.name for r in table if r.float_entry] == ["shufflenet_v2_x1_0", "densenet_mini"]
     # Inception's merged 1x1 convolutions' outputs (inception-build): on the H100 27 of GoogLeNet's 102 INT8
     # edges, 31 of Inception-v3's 149; the H200's engines of the same exports 26 of 102 and 31 of 149
     assert {(r.entry.name, r.entry.gpu): (r.inexpressible_edges, r.int8_edges)
@@ -200,6 +209,55 @@ def test_the_inception_mirrors_edgeq_writes_today_are_the_ones_that_built_on_the
     plan, report = plan_from_engine(graph, load_engine(CORPUS2 / f"{name}.implicit.layers.json.gz"))
     assert {w.tensor for w in plan.weights} == _dequantized(CORPUS2 / f"{name}.mirror.layers.json.gz", graph)
     assert report.inexpressible_edges > 0
+
+
+def _timed_ratio(corpus: Path, name: str, kind: str) -> float:
+    """``kind``'s median qps over implicit's, of the lease's paired rounds (``timed.json``)."""
+    qps = json.loads((corpus / "timed.json").read_text())["models"][name]["qps"]
+    return sorted(qps[kind])[1] / sorted(qps["implicit"])[1]
+
+
+@pytest.mark.parametrize("name", ["densenet_mini", "deeplabv3_mobilenet_v3_large"])
+def test_the_fourth_lease_mirrors_dequantized_the_weights_edgeq_writes_and_kept_their_int8_edges(
+        name: str) -> None:
+    """The fourth lease's mirrors (H100) built from that lease's implicit engines: the weights their
+    engines dequantized are exactly the weight DQs edgeq's mirror writes, every INT8 edge is a Q/DQ site
+    but those of a float-entry region (DenseNet's, below), and nothing is inexpressible."""
+    implicit = CORPUS3 / f"{name}.implicit.layers.json.gz"
+    skel = next(p for d in (CORPUS, CORPUS3) if (p := d / f"{name}.skel.onnx.gz").is_file())
+    graph = _graph(Entry(name, "H100", implicit, str(skel)))
+    plan, report = plan_from_engine(graph, load_engine(implicit))
+    assert {w.tensor for w in plan.weights} == _dequantized(CORPUS3 / f"{name}.mirror.layers.json.gz", graph)
+    assert plan.weights and report.inexpressible_edges == 0
+    kept = sum(len(s.consumers) for s in plan.sites)
+    assert kept + report.float_entry_edges == report.int8_edges
+    assert (report.float_entry_edges == 0) == (name == "deeplabv3_mobilenet_v3_large")
+
+
+def test_densenets_float_entry_regions_ran_fp16_in_the_mirror_which_missed_autos_gate() -> None:
+    """DenseNet (18 dense layers, H100, fourth lease): the implicit engine entered the last two dense
+    layers of block 4 by quantizing copies of FP16 convolution outputs into their Concat, and ran them
+    INT8. The mirror leaves those two regions float (``float-entry``: 6 INT8 edges, the rule measured on
+    ShuffleNet), and its engine ran them FP16; the mirror timed 0.966x, under auto's gate, so ``auto``
+    keeps the implicit engine. deeplabv3's mirror, every INT8 edge kept, timed 1.006x and ships."""
+    graph = _graph(_entry("densenet_mini"))
+    _, report = plan_from_engine(graph, load_engine(CORPUS3 / "densenet_mini.implicit.layers.json.gz"))
+    block = "/net/features/denseblock4/"
+    assert report.float_entry == tuple(f"{block}denselayer{i}/Concat_output_0" for i in (3, 4))
+    assert report.float_entry_edges == 6
+    region = {f"{block}denselayer{i}/{op}" for i in (3, 4)
+              for op in ("norm1/BatchNormalization", "conv1/Conv", "conv2/Conv")}
+
+    def reads(kind: str) -> set[str | None]:  # the precisions the region's layers read in that engine
+        text = gzip.decompress((CORPUS3 / f"densenet_mini.{kind}.layers.json.gz").read_bytes()).decode()
+        found = [lay for lay in load_layers(text).layers if region & set(lay.name.split(" + "))]
+        assert len(found) == len(region), kind
+        return {lay.inputs[0].precision for lay in found}
+
+    assert reads("implicit") == {"INT8"}
+    assert reads("mirror") == {"FP16"}
+    assert round(_timed_ratio(CORPUS3, "densenet_mini", "mirror"), 3) == 0.966 < AUTO_MIN_RATIO
+    assert round(_timed_ratio(CORPUS3, "deeplabv3_mobilenet_v3_large", "mirror"), 3) == 1.006
 
 
 def test_where_the_rules_agree_with_the_engines_and_where_the_target_must_decide(table) -> None:
