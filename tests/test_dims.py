@@ -120,7 +120,12 @@ def test_an_engine_a_one_shape_profile_made_static_runs_at_that_shape() -> None:
     assert static == [1, 3, 48, 192]
     trt = SimpleNamespace(TensorIOMode=SimpleNamespace(INPUT="INPUT"))
     asked: list[tuple[str, object]] = []
-    context = SimpleNamespace(set_input_shape=lambda name, dims: asked.append((name, dims)) or True)
+
+    def set_input_shape(name: str, dims: object) -> bool:
+        asked.append((name, dims))
+        return True
+
+    context = SimpleNamespace(set_input_shape=set_input_shape)
     set_input_shapes(trt, _Engine(static), context, "x:1x3x48x192")
     assert asked == []  # nothing to set: the engine has the shape already
     with pytest.raises(AgentError, match=r"whose shape is static \[1, 3, 48, 192\] in the engine"):
