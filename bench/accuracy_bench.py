@@ -52,9 +52,9 @@ Measured on 2 shared CPU cores (``--no-ort``; the README has the table):
     rec      entropy 0/65, all empty  percentile 50/65 CER 2.7%  mse 49/65  max 48/65  auto 52/65 CER 3.4%
     cls      55/56 under entropy, percentile, mse and auto (percentile)  max 53/56
 
-auto's wall time (``--repeat 3``) against entropy's: det 2.14x, rec 1.53x, cls 1.05x; textdet 1.11-1.26x
-(single runs); with auto's stop bound checked less often since, det 1.52x, rec 1.37x (interleaved runs on a
-busier machine: 2.0x, 1.6x). By part, auto: det astronaut 21 of 22, LFW faces 35 of 43; rec rendered 37/40
+auto's wall time (``--repeat 3``) against entropy's: det 1.49x, rec 1.35x, cls 0.99x, textdet 1.26x (with
+its candidates scored winners first and each detector output decoded once; before that det 1.68-2.08x on
+the same day). By part, auto: det astronaut 21 of 22, LFW faces 35 of 43; rec rendered 37/40
 (CER 0.6%), degraded 9/10, real 6/15 (CER 8.2%); cls rendered 41/41, real 14/15. What is lost is mostly what
 FP32 is unsure of: 8 of auto's 9 lost detections are FP32's scored 0.25-0.36 (the ninth changes class), and
 9 of its 13 lost lines are among the 15 real crops (6 of them FP32-unsure). ``quantize_static`` (earlier

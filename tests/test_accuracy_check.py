@@ -343,3 +343,21 @@ def test_a_candidate_bound_is_not_rescored_after_every_sample_of_a_large_held_ou
     bound, none, after = score(candidate, beat, None)
     assert none is None and after is not None and after < 48, after
     assert full.rank <= bound.rank + 1e-9 and bound.rank <= beat
+
+
+def test_the_summary_says_a_tie_was_kept_for_coming_first_not_for_a_better_figure():
+    """Two candidates level on the held-out set: the one scored first is kept, and the line says that
+    rather than "by +0.0000"; a runner-up cut short is only known to be no better."""
+    from edgeq.quant.autocalib import Candidate, Choice
+    from edgeq.quant.metrics import TaskScore
+
+    def cand(method: str, value: float, stopped: int | None = None) -> Candidate:
+        return Candidate(method, TaskScore("classification", value, f"{value:.4f}"), 0.1, stopped)
+
+    model = onnx.ModelProto()
+    level = Choice("percentile", {}, model, None, (cand("percentile", 0.98), cand("entropy", 0.98)))
+    assert "level with entropy (a tie keeps the one scored first)" in level.summary()
+    cut = Choice("percentile", {}, model, None, (cand("percentile", 0.98), cand("entropy", 0.98, 12)))
+    assert "at least level with entropy (stopped once it could do no better)" in cut.summary()
+    ahead = Choice("percentile", {}, model, None, (cand("percentile", 0.98), cand("entropy", 0.9)))
+    assert "by +0.0800 over entropy" in ahead.summary()

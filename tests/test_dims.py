@@ -79,3 +79,56 @@ def test_the_recorded_builds_failed_on_the_shared_name_and_went_on_once_it_was_g
     renamed = FIXTURES / "renamed-implicit.deploy.log"
     assert build_error_from_log(renamed) is None
     assert "timing cache in use" in renamed.read_text()
+
+
+class _Engine:
+    """The four ``ICudaEngine`` calls ``set_input_shapes`` makes (8.5+ I/O tensor API), for an engine with
+    one input at ``shape``: what TensorRT 8.6 reported for the classifier's implicit engine."""
+
+    def __init__(self, shape: list[int]) -> None:
+        self.shape, self.num_io_tensors = shape, 1
+
+    def get_tensor_name(self, i: int) -> str:
+        return "x"
+
+    def get_tensor_mode(self, name: str) -> str:
+        return "INPUT"
+
+    def get_tensor_shape(self, name: str) -> list[int]:
+        return self.shape
+
+
+def test_an_engine_a_one_shape_profile_made_static_runs_at_that_shape() -> None:
+    """The classifier (x: -1x3xHxW, built at the calibration data's 1x3x48x192, min = opt = max) came back
+    from TensorRT 8.6 with x static [1, 3, 48, 192], and the agent refused the profile run that asked for
+    that very shape: 15 minutes of implicit build lost (the recorded reply). The same shape now runs; a
+    different one is still refused, naming the engine's."""
+    import json
+    import re
+    from types import SimpleNamespace
+
+    import pytest
+
+    from edgeq.agent.common import AgentError
+    from edgeq.agent.trt_profile import set_input_shapes
+
+    reply = json.loads((FIXTURES / "classifier.implicit.profile-reply.json").read_text())
+    assert not reply["ok"] and reply["error"]["stage"] == "input"
+    found = re.search(r"--shapes names 'x', whose shape is static \[([\d, ]+)\]", reply["error"]["message"])
+    assert found, reply["error"]["message"]
+    static = [int(d) for d in found.group(1).split(",")]
+    assert static == [1, 3, 48, 192]
+    trt = SimpleNamespace(TensorIOMode=SimpleNamespace(INPUT="INPUT"))
+    asked: list[tuple[str, object]] = []
+
+    def set_input_shape(name: str, dims: object) -> bool:
+        asked.append((name, dims))
+        return True
+
+    context = SimpleNamespace(set_input_shape=set_input_shape)
+    set_input_shapes(trt, _Engine(static), context, "x:1x3x48x192")
+    assert asked == []  # nothing to set: the engine has the shape already
+    with pytest.raises(AgentError, match=r"whose shape is static \[1, 3, 48, 192\] in the engine"):
+        set_input_shapes(trt, _Engine(static), context, "x:1x3x48x96")
+    set_input_shapes(trt, _Engine([-1, 3, -1, -1]), context, "x:1x3x48x192")  # dynamic: set on the context
+    assert asked == [("x", (1, 3, 48, 192))]

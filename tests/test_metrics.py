@@ -143,6 +143,35 @@ def test_detection_sums_over_samples_and_names_the_worst():
     assert score.value == pytest.approx(2 / 3) and score.worst == (1, 0.0)
 
 
+def test_detection_decodes_each_output_array_once_while_it_lives(monkeypatch):
+    """--calibrator auto scores the same FP32 and candidate outputs at every bound check: each array is
+    decoded once (the same figures as decoding afresh), and its decode is forgotten with it."""
+    import gc
+
+    from edgeq.quant import metrics
+
+    calls: list[int] = []
+    real = metrics.yolo_detections
+
+    def counted(pred, *args):  # type: ignore[no-untyped-def]
+        calls.append(id(pred))
+        return real(pred, *args)
+
+    monkeypatch.setattr(metrics, "yolo_detections", counted)
+    ref = samples("o", yolo(BOXES), yolo(BOXES[:1], seed=1))
+    got = samples("o", yolo(BOXES[:2], seed=2), yolo([], seed=3))
+    first = DetectionMetric().score(ref, got)
+    again = DetectionMetric().score(ref, got)
+    assert len(calls) == 4 and again == first
+    other = DetectionMetric(score_threshold=0.7).score(ref, got)  # other parameters: decoded afresh
+    assert len(calls) == 8 and other.figures["fp32_detections"] < first.figures["fp32_detections"]
+    keys = {id(s["o"]) for s in (*ref, *got)}
+    assert keys <= set(metrics._DECODED)
+    del ref, got
+    gc.collect()
+    assert not keys & set(metrics._DECODED)
+
+
 def test_detection_ranks_a_candidate_that_invents_detections_below_one_that_loses_one():
     """The headline counts FP32's detections kept; what ``--calibrator auto`` compares also counts the
     ones a candidate invents, so keeping everything among many false boxes does not win."""

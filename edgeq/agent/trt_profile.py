@@ -44,8 +44,12 @@ def tensor_bytes(shape, itemsize, vectorized_dim=-1, components=1):
 
 def set_input_shapes(trt, engine, context, shapes_text):
     """``--shapes`` (trtexec syntax) set on the context: an engine built with dynamic inputs runs at one
-    concrete shape (``IExecutionContext.set_input_shape(name, dims) -> bool``, 8.5+ API). A static input
-    named is an error, as is a dynamic one left out (its buffer size would be unknown)."""
+    concrete shape (``IExecutionContext.set_input_shape(name, dims) -> bool``, 8.5+ API). A dynamic input
+    left out is an error (its buffer size would be unknown), as is a static one named with another shape.
+    A static input named with its own shape is fine: TensorRT 8.6 fixes the dimensions of a one-shape
+    profile (min = opt = max) in the engine, so a dynamic model built at the calibration data's shape has
+    a static engine (measured on an H100: PP-OCR's classifier, x -1x3xHxW built at 1x3x48x192, came
+    back as static [1, 3, 48, 192]), and the host asks for that same shape."""
     given = dict(parse_shapes(shapes_text))
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
@@ -54,7 +58,10 @@ def set_input_shapes(trt, engine, context, shapes_text):
         dims = list(engine.get_tensor_shape(name))
         dynamic = any(int(d) < 0 for d in dims)
         if name in given and not dynamic:
-            raise AgentError("input", "--shapes names %r, whose shape is static %s" % (name, dims))
+            if list(given.pop(name)) == [int(d) for d in dims]:
+                continue
+            raise AgentError("input", "--shapes names %r, whose shape is static %s in the engine"
+                             % (name, dims))
         if dynamic and name not in given:
             raise AgentError("input", "input %r has a dynamic shape %s and --shapes does not name it: the "
                              "engine runs at one concrete shape" % (name, dims))
