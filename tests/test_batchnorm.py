@@ -145,3 +145,28 @@ def test_the_recorded_engines_that_disagree_with_onnxruntime_are_the_unfolded_on
     predicted = samples(rec["onnxruntime"]["folded_qdq"])
     assert CosineMetric().score(predicted, got).value > 0.99
     assert ClassificationMetric().score(fp32, got).value == 1.0
+
+
+FOLDED = Path(__file__).parent / "fixtures" / "trt86-h100-folded"
+
+
+def test_deployed_with_its_batchnorm_folded_the_engine_does_what_onnxruntime_predicted() -> None:
+    """The H100 deploy of the real classifier (clean folded its 35 BatchNormalizations): edgeq's accuracy
+    record, read back, is a pass with TensorRT level with onnxruntime's prediction (16 of 16 each, where
+    the unfolded engine on the H200 read 6 of 16), and says exactly what the deploy printed."""
+    from edgeq.pipeline.accuracy import MISMATCH_COSINE, read_accuracy
+    from edgeq.pipeline.stages import summary_figure
+
+    acc = read_accuracy(FOLDED)
+    assert acc is not None and acc.gated and acc.passed and acc.samples == 16
+    assert acc.predicted is not None and acc.engine.value == acc.predicted.value == 1.0
+    assert acc.agreement is not None and acc.agreement.value > MISMATCH_COSINE
+    printed = (FOLDED / "deploy.txt").read_text()
+    assert f"accuracy: ok - {acc.summary()}\n" in printed
+    assert "clean: ok - 6 changes" in printed and "explicit-int8 engine" in printed
+    # the python backend's unrounded profile figures, as the summary line now gives them
+    prof = json.loads((FOLDED / "agent-profile.json").read_text())["result"]
+    assert prof["latency_ms"]["median"] == 0.6699479999952018
+    assert summary_figure(prof["latency_ms"]["median"], ".4g") == "0.6699"
+    assert summary_figure(prof["throughput_qps"], ".0f") == "1403"
+    assert summary_figure(None, ".4g") == "?"

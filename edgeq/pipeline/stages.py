@@ -498,8 +498,8 @@ def on_target(
         rec.timings.update(
             {k: prof.get(k) for k in ("latency_ms", "gpu_compute_ms", "throughput_qps") if k in prof}
         )
-        lat = (prof.get("latency_ms") or {}).get("median")
-        r.summary = f"median {lat} ms, {prof.get('throughput_qps')} qps"
+        lat, qps = (prof.get("latency_ms") or {}).get("median"), prof.get("throughput_qps")
+        r.summary = f"median {summary_figure(lat, '.4g')} ms, {summary_figure(qps, '.0f')} qps"
         _warnings(rec, r, "profile", prof)
     if accuracy is None:
         rec.skip("accuracy", "no --holdout: the engine's outputs were not checked")
@@ -511,6 +511,12 @@ def on_target(
                       [*_dla(target), *settings.shapes.run_args()])
         r.summary, r.data = acc.summary(), acc.to_dict()
     return found
+
+
+def summary_figure(value: Any, spec: str) -> str:
+    """A profile figure for a summary line: the python backend reports raw floats (0.6699479999952018 ms
+    came back from an H100), trtexec rounded ones; '?' where the reply has none."""
+    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
 
 
 def _warnings(rec: Recorder, record: Any, stage: str, reply: dict[str, Any]) -> None:
