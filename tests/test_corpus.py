@@ -76,7 +76,7 @@ def entries() -> list[Entry]:
 
 
 def _graph(e: Entry):
-    if e.graph.startswith((str(CORPUS), str(H200))):  # a skeleton of edgeq's cleaned FP32 model: prepared
+    if Path(e.graph).parent in (CORPUS, CORPUS2, CORPUS3, H200):  # edgeq's cleaned FP32 model's: prepared
         return graph_from_model(zoo.skeleton(e.graph))
     model = (zoo.resnet50(size=64) if e.graph == "zoo:resnet50"
              else zoo.yolo_like() if e.graph == "zoo:yolo_like" else zoo.skeleton(e.graph))
