@@ -378,6 +378,7 @@ def decoded(pred: np.ndarray, score: float, nms_iou: float, max_det: int = 300
     if hit is not None and hit[0]() is pred and hit[1] == params:
         return hit[2]
     found = yolo_detections(pred, score, nms_iou, max_det)
+
     def forget(_: object, k: int = key) -> None:
         _DECODED.pop(k, None)
 
