@@ -341,8 +341,11 @@ def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou: float, 
     return np.asarray(keep, dtype=np.int64)
 
 
+Detections = tuple["np.ndarray", "np.ndarray", "np.ndarray"]  # one image's (xyxy boxes, scores, classes)
+
+
 def yolo_detections(pred: np.ndarray, score: float, nms_iou: float, max_det: int = 300
-                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                    ) -> list[Detections]:
     """Per image of a (N, 4 + classes, anchors) output: (xyxy boxes, scores, classes) after the score
     threshold and per-class NMS, as ultralytics decodes YOLOv8 (best class per anchor)."""
     import numpy as np
@@ -360,7 +363,6 @@ def yolo_detections(pred: np.ndarray, score: float, nms_iou: float, max_det: int
     return out
 
 
-Detections = tuple["np.ndarray", "np.ndarray", "np.ndarray"]  # one image's (xyxy boxes, scores, classes)
 # Decoded outputs by array (its id, a weak reference to it, the decode's parameters): the bound checks of
 # ``--calibrator auto`` score the same FP32 and candidate outputs many times (on 100 detector images
 # the decode was a tenth of auto's time); an entry goes when its array does.
@@ -390,8 +392,7 @@ def decoded(pred: np.ndarray, score: float, nms_iou: float, max_det: int = 300
     return found
 
 
-def kept_detections(ref: tuple[np.ndarray, np.ndarray, np.ndarray],
-                    got: tuple[np.ndarray, np.ndarray, np.ndarray], iou: float) -> np.ndarray:
+def kept_detections(ref: Detections, got: Detections, iou: float) -> np.ndarray:
     """Which reference detections the candidate keeps: greedy one-to-one matching, best reference
     score first, to the unmatched candidate box of the same class with the highest IoU >= ``iou``."""
     import numpy as np
