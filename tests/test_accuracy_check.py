@@ -361,3 +361,36 @@ def test_the_summary_says_a_tie_was_kept_for_coming_first_not_for_a_better_figur
     assert "at least level with entropy (stopped once it could do no better)" in cut.summary()
     ahead = Choice("percentile", {}, model, None, (cand("percentile", 0.98), cand("entropy", 0.9)))
     assert "by +0.0800 over entropy" in ahead.summary()
+
+
+def test_a_user_metric_that_says_it_is_bounded_lets_auto_stop_a_losing_candidate(setup, tmp_path,
+                                                                                  monkeypatch):
+    """``bounded = True`` on the user's function (FP32's outputs never score worse than a candidate's, as
+    with edgeq's own metrics): auto may stop a candidate that can no longer win, and chooses as it does
+    without the attribute, where every candidate runs every sample (a user's function is not assumed
+    to be bounded)."""
+    model, calib, held = setup
+    (tmp_path / "boundmetric.py").write_text(
+        "from edgeq.quant.metrics import metric_from_spec\n"
+        "_cos = metric_from_spec('cosine')\n"
+        "def bounded(ref, got):\n"
+        "    return _cos.score(ref, got)\n"
+        "bounded.bounded = True\n"
+        "def unbounded(ref, got):\n"
+        "    return _cos.score(ref, got)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("boundmetric", None)
+    runs = {}
+    for fn in ("bounded", "unbounded"):
+        r = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, metric=f"boundmetric:{fn}"),
+                          output=tmp_path / f"{fn}.onnx")
+        assert r.choice is not None and len(r.choice.candidates) == len(AUTO_CANDIDATES)
+        runs[fn] = r.choice
+    assert runs["bounded"].method == runs["unbounded"].method
+    assert all(c.stopped is None for c in runs["unbounded"].candidates)
+    cut = [c for c in runs["bounded"].candidates if c.stopped is not None]
+    assert cut, runs["bounded"].summary()
+    full = {c.method: c.score.rank for c in runs["unbounded"].candidates}
+    for c in cut:  # its bound is no less than what all samples give, and no better than the winner
+        assert full[c.method] <= c.score.rank + 1e-9 <= full[runs["bounded"].method] + TIE

@@ -245,6 +245,20 @@ def test_sequence_empty_decode_is_a_miss():
     assert "1 read as empty" in score.text
 
 
+
+def test_sequence_reads_a_time_major_logits_output_as_ddddocr_writes_it():
+    """ddddocr's recogniser returns (steps, 1, 8210) logits, not (1, steps, C) probabilities: read as
+    batch-major, every step would be a one-step string and a changed character would go unseen."""
+    def time_major_logits(path: list[int]) -> np.ndarray:
+        return np.log(ctc(path))[0][:, None, :] * 3.0  # (steps, 1, classes), logits
+
+    ref = [time_major_logits([1, 0, 2, 3, 0, 4]), time_major_logits([5, 6, 7])]
+    got = [time_major_logits([1, 0, 2, 9, 0, 4]), time_major_logits([5, 6, 7])]
+    assert ctc_greedy(ref[0])[0].tolist() == [1, 2, 3, 4]
+    score = SequenceMetric().score(samples("387", *ref), samples("387", *got))
+    assert score.value == 0.5 and score.figures["strings"] == 2
+    assert score.figures["cer"] == pytest.approx(1 / 7)
+
 # --- options and guesses -------------------------------------------------------------------------------
 
 

@@ -168,6 +168,16 @@ class UserMetric:
         return TaskScore(self.name, value, f"{self.name} {value:.4f}")
 
 
+def bounded(metric: Metric) -> bool:
+    """Whether FP32's own outputs in place of a candidate's never lower the metric's figure, so that
+    ``--calibrator auto`` may stop a candidate once even FP32's outputs on its remaining held-out samples
+    could not make it win. True of the built-in metrics; a user's function says so itself with an
+    attribute ``bounded = True`` (without it every candidate runs every sample: exact, and slower)."""
+    if isinstance(metric, UserMetric):
+        return getattr(metric.function, "bounded", False) is True
+    return metric.name in METRICS
+
+
 def metric_from_spec(spec: str, options: Mapping[str, float] | None = None) -> Metric:
     """``--metric``'s value: a built-in name (``METRICS``) or ``module:function``."""
     opts = dict(options or {})
@@ -535,12 +545,21 @@ def _is_sequence(shape: tuple[int, ...]) -> bool:
     return len(shape) == 3 and shape[2] >= 3
 
 
+def _steps_first(shape: tuple[int, ...]) -> bool:
+    """(T, 1, C): a time-major CTC output of one image (CRNN exports with an LSTM, ddddocr's
+    ``common.onnx``: (steps, 1, 8210) logits). A batch-major one with a single step reads nothing, so
+    (T, 1, C) with T > 1 is taken as time-major, the rule ddddocr's own decoder applies."""
+    return len(shape) == 3 and shape[1] == 1 and shape[0] > 1
+
+
 def ctc_greedy(probs: np.ndarray, blank: int = 0) -> list[np.ndarray]:
-    """Greedy CTC decode of (N, T, C) scores: per row, the best class per step with repeats collapsed
-    and ``blank`` dropped (PaddleOCR's ``CTCLabelDecode``), as class indices."""
+    """Greedy CTC decode of (N, T, C) scores, or a time-major (T, 1, C) one: per row, the best class per
+    step with repeats collapsed and ``blank`` dropped (PaddleOCR's ``CTCLabelDecode``), as class indices.
+    Scores may be probabilities or logits: only each step's best class counts."""
     import numpy as np
 
-    best = np.asarray(probs).argmax(axis=2)
+    a = np.asarray(probs)
+    best = (a.transpose(1, 0, 2) if _steps_first(a.shape) else a).argmax(axis=2)
     new = np.ones(best.shape, dtype=bool)
     new[:, 1:] = best[:, 1:] != best[:, :-1]
     return [row[keep & (row != blank)] for row, keep in zip(best, new)]
@@ -564,7 +583,8 @@ def edit_distance(a: np.ndarray, b: np.ndarray) -> int:
 
 @dataclass(frozen=True)
 class SequenceMetric:
-    """CTC greedy decodes of (N, T, classes) outputs: the share of strings identical to FP32's (the
+    """CTC greedy decodes of (N, T, classes) outputs (or time-major (T, 1, classes); probabilities or
+    logits): the share of strings identical to FP32's (the
     headline) and the character error rate against FP32's strings (figure ``cer``). A candidate that
     reads nothing where FP32 reads text misses, at CER 100% for that string."""
 

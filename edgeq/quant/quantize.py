@@ -374,7 +374,7 @@ def choose(
     sensitivity`` keeps the histograms to rank regions by how much they clip)."""
     from edgeq.quant.accuracy import held_out_reference
     from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, choose_calibrator, end_tensors, scorer
-    from edgeq.quant.metrics import METRICS
+    from edgeq.quant.metrics import METRICS, bounded
 
     calib_opts = options.calibration()
     held_out = None
@@ -393,7 +393,10 @@ def choose(
         else:
             methods = AUTO_CANDIDATES
     score = None
-    perfect = 1.0 if held_out is not None and held_out.metric.name in METRICS else None
+    perfect = None  # what FP32's own outputs score (1.0 built in): a candidate reaching it cannot be beaten
+    if held_out is not None and bounded(held_out.metric):
+        perfect = 1.0 if held_out.metric.name in METRICS else held_out.metric.score(
+            held_out.outputs, held_out.outputs).rank
     if held_out is not None:
         score = scorer(held_out.metric, held_out.outputs, held_out.data, options.providers, progress,
                        bounded=perfect is not None)
