@@ -992,3 +992,40 @@ def test_building_the_agent_again_leaves_the_file_alone_while_another_deploy_upl
     path = build_agent(tmp_path / "0").path
     path.write_bytes(b"damaged")  # a damaged copy is replaced whole
     assert build_agent(tmp_path / "0").path.read_bytes() != b"damaged"
+
+
+def test_a_timing_cache_tensorrt_refuses_twice_leaves_the_build_without_one(tmp_path):
+    """A YOLOX mirror on an H100 (tests/fixtures/trt86-h100-more/dddet.mirror.agent-build.json): the cache
+    its implicit build had written was refused ("Myelin error from unknown graph"), then the empty one
+    too, and the agent failed the build there. trtexec builds on in that state; so does the agent now,
+    without a cache, and it saves none."""
+    import ast
+    from pathlib import Path
+
+    from edgeq.agent.common import LogBuffer
+    from edgeq.agent.trt_build import _timing_cache
+
+    reply = json.loads((Path(__file__).parent / "fixtures" / "trt86-h100-more" /
+                        "dddet.mirror.agent-build.json").read_text())
+    error = ast.literal_eval(reply["error"]) if isinstance(reply["error"], str) else reply["error"]
+    refusal = [line for line in error["log"] if line.startswith("[ERROR]")][:2]
+    assert "Myelin error from unknown graph" in refusal[0] and "will not be used" in refusal[1]
+
+    class Config:  # TensorRT's side as recorded: every set_timing_cache logs the refusal, returns False
+        def __init__(self, log):
+            self.log, self.installed = log, []
+
+        def create_timing_cache(self, blob):
+            return ("cache", blob)
+
+        def set_timing_cache(self, cache, ignore_mismatch):
+            for line in refusal:
+                self.log.write(line)
+            return False
+
+    (tmp_path / "t.cache").write_bytes(b"written by the implicit build")
+    log = LogBuffer(stream=io.StringIO())
+    cache, info = _timing_cache(None, Config(log), str(tmp_path / "t.cache"), log)
+    assert cache is None and info["disabled"] and not info["reused"]
+    assert any("building without one" in line for line in log.tail())
+    assert (tmp_path / "t.cache").read_bytes() == b"written by the implicit build"

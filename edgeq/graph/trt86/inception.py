@@ -1,4 +1,5 @@
-"""Inception's merged 1x1 convolutions: their INT8 outputs fail the explicit build on TensorRT 8.6.
+"""Merged 1x1 convolutions: Inception's INT8 outputs, and a detection head's INT8 inputs, fail the explicit
+build on TensorRT 8.6.
 
 An Inception block's 1x1 convolutions read the block's input side by side, and TensorRT merges them into
 one layer (``A || B || C`` in the layer JSON of GoogLeNet's and Inception-v3's implicit engines). The rules'
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from edgeq.findings import Level
 from edgeq.graph import fusion
 from edgeq.graph.facts import Decisions, Hit, LintSpec, Match, Pattern, Want, edge
-from edgeq.graph.patterns import is_op, iter_nodes, node_label, skip_qdq_down
+from edgeq.graph.patterns import is_op, iter_nodes, node_label, producer, skip_qdq_down
 from edgeq.graph.trt86.common import float_of
 from edgeq.text import plural
 
@@ -164,6 +165,80 @@ def known_failure_line(graph: gs.Graph) -> str | None:
             "--placement auto decides")
 
 
+# A detection head's last 1x1 convolutions merged the same way: YOLOX's decoupled head (reg_preds and
+# obj_preds read one feature map; "Conv_261 || Conv_262" in its implicit engine, INT8 in, FP32 out). The
+# rules' Q/DQ model, those outputs float already, failed with the same assertion; one model per variant
+# told the head's merged pairs from the Focus stem, the SPP pools, the Resizes and the class convolutions:
+# only the variants with the merged pairs reading float got past graph optimization.
+HEAD_RULE = "merged-head"
+MORE = "tests/fixtures/trt86-h100-more"
+HEAD_EVIDENCE = (
+    f"measured on ddddocr's YOLOX detector (an H100, TensorRT 8.6.0, 2026-11-26): {MORE}/"
+    "dddet.static.agent-build.json and dddet.v0.build.log.gz (the rules' Q/DQ: "
+    f"'{BUILD_ASSERT}'); dddet.v1/v2/v3/v5/v8 (the Focus slices, the SPP pools, both, the Resizes, the "
+    "class convolutions read float: the same failure); dddet.v4, v6 and v7 (the head's convolutions, all "
+    "of those, or only its merged pairs read float: past graph optimization, into tactic timing); each "
+    "variant's "
+    "--overrides file beside its log; dddet.implicit.layers.json.gz ('Conv_261 || Conv_262'). "
+    "Unverified: that the rules' model with this entry builds to the end (v7 was stopped in tactic "
+    "timing), and why GoogLeNet's merged convolutions build reading INT8 where these do not"
+)
+
+
+def _reaches_outputs_only(t: gs.Tensor, graph: gs.Graph, depth: int = 24) -> bool:
+    """``t`` flows to the graph's outputs through no weighted op (a head's last convolution): its value
+    is an answer, not a feature another layer reads."""
+    outputs = {o.name for o in graph.outputs}
+    frontier, seen, reached = [t], set(), False
+    for _ in range(depth):
+        nxt = []
+        for x in frontier:
+            if x.name in outputs or any(  # the output itself, or its Q/DQ pair's (a Q/DQ model's output)
+                    is_op(q, "QuantizeLinear") and any(o.name in outputs for d in q.outputs[0].outputs
+                                                       for o in d.outputs) for q in x.outputs):
+                reached = True
+            for r, _, _ in skip_qdq_down(x):
+                if r.name in seen:
+                    continue
+                seen.add(r.name)
+                if r.op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+                    return False
+                nxt += list(r.outputs)
+        if not nxt:
+            return reached
+        frontier = nxt
+    return False
+
+
+def merged_heads(graph: gs.Graph) -> list[tuple[gs.Tensor, list[gs.Node]]]:
+    """The merged 1x1 convolutions (``merged_convolutions``) whose outputs are all answers."""
+    return [(x, convs) for x, convs in merged_convolutions(graph)
+            if all(_reaches_outputs_only(_output(c), graph) for c in convs)]
+
+
+def match_merged_head(graph: gs.Graph) -> list[Match]:
+    return [Match(HEAD_RULE, convs[0].name, tuple(c.name for c in convs),
+                  tuple(edge(x, c, Want.FLOAT) for c in convs)) for x, convs in merged_heads(graph)]
+
+
+def lint_merged_head(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
+    """A merged head pair reading INT8 (its input through a Q/DQ pair, or int8 weights): the build that
+    failed."""
+    hits = []
+    for x, convs in merged_heads(graph):
+        int8_in = any(pairs for _, _, pairs in skip_qdq_down(x))
+        int8_w = any(len(c.inputs) > 1 and is_op(producer(c.inputs[1]), "DequantizeLinear") for c in convs)
+        if int8_in or int8_w:
+            hits.append(convs)
+    if not hits:
+        return []
+    return [Hit(
+        f"{plural(len(hits), 'merged head pair')} reading INT8 ('{node_label(hits[0][0])}' and its sibling, "
+        f"merged into one layer): TensorRT 8.6 failed this build ('{BUILD_ASSERT} ... Assertion dt1 == "
+        "DataType::kFLOAT || dt1 == DataType::kHALF')",
+        tuple(dict.fromkeys(node_label(c) for convs in hits for c in convs)))]
+
+
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         RULE,
@@ -184,5 +259,23 @@ PATTERNS: tuple[Pattern, ...] = (
         build_error=BUILD_ASSERT,
         note=known_failure_line,
         precedence=150,
+    ),
+    Pattern(
+        HEAD_RULE,
+        "A detection head's last 1x1 convolutions that read one tensor (YOLOX's box and objectness "
+        "predictions) run as one merged layer; reading INT8, the rules' Q/DQ model of a YOLOX failed to "
+        f"build on 8.6 with '{BUILD_ASSERT}' though their outputs were float: they read float, with float "
+        "weights (FP16 or FP32 in the engine; the implicit engine ran them INT8 in, FP32 out).",
+        HEAD_EVIDENCE,
+        match=match_merged_head,
+        lint=LintSpec(
+            Level.ERROR,
+            "a detection head's merged 1x1 convolutions reading INT8: the TensorRT 8.6 build fails",
+            "run `edgeq quantize` on the float model (keeps them float), or deploy with a target",
+            lint_merged_head,
+        ),
+        ops=frozenset({"Conv"}),
+        floats_nodes=True,
+        precedence=155,
     ),
 )

@@ -1,5 +1,6 @@
 """Regions TensorRT 8.6 compiles with Myelin (one ``{ForeignNode[...]}`` layer): LayerNorm, Linear over
-tokens or pixels, attention (MatMul -> Softmax -> MatMul), GELU as Erf. Myelin in 8.6 runs no INT8, and an
+tokens or pixels, attention (MatMul -> Softmax -> MatMul), GELU as Erf, a recurrent op (LSTM, GRU, RNN)
+with the Linear after it. Myelin in 8.6 runs no INT8, and an
 INT8 weight inside such a region fails the build, so the region stays float.
 
 A region grows from its anchors (``ANCHORS``) over the ops Myelin takes with them (``GROWS``: pointwise
@@ -63,6 +64,20 @@ GROWS = POINTWISE_OPS | _MOVES | frozenset({
     "LayerNormalization", "ReduceMean", "ReduceSum", "ReduceMax", "Softmax", "MatMul", "Gemm", "Erf", "Where",
     "Cast", "Pow", "Sqrt", "GlobalAveragePool",
 })
+# A recurrent op and the Linear after it are one Myelin layer: ddddocr's CRNN recogniser (Conv -> LSTM ->
+# Transpose/Reshape -> Gemm) ran "{ForeignNode[... [LoopOutput] ... Reshape_101]}" FP16/FP32 in its
+# implicit engine, and the rules' Q/DQ model, with the Gemm's weight INT8 and a Q/DQ on the LSTM's output,
+# failed the build with the same assertion as the LayerNorm + Linear blocks.
+RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
+MORE = "tests/fixtures/trt86-h100-more"
+RECURRENT_SOURCE = (
+    f"{MORE}/ddrec.static.agent-build.json ('{BUILD_ASSERT} ... Assertion params.weights.type() != "
+    f"DataType::kINT8', an H100, 2026-11-26) and {MORE}/ddrec.implicit.layers.json.gz (the LSTM, "
+    "Transpose, Reshape and Gemm one Myelin layer, FP32 out; the convolution before it FP16); with the "
+    f"region float the rules' Q/DQ model built: {MORE}/ddrec.myelin.build.log.gz and "
+    "ddrec.myelin.layers.json.gz (the same Myelin layer, the convolutions INT8). Unverified: GRU and RNN "
+    "(no engine measured)"
+)
 CORPUS = "tests/fixtures/trt86-h100-corpus"
 GLOBAL_POOL = (
     f"{CORPUS}/swin_t.static.build-errors.log.gz (the rules before GlobalAveragePool joined a region: "
@@ -117,6 +132,7 @@ ANCHORS: tuple[tuple[str, Callable[[gs.Node], bool]], ...] = (
     ("attention MatMul", lambda n: is_op(n, "MatMul") and len(activation_inputs(n)) >= 2),
     ("Linear (MatMul)", _linear_over_tokens),
     ("GELU (Erf)", lambda n: is_op(n, "Erf")),
+    ("recurrent (LSTM/GRU/RNN)", lambda n: n.op in RECURRENT),
 )
 
 
@@ -228,14 +244,16 @@ def _myelin_wide(v: LayerView) -> bool:
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         RULE,
-        "Regions TensorRT 8.6 compiles with Myelin (LayerNorm, Linear over tokens, attention, GELU as Erf) "
-        "run no INT8, and an INT8 weight there fails the build: they stay float. A region grows from "
-        "LayerNormalization (or ReduceMean/Sub/Pow/Sqrt/Div), a MatMul with a constant weight over a 3-D or "
-        "4-D input, a MatMul of two activations (with the Softmax between) and Erf, over the pointwise ops, "
+        "Regions TensorRT 8.6 compiles with Myelin (LayerNorm, Linear over tokens, attention, GELU as "
+        "Erf, LSTM/GRU/RNN) run no INT8, and an INT8 weight there fails the build: they stay float. A "
+        "region grows from LayerNormalization (or ReduceMean/Sub/Pow/Sqrt/Div), a MatMul with a constant "
+        "weight over a 3-D or 4-D input, a MatMul of two activations (with the Softmax between), Erf and a "
+        "recurrent op, over the pointwise ops, "
         "data movement and Gemm joined to them; no Q/DQ on its nodes' inputs, no int8 weights; a convolution "
         "reading it gets its own Q/DQ. Measured: the build failure of LayerNorm + Linear blocks. Unverified: "
         "that Softmax chains and Erf alone make Myelin regions, and where a region ends.",
-        f"{MEASURED}. A global average pool joins the region it reads: {GLOBAL_POOL}. "
+        f"{MEASURED}. A global average pool joins the region it reads: {GLOBAL_POOL}. A recurrent op "
+        f"anchors one: {RECURRENT_SOURCE}. "
         f"Slower than implicit: {SLOWER}. Unverified: that Softmax chains or Erf alone make a "
         "Myelin region, and where a region ends. No Myelin layer in the measured CNN engines, whose "
         "placement it leaves as it was: "
