@@ -259,3 +259,20 @@ def test_engine_outputs_that_do_not_follow_the_inputs_are_said_to_be_a_mismatch_
     recorded = late.to_dict()
     assert recorded["mismatch"] is True and recorded["diagnosis"] == said
     assert recorded["mismatch_cosine"] == MISMATCH_COSINE
+
+
+def test_packing_held_out_inputs_of_two_shapes_is_edgeqs_own_error_and_writes_nothing(tmp_path):
+    """The accuracy plan keeps only samples at the engine's shape, so inputs of two shapes reaching the
+    packing are a bug in edgeq: said as edgeq's error naming the input and the shapes (numpy's bare
+    "all input arrays must have the same shape" was what a real run printed), with no file left behind."""
+    from edgeq.errors import EdgeqError
+    from edgeq.pipeline.accuracy import pack_inputs
+
+    feeds = [{"input": np.zeros((1, 3, 16, w), np.float32)} for w in (16, 16, 24)]
+    with pytest.raises(EdgeqError) as e:
+        pack_inputs(feeds, tmp_path / "inputs.npz")
+    said = str(e.value)
+    assert said.startswith("edgeq bug") and "'input'" in said and "1x3x16x16" in said and "1x3x16x24" in said
+    assert list(tmp_path.iterdir()) == []
+    pack_inputs(feeds[:2], tmp_path / "inputs.npz")  # one shape: stacked as the agent reads it
+    assert np.load(tmp_path / "inputs.npz")["input"].shape == (2, 1, 3, 16, 16)
