@@ -11,6 +11,7 @@ parser it runs on the target (``edgeq.agent.shapes.profile_shapes``) and through
 
 from __future__ import annotations
 
+import html
 import json
 import sys
 from pathlib import Path
@@ -286,13 +287,7 @@ def test_the_held_out_samples_run_at_the_profiles_shape(trtexec_target, cli):  #
     from trtexec_replay import calls
 
     root, _, _, trtexec = trtexec_target()
-    model = tiny_model(root / "net.onnx")
-    m = onnx.load(str(model))
-    for vi, dims in ((m.graph.input[0], ("N", 3, "H", "W")), (m.graph.output[0], ("N", 8, "H", "W"))):
-        for d, v in zip(vi.type.tensor_type.shape.dim, dims):
-            if isinstance(v, str):
-                d.dim_param = v
-    onnx.save(m, str(model))
+    model = _dynamic_tiny(root)
     calib, holdout = _data(root)
     code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", root / "runs", "--placement",
                          "trt", "--calib", calib, "--holdout", holdout, "--gate",
@@ -308,3 +303,86 @@ def test_the_held_out_samples_run_at_the_profiles_shape(trtexec_target, cli):  #
     assert got.shape == (SAMPLES, 1, 8, 16, 16)
     acc = json.loads((run_dir / "accuracy.json").read_text())
     assert acc["samples"] == SAMPLES and acc["passed"]
+
+
+def _dynamic_tiny(root: Path) -> Path:
+    """test_deploy's tiny model with a free batch, height and width (onnx.helper dims made symbolic)."""
+    model = tiny_model(root / "net.onnx")
+    m = onnx.load(str(model))
+    for vi, dims in ((m.graph.input[0], ("N", 3, "H", "W")), (m.graph.output[0], ("N", 8, "H", "W"))):
+        for d, v in zip(vi.type.tensor_type.shape.dim, dims):
+            if isinstance(v, str):
+                d.dim_param = v
+    onnx.save(m, str(model))
+    return model
+
+
+def _other_shapes(holdout: Path) -> None:
+    """Held-out samples the engine built at the calibration data's 1x3x16x16 cannot run: 2 wider, 1 taller
+    (as an OCR recogniser's crops each have their own width)."""
+    rng = np.random.default_rng(11)
+    np.save(holdout / "wide.npy", rng.random((2, 3, 16, 24), dtype=np.float32))
+    np.save(holdout / "tall.npy", rng.random((1, 3, 24, 16), dtype=np.float32))
+
+
+@pytest.mark.sshd
+def test_held_out_samples_of_other_shapes_are_left_out_and_the_record_says_so(trtexec_target, cli):  # noqa: F811
+    """The first real run of ddddocr's recogniser (input width free, each held-out crop its own width;
+    TensorRT 8.6 on an H100) built and profiled its engine at the calibration data's one shape, then
+    crashed packing the held-out inputs ("all input arrays must have the same shape"). Now only the
+    held-out samples at the engine's shape run, TensorRT, onnxruntime's prediction and FP32 on those same
+    ones, and every record of the figure says how many of how many and which shapes were not run."""
+    from trtexec_replay import calls
+
+    root, _, _, trtexec = trtexec_target()
+    model = _dynamic_tiny(root)
+    calib, holdout = _data(root)
+    _other_shapes(holdout)
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", root / "runs", "--placement",
+                         "trt", "--calib", calib, "--holdout", holdout, "--gate",
+                         "none,accuracy")  # fmt: skip
+    assert code == 0, (out, err)
+    assert "Traceback" not in out + err
+    (run_dir,) = (root / "runs").iterdir()
+    infers = [a for a in calls(trtexec) if any(x.startswith("--exportOutput=") for x in a)]
+    assert len(infers) == SAMPLES and all(_flag(a, "--shapes") == "input:1x3x16x16" for a in infers)
+    shipped = np.load(run_dir / "holdout-inputs.npz")["input"]
+    np.testing.assert_array_equal(shipped, np.load(holdout / "held.npy")[:, None])  # those, in order
+
+    said = (
+        "5 of 8 held-out samples at the engine's shape input:1x3x16x16; the other 3 "
+        "(shapes input:1x3x16x24, input:1x3x24x16) not run"
+    )
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    assert acc["samples"] == SAMPLES and acc["held_out_total"] == SAMPLES + 3 and acc["passed"]
+    assert acc["not_run"] == said and said in acc["summary"]
+    # the prediction on the same samples as TensorRT (the stand-in computed the Q/DQ model: equal)
+    assert len(acc["tensorrt"]["per_sample"]) == len(acc["onnxruntime_qdq"]["per_sample"]) == SAMPLES
+    assert acc["tensorrt"]["value"] == pytest.approx(acc["onnxruntime_qdq"]["value"], abs=1e-5)
+    assert said in " ".join(out.split())
+    assert said in _stages(run_dir)["accuracy"]["summary"]
+    assert said in html.unescape((run_dir / "report.html").read_text())
+    assert json.loads((run_dir / "report.json").read_text())["accuracy"] == acc
+
+
+@pytest.mark.sshd
+@pytest.mark.parametrize("gate", [[], ["--gate", "none,accuracy"]])
+def test_no_held_out_sample_at_the_engines_shape_is_refused_before_any_ssh(trtexec_target, cli, gate):  # noqa: F811
+    """Not one held-out sample has the shape the engine will be built at: one line naming that shape, the
+    samples' own and the fix, exit 2, before a run directory, an SSH session or a build."""
+    from trtexec_replay import calls
+
+    root, _, remote, trtexec = trtexec_target()
+    model = _dynamic_tiny(root)
+    calib, _ = _data(root)
+    holdout = root / "other"
+    holdout.mkdir()
+    _other_shapes(holdout)
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", root / "runs", "--placement",
+                         "trt", "--calib", calib, "--holdout", holdout, *gate)  # fmt: skip
+    assert code == 2, (out, err)
+    (line,) = [ln for ln in err.splitlines() if ln.strip()]
+    assert "none of the 3 held-out samples" in line and "the engine's shape input:1x3x16x16" in line
+    assert "input:1x3x16x24" in line and "input:1x3x24x16" in line and "--optShapes" in line
+    assert "Traceback" not in out + err
+    assert not (root / "runs").exists() and not Path(remote).exists() and calls(trtexec) == []

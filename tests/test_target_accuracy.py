@@ -278,3 +278,19 @@ def test_tensorrt_below_onnxruntimes_prediction_on_two_real_models_fails_the_acc
         assert acc.agreement is not None and acc.agreement.value > 0.998
         assert acc.below_prediction and not acc.passed, name
         assert any("below onnxruntime's prediction" in p for p in acc.problems()), acc.problems()
+
+
+def test_packing_held_out_inputs_of_two_shapes_is_a_bug_said_as_one_and_writes_nothing(tmp_path):
+    """The accuracy plan keeps only samples at the engine's shape, so inputs of two shapes reaching the
+    packing are a bug in edgeq: said as one, naming the input and the shapes (numpy's bare "all input
+    arrays must have the same shape" was what a real run printed), with no file left behind."""
+    from edgeq.pipeline.accuracy import pack_inputs
+
+    feeds = [{"input": np.zeros((1, 3, 16, w), np.float32)} for w in (16, 16, 24)]
+    with pytest.raises(RuntimeError) as e:
+        pack_inputs(feeds, tmp_path / "inputs.npz")
+    said = str(e.value)
+    assert said.startswith("edgeq bug") and "'input'" in said and "1x3x16x16" in said and "1x3x16x24" in said
+    assert list(tmp_path.iterdir()) == []
+    pack_inputs(feeds[:2], tmp_path / "inputs.npz")  # one shape: stacked as the agent reads it
+    assert np.load(tmp_path / "inputs.npz")["input"].shape == (2, 1, 3, 16, 16)

@@ -250,7 +250,7 @@ def _print_accuracy(acc: Any) -> None:
         style, head = "bold yellow", "accuracy WARNING"
     else:
         style, head = ("green", "accuracy passed") if acc.gated else ("default", "accuracy")
-    out.print(f"[{style}]{escape(head)}[/]: {acc.samples} held-out samples ({escape(acc.source)}), metric "
+    out.print(f"[{style}]{escape(head)}[/]: {escape(acc.held_text())} ({escape(acc.source)}), metric "
               f"{escape(acc.metric)} ({escape(acc.why)})", highlight=False)
     pairs = [(acc.engine, acc.predicted)] + ([] if acc.metric == "cosine" else [(acc.engine_cosine,
                                                                                  acc.predicted_cosine)])

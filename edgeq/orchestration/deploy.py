@@ -46,6 +46,7 @@ from edgeq.remote.targets import Target
 
 if TYPE_CHECKING:
     from edgeq.orchestration.fleet import FleetOptions
+    from edgeq.pipeline.shapes import Shapes
     from edgeq.report.policy import Policy
 
 
@@ -144,7 +145,7 @@ def deploy(
     policy = deploy_policy(options, target)
     options.quantize.check_inputs()
     options = with_shapes(model, options)
-    holdout = holdout_inputs(model, options.quantize, options.accuracy_gate)
+    holdout = holdout_inputs(model, options.quantize, options.accuracy_gate, options.profile.shapes)
     if not target.is_local:
         target.ssh_config(options.accept_new_host_key)  # key files checked before a run directory exists
     rec = Recorder(new_run_dir(Path(options.runs_dir), model, target.name), on_event, progress)
@@ -175,16 +176,18 @@ def with_shapes(model: Path, options: OptionsT) -> OptionsT:
     return replace(options, profile=replace(options.profile, shapes=shapes))
 
 
-def holdout_inputs(model: Path, quantize: QuantizeOptions, gate: bool) -> Optional[HeldOutSet]:
+def holdout_inputs(model: Path, quantize: QuantizeOptions, gate: bool, shapes: Optional[Shapes] = None
+                   ) -> Optional[HeldOutSet]:  # fmt: skip
     """The held-out samples the engine will run on, indexed and checked against the model's inputs before
-    a run directory exists (a bad directory or shape is a usage error); None when not asked for."""
+    a run directory exists (a bad directory or shape is a usage error), those at the engine's shape
+    (``shapes``, resolved: ``pipeline.accuracy.at_engine_shape``); None when not asked for."""
     from edgeq.pipeline.accuracy import holdout_for, wants_target_check
 
     if not wants_target_check(quantize, gate):
         return None
     from edgeq.graph.io import load_model
 
-    return holdout_for(load_model(model), quantize, gate)
+    return holdout_for(load_model(model), quantize, gate, shapes)
 
 
 def check_target(

@@ -404,8 +404,9 @@ def validate(
     options.quantize.check_inputs()
     from edgeq.orchestration.deploy import holdout_inputs
 
-    holdout_inputs(model, options.quantize, options.accuracy_gate)  # a bad held-out set: before any work
     options = with_shapes(model, options)  # a dynamic input without a shape: before any work
+    # a bad held-out set, or none at the engine's shape: before any work
+    holdout_inputs(model, options.quantize, options.accuracy_gate, options.profile.shapes)
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),
                             now=stamp)  # fmt: skip
@@ -468,7 +469,8 @@ def validate_prepared(
     run = _Run(fleet_dir, options, agent, KindEngines() if options.build_once_per_kind else None, keys,
                {} if options.fresh else resume.priors(resume_from, [t.name for t in fleet.targets]), pool,
                placements=_placements(model, fleet_dir, options),
-               held=holdout_for(prepared.model, options.quantize, options.accuracy_gate))
+               held=holdout_for(prepared.model, options.quantize, options.accuracy_gate,
+                                options.profile.shapes))
     pool.run([partial(_validate_one, t, prepared, run, r, on_row) for t, r in zip(fleet.targets, rows)],
              "edgeq-fleet")  # fmt: skip
     result = FleetResult(

@@ -8,17 +8,21 @@ the quantize check has them) and the Q/DQ model (the prediction) in onnxruntime,
 to the target as one ``.npz`` (samples stacked per input), the agent's ``infer`` runs the engine on each
 and returns its outputs (one ``.npz``), and both candidates are scored with the one metric.
 
-The held-out set is the quantize check's: ``--holdout DIR``, or the held-out slice of ``--calib``. The
-stage runs with ``--holdout DIR`` or when the accuracy gate is asked for. The verdict: ``--min-metric``
-bounds TensorRT's task figure, ``--min-cosine`` its cosine; ``--gate accuracy`` without them fails when
-TensorRT is far below FP32 (``quant.accuracy.FAR_BELOW``, the quantize check's loud warning) or more than
+The held-out set is the quantize check's: ``--holdout DIR``, or the held-out slice of ``--calib``, narrowed
+on the host before any SSH to the samples at the shape the engine runs at (``at_engine_shape``: a model
+with dynamic inputs is built at one profile shape, and TensorRT 8.6 fixes those dimensions in the engine);
+the record says how many of how many ran, and no sample at that shape is a usage error. The stage runs
+with ``--holdout DIR`` or when the accuracy gate is asked for. The verdict: ``--min-metric`` bounds
+TensorRT's task figure, ``--min-cosine`` its cosine; ``--gate accuracy`` without them fails when TensorRT
+is far below FP32 (``quant.accuracy.FAR_BELOW``, the quantize check's loud warning) or more than
 ``PREDICTION_TOLERANCE`` below onnxruntime's prediction. Ungated, either is a warning.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
     import onnx
 
     from edgeq.pipeline.rundir import AgentFn
+    from edgeq.pipeline.shapes import Shapes
     from edgeq.quant.quantize import QuantizeOptions
     from edgeq.remote.runner import Runner
     from edgeq.remote.targets import Target
@@ -51,6 +56,8 @@ class HeldOutSet:
 
     data: Any  # CalibrationSet
     source: str
+    total: int = 0  # held-out samples before ``at_engine_shape`` left some out (0: none left out)
+    not_run: str = ""  # "N of M held-out samples at the engine's shape ...; the other ... not run", or ""
 
 
 def wants_target_check(options: QuantizeOptions, gate: bool) -> bool:
@@ -58,10 +65,17 @@ def wants_target_check(options: QuantizeOptions, gate: bool) -> bool:
     return options.holdout_data is not None or gate or options.gated
 
 
-def holdout_for(model: onnx.ModelProto, options: QuantizeOptions, gate: bool) -> Optional[HeldOutSet]:
+def holdout_for(model: onnx.ModelProto, options: QuantizeOptions, gate: bool, shapes: Optional[Shapes] = None
+                ) -> Optional[HeldOutSet]:  # fmt: skip
     """The quantize check's held-out set for ``model`` (``--holdout DIR``, else the slice of ``--calib``),
-    indexed and checked against its inputs before any work; None when the target check is not wanted.
+    indexed and checked against its inputs before any work, and narrowed to the engine's shape when
+    ``shapes`` (the deploy's resolved profile) has one; None when the target check is not wanted.
     A usage error when the accuracy gate is asked for and there is nothing to hold out."""
+    held = _holdout(model, options, gate)
+    return at_engine_shape(held, shapes) if held is not None and shapes is not None else held
+
+
+def _holdout(model: onnx.ModelProto, options: QuantizeOptions, gate: bool) -> Optional[HeldOutSet]:
     from edgeq.quant.quantize import calibration_data, split_data
 
     if not wants_target_check(options, gate):
@@ -82,14 +96,62 @@ def holdout_for(model: onnx.ModelProto, options: QuantizeOptions, gate: bool) ->
     return HeldOutSet(held, f"{options.holdout:.0%} of --calib (give --holdout DIR for a separate set)")
 
 
+SHAPES_SHOWN = 3  # the left-out samples' shapes a message names, the rest counted
+
+
+def at_engine_shape(held: HeldOutSet, shapes: Shapes) -> HeldOutSet:
+    """``held`` narrowed to the samples whose dynamic inputs have the shape the engine runs at
+    (``--optShapes``, ``Shapes.run_args``; static inputs were checked when the set was indexed), with
+    what was left out said in ``not_run``; ``held`` itself when every sample fits or the model is static.
+
+    Why: the agent's ``infer`` runs the engine at that one shape (a deploy builds a dynamic model at one
+    profile shape, and TensorRT 8.6 then fixes those dimensions), so a sample of another shape cannot run
+    on it. Scoring the rest as if they were the whole set would mislead; none left is a usage error."""
+    from edgeq.agent.shapes import format_shapes, parse_shapes
+
+    want = dict(parse_shapes(shapes.opt, "optShapes"))
+    if not want:
+        return held
+    keep: list[int] = []
+    others: Counter[str] = Counter()
+    for i, feed in enumerate(held.data):
+        got = {name: tuple(int(d) for d in feed[name].shape) for name in want}
+        if got == want:
+            keep.append(i)
+        else:
+            others[format_shapes(got)] += 1
+    total = len(keep) + sum(others.values())
+    if not others:
+        return held
+    theirs = [s for s, _ in others.most_common()]
+    seen = ", ".join(theirs[:SHAPES_SHOWN]) + (f" and {len(theirs) - SHAPES_SHOWN} more"
+                                               if len(theirs) > SHAPES_SHOWN else "")  # fmt: skip
+    if not keep:
+        raise QuantError(f"none of the {total} held-out samples ({held.source}) has the engine's shape "
+                         f"{shapes.opt} (from {shapes.source}), the one it runs at: theirs are {seen}",
+                         hint=f"give held-out samples at {shapes.opt}, or build the engine at theirs, e.g. "
+                              f"--optShapes {theirs[0]}")  # fmt: skip
+    said = (f"{len(keep)} of {total} held-out samples at the engine's shape {shapes.opt}; the other "
+            f"{total - len(keep)} (shapes {seen}) not run")
+    return replace(held, data=held.data.subset(keep), total=total, not_run=said)
+
+
 def pack_inputs(feeds: Sequence[Outputs], path: Path) -> Path:
     """The held-out inputs as the agent reads them: one ``.npz``, one array per input, samples stacked
-    on a new axis 0 (each sample in the model's own input shape, its batch dimension included)."""
+    on a new axis 0 (each sample in the model's own input shape, its batch dimension included). Samples
+    of two shapes are edgeq's bug (``at_engine_shape`` keeps one): a RuntimeError, nothing written."""
     import numpy as np
 
     from edgeq.fs import atomic_path
 
     names = list(feeds[0]) if feeds else []
+    for n in names:
+        found = sorted({tuple(np.shape(f[n])) for f in feeds})
+        if len(found) > 1:
+            shown = ", ".join("x".join(map(str, s)) for s in found)
+            raise RuntimeError(f"edgeq bug: held-out samples of {len(found)} shapes for input '{n}' reached "
+                               f"the engine's inputs ({shown}); only those at the engine's shape should; "
+                               "please report it")  # a bug keeps its traceback, as graph.verify's do
     arrays: dict[str, Any] = {n: np.stack([np.ascontiguousarray(f[n]) for f in feeds]) for n in names}
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
@@ -141,6 +203,12 @@ class EngineAccuracy:
     agreement: Optional[TaskScore] = None
     max_abs_diff: Optional[float] = None
     source: str = ""  # where the held-out samples came from
+    total: int = 0  # the held-out set's samples, those not run at the engine's shape included (0: all ran)
+    not_run: str = ""  # which were not run, said whole (``HeldOutSet.not_run``), or ""
+
+    def held_text(self) -> str:
+        """The samples the figures are over: "N held-out samples", or N of M and the shapes not run."""
+        return self.not_run or f"{self.samples} held-out samples"
 
     @property
     def shortfall(self) -> Optional[float]:
@@ -241,7 +309,7 @@ class EngineAccuracy:
     def summary(self) -> str:
         """One line: the verdict, TensorRT's figures beside the prediction, the held-out count, and a
         mismatch with the prediction when there is one (``mismatch``)."""
-        text = f"{self.figures()} over {self.samples} held-out samples"
+        text = f"{self.figures()} over {self.held_text()}"
         note = ""
         if self.mismatch:
             assert self.agreement is not None
@@ -264,6 +332,7 @@ class EngineAccuracy:
             return s.to_dict() if s is not None else None
 
         return {"samples": self.samples, "held_out": self.source, "metric": self.metric, "why": self.why,
+                "held_out_total": self.total or self.samples, "not_run": self.not_run or None,
                 "tensorrt": score(self.engine), "tensorrt_cosine": score(self.engine_cosine),
                 "onnxruntime_qdq": score(self.predicted),
                 "onnxruntime_qdq_cosine": score(self.predicted_cosine),
@@ -340,7 +409,7 @@ def score(held: Any, engine: Sequence[Outputs], predicted: Optional[Sequence[Out
         predicted_cosine=cos.score(reference, predicted) if predicted is not None else None,
         min_metric=plan.min_metric, min_cosine=plan.min_cosine, gated=plan.gated,
         agreement=cos.score(predicted, engine) if predicted is not None else None, max_abs_diff=diff,
-        source=held.source,
+        source=held.source, total=plan.held.total, not_run=plan.held.not_run,
     )  # fmt: skip
 
 
@@ -411,7 +480,7 @@ def accuracy_html(acc: EngineAccuracy) -> str:
         rows.append("<tr><td>TensorRT vs onnxruntime Q/DQ</td>"
                     f"<td colspan=\"2\">{esc(acc.agreement_text())}</td><td>-</td></tr>")
     return (f"<h2>Accuracy on the target</h2><div class=\"verdict {cls}\">{esc(acc.summary())}</div>"
-            f"<div class=\"muted\">{acc.samples} held-out samples ({esc(acc.source)}); metric "
+            f"<div class=\"muted\">{esc(acc.held_text())} ({esc(acc.source)}); metric "
             f"{esc(acc.metric)} ({esc(acc.why)})"
             "</div><table><tr><th>metric</th><th>TensorRT vs FP32</th><th>onnxruntime Q/DQ vs FP32</th>"
             f"<th>TensorRT's worst sample</th></tr>{''.join(rows)}</table>")
@@ -430,4 +499,6 @@ def accuracy_from_dict(d: dict[str, Any]) -> EngineAccuracy:
     return EngineAccuracy(d["samples"], d["metric"], d["why"], engine, cosine, ts(d.get("onnxruntime_qdq")),
                           ts(d.get("onnxruntime_qdq_cosine")), d.get("min_metric"), d.get("min_cosine"),
                           bool(d.get("gated")), ts(d.get("tensorrt_vs_onnxruntime_qdq")),
-                          d.get("max_abs_diff"), d.get("held_out") or "")  # fmt: skip
+                          d.get("max_abs_diff"), d.get("held_out") or "",
+                          (d.get("held_out_total") or 0) if d.get("not_run") else 0,
+                          d.get("not_run") or "")  # fmt: skip
