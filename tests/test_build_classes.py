@@ -628,3 +628,11 @@ def test_the_yolox_variants_failed_until_the_merged_pairs_read_float() -> None:
     merged_layers = [lay["Name"] for lay in layers if " || " in lay["Name"] and lay["LayerType"] != "Reformat"
                      and lay["LayerType"] != "NoOp"]
     assert merged_layers == ["Conv_261 || Conv_262", "Conv_282 || Conv_283", "Conv_303 || Conv_304"]
+
+
+def test_the_yolox_rules_model_with_merged_head_built() -> None:
+    """The rules' Q/DQ model with the merged pairs float (this entry) built on the H100; the log is the
+    one piece of evidence (trtexec died before writing the engine)."""
+    log = gzip.decompress((MORE / "dddet.rules.build.log.gz").read_bytes()).decode()
+    assert "Engine built in" in log and "chooseHigherPrecision" not in log
+    assert build_failure(log) is None

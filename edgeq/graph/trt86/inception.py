@@ -180,8 +180,9 @@ HEAD_EVIDENCE = (
     "of those, or only its merged pairs read float: past graph optimization, into tactic timing); each "
     "variant's "
     "--overrides file beside its log; dddet.implicit.layers.json.gz ('Conv_261 || Conv_262'). "
-    "Unverified: that the rules' model with this entry builds to the end (v7 was stopped in tactic "
-    "timing), and why GoogLeNet's merged convolutions build reading INT8 where these do not"
+    "dddet.rules.build.log.gz: the rules' model with this entry built ('Engine built in 339.444 sec.'; "
+    "trtexec then died before writing the engine, so its layers and speed are unmeasured). Unverified: "
+    "why GoogLeNet's merged convolutions build reading INT8 where these do not"
 )
 
 
