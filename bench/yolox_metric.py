@@ -13,13 +13,12 @@ scores them with edgeq's ``DetectionMetric`` at ddddocr's NMS IoU (0.45): FP32 d
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from edgeq.quant.metrics import DetectionMetric, TaskScore
+from edgeq.quant.metrics import DetectionMetric, TaskScore, per_array
 
 SIZE = (416, 416)  # ddddocr's input size
 STRIDES = (8, 16, 32)
@@ -49,20 +48,11 @@ def decode(raw: np.ndarray) -> np.ndarray:
 
 # decoded per raw output array while it lives: auto's bound checks score the same outputs many times, and
 # edgeq's own decode cache is keyed by the decoded array, so it must be the same array each time
-_CACHE: dict[int, tuple[Any, np.ndarray]] = {}
+_CACHE: dict[int, tuple[Any, Any, Any]] = {}
 
 
 def _decoded(raw: np.ndarray) -> np.ndarray:
-    hit = _CACHE.get(id(raw))
-    if hit is not None and hit[0]() is raw:
-        return hit[1]
-    out, key = decode(raw), id(raw)
-
-    def gone(_ref: Any) -> None:
-        _CACHE.pop(key, None)
-
-    _CACHE[key] = (weakref.ref(raw, gone), out)
-    return out
+    return per_array(_CACHE, raw, None, lambda: decode(raw))
 
 
 def detections(reference: Sequence[Mapping[str, np.ndarray]], candidate: Sequence[Mapping[str, np.ndarray]]

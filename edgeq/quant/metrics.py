@@ -20,7 +20,7 @@ import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from edgeq.errors import QuantError, first_line
 
@@ -376,30 +376,39 @@ def yolo_detections(pred: np.ndarray, score: float, nms_iou: float, max_det: int
 # Decoded outputs by array (its id, a weak reference to it, the decode's parameters): the bound checks of
 # ``--calibrator auto`` score the same FP32 and candidate outputs many times (on 100 detector images
 # the decode was a tenth of auto's time); an entry goes when its array does.
-_DECODED: dict[int, tuple[Any, tuple[float, float, int], list[Detections]]] = {}
+_DECODED: dict[int, tuple[Any, Any, Any]] = {}
+
+T = TypeVar("T")
+
+
+def per_array(cache: dict[int, tuple[Any, Any, Any]], array: Any, params: Any, compute: Callable[[], T]) -> T:
+    """``compute()`` for ``array`` (with ``params``) once while the array lives, kept in ``cache`` by its
+    identity: outputs are never changed in place once run. An object that takes no weak reference is
+    not cached. A user's metric may keep its own decode this way (``bench/yolox_metric.py``)."""
+    import weakref
+
+    key = id(array)
+    hit = cache.get(key)
+    if hit is not None and hit[0]() is array and hit[1] == params:
+        return cast(T, hit[2])
+    found = compute()
+
+    def forget(_: object, k: int = key) -> None:
+        cache.pop(k, None)
+
+    try:
+        ref = weakref.ref(array, forget)
+    except TypeError:  # not weakly referenceable (not an ndarray): not cached
+        return found
+    cache[key] = (ref, params, found)
+    return found
 
 
 def decoded(pred: np.ndarray, score: float, nms_iou: float, max_det: int = 300
             ) -> list[Detections]:
-    """``yolo_detections`` of an output array, decoded once per array (outputs are never changed in
-    place once run)."""
-    import weakref
-
-    key, params = id(pred), (score, nms_iou, max_det)
-    hit = _DECODED.get(key)
-    if hit is not None and hit[0]() is pred and hit[1] == params:
-        return hit[2]
-    found = yolo_detections(pred, score, nms_iou, max_det)
-
-    def forget(_: object, k: int = key) -> None:
-        _DECODED.pop(k, None)
-
-    try:
-        ref = weakref.ref(pred, forget)
-    except TypeError:  # not weakly referenceable (not an ndarray): not cached
-        return found
-    _DECODED[key] = (ref, params, found)
-    return found
+    """``yolo_detections`` of an output array, decoded once per array (``per_array``)."""
+    return per_array(_DECODED, pred, (score, nms_iou, max_det),
+                     lambda: yolo_detections(pred, score, nms_iou, max_det))
 
 
 def kept_detections(ref: Detections, got: Detections, iou: float) -> np.ndarray:

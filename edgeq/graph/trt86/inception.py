@@ -15,12 +15,13 @@ failed; ``quantize`` says so and ``--placement auto`` (a target) decides.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from edgeq.findings import Level
 from edgeq.graph import fusion
 from edgeq.graph.facts import Decisions, Hit, LintSpec, Match, Pattern, Want, edge
-from edgeq.graph.patterns import is_op, iter_nodes, node_label, producer, skip_qdq_down
+from edgeq.graph.patterns import is_op, iter_nodes, node_label, producer, skip_qdq_down, skip_qdq_up
 from edgeq.graph.trt86.common import float_of
 from edgeq.text import plural
 
@@ -83,9 +84,10 @@ def _one_by_one(node: gs.Node) -> bool:
             and len(shape) == 4 and tuple(shape[2:]) == (1, 1))
 
 
-def _concats_below(t: gs.Tensor, depth: int = 16) -> set[str]:
-    """The Concat nodes reachable from ``t`` within ``depth`` nodes (an Inception branch's end)."""
-    found: set[str] = set()
+def _below(t: gs.Tensor, depth: int, through: Callable[[gs.Node], bool]) -> tuple[list[gs.Node], bool]:
+    """The nodes reading ``t``'s value within ``depth`` steps (through Q/DQ pairs), breadth first, walking
+    on past those ``through`` accepts; and whether the walk ended within ``depth``."""
+    found: list[gs.Node] = []
     frontier, seen = [t], set()
     for _ in range(depth):
         nxt = []
@@ -94,12 +96,18 @@ def _concats_below(t: gs.Tensor, depth: int = 16) -> set[str]:
                 if r.name in seen:
                     continue
                 seen.add(r.name)
-                if is_op(r, "Concat"):
-                    found.add(r.name)
-                else:
+                found.append(r)
+                if through(r):
                     nxt += list(r.outputs)
+        if not nxt:
+            return found, True
         frontier = nxt
-    return found
+    return found, False
+
+
+def _concats_below(t: gs.Tensor, depth: int = 16) -> set[str]:
+    """The Concat nodes reachable from ``t`` within ``depth`` nodes (an Inception branch's end)."""
+    return {r.name for r in _below(t, depth, lambda r: not is_op(r, "Concat"))[0] if is_op(r, "Concat")}
 
 
 def merged_convolutions(graph: gs.Graph) -> list[tuple[gs.Tensor, list[gs.Node]]]:
@@ -186,29 +194,17 @@ HEAD_EVIDENCE = (
 )
 
 
+_WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
 def _reaches_outputs_only(t: gs.Tensor, graph: gs.Graph, depth: int = 24) -> bool:
     """``t`` flows to the graph's outputs through no weighted op (a head's last convolution): its value
     is an answer, not a feature another layer reads."""
-    outputs = {o.name for o in graph.outputs}
-    frontier, seen, reached = [t], set(), False
-    for _ in range(depth):
-        nxt = []
-        for x in frontier:
-            if x.name in outputs or any(  # the output itself, or its Q/DQ pair's (a Q/DQ model's output)
-                    is_op(q, "QuantizeLinear") and any(o.name in outputs for d in q.outputs[0].outputs
-                                                       for o in d.outputs) for q in x.outputs):
-                reached = True
-            for r, _, _ in skip_qdq_down(x):
-                if r.name in seen:
-                    continue
-                seen.add(r.name)
-                if r.op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
-                    return False
-                nxt += list(r.outputs)
-        if not nxt:
-            return reached
-        frontier = nxt
-    return False
+    outputs = {skip_qdq_up(o)[0].name for o in graph.outputs}  # a Q/DQ model's outputs: the float behind
+    readers, ended = _below(t, depth, lambda r: r.op not in _WEIGHTED)
+    if not ended or any(r.op in _WEIGHTED for r in readers):
+        return False
+    return t.name in outputs or any(o.name in outputs for r in readers for o in r.outputs)
 
 
 def merged_heads(graph: gs.Graph) -> list[tuple[gs.Tensor, list[gs.Node]]]:
