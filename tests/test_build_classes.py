@@ -636,3 +636,74 @@ def test_the_yolox_rules_model_with_merged_head_built() -> None:
     log = gzip.decompress((MORE / "dddet.rules.build.log.gz").read_bytes()).decode()
     assert "Engine built in" in log and "chooseHigherPrecision" not in log
     assert build_failure(log) is None
+
+
+def _csp_net(act: str) -> onnx.ModelProto:
+    """A CSP layer (YOLOX, YOLOv5): two 1x1 convolutions read the block's input, one feeds a bottleneck
+    with a residual Add, the branches meet in a Concat and a 1x1 convolution; ``act`` after each
+    convolution ("silu" as those models, "relu" as an Inception block's)."""
+    net = Net(0)
+
+    def cba(x: str, scope: str, cin: int, cout: int, k: int) -> str:
+        y = net.conv(x, scope, cin, cout, k)
+        return net.silu(y, scope) if act == "silu" else net.relu(y, scope)
+
+    x = cba("input", "/stem", 3, 16, 3)
+    a = cba(x, "/csp/conv1", 16, 8, 1)
+    b = cba(x, "/csp/conv2", 16, 8, 1)
+    y = net.add(cba(cba(a, "/csp/m/conv1", 8, 8, 1), "/csp/m/conv2", 8, 8, 3), a, "/csp/m")
+    cba(net.concat([y, b], "/csp"), "/csp/conv3", 16, 16, 1)
+    net.nodes[-1].output[0] = "output"
+    return net.model("csp", 1, 32, [1, 16, 32, 32])
+
+
+def test_a_csp_layers_silu_convolutions_are_not_merged_and_keep_int8_outputs() -> None:
+    """Two 1x1 convolutions reading one tensor and meeting in a Concat, each with a SiLU, are a CSP layer,
+    not an Inception block: TensorRT fuses each with its SiLU and does not merge them, so the rules quantize
+    their outputs and the bottleneck's convolution reads INT8. With ReLUs the same block is merged."""
+    assert merged_convolutions(graph_from_model(_csp_net("silu"))) == []
+    merged = merged_convolutions(graph_from_model(_csp_net("relu")))
+    assert [sorted(c.name for c in convs) for _, convs in merged] == [["/csp/conv1/Conv", "/csp/conv2/Conv"]]
+    qdq = typed_graph_from_model(_quantized(_csp_net("silu")))
+    bottleneck = next(n for n in qdq.nodes if n.name == "/csp/m/conv1/Conv")
+    assert bottleneck.inputs[0].inputs[0].op == "DequantizeLinear"
+    assert not [f for f in lint_model(_quantized(_csp_net("silu"))) if f.level.value == "error"]
+
+
+def _engine_layers(name: str) -> list[dict]:
+    return json.loads(gzip.decompress((MORE / name).read_bytes()), strict=False)["Layers"]
+
+
+def test_the_yolox_engines_ran_its_csp_convolutions_unmerged_so_the_rules_quantize_their_outputs() -> None:
+    """ddddocr's YOLOX (its skeleton) on an H100: the implicit engine ran each of its 8 CSP layers' 16 sibling
+    1x1 convolutions fused with its SiLU as its own INT8 layer (only the head's pairs, no SiLU, merged);
+    the rules' engine, those outputs float as merged ones, ran the convolutions reading them FP32. The
+    merged convolutions are now exactly the engine's merged layers, and those readers read INT8."""
+    from edgeq.graph.fusion import epilogue
+    from edgeq.graph.patterns import consumers
+
+    model = zoo.skeleton(MORE / "dddet.skel.onnx.gz")
+    graph = graph_from_model(model)
+    siblings: dict[str, list] = {}
+    for n in graph.nodes:
+        w = n.inputs[1] if n.op == "Conv" and len(n.inputs) > 1 else None
+        silu = [e.op for e in epilogue(n)] == ["Sigmoid", "Mul"]
+        if w is not None and tuple(w.shape[2:]) == (1, 1) and silu:
+            siblings.setdefault(n.inputs[0].name, []).append(n)
+    csp = [c for convs in siblings.values() if len(convs) == 2 for c in convs]
+    assert len(csp) == 16
+    implicit = _engine_layers("dddet.implicit.layers.json.gz")
+    for conv in csp:
+        layer = next(lay for lay in implicit if lay["Name"].split(" + ")[0] == conv.name)
+        assert " || " not in layer["Name"] and "Mul" in layer["Name"], layer["Name"]
+        assert "Int8" in layer["Outputs"][0]["Format/Datatype"], layer["Name"]
+    engine_merged = sorted(lay["Name"].split(" || ") for lay in implicit
+                           if " || " in lay["Name"] and lay["LayerType"] not in ("Reformat", "NoOp"))
+    assert sorted([c.name for c in convs] for _, convs in merged_convolutions(graph)) == engine_merged
+    readers = {r.name for c in csp for r in consumers(epilogue(c)[-1].outputs[0]) if r.op == "Conv"}
+    rules = {lay["Name"].split(" + ")[0]: lay for lay in _engine_layers("dddet.rules.layers.json.gz")
+             if lay["LayerType"] == "CaskConvolution"}
+    assert len(readers) == 8 and all("FP32" in rules[r]["Inputs"][0]["Format/Datatype"] for r in readers)
+    qdq = typed_graph_from_model(_quantized(model, samples=2))
+    for node in (n for n in qdq.nodes if n.name in readers):
+        assert node.inputs[0].inputs[0].op == "DequantizeLinear", node.name

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING
 from edgeq.findings import Level
 from edgeq.graph import fusion
 from edgeq.graph.facts import Decisions, Hit, LintSpec, Match, Pattern, Want, edge
-from edgeq.graph.patterns import is_op, iter_nodes, node_label, producer, skip_qdq_down, skip_qdq_up
+from edgeq.graph.patterns import (
+    is_op,
+    iter_nodes,
+    node_label,
+    producer,
+    silu_input,
+    skip_qdq_down,
+    skip_qdq_up,
+)
 from edgeq.graph.trt86.common import float_of
 from edgeq.text import plural
 
@@ -31,6 +39,7 @@ if TYPE_CHECKING:
 RULE = "inception-build"
 BUILD_ASSERT = "chooseHigherPrecision"
 CORPUS = "tests/fixtures/trt86-h100-corpus"
+MORE = "tests/fixtures/trt86-h100-more"
 H200 = "tests/fixtures/trt86-h200-corpus"
 MIRRORS = (
     f"{CORPUS}/googlenet.mirror.layers.json.gz and inception_v3.mirror.layers.json.gz (the mirrors, the "
@@ -53,6 +62,15 @@ EVIDENCE = (
     "Inception-v3, an H100, 2026-11-26, 3 paired rounds: static 0.396x and 0.438x implicit, the mirrors, "
     "built with the readers' INT8 weights kept, 0.397x and 0.436x; googlenet.mirror.layers.json.gz: 18 "
     "Scale layers dequantizing weights at run time, 25 FP32 convolutions)"
+)
+SILU_EVIDENCE = (
+    f"measured on ddddocr's YOLOX detector ({MORE}/dddet.skel.onnx.gz), an H100, TensorRT 8.6.0: "
+    "dddet.implicit.layers.json.gz (2026-11-26: the two 1x1 convolutions of each of its 8 CSP layers read "
+    "one tensor and meet in a Concat, each with a SiLU; every one runs as its own 'Conv + PWN(Sigmoid, "
+    "Mul)' INT8 layer, none merged, while its head's 1x1 pairs without a SiLU merge) vs "
+    "dddet.rules.layers.json.gz (2026-11-27: the rules' model with those outputs float as merged ones: 37 "
+    "FP32 and 4 FP16 compute layers, 41 interior reformats, the convolutions reading them FP32). "
+    "Unverified: the rules' model with those outputs INT8 was not built"
 )
 _POOLS = ("MaxPool", "AveragePool")
 
@@ -77,11 +95,22 @@ def pool_branches(graph: gs.Graph) -> list[tuple[gs.Node, list[gs.Node], list[gs
 
 
 def _one_by_one(node: gs.Node) -> bool:
-    """A plain 1x1 stride-1 convolution: what TensorRT merges with its siblings."""
+    """A plain 1x1 stride-1 convolution without a SiLU after it: what TensorRT merges with its siblings."""
     w = node.inputs[1] if len(node.inputs) > 1 else None
     shape = getattr(w, "shape", None) or ()
     return (is_op(node, "Conv") and _stride_one(node) and int(node.attrs.get("group", 1)) == 1
-            and len(shape) == 4 and tuple(shape[2:]) == (1, 1))
+            and len(shape) == 4 and tuple(shape[2:]) == (1, 1) and not _silu_after(node))
+
+
+def _silu_after(conv: gs.Node) -> bool:
+    """A SiLU reads the convolution's output (after its BN; through a Q/DQ pair too). TensorRT 8.6 runs
+    each such convolution fused with its SiLU as a layer of its own instead of merging it with its
+    siblings (``SILU_EVIDENCE``: a YOLOX's CSP layers), so its output is an ordinary INT8 one."""
+    tail = [conv, *fusion.epilogue(conv)]
+    if any(silu_input(n) is not None for n in tail):
+        return True
+    return any(silu_input(r) is not None for r, _, _ in skip_qdq_down(tail[-1].outputs[0])) \
+        if tail[-1].outputs else False
 
 
 def _below(t: gs.Tensor, depth: int, through: Callable[[gs.Node], bool]) -> tuple[list[gs.Node], bool]:
@@ -179,7 +208,6 @@ def known_failure_line(graph: gs.Graph) -> str | None:
 # told the head's merged pairs from the Focus stem, the SPP pools, the Resizes and the class convolutions:
 # only the variants with the merged pairs reading float got past graph optimization.
 HEAD_RULE = "merged-head"
-MORE = "tests/fixtures/trt86-h100-more"
 HEAD_EVIDENCE = (
     f"measured on ddddocr's YOLOX detector (an H100, TensorRT 8.6.0, 2026-11-26): {MORE}/"
     "dddet.static.agent-build.json and dddet.v0.build.log.gz (the rules' Q/DQ: "
@@ -243,8 +271,10 @@ PATTERNS: tuple[Pattern, ...] = (
         "Inception block), run as one merged layer; with each output INT8 the Q/DQ models of GoogLeNet and "
         f"Inception-v3 failed to build on 8.6 with '{BUILD_ASSERT}', and their mirrors, those outputs float, "
         "built: keep the merged convolutions' outputs float. The convolutions still read INT8, and their "
-        "readers keep INT8 weights (mirrors with those FP32 failed the same way).",
-        EVIDENCE,
+        "readers keep INT8 weights (mirrors with those FP32 failed the same way). A convolution with a SiLU "
+        "after it is not merged (a CSP layer's pair, as in YOLOX): TensorRT fuses each with its SiLU, INT8 "
+        "out, so this entry leaves it alone.",
+        f"{EVIDENCE}; not merged: {SILU_EVIDENCE}",
         match=match_pool_branch,
         lint=LintSpec(
             Level.ERROR,
