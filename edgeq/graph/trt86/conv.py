@@ -17,6 +17,7 @@ from edgeq.graph.patterns import (
     is_constant,
     is_op,
     is_standard,
+    is_weight_dq,
     iter_nodes,
     node_label,
     producer,
@@ -37,6 +38,7 @@ from edgeq.graph.trt86.common import (
     quantized,
 )
 from edgeq.graph.trt86.regions import se_squeezes
+from edgeq.text import plural
 
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
@@ -52,6 +54,31 @@ def match_weighted_inputs(graph: gs.Graph) -> list[Match]:
                     Match("weighted-inputs", n.name, (n.name,), tuple(edge_of(t, n, Want.INT8) for t in ins))
                 )
     return out
+
+
+def lint_weighted_inputs(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
+    """A weighted op with int8 weights reading a float activation: no INT8 kernel takes that pair, so the
+    op runs FP32/FP16 with its weights dequantized at run time. Not where an entry keeps the input float
+    on purpose (an Inception block's merged outputs: their readers' FP32 weights failed the build)."""
+    by_node = {n.name: n for n in graph.nodes}
+    hits: list[tuple[gs.Node, gs.Tensor]] = []
+    for m in matches:
+        n = by_node.get(m.anchor)
+        if n is None or not any(is_weight_dq(producer(t)) for t in n.inputs[1:2] if producer(t) is not None):
+            continue
+        ins = [t for i, t in enumerate(n.inputs) if t.name and not is_constant(t) and i != 1
+               and not (i == 2 and has_weight(n)) and not is_weight_dq(producer(t))]
+        floats = [t for t in ins if not quantized(t) and decisions.want(t.name, n.name) is not Want.FLOAT]
+        if floats:
+            hits.append((n, floats[0]))
+    if not hits:
+        return []
+    n, t = hits[0]
+    return [Hit(
+        f"{plural(len(hits), 'weighted op')} with int8 weights reading a float activation ('{node_label(n)}' "
+        f"reads '{t.name}'): TensorRT 8.6 runs {'it' if len(hits) == 1 else 'them'} FP32/FP16, the weights "
+        "dequantized at run time",
+        tuple(node_label(h) for h, _ in hits))]
 
 
 def lint_conv_output(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
@@ -282,8 +309,19 @@ PATTERNS: tuple[Pattern, ...] = (
         "DequantizeLinear on the output-channel axis; bias stays float.",
         f"{GUIDE} (quantize all inputs of weighted operations); 'Per-Tensor and Per-Channel Quantization'; "
         f"{ORT}/resnet50_ortfb.explicit.build.log (int8 weights behind DQ build, every convolution INT8) and "
-        f"{ORT}/resnet50_ortqdq.explicit.build.log (int32 bias DQ fails: bias stays float)",
+        f"{ORT}/resnet50_ortqdq.explicit.build.log (int32 bias DQ fails: bias stays float); int8 weights "
+        "behind a float activation run FP32/FP16, their weights dequantized by 'Scale' layers: "
+        f"{CORPUS}/mobilenet_v3_small.static.layers.json.gz (depthwise convolutions), "
+        "tests/fixtures/trt86-h100-corpus2/googlenet.mirror.layers.json.gz (25 FP32 convolutions, 18 Scale "
+        "layers) and tests/fixtures/trt86-h100-more/dddet.rules.layers.json.gz (the 8 convolutions reading "
+        "YOLOX's CSP outputs, an H100, 2026-11-27)",
         match=match_weighted_inputs,
+        lint=LintSpec(
+            Level.WARNING,
+            "a weighted op with int8 weights reading a float activation runs FP32/FP16",
+            PLACE + " (quantizes its input), or keep its weights float too",
+            lint_weighted_inputs,
+        ),
         aliases=("place-weighted-inputs",),
         ops=WEIGHTED_OPS,
         precedence=10,
