@@ -636,3 +636,69 @@ def test_the_yolox_rules_model_with_merged_head_built() -> None:
     log = gzip.decompress((MORE / "dddet.rules.build.log.gz").read_bytes()).decode()
     assert "Engine built in" in log and "chooseHigherPrecision" not in log
     assert build_failure(log) is None
+
+
+# ------------------------------------------------ one assertion, two entries: the model built decides
+
+
+def _sharing(log: str) -> list[str]:
+    """The entries whose ``build_error`` matches one of the log's error lines."""
+    import re
+
+    return [p.id for p in registry.REGISTRY
+            if p.build_error and any(re.search(p.build_error, line) for line in log.splitlines())]
+
+
+def test_the_yolox_build_failure_is_explained_by_merged_head_and_names_its_pair() -> None:
+    """dddet.v0.build.log.gz: the rules' Q/DQ of ddddocr's YOLOX before merged-head failed with the
+    assertion inception-build fails with too. Read against a model whose merged head pair reads INT8 it is
+    merged-head, its region the pair lint names; a log alone keeps the first entry, as before."""
+    log = gzip.decompress((MORE / "dddet.v0.build.log.gz").read_bytes()).decode()
+    assert _sharing(log) == ["inception-build", "merged-head"]  # Myelin's assertion is another
+    qdq = _quantized(_yolox_head_like(), "all")
+    found = build_failure(log, qdq)
+    assert found is not None and found.rule == "merged-head"
+    assert found.message.startswith("[graphOptimizer.cpp::chooseHigherPrecision::7079] Error Code 2")
+    lint = next(f for f in lint_model(qdq) if f.rule == "merged-head")
+    assert found.region == lint.message.split(": ", 1)[0]
+    assert found.region.startswith("1 merged head pair reading INT8 ('reg_pred' and its sibling")
+    assert found.nodes == ("reg_pred", "obj_pred")
+    assert found.describe().endswith("(edgeq rules merged-head)")
+    alone = build_failure(log)
+    assert alone is not None and alone.rule == "inception-build" and alone.region is None
+
+
+@pytest.mark.parametrize("log", ["googlenet.static.build-errors.log.gz",
+                                 "inception_v3.static.build-errors.log.gz"])
+def test_an_inception_build_failure_stays_inception_build_beside_merged_head(log: str) -> None:
+    """The corpus's GoogLeNet and Inception-v3 logs (the same assertion merged-head now claims), read
+    against the zoo's Inception-like net with the merged outputs INT8: inception-build, its blocks."""
+    text = gzip.decompress((CORPUS / log).read_bytes()).decode()
+    assert _sharing(text) == ["inception-build", "merged-head"]
+    found = build_failure(text, _quantized(zoo.inception_like(blocks=("a", "g")), "all", 2))
+    assert found is not None and found.rule == "inception-build"
+    assert found.region is not None and found.region.startswith("2 Inception blocks with the merged 1x1")
+    assert len(found.nodes) == 6  # two blocks, three merged convolutions each
+    assert {n.split("/")[1] for n in found.nodes} == {"Mixed_5b", "inception5a"}
+    alone = build_failure(text)
+    assert alone is not None and alone.rule == "inception-build"
+
+
+def test_with_both_entries_found_the_log_named_node_decides_else_registry_order() -> None:
+    """A model holding an Inception block and a YOLOX head pair, both reading INT8 (both entries lint it):
+    the log's named node picks the entry whose finding holds it; naming none, registry order (as before)."""
+    from onnx import compose
+
+    both = compose.merge_models(
+        compose.add_prefix(_quantized(zoo.inception_like(blocks=("a",)), "all", 2), "i_"),
+        compose.add_prefix(_quantized(_yolox_head_like(), "all"), "y_"), io_map=[])
+    graph = typed_graph_from_model(both)
+    assert {f.rule for f in lint_model(both)} >= {"inception-build", "merged-head"}
+    message = gzip.decompress((MORE / "dddet.v0.build.log.gz").read_bytes()).decode()
+    lines = [ln for ln in message.splitlines() if "chooseHigherPrecision" in ln]
+    entry, hit = registry.explain_build_error(lines, graph, ["y_reg_pred"])
+    assert entry is not None and entry.id == "merged-head"
+    assert hit is not None and hit.nodes == ("y_reg_pred", "y_obj_pred")
+    entry, hit = registry.explain_build_error(lines, graph)
+    assert entry is not None and entry.id == "inception-build"
+    assert hit is not None and all(n.startswith("i_/Mixed_5b/") for n in hit.nodes)
