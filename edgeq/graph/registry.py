@@ -199,6 +199,8 @@ def explain_build_error(messages: Sequence[str], graph: Optional[gs.Graph] = Non
     """
     import re
 
+    if isinstance(messages, str):  # one line given as it stands, not its characters
+        messages = [messages]
     candidates = list(dict.fromkeys(p for m in messages for p in REGISTRY
                                     if p.build_error and re.search(p.build_error, m)))
     if not candidates:
