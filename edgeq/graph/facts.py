@@ -176,7 +176,8 @@ class Pattern:
     # records them in the plan's float_nodes, which the gates read as float by design
     floats_nodes: bool = False
     # a regex of the TensorRT 8.6 build or parse error this fact explains: a failed build names its region
-    # through it (``edgeq.report.runlog.build_failure``)
+    # through it (``edgeq.report.runlog.build_failure``); entries may share one, and the model built
+    # decides between them (``edgeq.graph.registry.explain_build_error``)
     build_error: str = ""
     # what ``quantize`` says of a graph this entry matches, when the rules' output carries a measured cost
     # the placement does not remove (a build 8.6 fails, Myelin layers slower than implicit); None: nothing

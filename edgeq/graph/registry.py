@@ -10,7 +10,7 @@ walked by shared walkers, and on TREx's one linter per concern.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Optional
 
@@ -187,11 +187,32 @@ def explain_reformat(view: LayerView) -> Optional[Pattern]:
     return None
 
 
-def explain_build_error(message: str) -> Optional[Pattern]:
-    """The entry whose ``build_error`` matches a TensorRT build or parse error, if one does."""
+def explain_build_error(messages: Sequence[str], graph: Optional[gs.Graph] = None,
+                        named: Collection[str] = ()) -> tuple[Optional[Pattern], Optional[Finding]]:
+    """The entry that explains a failed TensorRT build or parse (its error lines, the most specific first)
+    and, given the model that was built, its lint finding there: the region the build broke on.
+
+    Several entries can fail with one TensorRT assertion (``inception-build`` and ``merged-head``:
+    ``chooseHigherPrecision``), so the model decides among those whose ``build_error`` matches: the entry
+    whose finding holds a node the log names (``named``), else the first with a finding, else the first
+    match (entries in order of the first line they match, then registry order), as without a model.
+    """
     import re
 
-    return next((p for p in REGISTRY if p.build_error and re.search(p.build_error, message)), None)
+    if isinstance(messages, str):  # one line given as it stands, not its characters
+        messages = [messages]
+    candidates = list(dict.fromkeys(p for m in messages for p in REGISTRY
+                                    if p.build_error and re.search(p.build_error, m)))
+    if not candidates:
+        return None, None
+    findings = [] if graph is None else lint(graph, [p.id for p in candidates if p.lint is not None])
+    holding = [f for f in findings if set(f.nodes) & set(named)]
+    for pool in (holding, findings):
+        for p in candidates:
+            found = next((f for f in pool if f.rule == p.id), None)
+            if found is not None:
+                return p, found
+    return candidates[0], None
 
 
 def with_signature(part: str) -> Sequence[Pattern]:

@@ -153,9 +153,10 @@ def build_failure(log_text: str, model: Optional[ModelSource] = None, plan: Opti
 
     Where a registry entry's ``build_error`` matches the message (a SiLU with a Q/DQ inside, INT8 weights
     in a Myelin region, an int32 bias), the region is that entry's lint finding on the model, the one
-    holding a node the log names when several do; else the nodes the log names, with the Q/DQ around
-    them. ``plan`` (the placement the model was written from, an ``edgeq.quant.plan.Plan``: typed ``Any``
-    because report sits below quant) adds the Q/DQ sites of the region.
+    holding a node the log names when several do; when entries share one assertion, the one whose finding
+    the model has (``registry.explain_build_error`` chooses); else the nodes the log names, with the Q/DQ
+    around them. ``plan`` (the placement the model was written from, an ``edgeq.quant.plan.Plan``: typed
+    ``Any`` because report sits below quant) adds the Q/DQ sites of the region.
     """
     message = failure_message(log_text)
     if message is None:
@@ -163,18 +164,16 @@ def build_failure(log_text: str, model: Optional[ModelSource] = None, plan: Opti
     from edgeq.graph import registry
 
     errors = _error_lines(log_text)
-    entry = next((p for p in map(registry.explain_build_error, [message, *errors]) if p is not None), None)
     if model is None:
+        entry, _ = registry.explain_build_error([message, *errors])
         return BuildFailure(message, entry.id if entry else None)
     graph = _graph_of(model)
     known = {n.name for n in graph.nodes} | set(graph.tensors())
     named = _names_in(errors, known)
+    entry, hit = registry.explain_build_error([message, *errors], graph, named)
     region, nodes = None, tuple(named)
-    if entry is not None and entry.lint is not None:
-        hits = registry.lint(graph, [entry.id])
-        hit = next((h for h in hits if set(h.nodes) & set(named)), hits[0] if hits else None)
-        if hit is not None:
-            region, nodes = hit.message.split(": ", 1)[0], hit.nodes
+    if hit is not None:
+        region, nodes = hit.message.split(": ", 1)[0], hit.nodes
     if region is None and named:
         region = "around " + ", ".join(f"'{n}'" for n in named[:4]) + (" ..." if len(named) > 4 else "")
         nodes = _with_qdq(graph, named)

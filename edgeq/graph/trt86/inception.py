@@ -303,6 +303,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ),
         ops=frozenset({"Conv"}),
         floats_nodes=True,
+        build_error=BUILD_ASSERT,  # inception-build's too: the model built tells them apart (its lint)
         precedence=155,
     ),
 )
