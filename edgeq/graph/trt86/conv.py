@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
 
 
+WEIGHTED_INPUTS = "weighted-inputs"
+
+
 def match_weighted_inputs(graph: gs.Graph) -> list[Match]:
     out = []
     for n in iter_nodes(graph, subgraphs=False):
@@ -51,15 +54,16 @@ def match_weighted_inputs(graph: gs.Graph) -> list[Match]:
             ins = data_inputs(n)
             if ins:
                 out.append(
-                    Match("weighted-inputs", n.name, (n.name,), tuple(edge_of(t, n, Want.INT8) for t in ins))
+                    Match(WEIGHTED_INPUTS, n.name, (n.name,), tuple(edge_of(t, n, Want.INT8) for t in ins))
                 )
     return out
 
 
 def lint_weighted_inputs(graph: gs.Graph, matches: list[Match], decisions: Decisions) -> list[Hit]:
     """A weighted op with int8 weights reading a float activation: no INT8 kernel takes that pair, so the
-    op runs FP32/FP16 with its weights dequantized at run time. Not where an entry keeps the input float
-    on purpose (an Inception block's merged outputs: their readers' FP32 weights failed the build)."""
+    op runs FP32/FP16 with its weights dequantized at run time. Only edges this entry decides: where a
+    later entry decided the edge, it speaks for it (a Concat's output is concat-conv's; an Inception
+    block's merged outputs are float on purpose, their readers' FP32 weights having failed the build)."""
     by_node = {n.name: n for n in graph.nodes}
     hits: list[tuple[gs.Node, gs.Tensor]] = []
     for m in matches:
@@ -68,7 +72,8 @@ def lint_weighted_inputs(graph: gs.Graph, matches: list[Match], decisions: Decis
             continue
         ins = [t for i, t in enumerate(n.inputs) if t.name and not is_constant(t) and i != 1
                and not (i == 2 and has_weight(n)) and not is_weight_dq(producer(t))]
-        floats = [t for t in ins if not quantized(t) and decisions.want(t.name, n.name) is not Want.FLOAT]
+        ours = (None, WEIGHTED_INPUTS)
+        floats = [t for t in ins if not quantized(t) and decisions.rule(t.name, n.name) in ours]
         if floats:
             hits.append((n, floats[0]))
     if not hits:
@@ -303,7 +308,7 @@ def match_hardswish_unfused(graph: gs.Graph) -> list[Match]:
 
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
-        "weighted-inputs",
+        WEIGHTED_INPUTS,
         "A weighted op (Conv, ConvTranspose, Gemm, MatMul) runs INT8 when every activation input is "
         "quantized (per-tensor int8, zero-point 0) and its weight is int8 behind a per-channel "
         "DequantizeLinear on the output-channel axis; bias stays float.",
