@@ -179,8 +179,8 @@ def with_shapes(model: Path, options: OptionsT) -> OptionsT:
 def holdout_inputs(model: Path, quantize: QuantizeOptions, gate: bool, shapes: Optional[Shapes] = None
                    ) -> Optional[HeldOutSet]:  # fmt: skip
     """The held-out samples the engine will run on, indexed and checked against the model's inputs before
-    a run directory exists (a bad directory or shape is a usage error), those at the engine's shape
-    (``shapes``, resolved: ``pipeline.accuracy.at_engine_shape``); None when not asked for."""
+    a run directory exists (a bad directory or shape is a usage error), those within the engine's profile
+    (``shapes``, resolved: ``pipeline.accuracy.in_profile``); None when not asked for."""
     from edgeq.pipeline.accuracy import holdout_for, wants_target_check
 
     if not wants_target_check(quantize, gate):
