@@ -199,6 +199,36 @@ def test_the_default_profile_spans_ragged_calibration_and_held_out_data(tmp_path
         resolve_shapes(model, Shapes(max="input:1x3x32x32"), q)
 
 
+def test_held_out_samples_run_within_the_profiles_bounds_and_the_others_are_said(tmp_path):
+    """The range check before any SSH: a sample runs when each of its dynamic dimensions lies within
+    [--minShapes, --maxShapes] (bounds included); the others are counted and named by shape; none within
+    is one line (exit 2) naming the profile and the samples' shapes."""
+    from edgeq.pipeline.accuracy import HeldOutSet, in_profile
+    from edgeq.quant.data import calibration_set
+
+    model = dynamic_resnet(tmp_path / "net.onnx")
+    held = tmp_path / "held"
+    held.mkdir()
+    rng = np.random.default_rng(2)
+    for i, (h, w) in enumerate([(32, 32), (32, 64), (48, 32), (32, 80), (16, 32)]):
+        np.save(held / f"h{i}.npy", rng.random((1, 3, h, w), dtype=np.float32))
+    data = HeldOutSet(calibration_set(onnx.load(str(model)), held), "--holdout held")
+    shapes = Shapes("input:1x3x32x32", "input:1x3x32x48", "input:1x3x48x64", resolved=True, source="--flags")
+    got = in_profile(data, shapes)
+    assert [f["input"].shape[2:] for f in got.data] == [(32, 32), (32, 64), (48, 32)]  # bounds included
+    assert got.total == 5 and got.not_run == (
+        "3 of 5 held-out samples within the engine's profile (--minShapes input:1x3x32x32, --maxShapes "
+        "input:1x3x48x64); the other 2 (shapes input:1x3x32x80, input:1x3x16x32) not run")
+    wide = Shapes("input:1x3x16x32", "input:1x3x32x48", "input:1x3x48x80", resolved=True, source="data")
+    assert in_profile(data, wide) is data  # all within: the set as it is
+    assert in_profile(data, Shapes(resolved=True, source="static")) is data
+    with pytest.raises(EdgeqError) as e:
+        in_profile(data, Shapes(*("input:1x3x24x24",) * 3, resolved=True, source="--flags"))
+    assert e.value.exit_code == 2 and str(e.value).startswith(
+        "none of the 5 held-out samples (--holdout held) is at the engine's shape input:1x3x24x24 (from "
+        "--flags), the shapes it runs at: theirs are input:1x3x32x32")
+
+
 @pytest.mark.parametrize(("given", "why"), [
     (Shapes(), "input 'input' of net.onnx has dynamic dimensions (?, 3, ?, ?) and no --optShapes for it"),
     (Shapes(opt="images:1x3x32x32"), "--optShapes names 'images', which is not an input of net.onnx"),
