@@ -224,3 +224,151 @@ def test_python_backend_infer_without_tensorrt_fails_structured(agent, tmp_path)
     assert code == 1 and obj["error"]["stage"] == "import"
     code, obj, _ = run_agent(agent, "infer", engine, f"--loadInputs={tmp_path / 'none.npz'}", out)
     assert code == 1 and obj["error"]["stage"] == "input" and "none.npz" in obj["error"]["message"]
+
+
+# -- samples of several shapes (an engine with a dynamic input, each sample at its own shape) ------------
+
+WIDTHS = [24, 16, 24, 40, 16, 32]  # held-out text lines, each its own width, two widths twice
+
+
+def _crnn(path):
+    """A CRNN-like recogniser, its width free as ddddocr's: x 1x1x16xW -> conv, relu, 2x2 max pool, the
+    height averaged away, the width as the sequence: y (W/2)x1x4, so the output's shape follows W."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("ReduceMean", ["p"], ["m"], axes=[2], keepdims=0),
+             helper.make_node("Transpose", ["m"], ["y"], perm=[2, 0, 1])]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "crnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 16, "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", 1, 4])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [4, 1, 3, 3], rng.standard_normal(36).tolist()),
+         helper.make_tensor("b", TensorProto.FLOAT, [4], [0.1, -0.1, 0.2, 0.0])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def _ragged(widths=WIDTHS):
+    rng = np.random.default_rng(9)
+    return [{"x": rng.standard_normal((1, 1, 16, w)).astype(np.float32)} for w in widths]
+
+
+def test_the_host_groups_samples_by_shape_and_puts_the_outputs_back_in_order(tmp_path):
+    """What travels: one array per input and shape group (``<group>/<input>`` when there are several), one
+    ``--shapes`` per group in trtexec's syntax; what comes back is put back in the samples' order. Two
+    shapes inside one group is still edgeq's bug; a static model (no dynamic input) is one group."""
+    from edgeq.pipeline.accuracy import group_by_shape, group_shapes, pack_inputs, unpack_outputs
+
+    feeds = _ragged()
+    groups = group_by_shape(feeds, ["x"])
+    assert groups == [[0, 2], [1, 4], [3], [5]]  # by first appearance
+    assert group_shapes(feeds, groups, ["x"]) == ["x:1x1x16x24", "x:1x1x16x16", "x:1x1x16x40", "x:1x1x16x32"]
+    pack_inputs(feeds, tmp_path / "in.npz", groups)
+    with np.load(tmp_path / "in.npz") as z:
+        assert sorted(z.files) == ["0/x", "1/x", "2/x", "3/x"]
+        np.testing.assert_array_equal(z["1/x"], np.stack([feeds[1]["x"], feeds[4]["x"]]))
+    # the agent's outputs per group, y = the sample's own first row, (W,) long: reassembled per sample
+    arrays.write_npz(str(tmp_path / "out.npz"), {
+        f"{k}/y": arrays.Array("<f4", (len(g), feeds[g[0]]["x"].shape[3]),
+                               b"".join(feeds[i]["x"][0, 0, 0].tobytes() for i in g))
+        for k, g in enumerate(groups)})  # fmt: skip
+    reference = [{"y": np.zeros(w, np.float64)} for w in WIDTHS]
+    got = unpack_outputs(tmp_path / "out.npz", reference, groups)
+    for feed, out in zip(feeds, got):
+        assert out["y"].dtype == np.float64
+        np.testing.assert_array_equal(out["y"], feed["x"][0, 0, 0])
+    with pytest.raises(RuntimeError, match="edgeq bug: held-out samples of 2 shapes for input 'x'"):
+        pack_inputs(feeds, tmp_path / "bad.npz", [[0, 1], [2, 3, 4, 5]])
+    assert not (tmp_path / "bad.npz").exists()
+    assert group_by_shape(feeds, []) == [list(range(len(WIDTHS)))] and group_shapes(feeds, [[0]], []) == []
+
+
+def test_python_backend_sets_each_groups_shapes_before_its_samples_and_sizes_buffers_for_the_largest(
+        tmp_path):  # fmt: skip
+    """The python backend's pure parts (no TensorRT here): the groups read from what the host packed, each
+    group's bindings taken at its shapes (``set_input_shape``, outputs sized from ``get_tensor_shape``:
+    here a stand-in that computes y's shape from x's width), one buffer per tensor of the largest size,
+    and each group run after its shapes are set again; the outputs file reads back in sample order."""
+    from edgeq.agent.infer import grouped, largest, load_groups, plan_groups, run_groups
+    from edgeq.agent.shapes import parse_shapes
+    from edgeq.pipeline.accuracy import group_by_shape, group_shapes, pack_inputs, unpack_outputs
+
+    feeds = _ragged()
+    groups = group_by_shape(feeds, ["x"])
+    pack_inputs(feeds, tmp_path / "in.npz", groups)
+    shapes = group_shapes(feeds, groups, ["x"])
+    loaded = load_groups(str(tmp_path / "in.npz"), shapes)
+    assert [s for s, _ in loaded] == shapes and [g["x"].shape[0] for _, g in loaded] == [2, 2, 1, 1]
+    seen = []
+
+    def bindings_at(text):  # the context set to the group's shapes, its tensors' shapes read back
+        ((_, dims),) = parse_shapes(text)
+        seen.append(("set", dims[3]))
+        return [Binding("x", dims, "FLOAT", True), Binding("y", (dims[3] // 2, 1, 4), "FLOAT", False)]
+
+    def execute(bindings, feed):  # the engine: y's (W/2)*4 values are x's first ones
+        seen.append(("run", len(feed["x"]) // 64))
+        return {"y": feed["x"][: bindings[1].nbytes]}
+
+    plans = plan_groups(loaded, bindings_at)
+    assert largest(plans) == {"x": 16 * 40 * 4, "y": 20 * 4 * 4}
+    out = grouped(run_groups(plans, bindings_at, execute))
+    ran = [("set", 24), ("run", 24), ("run", 24), ("set", 16), ("run", 16), ("run", 16), ("set", 40),
+           ("run", 40), ("set", 32), ("run", 32)]  # fmt: skip
+    assert seen == [("set", w) for w in (24, 16, 40, 32)] + ran  # all checked first, then run group by group
+    arrays.write_npz(str(tmp_path / "out.npz"), out)
+    got = unpack_outputs(tmp_path / "out.npz", [{"y": np.zeros(1, np.float32)}] * len(feeds), groups)
+    for feed, o, w in zip(feeds, got, WIDTHS):
+        assert o["y"].shape == (w // 2, 1, 4)
+        np.testing.assert_array_equal(o["y"].ravel(), feed["x"].ravel()[: w * 2])
+    # a group whose samples are not at the shapes the engine was set to: said, naming the input
+    with pytest.raises(AgentError, match=r"input 'x': held-out samples of shape \[1, 1, 16, 16\], the engine "
+                                         r"takes \[1, 1, 16, 24\]"):  # fmt: skip
+        plan_groups(load_groups(str(tmp_path / "in.npz"), [shapes[0]] * 4), bindings_at)
+    pack_inputs([feeds[0], feeds[2]], tmp_path / "one.npz")  # one group: arrays named by input alone
+    with pytest.raises(AgentError, match=r"array 'x' is in none of the 2 groups of --shapes"):
+        load_groups(str(tmp_path / "one.npz"), shapes[:2])
+
+
+def test_trtexec_backend_runs_each_sample_at_its_own_shape(agent, tmp_path):  # noqa: F811
+    """End to end through the stand-in (onnxruntime, not TensorRT) on a CRNN-like model with a free width:
+    held-out samples of four widths, packed and grouped by the host, each run with ``--shapes`` at its
+    own width; every output matches onnxruntime on that sample, back in the samples' order."""
+    import onnxruntime as ort
+
+    from edgeq.pipeline.accuracy import group_by_shape, group_shapes, pack_inputs, unpack_outputs
+
+    trtexec = replay_trtexec(tmp_path, build=Recorded(FIXTURES / "resnet50_ortfb.explicit.build.log"),
+                             run=Recorded(FIXTURES / "resnet50_ortfb.explicit.run.log"))  # fmt: skip
+    model = _crnn(tmp_path / "crnn.onnx")
+    engine = tmp_path / "e.plan"
+    backend = ["--backend=trtexec", f"--trtexec={trtexec}"]
+    profile = ["--minShapes=x:1x1x16x16", "--optShapes=x:1x1x16x24", "--maxShapes=x:1x1x16x40"]
+    code, obj, _ = run_agent(agent, "build", *backend, f"--onnx={model}", f"--saveEngine={engine}", "--int8",
+                             *profile)  # fmt: skip
+    assert code == 0, obj
+    feeds = _ragged()
+    groups = group_by_shape(feeds, ["x"])
+    pack_inputs(feeds, tmp_path / "in.npz", groups)
+    out = tmp_path / "out.npz"
+    shapes = [f"--shapes={s}" for s in group_shapes(feeds, groups, ["x"])]
+    code, obj, _ = run_agent(agent, "infer", *backend, f"--loadEngine={engine}",
+                             f"--loadInputs={tmp_path / 'in.npz'}", f"--exportOutput={out}",
+                             *shapes)  # fmt: skip
+    assert code == 0, obj
+    assert obj["result"]["samples"] == len(WIDTHS)
+    assert obj["result"]["outputs"]["3/y"] == {"shape": [1, 16, 1, 4], "dtype": "<f8"}
+    runs = [a for a in calls(trtexec) if any(s.startswith("--exportOutput=") for s in a)]
+    assert [next(s for s in a if s.startswith("--shapes=")) for a in runs] == [
+        f"--shapes=x:1x1x16x{w}" for w in (24, 24, 16, 16, 40, 32)]  # one trtexec run a sample, by group
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    want = [{"y": session.run(["y"], feed)[0]} for feed in feeds]
+    got = unpack_outputs(out, want, groups)
+    for w, g, exp in zip(WIDTHS, got, want):
+        assert g["y"].shape == exp["y"].shape == (w // 2, 1, 4)
+        np.testing.assert_allclose(g["y"], exp["y"], rtol=1e-5, atol=1e-6)  # trtexec prints 6 digits

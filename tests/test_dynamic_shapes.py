@@ -147,8 +147,11 @@ def test_shapes_come_from_the_calibration_data_else_the_flags(tmp_path):
     assert got.build_args() == [f"--{f}=input:1x3x32x32" for f in ("minShapes", "optShapes", "maxShapes")]
     assert got.run_args() == ["--shapes=input:1x3x32x32"]
     assert resolve_shapes(model, got, None) is got  # resolved once, kept by every nested build
-    # the flags win over the data; only --optShapes: a profile of that one shape, as trtexec
+    # the flags win over the data; only --optShapes: min and max span it and the data (none: that one shape)
     got = resolve_shapes(model, Shapes(opt="input:4x3x64x64"), QuantizeOptions(calib=calib))
+    assert (got.min, got.opt, got.max) == ("input:1x3x32x32", "input:4x3x64x64", "input:4x3x64x64")
+    assert got.source == "--optShapes; min/max from the calibration data"
+    got = resolve_shapes(model, Shapes(opt="input:4x3x64x64"), QuantizeOptions())
     assert (got.min, got.opt, got.max) == ("input:4x3x64x64",) * 3 and got.source == "--optShapes"
     got = resolve_shapes(model, Shapes("input:1x3x32x32", "input:4x3x64x64", "input:8x3x96x96"))
     assert got.build_args()[2] == "--maxShapes=input:8x3x96x96"
@@ -159,6 +162,71 @@ def test_shapes_come_from_the_calibration_data_else_the_flags(tmp_path):
     assert not resolve_shapes(static, Shapes(), QuantizeOptions(calib=calib)).build_args()
     with pytest.raises(EdgeqError, match="whose shape is static"):
         resolve_shapes(static, Shapes(opt="input:1x3x32x32"))
+
+
+def test_the_default_profile_spans_ragged_calibration_and_held_out_data(tmp_path):
+    """An OCR recogniser's crops each have their own width (ddddocr's: 55 held-out lines, ~45 widths): with
+    no --minShapes/--maxShapes the profile spans every calibration and held-out sample's shape, so each can
+    run on the engine; --optShapes stays the first calibration sample's. Flags given win, per flag."""
+    model = dynamic_resnet(tmp_path / "net.onnx")
+    calib, held = tmp_path / "calib", tmp_path / "held"
+    calib.mkdir()
+    held.mkdir()
+    rng = np.random.default_rng(3)
+    for i, (h, w) in enumerate([(32, 40), (32, 24), (40, 56)]):
+        np.save(calib / f"c{i}.npy", rng.random((1, 3, h, w), dtype=np.float32))
+    for i, (h, w) in enumerate([(24, 48), (32, 72)]):
+        np.save(held / f"h{i}.npy", rng.random((1, 3, h, w), dtype=np.float32))
+    q = QuantizeOptions(calib=calib, holdout_data=held)
+    got = resolve_shapes(model, Shapes(), q)
+    assert (got.min, got.opt, got.max) == ("input:1x3x24x24", "input:1x3x32x40", "input:1x3x40x72")
+    assert got.source == "calibration data; min/max from the calibration and held-out data"
+    assert got.describe() == ("optimization profile min input:1x3x24x24, opt input:1x3x32x40, max "
+                              "input:1x3x40x72 (calibration data; min/max from the calibration and held-out "
+                              "data)")  # fmt: skip
+    assert got.run_args() == ["--shapes=input:1x3x32x40"]  # timed at opt, as before
+    # without --holdout DIR the held-out slice is part of --calib: the calibration data's span
+    got = resolve_shapes(model, Shapes(), QuantizeOptions(calib=calib))
+    assert (got.min, got.max) == ("input:1x3x32x24", "input:1x3x40x56")
+    assert got.source == "calibration data; min/max from the calibration data"
+    # a flag given wins for its bound; the other still spans the data
+    got = resolve_shapes(model, Shapes(max="input:1x3x48x64"), q)
+    assert (got.min, got.opt, got.max) == ("input:1x3x24x24", "input:1x3x32x40", "input:1x3x48x64")
+    given = Shapes("input:1x3x32x32", "input:1x3x32x40", "input:1x3x64x64")
+    got = resolve_shapes(model, given, q)
+    assert (got.min, got.max, got.source) == ("input:1x3x32x32", "input:1x3x64x64", "--optShapes")
+    with pytest.raises(EdgeqError, match="to --optShapes 1x3x32x40 to --maxShapes 1x3x32x32"):
+        resolve_shapes(model, Shapes(max="input:1x3x32x32"), q)
+
+
+def test_held_out_samples_run_within_the_profiles_bounds_and_the_others_are_said(tmp_path):
+    """The range check before any SSH: a sample runs when each of its dynamic dimensions lies within
+    [--minShapes, --maxShapes] (bounds included); the others are counted and named by shape; none within
+    is one line (exit 2) naming the profile and the samples' shapes."""
+    from edgeq.pipeline.accuracy import HeldOutSet, in_profile
+    from edgeq.quant.data import calibration_set
+
+    model = dynamic_resnet(tmp_path / "net.onnx")
+    held = tmp_path / "held"
+    held.mkdir()
+    rng = np.random.default_rng(2)
+    for i, (h, w) in enumerate([(32, 32), (32, 64), (48, 32), (32, 80), (16, 32)]):
+        np.save(held / f"h{i}.npy", rng.random((1, 3, h, w), dtype=np.float32))
+    data = HeldOutSet(calibration_set(onnx.load(str(model)), held), "--holdout held")
+    shapes = Shapes("input:1x3x32x32", "input:1x3x32x48", "input:1x3x48x64", resolved=True, source="--flags")
+    got = in_profile(data, shapes)
+    assert [f["input"].shape[2:] for f in got.data] == [(32, 32), (32, 64), (48, 32)]  # bounds included
+    assert got.total == 5 and got.not_run == (
+        "3 of 5 held-out samples within the engine's profile (--minShapes input:1x3x32x32, --maxShapes "
+        "input:1x3x48x64); the other 2 (shapes input:1x3x32x80, input:1x3x16x32) not run")
+    wide = Shapes("input:1x3x16x32", "input:1x3x32x48", "input:1x3x48x80", resolved=True, source="data")
+    assert in_profile(data, wide) is data  # all within: the set as it is
+    assert in_profile(data, Shapes(resolved=True, source="static")) is data
+    with pytest.raises(EdgeqError) as e:
+        in_profile(data, Shapes(*("input:1x3x24x24",) * 3, resolved=True, source="--flags"))
+    assert e.value.exit_code == 2 and str(e.value).startswith(
+        "none of the 5 held-out samples (--holdout held) is at the engine's shape input:1x3x24x24 (from "
+        "--flags), the shapes it runs at: theirs are input:1x3x32x32")
 
 
 @pytest.mark.parametrize(("given", "why"), [
@@ -246,8 +314,8 @@ def test_a_dynamic_model_without_shapes_is_refused_before_any_ssh(root, cli, ssh
 def test_auto_builds_implicit_and_explicit_with_the_calibration_shape_and_the_cache_keeps_it(root, cli, sshd):
     """``--placement auto`` on a dynamic model: the implicit engine, its mirror and (second deploy) the
     cached placement's engine all get the profile of the calibration data's shape, and every timing the
-    same ``--shapes``. The flags given instead win, and another profile is another cache key: TensorRT
-    chooses its tactics, so what implicit runs INT8, at that shape."""
+    same ``--shapes``. The flags given win (a bound not given spans the data), and another
+    profile is another cache key: TensorRT chooses its tactics, so what implicit runs INT8, at that shape."""
     trtexec = tune_trtexec(root / "bin", {})
     _target(root, trtexec, sshd)
     _calib(root)
@@ -274,7 +342,7 @@ def test_auto_builds_implicit_and_explicit_with_the_calibration_shape_and_the_ca
     assert [_flag(b, "--calib") is not None for b in again] == [True, False]
     for b in again:
         shapes = [_flag(b, f"--{f}") for f in ("minShapes", "optShapes", "maxShapes")]
-        assert shapes == ["input:2x3x64x64", "input:2x3x64x64", "input:4x3x64x64"]
+        assert shapes == ["input:1x3x32x32", "input:2x3x64x64", "input:4x3x64x64"]  # min: the data's
     assert _flag(timings(trtexec)[-1], "--shapes") == "input:2x3x64x64"
     assert len(list((root / "cache" / "edgeq" / "placement").glob("*.json"))) == 2
 
@@ -326,12 +394,55 @@ def _other_shapes(holdout: Path) -> None:
 
 
 @pytest.mark.sshd
-def test_held_out_samples_of_other_shapes_are_left_out_and_the_record_says_so(trtexec_target, cli):  # noqa: F811
+def test_held_out_samples_of_every_shape_run_each_at_its_own_and_the_record_says_all_ran(trtexec_target, cli):  # noqa: F811
     """The first real run of ddddocr's recogniser (input width free, each held-out crop its own width;
-    TensorRT 8.6 on an H100) built and profiled its engine at the calibration data's one shape, then
-    crashed packing the held-out inputs ("all input arrays must have the same shape"). Now only the
-    held-out samples at the engine's shape run, TensorRT, onnxruntime's prediction and FP32 on those same
-    ones, and every record of the figure says how many of how many and which shapes were not run."""
+    TensorRT 8.6 on an H100) ran 1-3 of its 55 held-out lines: only those at the engine's one shape. Now
+    the profile spans the calibration and held-out data, the samples travel grouped by shape, each group
+    runs with ``--shapes`` at its own, and every sample is scored: outputs as onnxruntime computes them on
+    the Q/DQ model for that sample (the stand-in), in the samples' order."""
+    import onnxruntime as ort
+    from trtexec_replay import calls
+
+    root, _, _, trtexec = trtexec_target()
+    model = _dynamic_tiny(root)
+    calib, holdout = _data(root)
+    _other_shapes(holdout)  # read in file order: held.npy (5 at 16x16), tall.npy (24x16), wide.npy (16x24)
+    code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", root / "runs", "--placement",
+                         "trt", "--calib", calib, "--holdout", holdout, "--gate",
+                         "none,accuracy")  # fmt: skip
+    assert code == 0, (out, err)
+    assert "Traceback" not in out + err
+    (run_dir,) = (root / "runs").iterdir()
+    (build,) = [a for a in calls(trtexec) if any(x.startswith("--onnx=") for x in a)]
+    assert [_flag(build, f"--{f}") for f in ("minShapes", "optShapes", "maxShapes")] == [
+        "input:1x3x16x16", "input:1x3x16x16", "input:1x3x24x24"]  # fmt: skip
+    infers = [a for a in calls(trtexec) if any(x.startswith("--exportOutput=") for x in a)]
+    assert [_flag(a, "--shapes") for a in infers] == (["input:1x3x16x16"] * SAMPLES + ["input:1x3x24x16"]
+                                                      + ["input:1x3x16x24"] * 2)  # fmt: skip
+    held = [*np.load(holdout / "held.npy")[:, None], *np.load(holdout / "tall.npy")[:, None],
+            *np.load(holdout / "wide.npy")[:, None]]  # fmt: skip
+    with np.load(run_dir / "holdout-inputs.npz") as z:
+        assert sorted(z.files) == ["0/input", "1/input", "2/input"]
+        np.testing.assert_array_equal(z["2/input"], np.stack(held[6:]))
+    session = ort.InferenceSession(str(run_dir / "net.int8.onnx"), providers=["CPUExecutionProvider"])
+    with np.load(run_dir / "engine-outputs.npz") as z:
+        got = [*z["0/output"], *z["1/output"], *z["2/output"]]
+    for x, y in zip(held, got):
+        np.testing.assert_allclose(y, session.run(["output"], {"input": x})[0], rtol=1e-5, atol=1e-6)
+
+    acc = json.loads((run_dir / "accuracy.json").read_text())
+    assert acc["samples"] == acc["held_out_total"] == SAMPLES + 3 and acc["not_run"] is None and acc["passed"]
+    assert len(acc["tensorrt"]["per_sample"]) == len(acc["onnxruntime_qdq"]["per_sample"]) == SAMPLES + 3
+    assert acc["tensorrt"]["value"] == pytest.approx(acc["onnxruntime_qdq"]["value"], abs=1e-5)
+    assert f"{SAMPLES + 3} held-out samples" in acc["summary"] and "not run" not in out
+
+
+@pytest.mark.sshd
+def test_held_out_samples_outside_a_given_profile_are_left_out_and_the_record_says_so(trtexec_target, cli):  # noqa: F811
+    """--maxShapes given (the user's flags win over the data's span): a held-out sample beyond it cannot
+    run on the engine. Those within run each at its own shape (the wide ones too), TensorRT, onnxruntime's
+    prediction and FP32 on those same ones, and every record of the figure says how many of how many and
+    which shapes were not run."""
     from trtexec_replay import calls
 
     root, _, _, trtexec = trtexec_target()
@@ -339,25 +450,25 @@ def test_held_out_samples_of_other_shapes_are_left_out_and_the_record_says_so(tr
     calib, holdout = _data(root)
     _other_shapes(holdout)
     code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", root / "runs", "--placement",
-                         "trt", "--calib", calib, "--holdout", holdout, "--gate",
-                         "none,accuracy")  # fmt: skip
+                         "trt", "--calib", calib, "--holdout", holdout, "--gate", "none,accuracy",
+                         "--maxShapes", "input:1x3x16x24")  # fmt: skip
     assert code == 0, (out, err)
     assert "Traceback" not in out + err
     (run_dir,) = (root / "runs").iterdir()
     infers = [a for a in calls(trtexec) if any(x.startswith("--exportOutput=") for x in a)]
-    assert len(infers) == SAMPLES and all(_flag(a, "--shapes") == "input:1x3x16x16" for a in infers)
-    shipped = np.load(run_dir / "holdout-inputs.npz")["input"]
-    np.testing.assert_array_equal(shipped, np.load(holdout / "held.npy")[:, None])  # those, in order
+    assert [_flag(a, "--shapes") for a in infers] == ["input:1x3x16x16"] * SAMPLES + ["input:1x3x16x24"] * 2
+    with np.load(run_dir / "holdout-inputs.npz") as z:
+        np.testing.assert_array_equal(z["0/input"], np.load(holdout / "held.npy")[:, None])  # those, in order
 
     said = (
-        "5 of 8 held-out samples at the engine's shape input:1x3x16x16; the other 3 "
-        "(shapes input:1x3x16x24, input:1x3x24x16) not run"
+        "7 of 8 held-out samples within the engine's profile (--minShapes input:1x3x16x16, --maxShapes "
+        "input:1x3x16x24); the other 1 (shapes input:1x3x24x16) not run"
     )
     acc = json.loads((run_dir / "accuracy.json").read_text())
-    assert acc["samples"] == SAMPLES and acc["held_out_total"] == SAMPLES + 3 and acc["passed"]
+    assert acc["samples"] == SAMPLES + 2 and acc["held_out_total"] == SAMPLES + 3 and acc["passed"]
     assert acc["not_run"] == said and said in acc["summary"]
     # the prediction on the same samples as TensorRT (the stand-in computed the Q/DQ model: equal)
-    assert len(acc["tensorrt"]["per_sample"]) == len(acc["onnxruntime_qdq"]["per_sample"]) == SAMPLES
+    assert len(acc["tensorrt"]["per_sample"]) == len(acc["onnxruntime_qdq"]["per_sample"]) == SAMPLES + 2
     assert acc["tensorrt"]["value"] == pytest.approx(acc["onnxruntime_qdq"]["value"], abs=1e-5)
     assert said in " ".join(out.split())
     assert said in _stages(run_dir)["accuracy"]["summary"]
@@ -367,9 +478,9 @@ def test_held_out_samples_of_other_shapes_are_left_out_and_the_record_says_so(tr
 
 @pytest.mark.sshd
 @pytest.mark.parametrize("gate", [[], ["--gate", "none,accuracy"]])
-def test_no_held_out_sample_at_the_engines_shape_is_refused_before_any_ssh(trtexec_target, cli, gate):  # noqa: F811
-    """Not one held-out sample has the shape the engine will be built at: one line naming that shape, the
-    samples' own and the fix, exit 2, before a run directory, an SSH session or a build."""
+def test_no_held_out_sample_within_a_given_profile_is_refused_before_any_ssh(trtexec_target, cli, gate):  # noqa: F811
+    """Not one held-out sample lies within the profile the user pinned: one line naming the engine's
+    shape, the samples' own and the fix, exit 2, before a run directory, an SSH session or a build."""
     from trtexec_replay import calls
 
     root, _, remote, trtexec = trtexec_target()
@@ -379,10 +490,12 @@ def test_no_held_out_sample_at_the_engines_shape_is_refused_before_any_ssh(trtex
     holdout.mkdir()
     _other_shapes(holdout)
     code, out, err = cli("deploy", model, "--target", "replay", "--runs-dir", root / "runs", "--placement",
-                         "trt", "--calib", calib, "--holdout", holdout, *gate)  # fmt: skip
+                         "trt", "--calib", calib, "--holdout", holdout, "--minShapes", "input:1x3x16x16",
+                         "--maxShapes", "input:1x3x16x16", *gate)  # fmt: skip
     assert code == 2, (out, err)
     (line,) = [ln for ln in err.splitlines() if ln.strip()]
     assert "none of the 3 held-out samples" in line and "the engine's shape input:1x3x16x16" in line
-    assert "input:1x3x16x24" in line and "input:1x3x24x16" in line and "--optShapes" in line
+    assert "input:1x3x16x24" in line and "input:1x3x24x16" in line
+    assert "leave --minShapes/--maxShapes out for one that spans the calibration and held-out data" in line
     assert "Traceback" not in out + err
     assert not (root / "runs").exists() and not Path(remote).exists() and calls(trtexec) == []

@@ -287,9 +287,9 @@ def test_tensorrt_below_onnxruntimes_prediction_on_two_real_models_fails_the_acc
 
 
 def test_packing_held_out_inputs_of_two_shapes_is_a_bug_said_as_one_and_writes_nothing(tmp_path):
-    """The accuracy plan keeps only samples at the engine's shape, so inputs of two shapes reaching the
-    packing are a bug in edgeq: said as one, naming the input and the shapes (numpy's bare "all input
-    arrays must have the same shape" was what a real run printed), with no file left behind."""
+    """The host groups the held-out samples by shape (``group_by_shape``), so inputs of two shapes reaching
+    one group of the packing are a bug in edgeq: said as one, naming the input and the shapes (numpy's bare
+    "all input arrays must have the same shape" was what a real run printed), with no file left behind."""
     from edgeq.pipeline.accuracy import pack_inputs
 
     feeds = [{"input": np.zeros((1, 3, 16, w), np.float32)} for w in (16, 16, 24)]

@@ -119,7 +119,9 @@ def make_parser():
     infer.add_argument("--loadInputs", required=True, help=".npz: one array per input, samples on axis 0")
     infer.add_argument("--exportOutput", required=True, help=".npz: one array per output, samples on axis 0")
     infer.add_argument("--useDLACore", type=int)
-    infer.add_argument("--shapes", help="input shapes of an engine with dynamic inputs (trtexec syntax)")
+    infer.add_argument("--shapes", action="append",
+                       help="input shapes of an engine with dynamic inputs (trtexec syntax); once per "
+                            "group of --loadInputs (arrays <group>/<input>) when samples differ in shape")
     releases.add_arguments(sub, common)  # installed releases: install, switch, rollback, status
     return p
 
@@ -218,7 +220,8 @@ def _run_backend(args, log):
         return trt_backend.build(args, log, sources)
     if args.command in ("profile", "infer"):
         try:
-            shapes.parse_shapes(args.shapes)
+            for text in args.shapes if isinstance(args.shapes, list) else [args.shapes]:
+                shapes.parse_shapes(text)
         except ValueError as e:
             raise AgentError("usage", str(e)) from None
     return getattr(trt_backend, args.command)(args, log)

@@ -4,7 +4,14 @@ host can score TensorRT's own arithmetic (its INT8 kernels are not onnxruntime's
 Both backends share this part: reading the inputs (one ``.npz``, samples stacked on axis 0), checking
 each sample against the engine's input bindings, and the loop over samples; a backend supplies the
 bindings and one ``execute(sample) -> {output: bytes}``. One sample is one engine execution: the host
-stacks samples in the model's own input shape (its batch included), which is the engine's static shape.
+stacks samples in the model's own input shape (its batch included).
+
+Groups: an engine with dynamic inputs runs each sample at its own shape within its optimization profile
+(an OCR recogniser's text lines each have their own width). Samples of different shapes cannot be
+stacked, so the host groups them by shape: ``--shapes`` once per group (trtexec syntax, the group's
+dynamic inputs), and in the ``.npz`` each group's arrays as ``<group number>/<input name>``; the outputs
+come back the same way. One ``--shapes`` (or none, a static engine) is one group, its arrays named by
+the inputs alone. The engine is loaded once; each group sets its shapes, then runs its samples.
 """
 
 from .arrays import TRT_TYPES, ArrayError, for_binding, read_npz, stack, write_npz
@@ -32,15 +39,42 @@ class Binding:
 
 def load_inputs(path):
     """The host's stacked inputs, ``{name: Array}``, all with one sample count."""
+    return _one_count(_read(path), path)
+
+
+def load_groups(path, shapes=None):
+    """``[(shapes text or None, {name: Array})]``: the host's inputs per group, one group per ``--shapes``
+    (``shapes``: the list of them, in group order; none or one: the whole file is one group)."""
+    shapes = list(shapes or [])
+    if len(shapes) <= 1:
+        return [(shapes[0] if shapes else None, load_inputs(path))]
+    groups = [{} for _ in shapes]
+    for key, arr in _read(path).items():
+        k, sep, name = key.partition("/")
+        if not sep or not k.isdigit() or int(k) >= len(shapes) or not name:
+            raise AgentError("input", "%s: array %r is in none of the %d groups of --shapes (arrays of a "
+                             "group are named <group>/<input>)" % (path, key, len(shapes)))
+        groups[int(k)][name] = arr
+    for k, group in enumerate(groups):
+        if not group:
+            raise AgentError("input", "%s holds no arrays for group %d (--shapes %s)" % (path, k, shapes[k]))
+    return [(s, _one_count(g, "%s group %d" % (path, k))) for k, (s, g) in enumerate(zip(shapes, groups))]
+
+
+def _read(path):
     try:
         inputs = read_npz(path)
     except ArrayError as e:
         raise AgentError("input", str(e)) from None
     if not inputs:
         raise AgentError("input", "%s holds no arrays" % path)
+    return inputs
+
+
+def _one_count(inputs, what):
     counts = {name: (a.shape[0] if a.shape else None) for name, a in inputs.items()}
     if len(set(counts.values())) != 1 or None in counts.values():
-        raise AgentError("input", "%s: the inputs differ in sample count: %s" % (path, counts))
+        raise AgentError("input", "%s: the inputs differ in sample count: %s" % (what, counts))
     return inputs
 
 
@@ -70,12 +104,14 @@ def samples_for(bindings, inputs):
     return feeds
 
 
-def run_samples(bindings, feeds, execute, log=None):
+def run_samples(bindings, feeds, execute, log=None, done=0, total=None):
     """``execute(feed) -> {output name: bytes}`` once per sample, in order; the outputs stacked per
-    binding as ``{name: Array}`` in the binding's type (``TRT_TYPES``)."""
+    binding as ``{name: Array}`` in the binding's type (``TRT_TYPES``). ``done``/``total``: the samples
+    before these and in all groups, for the messages."""
     outputs = [b for b in bindings if not b.is_input]
     chunks = {b.name: [] for b in outputs}
-    for i, feed in enumerate(feeds):
+    total = len(feeds) if total is None else total
+    for i, feed in enumerate(feeds, start=done):
         got = execute(feed)
         for b in outputs:
             data = got.get(b.name)
@@ -84,8 +120,49 @@ def run_samples(bindings, feeds, execute, log=None):
                                  % (i, b.name, "no" if data is None else len(data), b.nbytes))
             chunks[b.name].append(data)
         if log is not None:
-            log.write("[I] infer: sample %d/%d done" % (i + 1, len(feeds)))
+            log.write("[I] infer: sample %d/%d done" % (i + 1, total))
     return {b.name: stack(TRT_TYPES[b.trt_type][0], b.shape, chunks[b.name]) for b in outputs}
+
+
+def plan_groups(groups, bindings_at):
+    """``[(shapes, bindings, feeds)]`` per group: ``bindings_at(shapes)`` sets the engine to run at the
+    group's shapes and returns its bindings there (outputs sized at them); the group's samples are
+    checked against those (``samples_for``). All groups are checked before any sample runs."""
+    plans = []
+    for shapes, inputs in groups:
+        bindings = bindings_at(shapes)
+        plans.append((shapes, bindings, samples_for(bindings, inputs)))
+    return plans
+
+
+def largest(plans):
+    """``{tensor name: bytes}``: the most any group needs, so one device buffer per tensor serves all."""
+    out = {}
+    for _, bindings, _ in plans:
+        for b in bindings:
+            out[b.name] = max(out.get(b.name, 0), b.nbytes)
+    return out
+
+
+def run_groups(plans, bindings_at, execute, log=None):
+    """Each group's samples in order, the engine set to the group's shapes first (``bindings_at``);
+    ``execute(bindings, feed) -> {output: bytes}``. Per group, its outputs ``{name: Array}``."""
+    total = sum(len(feeds) for _, _, feeds in plans)
+    out, done = [], 0
+    for shapes, bindings, feeds in plans:
+        if len(plans) > 1:
+            bindings_at(shapes)
+        out.append(run_samples(bindings, feeds, lambda feed, b=bindings: execute(b, feed), log, done, total))
+        done += len(feeds)
+    return out
+
+
+def grouped(outputs):
+    """The outputs file's arrays from per-group outputs: named by output for one group, else
+    ``<group>/<output>`` (as the inputs were)."""
+    if len(outputs) == 1:
+        return dict(outputs[0])
+    return {"%d/%s" % (k, name): a for k, group in enumerate(outputs) for name, a in group.items()}
 
 
 def write_outputs(path, outputs):

@@ -2,8 +2,10 @@
 tensor API (8.5+: ``set_tensor_address``, ``execute_async_v3``) on device buffers from ``trt_cuda``,
 inputs copied in and outputs copied out with synchronous ``cudaMemcpy``.
 
-The loop, the input checks and the output files are ``infer``'s, shared with the trtexec backend; here
-are only the bindings TensorRT reports and one execution.
+The loop, the input checks, the groups of samples by shape and the output files are ``infer``'s, shared
+with the trtexec backend; here are only the bindings TensorRT reports at a group's shapes
+(``set_input_shape``, then ``get_tensor_shape`` for the outputs) and one execution. The engine is
+deserialized once per ``infer``; each tensor gets one device buffer, the size its largest group needs.
 """
 
 import time
@@ -42,22 +44,25 @@ def engine_bindings(trt, engine, context):
 
 
 def infer(args, log):
-    inputs = shared.load_inputs(args.loadInputs)
+    groups = shared.load_groups(args.loadInputs, args.shapes)
     trt = load_tensorrt()
     logger = make_logger(trt, log, getattr(args, "verbose", False))
     cuda = open_cuda()  # before the Runtime: one CUDA context for the engine and the buffers
     _runtime, engine = load_engine(trt, logger, log, args.loadEngine, args.useDLACore, "infer")
     context = create_context(engine, log, "infer")
-    set_input_shapes(trt, engine, context, args.shapes)
-    bindings = engine_bindings(trt, engine, context)
-    feeds = shared.samples_for(bindings, inputs)
-    pointers = {}
-    for b in bindings:
-        pointers[b.name] = cuda.alloc(max(1, b.nbytes))
-        if not context.set_tensor_address(b.name, pointers[b.name]):
-            raise AgentError("infer", "set_tensor_address(%r) failed" % b.name)
 
-    def execute(feed):
+    def bindings_at(shapes):  # the context at this group's shapes; outputs sized by TensorRT at them
+        set_input_shapes(trt, engine, context, shapes)
+        return engine_bindings(trt, engine, context)
+
+    plans = shared.plan_groups(groups, bindings_at)
+    pointers = {}
+    for name, nbytes in shared.largest(plans).items():  # one buffer per tensor, the largest group's size
+        pointers[name] = cuda.alloc(max(1, nbytes))
+        if not context.set_tensor_address(name, pointers[name]):
+            raise AgentError("infer", "set_tensor_address(%r) failed" % name)
+
+    def execute(bindings, feed):
         for b in bindings:
             if b.is_input:
                 cuda.upload(pointers[b.name], feed[b.name])
@@ -68,7 +73,8 @@ def infer(args, log):
         return {b.name: cuda.download(pointers[b.name], b.nbytes) for b in bindings if not b.is_input}
 
     started = time.perf_counter()
-    outputs = shared.run_samples(bindings, feeds, execute, log)
+    outputs = shared.grouped(shared.run_groups(plans, bindings_at, execute, log))
     shared.write_outputs(args.exportOutput, outputs)
-    return shared.result(args.exportOutput, outputs, len(feeds), cuda=cuda.name,
+    samples = sum(len(feeds) for _, _, feeds in plans)
+    return shared.result(args.exportOutput, outputs, samples, cuda=cuda.name,
                          seconds=round(time.perf_counter() - started, 3), tensorrt=trt.__version__)

@@ -434,41 +434,72 @@ def profile(args, log):
 
 def infer(args, log):
     """Run the engine on each held-out sample (one trtexec run each: trtexec takes one set of input
-    files) and stack the outputs it exported. trtexec's JSON says no data type: outputs come back as
-    float64, which holds every value trtexec printed (6 significant digits) exactly."""
+    files), each group of samples at its ``--shapes`` (``infer.load_groups``), and stack the outputs it
+    exported per group. trtexec's JSON says no data type: outputs come back as float64, which holds
+    every value trtexec printed (6 significant digits) exactly."""
     from . import infer as shared
-    from .arrays import FLOAT64, ArrayError, floats, parse_export_output, stack
 
-    inputs = shared.load_inputs(args.loadInputs)
-    # The binding types TensorRT 8.6 gives ONNX inputs (INT64 -> INT32, DOUBLE -> FLOAT).
-    types = {"f4": "FLOAT", "f8": "FLOAT", "f2": "HALF", "i4": "INT32", "i8": "INT32", "i1": "INT8",
-             "b1": "BOOL", "u1": "UINT8"}  # fmt: skip
-    bindings = []
-    for name, arr in inputs.items():
-        trt_type = types.get(arr.descr[1:])
-        if trt_type is None:
-            raise AgentError("input", "input %r: %s has no TensorRT binding type" % (name, arr.descr))
-        bindings.append(shared.Binding(name, arr.shape[1:], trt_type, True))
-    feeds = shared.samples_for(bindings, inputs)
-    if not feeds:
+    groups = shared.load_groups(args.loadInputs, args.shapes)
+    plans = [(shapes, bindings, shared.samples_for(bindings, inputs))
+             for shapes, inputs in groups for bindings in [_input_bindings(inputs)]]  # fmt: skip
+    total = sum(len(feeds) for _, _, feeds in plans)
+    if not total:
         raise AgentError("input", "%s holds no samples" % args.loadInputs)
     work = args.exportOutput + ".d"
     os.makedirs(work, exist_ok=True)
+    started = time.monotonic()
+    state = {"done": 0, "warnings": [], "lines": []}
+    try:
+        outputs = [_infer_group(args, log, shapes, bindings, feeds, work, state, total)
+                   for shapes, bindings, feeds in plans]  # fmt: skip
+    finally:
+        if os.path.isdir(work) and not os.listdir(work):
+            os.rmdir(work)
+    outputs = shared.grouped(outputs)
+    shared.write_outputs(args.exportOutput, outputs)
+    seconds = round(time.monotonic() - started, 3)
+    reply = shared.result(args.exportOutput, outputs, total, seconds=seconds,
+                          tensorrt=version_from_banner(state["lines"]))
+    return _with_warnings(reply, state["warnings"])
+
+
+# The binding types TensorRT 8.6 gives ONNX inputs (INT64 -> INT32, DOUBLE -> FLOAT).
+_INPUT_TYPES = {"f4": "FLOAT", "f8": "FLOAT", "f2": "HALF", "i4": "INT32", "i8": "INT32", "i1": "INT8",
+                "b1": "BOOL", "u1": "UINT8"}  # fmt: skip
+
+
+def _input_bindings(inputs):
+    """The engine's inputs as the held-out arrays have them (trtexec reports no bindings before a run)."""
+    from . import infer as shared
+
+    bindings = []
+    for name, arr in inputs.items():
+        trt_type = _INPUT_TYPES.get(arr.descr[1:])
+        if trt_type is None:
+            raise AgentError("input", "input %r: %s has no TensorRT binding type" % (name, arr.descr))
+        bindings.append(shared.Binding(name, arr.shape[1:], trt_type, True))
+    return bindings
+
+
+def _infer_group(args, log, shapes, bindings, feeds, work, state, total):
+    """One group's samples, one trtexec run each at the group's ``--shapes``; its outputs stacked."""
+    from .arrays import FLOAT64, ArrayError, floats, parse_export_output, stack
+
     files = [(b.name, os.path.join(work, "input%d.bin" % k)) for k, b in enumerate(bindings)]
     out_json = os.path.join(work, "outputs.json")
-    started = time.monotonic()
     exported = []  # per sample: [(name, shape, float64 bytes)] (bytes: 8 per value, not a Python float's 24)
-    warnings = []
     try:
-        for i, feed in enumerate(feeds):
+        for feed in feeds:
+            i = state["done"]
             for name, path in files:
                 with open(path, "wb") as f:
                     f.write(feed[name])
             if os.path.exists(out_json):
                 os.unlink(out_json)
             argv = infer_argv(args.trtexec, args.loadEngine, files, out_json, dla_core=args.useDLACore,
-                              shapes=args.shapes)
+                              shapes=shapes)
             lines, _, code = _run(argv, log, args.timeout, "infer", allow_passed=True)
+            state["lines"] = lines
             # trtexec feeds random values to an input --loadInputs did not name (sampleInference.cpp,
             # FillBindingClosure: "Using random values for input <name>"): outputs that mean nothing
             random = [ln.split("Using random values for input ", 1)[1].strip() for ln in lines
@@ -477,7 +508,7 @@ def infer(args, log):
                 raise AgentError("input", "the engine's input %r is not in the held-out data (trtexec fed it "
                                  "random values)" % random[0], log=lines)
             if code and i == 0:
-                warnings.append(check_passed_outputs("infer", code, lines, []))  # the JSON is read next
+                state["warnings"].append(check_passed_outputs("infer", code, lines, []))  # JSON read next
             _expect_file(out_json, "infer", lines)
             with open(out_json, "r", encoding="utf-8", errors="replace") as f:
                 text = f.read()
@@ -486,25 +517,19 @@ def infer(args, log):
                 exported.append([(name, shape, floats(values, shape).data) for name, shape, values in parsed])
             except ArrayError as e:
                 raise AgentError("infer", str(e), log=lines) from None
-            log.write("[I] infer: sample %d/%d done" % (i + 1, len(feeds)))
+            state["done"] = i + 1
+            log.write("[I] infer: sample %d/%d done" % (i + 1, total))
     finally:
         for path in [p for _, p in files] + [out_json]:
             if os.path.exists(path):
                 os.unlink(path)
-        if os.path.isdir(work) and not os.listdir(work):
-            os.rmdir(work)
     first = [(name, shape) for name, shape, _ in exported[0]] if exported else []
-    for i, outs in enumerate(exported):
+    for k, outs in enumerate(exported):
         if [(name, shape) for name, shape, _ in outs] != first:
-            raise AgentError("infer", "sample %d: trtexec exported other outputs than for sample 0" % i)
-    outputs = {}
-    for k, (name, shape) in enumerate(first):
-        outputs[name] = stack(FLOAT64, shape, [outs[k][2] for outs in exported])
-    shared.write_outputs(args.exportOutput, outputs)
-    seconds = round(time.monotonic() - started, 3)
-    reply = shared.result(args.exportOutput, outputs, len(feeds), seconds=seconds,
-                          tensorrt=version_from_banner(lines))
-    return _with_warnings(reply, warnings)
+            raise AgentError("infer", "sample %d: trtexec exported other outputs than for sample %d"
+                             % (state["done"] - len(exported) + k, state["done"] - len(exported)))
+    return {name: stack(FLOAT64, shape, [outs[k][2] for outs in exported])
+            for k, (name, shape) in enumerate(first)}  # fmt: skip
 
 
 def _split(text):

@@ -109,14 +109,17 @@ Iterations = Annotated[int, typer.Option(
     "--iterations", metavar="N", min=1, rich_help_panel=BUILD, help="Profile at least N runs.")]
 Duration = Annotated[float, typer.Option(
     "--duration", metavar="S", min=0, rich_help_panel=BUILD, help="Profile at least S seconds.")]
-# trtexec's names and syntax; a model with dynamic inputs, else the calibration data's shape (pipeline.shapes)
+# trtexec's names and syntax; a model with dynamic inputs, else from the calibration and held-out data
+# (pipeline.shapes: opt the first calibration sample's shape, min/max spanning every sample's)
 MinShapes = Annotated[str, typer.Option(
-    "--minShapes", metavar="SPEC", rich_help_panel=BUILD, help="Dynamic inputs: min, e.g. x:1x3x224x224.")]
+    "--minShapes", metavar="SPEC", rich_help_panel=BUILD,
+    help="Dynamic inputs: min, e.g. x:1x3x224x224 \\[default: the smallest of --calib's and --holdout's].")]
 OptShapes = Annotated[str, typer.Option(
     "--optShapes", metavar="SPEC", rich_help_panel=BUILD,
     help="Dynamic inputs: opt \\[default: --calib's].")]
 MaxShapes = Annotated[str, typer.Option(
-    "--maxShapes", metavar="SPEC", rich_help_panel=BUILD, help="Dynamic inputs: max.")]
+    "--maxShapes", metavar="SPEC", rich_help_panel=BUILD,
+    help="Dynamic inputs: max \\[default: the largest of --calib's and --holdout's].")]
 BuildOncePerKind = Annotated[bool, typer.Option(
     "--build-once-per-kind/--build-each", rich_help_panel=BUILD,
     help="One build a GPU kind.")]

@@ -7,7 +7,8 @@ every artefact and every stage's outcome in one run directory (``runs/<model>-<t
 ``deploy.log`` (stage lines plus the target's log stream), the cleaned (and quantized) ONNX, the lint
 findings, ``probe.json``, the engine, the inspector's ``layers.json``, ``profile.json``,
 ``timings.json`` and the report (``report.json``, ``report.html``); with ``--holdout``, the held-out
-inputs shipped (``holdout-inputs.npz``), the engine's outputs on them (``engine-outputs.npz``) and their
+inputs shipped (``holdout-inputs.npz``), the engine's outputs on them (``engine-outputs.npz``; arrays
+``<group>/<name>``, one group per shape, when a dynamic model's samples have several) and their
 score against FP32 beside onnxruntime's Q/DQ prediction (``accuracy.json``, ``edgeq.pipeline.accuracy``).
 The stages' ``finish_run`` is the
 host-only second half (report + gate from the fetched files), usable offline on any earlier run's files.
@@ -179,8 +180,8 @@ def with_shapes(model: Path, options: OptionsT) -> OptionsT:
 def holdout_inputs(model: Path, quantize: QuantizeOptions, gate: bool, shapes: Optional[Shapes] = None
                    ) -> Optional[HeldOutSet]:  # fmt: skip
     """The held-out samples the engine will run on, indexed and checked against the model's inputs before
-    a run directory exists (a bad directory or shape is a usage error), those at the engine's shape
-    (``shapes``, resolved: ``pipeline.accuracy.at_engine_shape``); None when not asked for."""
+    a run directory exists (a bad directory or shape is a usage error), those within the engine's profile
+    (``shapes``, resolved: ``pipeline.accuracy.in_profile``); None when not asked for."""
     from edgeq.pipeline.accuracy import holdout_for, wants_target_check
 
     if not wants_target_check(quantize, gate):

@@ -405,7 +405,7 @@ def validate(
     from edgeq.orchestration.deploy import holdout_inputs
 
     options = with_shapes(model, options)  # a dynamic input without a shape: before any work
-    # a bad held-out set, or none at the engine's shape: before any work
+    # a bad held-out set, or none within the engine's profile: before any work
     holdout_inputs(model, options.quantize, options.accuracy_gate, options.profile.shapes)
     stamp = now or _dt.datetime.now(_dt.timezone.utc)
     fleet_dir = new_run_dir(Path(options.runs_dir), Path(f"fleet-{model_stem(model)}"), slug(fleet.path.stem),

@@ -5,13 +5,15 @@ Why on the target: onnxruntime computes the arithmetic the Q/DQ nodes define, bu
 are not onnxruntime's (other fusions, rounding, accumulation, FP16 fallbacks), so the figure that counts
 is the engine's. The host runs FP32 once (``quant.accuracy.HeldOut``: the reference and the metric, as
 the quantize check has them) and the Q/DQ model (the prediction) in onnxruntime, ships the held-out inputs
-to the target as one ``.npz`` (samples stacked per input), the agent's ``infer`` runs the engine on each
-and returns its outputs (one ``.npz``), and both candidates are scored with the one metric.
+to the target as one ``.npz`` (samples stacked per input, in one group per shape: ``group_by_shape``), the
+agent's ``infer`` runs the engine on each, each group at its own ``--shapes``, and returns its outputs (one
+``.npz``, put back in the samples' order), and both candidates are scored with the one metric.
 
 The held-out set is the quantize check's: ``--holdout DIR``, or the held-out slice of ``--calib``, narrowed
-on the host before any SSH to the samples at the shape the engine runs at (``at_engine_shape``: a model
-with dynamic inputs is built at one profile shape, and TensorRT 8.6 fixes those dimensions in the engine);
-the record says how many of how many ran, and no sample at that shape is a usage error. The stage runs
+on the host before any SSH to the samples within the engine's optimization profile (``in_profile``: a
+model with dynamic inputs runs only at shapes between its ``--minShapes`` and ``--maxShapes``, which by
+default span the calibration and held-out data: ``pipeline.shapes``); the record says how many of how many
+ran, and no sample within the profile is a usage error. The stage runs
 with ``--holdout DIR`` or when the accuracy gate is asked for. The verdict: ``--min-metric`` bounds
 TensorRT's task figure, ``--min-cosine`` its cosine; ``--gate accuracy`` without them fails when TensorRT
 is far below FP32 (``quant.accuracy.FAR_BELOW``, the quantize check's loud warning) or more than
@@ -56,8 +58,8 @@ class HeldOutSet:
 
     data: Any  # CalibrationSet
     source: str
-    total: int = 0  # held-out samples before ``at_engine_shape`` left some out (0: none left out)
-    not_run: str = ""  # "N of M held-out samples at the engine's shape ...; the other ... not run", or ""
+    total: int = 0  # held-out samples before ``in_profile`` left some out (0: none left out)
+    not_run: str = ""  # "N of M held-out samples within the engine's profile ...; the other ... not run"
 
 
 def wants_target_check(options: QuantizeOptions, gate: bool) -> bool:
@@ -68,11 +70,11 @@ def wants_target_check(options: QuantizeOptions, gate: bool) -> bool:
 def holdout_for(model: onnx.ModelProto, options: QuantizeOptions, gate: bool, shapes: Optional[Shapes] = None
                 ) -> Optional[HeldOutSet]:  # fmt: skip
     """The quantize check's held-out set for ``model`` (``--holdout DIR``, else the slice of ``--calib``),
-    indexed and checked against its inputs before any work, and narrowed to the engine's shape when
-    ``shapes`` (the deploy's resolved profile) has one; None when the target check is not wanted.
+    indexed and checked against its inputs before any work, and narrowed to the engine's optimization
+    profile when ``shapes`` (the deploy's resolved profile) has one; None when the target check is not wanted.
     A usage error when the accuracy gate is asked for and there is nothing to hold out."""
     held = _holdout(model, options, gate)
-    return at_engine_shape(held, shapes) if held is not None and shapes is not None else held
+    return in_profile(held, shapes) if held is not None and shapes is not None else held
 
 
 def _holdout(model: onnx.ModelProto, options: QuantizeOptions, gate: bool) -> Optional[HeldOutSet]:
@@ -99,24 +101,25 @@ def _holdout(model: onnx.ModelProto, options: QuantizeOptions, gate: bool) -> Op
 SHAPES_SHOWN = 3  # the left-out samples' shapes a message names, the rest counted
 
 
-def at_engine_shape(held: HeldOutSet, shapes: Shapes) -> HeldOutSet:
-    """``held`` narrowed to the samples whose dynamic inputs have the shape the engine runs at
-    (``--optShapes``, ``Shapes.run_args``; static inputs were checked when the set was indexed), with
-    what was left out said in ``not_run``; ``held`` itself when every sample fits or the model is static.
+def in_profile(held: HeldOutSet, shapes: Shapes) -> HeldOutSet:
+    """``held`` narrowed to the samples whose dynamic inputs lie within the engine's optimization profile
+    (every dimension between ``--minShapes`` and ``--maxShapes``; static inputs were checked when the set
+    was indexed), with what was left out said in ``not_run``; ``held`` itself when every sample fits or
+    the model is static.
 
-    Why: the agent's ``infer`` runs the engine at that one shape (a deploy builds a dynamic model at one
-    profile shape, and TensorRT 8.6 then fixes those dimensions), so a sample of another shape cannot run
-    on it. Scoring the rest as if they were the whole set would mislead; none left is a usage error."""
+    Why: the agent's ``infer`` runs each sample at its own shape (``group_by_shape``), which TensorRT
+    takes only inside the profile the engine was built with. Scoring the rest as if they were the whole
+    set would mislead; none left is a usage error."""
     from edgeq.agent.shapes import format_shapes, parse_shapes
 
-    want = dict(parse_shapes(shapes.opt, "optShapes"))
-    if not want:
+    lo, hi = dict(parse_shapes(shapes.min, "minShapes")), dict(parse_shapes(shapes.max, "maxShapes"))
+    if not hi:
         return held
     keep: list[int] = []
     others: Counter[str] = Counter()
     for i, feed in enumerate(held.data):
-        got = {name: tuple(int(d) for d in feed[name].shape) for name in want}
-        if got == want:
+        got = {name: tuple(int(d) for d in feed[name].shape) for name in hi}
+        if all(_within(got[n], lo[n], hi[n]) for n in hi):
             keep.append(i)
         else:
             others[format_shapes(got)] += 1
@@ -126,58 +129,100 @@ def at_engine_shape(held: HeldOutSet, shapes: Shapes) -> HeldOutSet:
     theirs = [s for s, _ in others.most_common()]
     seen = ", ".join(theirs[:SHAPES_SHOWN]) + (f" and {len(theirs) - SHAPES_SHOWN} more"
                                                if len(theirs) > SHAPES_SHOWN else "")  # fmt: skip
+    where = (f"at the engine's shape {shapes.opt}" if shapes.min == shapes.max
+             else f"within the engine's profile (--minShapes {shapes.min}, --maxShapes {shapes.max})")
     if not keep:
-        raise QuantError(f"none of the {total} held-out samples ({held.source}) has the engine's shape "
-                         f"{shapes.opt} (from {shapes.source}), the one it runs at: theirs are {seen}",
-                         hint=f"give held-out samples at {shapes.opt}, or build the engine at theirs, e.g. "
-                              f"--optShapes {theirs[0]}")  # fmt: skip
-    said = (f"{len(keep)} of {total} held-out samples at the engine's shape {shapes.opt}; the other "
-            f"{total - len(keep)} (shapes {seen}) not run")
+        raise QuantError(f"none of the {total} held-out samples ({held.source}) is {where} (from "
+                         f"{shapes.source}), the shapes it runs at: theirs are {seen}",
+                         hint="give held-out samples within the profile, or leave --minShapes/--maxShapes "
+                              "out for one that spans the calibration and held-out data")  # fmt: skip
+    said = (f"{len(keep)} of {total} held-out samples {where}; the other {total - len(keep)} (shapes {seen}) "
+            "not run")
     return replace(held, data=held.data.subset(keep), total=total, not_run=said)
 
 
-def pack_inputs(feeds: Sequence[Outputs], path: Path) -> Path:
-    """The held-out inputs as the agent reads them: one ``.npz``, one array per input, samples stacked
-    on a new axis 0 (each sample in the model's own input shape, its batch dimension included). Samples
-    of two shapes are edgeq's bug (``at_engine_shape`` keeps one): a RuntimeError, nothing written."""
+def _within(got: tuple[int, ...], lo: tuple[int, ...], hi: tuple[int, ...]) -> bool:
+    return len(got) == len(lo) == len(hi) and all(a <= g <= b for g, a, b in zip(got, lo, hi))
+
+
+def group_by_shape(feeds: Sequence[Outputs], names: Sequence[str]) -> list[list[int]]:
+    """The samples' indices grouped by the shapes of the inputs ``names`` (the engine's dynamic ones), in
+    order of each shape's first sample: one group per shape the engine runs at (one for a static model).
+    Why: samples of two shapes cannot be stacked, and the engine is set to a shape once per group."""
+    groups: dict[tuple[tuple[int, ...], ...], list[int]] = {}
+    for i, feed in enumerate(feeds):
+        key = tuple(tuple(int(d) for d in feed[n].shape) for n in names)
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
+def group_shapes(feeds: Sequence[Outputs], groups: Sequence[Sequence[int]], names: Sequence[str]
+                 ) -> list[str]:  # fmt: skip
+    """Each group's ``--shapes`` (trtexec syntax): its samples' shapes of the dynamic inputs ``names``;
+    empty for a static model (no dynamic input to set)."""
+    from edgeq.agent.shapes import format_shapes
+
+    if not names:
+        return []
+    return [format_shapes([(n, feeds[g[0]][n].shape) for n in names]) for g in groups]
+
+
+Groups = Optional[Sequence[Sequence[int]]]  # held-out sample indices per shape (``group_by_shape``)
+
+
+def pack_inputs(feeds: Sequence[Outputs], path: Path, groups: Groups = None) -> Path:
+    """The held-out inputs as the agent reads them: one ``.npz``, per group (``group_by_shape``; None: all
+    samples, one group) one array per input, its samples stacked on a new axis 0 (each sample in the
+    model's own input shape, its batch dimension included), named ``<group>/<input>`` when there are
+    several groups (``agent.infer.load_groups``). Samples of two shapes in one group are edgeq's bug: a
+    RuntimeError, nothing written."""
     import numpy as np
 
     from edgeq.fs import atomic_path
 
+    groups = [list(range(len(feeds)))] if groups is None else [list(g) for g in groups]
     names = list(feeds[0]) if feeds else []
-    for n in names:
-        found = sorted({tuple(np.shape(f[n])) for f in feeds})
-        if len(found) > 1:
-            shown = ", ".join("x".join(map(str, s)) for s in found)
-            raise RuntimeError(f"edgeq bug: held-out samples of {len(found)} shapes for input '{n}' reached "
-                               f"the engine's inputs ({shown}); only those at the engine's shape should; "
-                               "please report it")  # a bug keeps its traceback, as graph.verify's do
-    arrays: dict[str, Any] = {n: np.stack([np.ascontiguousarray(f[n]) for f in feeds]) for n in names}
+    arrays: dict[str, Any] = {}
+    for k, group in enumerate(groups):
+        members = [feeds[i] for i in group]
+        for n in names:
+            found = sorted({tuple(np.shape(f[n])) for f in members})
+            if len(found) > 1:
+                shown = ", ".join("x".join(map(str, s)) for s in found)
+                raise RuntimeError(f"edgeq bug: held-out samples of {len(found)} shapes for input '{n}' "
+                                   f"reached one group of the engine's inputs ({shown}); a group runs at one "
+                                   "shape; please report it")  # a bug keeps its traceback (graph.verify's)
+            key = n if len(groups) == 1 else f"{k}/{n}"
+            arrays[key] = np.stack([np.ascontiguousarray(f[n]) for f in members])
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
     return path
 
 
-def unpack_outputs(path: Path, reference: Sequence[Outputs]) -> list[dict[str, Any]]:
-    """The engine's outputs per sample, each output in the reference's dtype (trtexec's JSON has
-    none); a missing output or sample count is a ``RemoteError`` naming it."""
+def unpack_outputs(path: Path, reference: Sequence[Outputs], groups: Groups = None) -> list[dict[str, Any]]:
+    """The engine's outputs per sample, in the held-out set's order (``groups`` as ``pack_inputs`` had
+    them), each output in the reference's dtype (trtexec's JSON has none); a missing output or sample
+    count is a ``RemoteError`` naming it."""
     import numpy as np
 
+    groups = [list(range(len(reference)))] if groups is None else [list(g) for g in groups]
     with np.load(path) as z:
         stacked = {k: z[k] for k in z.files}
-    out: list[dict[str, Any]] = []
-    for i, ref in enumerate(reference):
-        sample: dict[str, Any] = {}
-        for name, value in ref.items():
-            if name not in stacked:
-                raise RemoteError(f"the engine's outputs have no '{name}' (it returned "
+    out: list[Optional[dict[str, Any]]] = [None] * len(reference)
+    for k, group in enumerate(groups):
+        for name in reference[group[0]] if group else ():
+            key = name if len(groups) == 1 else f"{k}/{name}"
+            if key not in stacked:
+                raise RemoteError(f"the engine's outputs have no '{key}' (it returned "
                                   f"{', '.join(sorted(stacked)) or 'none'})", exit_code=1)  # fmt: skip
-            if stacked[name].shape[0] != len(reference):
-                raise RemoteError(f"the engine returned {stacked[name].shape[0]} samples of '{name}' for "
-                                  f"{len(reference)} held-out inputs", exit_code=1)  # fmt: skip
-            sample[name] = stacked[name][i].astype(np.asarray(value).dtype, copy=False)
-        out.append(sample)
-    return out
+            if stacked[key].shape[0] != len(group):
+                raise RemoteError(f"the engine returned {stacked[key].shape[0]} samples of '{key}' for "
+                                  f"{len(group)} held-out inputs", exit_code=1)  # fmt: skip
+        for j, i in enumerate(group):
+            out[i] = {name: stacked[name if len(groups) == 1 else f"{k}/{name}"][j]
+                      .astype(np.asarray(value).dtype, copy=False)
+                      for name, value in reference[i].items()}  # fmt: skip
+    return [o if o is not None else {} for o in out]
 
 
 @dataclass(frozen=True)
@@ -203,7 +248,7 @@ class EngineAccuracy:
     agreement: Optional[TaskScore] = None
     max_abs_diff: Optional[float] = None
     source: str = ""  # where the held-out samples came from
-    total: int = 0  # the held-out set's samples, those not run at the engine's shape included (0: all ran)
+    total: int = 0  # the held-out set's samples, those outside the engine's profile included (0: all ran)
     not_run: str = ""  # which were not run, said whole (``HeldOutSet.not_run``), or ""
 
     def held_text(self) -> str:
@@ -428,9 +473,12 @@ def measure(
     plan: AccuracyPlan,
     run_dir: Path,
     extra_args: Sequence[str] = (),
+    shapes: Optional[Shapes] = None,
 ) -> EngineAccuracy:
     """FP32 and the Q/DQ model in onnxruntime, the engine through the agent's ``infer``, all on the same
-    held-out inputs; the score, also written to ``accuracy.json``."""
+    held-out inputs, each sample at its own shape (``shapes``: the engine's profile, whose inputs are the
+    dynamic ones); the score, also written to ``accuracy.json``."""
+    from edgeq.agent.shapes import parse_shapes
     from edgeq.pipeline.rundir import write_json
     from edgeq.quant.accuracy import held_out_reference, run_outputs
 
@@ -440,15 +488,18 @@ def measure(
     predicted = (run_outputs(plan.predicted, feeds, providers=plan.providers,
                              what="the Q/DQ model on the held-out set")
                  if plan.predicted is not None else None)  # fmt: skip
-    shipped = pack_inputs(feeds, Path(run_dir) / INPUTS_NPZ)
+    dynamic = [name for name, _ in parse_shapes(shapes.opt if shapes is not None else "", "optShapes")]
+    groups = group_by_shape(feeds, dynamic)
+    shipped = pack_inputs(feeds, Path(run_dir) / INPUTS_NPZ, groups)
     up = runner.put(shipped, target.remote_path("cache"))
     out_remote = f"{remote_run}/{OUTPUTS_NPZ}"
     t = target.timeouts
+    per_group = [f"--shapes={s}" for s in group_shapes(feeds, groups, dynamic)]
     agent("infer", f"--loadEngine={engine_remote}", f"--loadInputs={up.remote_path}",
-          f"--exportOutput={out_remote}", *extra_args, f"--timeout={t.profile:g}",
+          f"--exportOutput={out_remote}", *extra_args, *per_group, f"--timeout={t.profile:g}",
           timeout=t.profile + 60 + INFER_SECONDS_PER_SAMPLE * len(feeds))  # fmt: skip
     runner.get(out_remote, Path(run_dir) / OUTPUTS_NPZ)
-    engine = unpack_outputs(Path(run_dir) / OUTPUTS_NPZ, held.outputs)
+    engine = unpack_outputs(Path(run_dir) / OUTPUTS_NPZ, held.outputs, groups)
     result = score(held, engine, predicted, plan)
     write_json(Path(run_dir) / ACCURACY_JSON, result.to_dict())
     return result

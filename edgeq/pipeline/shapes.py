@@ -5,8 +5,12 @@ TensorRT 8.6 builds nothing from a network with a symbolic or -1 input dimension
 has dynamic or shape inputs, but no optimization profile has been defined"); many real exports are
 dynamic (a batch of ``N``, a free height and width). The shapes come from the user's flags, else from
 the calibration data (the shape quantize already ran the model at), and otherwise the deploy stops in one
-line (exit 2) before any SSH. Where a shape gives only ``--optShapes``, min and max are the same shape (a
-profile of one shape, as trtexec does); the engine is timed at ``--optShapes`` (``--shapes`` to the agent).
+line (exit 2) before any SSH. ``--optShapes`` is the flag's, else the first calibration sample's; where
+``--minShapes``/``--maxShapes`` are not given they span the data: the elementwise min/max over every
+calibration and held-out sample's shape (and ``--optShapes``), so each held-out sample runs on the engine
+at its own shape (an OCR recogniser's text lines each have their own width); data of one shape, or no
+data, gives a profile of that one shape, as trtexec does. The engine is timed at ``--optShapes``
+(``--shapes`` to the agent).
 The syntax, and the rule for a profile with its messages, live in one place, ``edgeq.agent.shapes``
 (``profile_shapes``), which the agent runs on the target too: this module only feeds it the model's inputs
 and the calibration data's shape, and turns its errors into edgeq's.
@@ -63,7 +67,7 @@ def resolve_shapes(model: Path, given: Shapes, quantize: Optional[QuantizeOption
     dynamic input with no shape to use."""
     if given.resolved:
         return given
-    from edgeq.agent.shapes import ShapeError, format_shapes, profile_shapes
+    from edgeq.agent.shapes import ShapeError, format_shapes, parse_shapes, profile_shapes
     from edgeq.graph.io import load_model
 
     onnx_model = load_model(model)
@@ -84,8 +88,43 @@ def resolve_shapes(model: Path, given: Shapes, quantize: Optional[QuantizeOption
     if not profile:
         return Shapes(resolved=True, source="static")
     sources = {"calibration data" if name in filled else "--optShapes" for name, *_ in profile}
+    source = " and ".join(sorted(sources))
+    bounded = {n for n, _ in parse_shapes(given.min)} & {n for n, _ in parse_shapes(given.max)}
+    open_ = [name for name, *_ in profile if name not in bounded]  # its min or max is the data's
+    spanned, data = spanning(profile, given, _data_shapes(onnx_model, quantize, open_))
+    if spanned != profile:
+        try:  # the one rule again, on the shapes the data filled in
+            lo, opt, hi = (format_shapes([(n, s[i]) for n, *s in spanned]) for i in range(3))
+            profile = profile_shapes(_inputs(onnx_model), lo, opt, hi, Path(model).name)
+        except ShapeError as e:
+            raise EdgeqError(str(e), e.hint) from None
+        source += f"; min/max from the {data}"
     lo, opt, hi = (format_shapes([(name, shapes[i]) for name, *shapes in profile]) for i in range(3))
-    return Shapes(lo, opt, hi, resolved=True, source=" and ".join(sorted(sources)))
+    return Shapes(lo, opt, hi, resolved=True, source=source)
+
+
+Profile = list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+
+
+def spanning(profile: Profile, given: Shapes, data: tuple[dict[str, list[tuple[int, ...]]], str]
+             ) -> tuple[Profile, str]:  # fmt: skip
+    """``profile`` with the min (max) of each input the user gave no ``--minShapes`` (``--maxShapes``) for
+    widened to the elementwise min (max) of its ``--optShapes`` and the data's shapes of it (``data``:
+    the shapes per input and what they came from, ``_data_shapes``). Flags given always win."""
+    from edgeq.agent.shapes import parse_shapes
+
+    shapes, what = data
+    lo_given = dict(parse_shapes(given.min, "minShapes"))
+    hi_given = dict(parse_shapes(given.max, "maxShapes"))
+    out: Profile = []
+    for name, lo, opt, hi in profile:
+        seen = [s for s in shapes.get(name, []) if len(s) == len(opt)] + [opt]
+        if name not in lo_given:
+            lo = tuple(min(d) for d in zip(*seen))
+        if name not in hi_given:
+            hi = tuple(max(d) for d in zip(*seen))
+        out.append((name, lo, opt, hi))
+    return out, what
 
 
 def _inputs(model: Any) -> list[tuple[str, tuple[Any, ...]]]:
@@ -100,6 +139,27 @@ def _inputs(model: Any) -> list[tuple[str, tuple[Any, ...]]]:
         dims = tt.shape.dim if tt.HasField("shape") else []
         out.append((spec.name, tuple(d.dim_value if d.dim_value > 0 else d.dim_param or None for d in dims)))
     return out
+
+
+def _data_shapes(model: object, quantize: Optional[QuantizeOptions], names: list[str]
+                 ) -> tuple[dict[str, list[tuple[int, ...]]], str]:  # fmt: skip
+    """Every calibration and held-out (``--holdout DIR``) sample's shape of each named input, and what
+    they came from ("calibration and held-out data"); empty without data. Reads each sample once."""
+    if not names or quantize is None or not quantize.has_data:
+        return {}, "calibration data"
+    from edgeq.quant.data.dataset import calibration_set
+
+    sets = [calibration_set(model, quantize.calib, synthetic=quantize.synthetic,  # type: ignore[arg-type]
+                            preprocess=quantize.preprocess)]  # fmt: skip
+    if quantize.holdout_data is not None:
+        sets.append(calibration_set(model, quantize.holdout_data, preprocess=quantize.preprocess))  # type: ignore[arg-type]
+    out: dict[str, list[tuple[int, ...]]] = {name: [] for name in names}
+    for data in sets:
+        for feed in data:
+            for name in names:
+                if name in feed:
+                    out[name].append(tuple(int(d) for d in feed[name].shape))
+    return out, "calibration and held-out data" if len(sets) > 1 else "calibration data"
 
 
 def _calibration_shapes(model: object, quantize: Optional[QuantizeOptions], names: list[str]

@@ -507,8 +507,8 @@ def on_target(
     from edgeq.pipeline.accuracy import measure
 
     with rec.stage("accuracy") as r:
-        acc = measure(runner, agent, target, engine_remote, remote_run, accuracy, run_dir,
-                      [*_dla(target), *settings.shapes.run_args()])
+        acc = measure(runner, agent, target, engine_remote, remote_run, accuracy, run_dir, _dla(target),
+                      settings.shapes)
         r.summary, r.data = acc.summary(), acc.to_dict()
     return found
 
