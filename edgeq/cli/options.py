@@ -113,13 +113,13 @@ Duration = Annotated[float, typer.Option(
 # (pipeline.shapes: opt the first calibration sample's shape, min/max spanning every sample's)
 MinShapes = Annotated[str, typer.Option(
     "--minShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Dynamic inputs: min, e.g. x:1x3x224x224 \\[default: the smallest of --calib's and --holdout's].")]
+    help="Dynamic inputs: min, as x:1x3x32x32 \\[default: the data's].")]
 OptShapes = Annotated[str, typer.Option(
     "--optShapes", metavar="SPEC", rich_help_panel=BUILD,
     help="Dynamic inputs: opt \\[default: --calib's].")]
 MaxShapes = Annotated[str, typer.Option(
     "--maxShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Dynamic inputs: max \\[default: the largest of --calib's and --holdout's].")]
+    help="Dynamic inputs: max \\[default: the data's].")]
 BuildOncePerKind = Annotated[bool, typer.Option(
     "--build-once-per-kind/--build-each", rich_help_panel=BUILD,
     help="One build a GPU kind.")]
