@@ -157,12 +157,16 @@ def run_groups(plans, bindings_at, execute, log=None):
     return out
 
 
+def array_key(group, name, groups):
+    """An array's name in the inputs or outputs file: the tensor's own for one group, else
+    ``<group>/<tensor>`` (``load_groups`` reads it back; the host writes and reads the same)."""
+    return name if groups == 1 else "%d/%s" % (group, name)
+
+
 def grouped(outputs):
-    """The outputs file's arrays from per-group outputs: named by output for one group, else
-    ``<group>/<output>`` (as the inputs were)."""
-    if len(outputs) == 1:
-        return dict(outputs[0])
-    return {"%d/%s" % (k, name): a for k, group in enumerate(outputs) for name, a in group.items()}
+    """The outputs file's arrays from per-group outputs, named by ``array_key`` (as the inputs were)."""
+    n = len(outputs)
+    return {array_key(k, name, n): a for k, group in enumerate(outputs) for name, a in group.items()}
 
 
 def write_outputs(path, outputs):

@@ -178,6 +178,7 @@ def pack_inputs(feeds: Sequence[Outputs], path: Path, groups: Groups = None) -> 
     RuntimeError, nothing written."""
     import numpy as np
 
+    from edgeq.agent.infer import array_key
     from edgeq.fs import atomic_path
 
     groups = [list(range(len(feeds)))] if groups is None else [list(g) for g in groups]
@@ -192,8 +193,7 @@ def pack_inputs(feeds: Sequence[Outputs], path: Path, groups: Groups = None) -> 
                 raise RuntimeError(f"edgeq bug: held-out samples of {len(found)} shapes for input '{n}' "
                                    f"reached one group of the engine's inputs ({shown}); a group runs at one "
                                    "shape; please report it")  # a bug keeps its traceback (graph.verify's)
-            key = n if len(groups) == 1 else f"{k}/{n}"
-            arrays[key] = np.stack([np.ascontiguousarray(f[n]) for f in members])
+            arrays[array_key(k, n, len(groups))] = np.stack([np.ascontiguousarray(f[n]) for f in members])
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
     return path
@@ -205,13 +205,15 @@ def unpack_outputs(path: Path, reference: Sequence[Outputs], groups: Groups = No
     count is a ``RemoteError`` naming it."""
     import numpy as np
 
+    from edgeq.agent.infer import array_key
+
     groups = [list(range(len(reference)))] if groups is None else [list(g) for g in groups]
     with np.load(path) as z:
         stacked = {k: z[k] for k in z.files}
     out: list[Optional[dict[str, Any]]] = [None] * len(reference)
     for k, group in enumerate(groups):
         for name in reference[group[0]] if group else ():
-            key = name if len(groups) == 1 else f"{k}/{name}"
+            key = array_key(k, name, len(groups))
             if key not in stacked:
                 raise RemoteError(f"the engine's outputs have no '{key}' (it returned "
                                   f"{', '.join(sorted(stacked)) or 'none'})", exit_code=1)  # fmt: skip
@@ -219,7 +221,7 @@ def unpack_outputs(path: Path, reference: Sequence[Outputs], groups: Groups = No
                 raise RemoteError(f"the engine returned {stacked[key].shape[0]} samples of '{key}' for "
                                   f"{len(group)} held-out inputs", exit_code=1)  # fmt: skip
         for j, i in enumerate(group):
-            out[i] = {name: stacked[name if len(groups) == 1 else f"{k}/{name}"][j]
+            out[i] = {name: stacked[array_key(k, name, len(groups))][j]
                       .astype(np.asarray(value).dtype, copy=False)
                       for name, value in reference[i].items()}  # fmt: skip
     return [o if o is not None else {} for o in out]

@@ -91,7 +91,8 @@ def resolve_shapes(model: Path, given: Shapes, quantize: Optional[QuantizeOption
     source = " and ".join(sorted(sources))
     bounded = {n for n, _ in parse_shapes(given.min)} & {n for n, _ in parse_shapes(given.max)}
     open_ = [name for name, *_ in profile if name not in bounded]  # its min or max is the data's
-    spanned, data = spanning(profile, given, _data_shapes(onnx_model, quantize, open_))
+    shapes_seen, data = _data_shapes(onnx_model, quantize, open_)
+    spanned = spanning(profile, given, shapes_seen)
     if spanned != profile:
         try:  # the one rule again, on the shapes the data filled in
             lo, opt, hi = (format_shapes([(n, s[i]) for n, *s in spanned]) for i in range(3))
@@ -106,14 +107,12 @@ def resolve_shapes(model: Path, given: Shapes, quantize: Optional[QuantizeOption
 Profile = list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 
 
-def spanning(profile: Profile, given: Shapes, data: tuple[dict[str, list[tuple[int, ...]]], str]
-             ) -> tuple[Profile, str]:  # fmt: skip
+def spanning(profile: Profile, given: Shapes, shapes: dict[str, list[tuple[int, ...]]]) -> Profile:
     """``profile`` with the min (max) of each input the user gave no ``--minShapes`` (``--maxShapes``) for
-    widened to the elementwise min (max) of its ``--optShapes`` and the data's shapes of it (``data``:
-    the shapes per input and what they came from, ``_data_shapes``). Flags given always win."""
+    widened to the elementwise min (max) of its ``--optShapes`` and the data's shapes of it (``shapes``:
+    per input, ``_data_shapes``). Flags given always win."""
     from edgeq.agent.shapes import parse_shapes
 
-    shapes, what = data
     lo_given = dict(parse_shapes(given.min, "minShapes"))
     hi_given = dict(parse_shapes(given.max, "maxShapes"))
     out: Profile = []
@@ -124,7 +123,7 @@ def spanning(profile: Profile, given: Shapes, data: tuple[dict[str, list[tuple[i
         if name not in hi_given:
             hi = tuple(max(d) for d in zip(*seen))
         out.append((name, lo, opt, hi))
-    return out, what
+    return out
 
 
 def _inputs(model: Any) -> list[tuple[str, tuple[Any, ...]]]:
