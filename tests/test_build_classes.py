@@ -724,6 +724,36 @@ def test_the_yolox_engines_ran_its_csp_convolutions_unmerged_so_the_rules_quanti
         assert node.inputs[0].inputs[0].op == "DequantizeLinear", node.name
 
 
+H200_MORE = FIXTURES / "trt86-h200-more"
+
+
+@pytest.mark.parametrize("layers", [MORE / "dddet.implicit.layers.json.gz",
+                                    H200_MORE / "dddet.implicit.layers.json.gz"], ids=["H100", "H200"])
+def test_the_yolox_mirror_keeps_its_merged_head_pairs_float_so_it_builds_as_the_rules_model_did(
+        layers: Path) -> None:
+    """ddddocr's YOLOX implicit engines (H100, H200) ran the head's three merged pairs INT8 in; the mirror
+    of the H200 one put Q/DQ there and lint stopped it, as TensorRT 8.6 fails that build (the real
+    ``lint.json`` of that deploy). The mirror now keeps those pairs float, weights too, as the rules' model
+    that built does, says so, and its Q/DQ model lints clean; every other INT8 edge keeps its Q/DQ."""
+    from edgeq.quant.mirror import load_engine, plan_from_engine
+
+    refused = json.loads((H200_MORE / "dddet.mirror.lint.json").read_text())
+    assert [f["rule"] for f in refused if f["level"] == "error"] == ["merged-head"]
+    model = zoo.skeleton(MORE / "dddet.skel.onnx.gz")
+    graph = graph_from_model(model)
+    pairs = {c.name for _, convs in merged_convolutions(graph) for c in convs}
+    assert pairs == {"Conv_261", "Conv_262", "Conv_282", "Conv_283", "Conv_303", "Conv_304"}
+    plan, report = plan_from_engine(graph, load_engine(layers))
+    assert not pairs & {c for s in plan.sites for c in s.consumers}
+    assert not pairs & {w.node for w in plan.weights} and pairs <= set(plan.float_nodes)
+    assert report.refused == (("merged-head", 6),) and report.inexpressible_edges == 6
+    assert "merged-head" in report.summary_line()
+    assert sum(len(s.consumers) for s in plan.sites) + report.float_entry_edges + 6 == report.int8_edges
+    data = calibration_set(model, None, synthetic=2, seed=0)
+    qdq = quantize_model(model, data, QuantizeOptions(from_engine=layers, holdout=0.5)).model
+    assert not [f for f in lint_model(qdq) if f.level.value == "error"]
+
+
 def test_lint_warns_of_int8_weights_behind_a_float_activation_as_the_yolox_rules_engine_ran_them() -> None:
     """The rules' YOLOX model with its CSP outputs float ran the 8 convolutions reading them FP32 (their
     int8 weights dequantized at run time), and lint said nothing. The same mistake in the CSP layer built

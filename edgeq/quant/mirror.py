@@ -37,6 +37,7 @@ from edgeq.errors import QuantError, ReportError
 from edgeq.graph import registry
 from edgeq.graph.facts import Want, matches_of
 from edgeq.graph.patterns import is_float, moves_data, producer
+from edgeq.graph.trt86.inception import HEAD_RULE
 from edgeq.graph.trt86.inception import RULE as INEXPRESSIBLE
 from edgeq.graph.trt86.regions import INT8_BODY, QUANTIZING_REFORMAT
 from edgeq.quant.placement import weight_axis
@@ -94,9 +95,11 @@ class MirrorReport:
     float_entry: tuple[str, ...] = ()  # entries of the INT8 regions left float (edgeq rules float-entry)
     float_entry_edges: int = 0  # INT8 edges inside them: no Q/DQ
     int8_entry: tuple[str, ...] = ()  # entries of such regions kept INT8: not a branch (Region.branch)
-    # INT8 edges Q/DQ cannot say on 8.6 (edgeq rules inception-build: a merged 1x1 convolution's output)
+    # INT8 edges Q/DQ cannot say on 8.6 (``REFUSED``: a merged 1x1 convolution's output, a merged head
+    # pair's input): the tensors and the edges, all entries together, and the edges per entry
     inexpressible: tuple[str, ...] = ()
     inexpressible_edges: int = 0
+    refused: tuple[tuple[str, int], ...] = ()  # (entry id, INT8 edges it left float)
 
     def summary_line(self) -> str:
         text = (f"mirrored {self.int8_edges} INT8 edges ({self.float_edges} float) from {self.source}: "
@@ -107,11 +110,8 @@ class MirrorReport:
         if self.int8_entry:
             text += (f"; {plural(len(self.int8_entry), 'entry', 'entries')} quantized by a reformat kept "
                      f"INT8 ({', '.join(self.int8_entry[:3])}): {INT8_BODY}")
-        if self.inexpressible:
-            text += (f"; {self.inexpressible_edges} of the INT8 edges left float: the outputs of "
-                     f"{plural(len(self.inexpressible), 'merged 1x1 convolution')} ('A || B' layers), INT8 "
-                     "in the Q/DQ builds that failed, float in those that built "
-                     f"(edgeq rules {INEXPRESSIBLE})")
+        for entry, edges in self.refused:
+            text += f"; {edges} of the INT8 edges left float: {_REFUSED_WHY[entry]} (edgeq rules {entry})"
         if self.unmapped:
             names = ", ".join(u.tensor for u in self.unmapped[:3])
             text += f"; {len(self.unmapped)} tensors unmapped ({names})"
@@ -132,6 +132,7 @@ class MirrorReport:
             "int8_entry": list(self.int8_entry),
             "inexpressible": list(self.inexpressible),
             "inexpressible_edges": self.inexpressible_edges,
+            "refused": {entry: edges for entry, edges in self.refused},
         }
 
 
@@ -231,30 +232,48 @@ class _Graph:
         return sorted(region | {first, last}, key=lambda n: self.order.get(n, 0))
 
 
-def _inexpressible(graph: gs.Graph, plan: Plan) -> tuple[Plan, tuple[tuple[str, ...], int]]:
-    """``plan`` without the INT8 edges Q/DQ cannot say on 8.6: those the ``inception-build`` entry decides
-    float (a merged 1x1 convolution's output into its readers), read from the entry's own match, the one
-    the rules' placement blocks, so the mirror writes there what the rules do. Only the edges go float:
-    the entry floats no node whole (``floats_nodes``), so the readers keep the weight DQ the engine ran
-    them with, as in the rules' model and the mirrors that built; the mirrors that left those weights
-    FP32 under an INT8 output failed to build (``chooseHigherPrecision``). The readers go in
-    ``float_nodes``: they compute on float input by design. Returns the plan and (the tensors, the INT8
-    edges taken off)."""
-    entry = registry.pattern(INEXPRESSIBLE)
-    floats = {(e.tensor, e.consumer) for m in matches_of(entry, graph) for e in m.wanting(Want.FLOAT)}
-    off = {s.tensor: tuple(c for c in s.consumers if (s.tensor, c) in floats) for s in plan.sites}
-    off = {t: cs for t, cs in off.items() if cs}
-    if not off:
-        return plan, ((), 0)
-    # a site also read on an edge the entry does not float keeps its Q/DQ for that reader alone
-    trimmed = tuple(replace(s, consumers=tuple(c for c in s.consumers if c not in off.get(s.tensor, ())))
-                    for s in plan.sites)
-    gone = tuple(s.tensor for s in trimmed if not s.consumers)
-    region = Region(entries=tuple(off), nodes=tuple(c for cs in off.values() for c in cs), sites=gone,
-                    commuted=())
-    plan = drop_regions(replace(plan, sites=trimmed), [region], INEXPRESSIBLE,
-                        float_weights=entry.floats_nodes)
-    return plan, (tuple(off), sum(map(len, off.values())))
+# The entries whose INT8 the 8.6 builder refused in Q/DQ models though implicit engines ran it so: the
+# mirror writes there what the rules do, from each entry's own match (the edges it wants float).
+REFUSED = (INEXPRESSIBLE, HEAD_RULE)
+_REFUSED_WHY = {
+    INEXPRESSIBLE: "the outputs of merged 1x1 convolutions ('A || B' layers), INT8 in the Q/DQ builds that "
+                   "failed, float in those that built",
+    HEAD_RULE: "the inputs of a detection head's merged 1x1 convolutions, with their weights, INT8 in the "
+               "implicit engine and in the Q/DQ builds that failed",
+}
+
+
+Refused = tuple[tuple[str, ...], tuple[tuple[str, int], ...]]  # the tensors; (entry, INT8 edges) per entry
+
+
+def _inexpressible(graph: gs.Graph, plan: Plan) -> tuple[Plan, Refused]:
+    """``plan`` without the INT8 edges Q/DQ cannot say on 8.6 (``REFUSED``), each entry's edges read from
+    its own match, the one the rules' placement blocks, so the mirror writes there what the rules do.
+    ``inception-build`` floats edges, not nodes (``floats_nodes``): a merged convolution's readers keep the
+    weight DQ the engine ran them with, as in the rules' model and the mirrors that built (the mirrors
+    that left those weights FP32 under an INT8 output failed to build, ``chooseHigherPrecision``).
+    ``merged-head`` floats its pairs whole, weights too: reading INT8 they failed with that assertion
+    while implicit engines ran them INT8 in. The nodes go in ``float_nodes``: float by design. Returns the
+    plan and (the tensors, (entry, INT8 edges taken off) per entry that took some)."""
+    tensors: list[str] = []
+    said: list[tuple[str, int]] = []
+    for rule_id in REFUSED:
+        entry = registry.pattern(rule_id)
+        floats = {(e.tensor, e.consumer) for m in matches_of(entry, graph) for e in m.wanting(Want.FLOAT)}
+        off = {s.tensor: tuple(c for c in s.consumers if (s.tensor, c) in floats) for s in plan.sites}
+        off = {t: cs for t, cs in off.items() if cs}
+        if not off:
+            continue
+        # a site also read on an edge the entry does not float keeps its Q/DQ for that reader alone
+        trimmed = tuple(replace(s, consumers=tuple(c for c in s.consumers if c not in off.get(s.tensor, ())))
+                        for s in plan.sites)
+        gone = tuple(s.tensor for s in trimmed if not s.consumers)
+        region = Region(entries=tuple(off), nodes=tuple(c for cs in off.values() for c in cs), sites=gone,
+                        commuted=())
+        plan = drop_regions(replace(plan, sites=trimmed), [region], rule_id, float_weights=entry.floats_nodes)
+        tensors += [t for t in off if t not in tensors]
+        said.append((rule_id, sum(map(len, off.values()))))
+    return plan, (tuple(tensors), tuple(said))
 
 
 def layer_nodes(lay: EngineLayer, g: _Graph) -> tuple[tuple[str, ...], bool]:
@@ -503,6 +522,7 @@ class _Mirror:
         regions = [r for r in found if r.branch]
         plan = drop_regions(engine_plan, regions)
         plan, said = _inexpressible(self.g.graph, plan)
+        refused_edges = sum(edges for _, edges in said[1])
         int8_edges = sum(len(s.consumers) for s in engine_plan.sites)
         edges = self.reads.edges
         report = MirrorReport(
@@ -512,13 +532,14 @@ class _Mirror:
             mapped_layers=len(mapped),
             int8_edges=int8_edges,
             float_entry=tuple(t for r in regions for t in r.entries),
-            float_entry_edges=int8_edges - sum(len(s.consumers) for s in plan.sites) - said[1],
+            float_entry_edges=int8_edges - sum(len(s.consumers) for s in plan.sites) - refused_edges,
             int8_entry=tuple(t for r in found if not r.branch for t in r.entries),
             float_edges=sum(1 for ps in edges.values() if "INT8" not in ps),
             unmapped=tuple(self.reads.unmapped),
             unmapped_layers=tuple(self.layers[i].name for i in self.named if not self.held[i]),
             inexpressible=said[0],
-            inexpressible_edges=said[1],
+            inexpressible_edges=refused_edges,
+            refused=said[1],
         )
         return plan, report
 

@@ -40,6 +40,7 @@ RULE = "inception-build"
 BUILD_ASSERT = "chooseHigherPrecision"
 CORPUS = "tests/fixtures/trt86-h100-corpus"
 MORE = "tests/fixtures/trt86-h100-more"
+MORE_H200 = "tests/fixtures/trt86-h200-more"
 H200 = "tests/fixtures/trt86-h200-corpus"
 MIRRORS = (
     f"{CORPUS}/googlenet.mirror.layers.json.gz and inception_v3.mirror.layers.json.gz (the mirrors, the "
@@ -216,9 +217,12 @@ HEAD_EVIDENCE = (
     "of those, or only its merged pairs read float: past graph optimization, into tactic timing); each "
     "variant's "
     "--overrides file beside its log; dddet.implicit.layers.json.gz ('Conv_261 || Conv_262'). "
-    "dddet.rules.build.log.gz: the rules' model with this entry built ('Engine built in 339.444 sec.'; "
-    "trtexec then died before writing the engine, so its layers and speed are unmeasured). Unverified: "
-    "why GoogLeNet's merged convolutions build reading INT8 where these do not"
+    "dddet.rules.build.log.gz: the rules' model with this entry built ('Engine built in 339.444 sec.'); "
+    f"{MORE_H200}/dddet.rules.layers.json.gz and dddet.paired.trtexec.txt (an H200, 2026-11-27: built "
+    "through deploy, 0.95x-0.97x implicit); its dddet.implicit.layers.json.gz ran the pairs INT8 in too, "
+    "and its mirror with Q/DQ there was stopped by lint (dddet.mirror.lint.json): the mirror keeps them "
+    "float as the rules do. Unverified: why GoogLeNet's merged convolutions build reading INT8 where these "
+    "do not"
 )
 
 
@@ -292,7 +296,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "A detection head's last 1x1 convolutions that read one tensor (YOLOX's box and objectness "
         "predictions) run as one merged layer; reading INT8, the rules' Q/DQ model of a YOLOX failed to "
         f"build on 8.6 with '{BUILD_ASSERT}' though their outputs were float: they read float, with float "
-        "weights (FP16 or FP32 in the engine; the implicit engine ran them INT8 in, FP32 out).",
+        "weights (FP16 or FP32 in the engine; the implicit engines ran them INT8 in, FP32 out, and a "
+        "mirror of one keeps them float as the rules do).",
         HEAD_EVIDENCE,
         match=match_merged_head,
         lint=LintSpec(
