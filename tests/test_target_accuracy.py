@@ -19,6 +19,7 @@ import pytest
 from test_deploy import _stages, ssh_server, tiny_model, trtexec_target  # noqa: F401 - fixtures
 
 SAMPLES = 5
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _data(root: Path) -> tuple[Path, Path]:
@@ -210,6 +211,52 @@ def test_a_qdq_model_deploys_with_the_holdout_against_its_float_graph(trtexec_ta
     acc = json.loads((run_dir / "accuracy.json").read_text())
     assert acc["samples"] == 3 and acc["onnxruntime_qdq"] is not None
     assert acc["tensorrt"]["value"] == pytest.approx(acc["onnxruntime_qdq"]["value"], abs=1e-5)
+
+
+@pytest.mark.sshd
+def test_a_mirror_is_scored_against_the_float_model_the_implicit_engine_is_scored_against(trtexec_target):  # noqa: F811
+    """``--placement auto``/``implicit`` deploy the mirror (a Q/DQ model) with ``DeployOptions.reference``,
+    the float model the implicit engine beside it is built from and scored against, so both engines'
+    figures share one FP32. On an H200 the mirror's was its weights dequantized instead: 55 of 64 "FP32"
+    detections beside implicit's 53 of 65 (``trt86-h200-more/det.mirror.accuracy.json``). The figure is
+    now the one against the float model, not the one against the dequantized graph."""
+    import onnxruntime as ort
+
+    from edgeq import zoo
+    from edgeq.graph.verify import without_qdq
+    from edgeq.orchestration.deploy import DeployOptions, deploy
+    from edgeq.quant.metrics import CosineMetric
+    from edgeq.quant.quantize import QuantizeOptions
+    from edgeq.remote.targets import resolve_target
+
+    h200 = json.loads((FIXTURES / "trt86-h200-more" / "det.mirror.accuracy.json").read_text())
+    assert h200["tensorrt"]["figures"]["fp32_detections"] == 64 and "fp32" not in h200
+    root, _, _, _ = trtexec_target()
+    float_model = zoo.resnet_like(size=32, width=8)
+    qdq = zoo.qdq_ort(float_model, quantize_bias=False)
+    onnx.save(float_model, str(root / "net.fp32.onnx"))
+    onnx.save(qdq, str(root / "net.mirror.onnx"))
+    holdout = root / "holdout"
+    holdout.mkdir()
+    x = np.random.default_rng(3).standard_normal((3, 3, 32, 32)).astype(np.float32)
+    np.save(holdout / "h.npy", x)
+
+    def outputs(m: onnx.ModelProto) -> list[dict]:
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return [{"output": sess.run(None, {sess.get_inputs()[0].name: x[i:i + 1]})[0]} for i in range(3)]
+
+    options = DeployOptions(quantize=QuantizeOptions(holdout_data=holdout), gate="none",
+                            runs_dir=root / "runs", reference=root / "net.fp32.onnx")
+    result = deploy(root / "net.mirror.onnx", resolve_target("replay", root), options)
+    acc = json.loads((result.run_dir / "accuracy.json").read_text())
+    assert acc["fp32"] == "the float model the Q/DQ model was quantized from"
+    with np.load(result.run_dir / "engine-outputs.npz") as z:
+        (name,) = z.files  # one shape: the samples' outputs stacked in their order
+        engine = [{"output": z[name][i]} for i in range(3)]
+    to_float = CosineMetric().score(outputs(float_model), engine).value
+    to_dequantized = CosineMetric().score(outputs(without_qdq(qdq)), engine).value
+    assert abs(to_float - to_dequantized) > 1e-6  # the two references differ here
+    assert acc["tensorrt_cosine"]["value"] == pytest.approx(to_float, abs=1e-7)
 
 
 def test_engine_outputs_that_do_not_follow_the_inputs_are_said_to_be_a_mismatch_not_a_quantization_loss(

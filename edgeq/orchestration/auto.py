@@ -371,7 +371,7 @@ def _rules_fallback(model: Path, target: Target, options: DeployOptions, error: 
 def _kept_files(kept: str, qdq: Path, fp32: Path, calib_cache: Optional[Path]) -> dict[str, str]:
     """The model every board of the kind is given: the Q/DQ model, or the FP32 model and its cache."""
     if kept == "explicit":
-        return {"model": str(qdq)}
+        return {"model": str(qdq), "reference": str(fp32)}  # the accuracy stage's FP32, as implicit's
     return {"model": str(fp32), "calib_cache": str(calib_cache)}
 
 
@@ -391,22 +391,22 @@ def _from_cache(model: Path, target: Target, options: DeployOptions, key: Placem
     settings = options.profile if options.profile.fp16 is not None else replace(options.profile, fp16=True)
     placed = replace(options.quantize, calib=None, synthetic=None)  # the entry's scales: nothing to calibrate
     common = replace(options, runs_dir=run_dir, profile=settings, quantize=placed)
-    qdq = fp32 = calib_cache = run_dir
+    qdq = calib_cache = run_dir
+    fp32 = Path(save_model(reference, run_dir / f"{stem}.implicit.fp32.onnx"))  # also the mirror's FP32
     if decision.kept == "explicit":
         plan = decision.to_plan()
         qdq = placed_variant(Calibrated(reference, plan, decision.amax, stem), plan, "mirror", run_dir).model
         floats = ImplicitFloat(decision.allowlisted, decision.implicit_reformats, decision.float_entry_nodes)
-        result = deploy(qdq, target, explicit_deploy_options(common, options.gate_allow, floats),
+        result = deploy(qdq, target, explicit_deploy_options(common, options.gate_allow, floats, fp32),
                         progress=progress, on_event=on_event)  # fmt: skip
     else:
-        fp32 = Path(save_model(reference, run_dir / f"{stem}.implicit.fp32.onnx"))
         calib_cache = run_dir / f"{stem}.implicit.cache"
         atomic_write_text(calib_cache, decision.calibration_cache)
         result = deploy(fp32, target, replace(common, gate="none", calib_cache=calib_cache),
                         progress=progress, on_event=on_event)  # fmt: skip
     out = AutoDeploy(run_dir, result, decision, True, lookup, "", key)
     if decision.kept == "explicit":
-        out.files["model"] = str(qdq)
+        out.files.update(model=str(qdq), reference=str(fp32))
     else:
         out.files.update(model=str(fp32), calib_cache=str(calib_cache))
     out.files["summary"] = str(run_dir / "placement.json")
@@ -544,6 +544,7 @@ class KindPlacements:
         self._failed: dict[str, EdgeqError] = {}
 
     def for_board(self, target: Target, found: Probe) -> KindPlacement:
+        from edgeq.graph.io import load_model
         from edgeq.pipeline.rundir import slug
         from edgeq.pipeline.stages import prepare_host
 
@@ -564,6 +565,8 @@ class KindPlacements:
                 cache = Path(files["calib_cache"]) if "calib_cache" in files else None
                 placed = replace(self.options.quantize, calib=None, synthetic=None)  # quantized already
                 prepared = prepare_host(Path(files["model"]), where / "host", placed, calib_cache=cache)
+                if "reference" in files:  # the mirror: scored against the float model, as implicit is
+                    prepared = replace(prepared, reference=load_model(files["reference"]))
             except EdgeqError as e:
                 self._failed[kind] = e
                 raise

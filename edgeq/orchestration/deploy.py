@@ -66,6 +66,9 @@ class DeployOptions:
     profile: ProfileSettings = field(default_factory=ProfileSettings)  # FP16 fallback and trtexec timing
     cache_dir: Optional[Path] = None  # where the agent zipapp is built (default: the user cache)
     calib_cache: Optional[Path] = None  # implicit INT8: a float model built with this calibration cache
+    # a Q/DQ model's own float model (a mirror's, under --placement implicit/auto): the accuracy stage's
+    # FP32, as for the implicit engine beside it; None: the Q/DQ model's float graph (weights dequantized)
+    reference: Optional[Path] = None
     # --gate accuracy: TensorRT's own accuracy on the held-out set gates the run (--holdout DIR, or
     # quantize.min_metric / min_cosine, run the engine on it too)
     accuracy_gate: bool = False
@@ -152,6 +155,10 @@ def deploy(
     rec = Recorder(new_run_dir(Path(options.runs_dir), model, target.name), on_event, progress)
     with rec.finishing():
         prepared = prepare(model, rec, options.quantize, calib_cache=options.calib_cache)
+        if options.reference is not None and prepared.qdq and prepared.reference is None:
+            from edgeq.graph.io import load_model
+
+            prepared = replace(prepared, reference=load_model(options.reference))
         plan = None
         if holdout is not None:
             plan = plan_for(prepared, holdout, options.quantize, options.accuracy_gate)

@@ -168,14 +168,16 @@ class Mirrored:
     def explicit_options(self, options: DeployOptions) -> DeployOptions:
         """The explicit build's: implicit's own float nodes and the float-entry regions allowlisted, and
         interior reformats left to the relative gate when implicit has some."""
-        return explicit_deploy_options(self.common, options.gate_allow, self.floats)
+        return explicit_deploy_options(self.common, options.gate_allow, self.floats, self.pair.model)
 
 
-def explicit_deploy_options(common: DeployOptions, allow: tuple[str, ...], floats: ImplicitFloat
-                            ) -> DeployOptions:  # fmt: skip
-    """One place for how an explicit engine judged against implicit is gated (a mirror, or a cached one)."""
+def explicit_deploy_options(common: DeployOptions, allow: tuple[str, ...], floats: ImplicitFloat,
+                            reference: Path) -> DeployOptions:  # fmt: skip
+    """One place for how an explicit engine judged against implicit is gated (a mirror, or a cached one),
+    and scored: against ``reference``, the float model the implicit engine is built from and scored
+    against, so the two engines' figures share one FP32 (not the Q/DQ model's weights dequantized)."""
     return replace(common, gate_allow=(*allow, *floats.nodes, *floats.by_design),
-                   gate_reformats=False if floats.reformats else None)  # fmt: skip
+                   gate_reformats=False if floats.reformats else None, reference=reference)  # fmt: skip
 
 
 class ImplicitBuildFailed(EdgeqError):

@@ -252,6 +252,7 @@ class EngineAccuracy:
     source: str = ""  # where the held-out samples came from
     total: int = 0  # the held-out set's samples, those outside the engine's profile included (0: all ran)
     not_run: str = ""  # which were not run, said whole (``HeldOutSet.not_run``), or ""
+    fp32: str = ""  # what the figures' FP32 is (``AccuracyPlan.fp32``)
 
     def held_text(self) -> str:
         """The samples the figures are over: "N held-out samples", or N of M and the shapes not run."""
@@ -380,6 +381,7 @@ class EngineAccuracy:
 
         return {"samples": self.samples, "held_out": self.source, "metric": self.metric, "why": self.why,
                 "held_out_total": self.total or self.samples, "not_run": self.not_run or None,
+                "fp32": self.fp32 or None,
                 "tensorrt": score(self.engine), "tensorrt_cosine": score(self.engine_cosine),
                 "onnxruntime_qdq": score(self.predicted),
                 "onnxruntime_qdq_cosine": score(self.predicted_cosine),
@@ -404,6 +406,7 @@ class AccuracyPlan:
     min_cosine: Optional[float] = None
     gate: bool = False  # --gate accuracy
     providers: Optional[tuple[str, ...]] = None
+    fp32: str = ""  # what ``reference`` is, for the record (the float model, or a Q/DQ model's float graph)
 
     @property
     def gated(self) -> bool:
@@ -416,16 +419,17 @@ def plan_for(prepared: Any, holdout: HeldOutSet, options: QuantizeOptions, gate:
     its float graph (``without_qdq``); a float model (FP16 or implicit INT8 engine) against itself, with no
     onnxruntime prediction (there is no Q/DQ model to run)."""
     if prepared.reference is not None:
-        reference = prepared.reference
+        reference, fp32 = prepared.reference, "the float model the Q/DQ model was quantized from"
     elif prepared.qdq:
         from edgeq.graph.verify import without_qdq
 
         reference = without_qdq(prepared.model)
+        fp32 = "the Q/DQ model's float graph (activation Q/DQ removed, weights dequantized)"
     else:
-        reference = prepared.model
+        reference, fp32 = prepared.model, "the float model itself"
     return AccuracyPlan(holdout, reference, prepared.model if prepared.qdq else None, metric=options.metric,
                         min_metric=options.min_metric, min_cosine=options.min_cosine, gate=gate,
-                        providers=options.providers)  # fmt: skip
+                        providers=options.providers, fp32=fp32)  # fmt: skip
 
 
 def settings(options: QuantizeOptions, gate: bool) -> dict[str, Any]:
@@ -456,7 +460,7 @@ def score(held: Any, engine: Sequence[Outputs], predicted: Optional[Sequence[Out
         predicted_cosine=cos.score(reference, predicted) if predicted is not None else None,
         min_metric=plan.min_metric, min_cosine=plan.min_cosine, gated=plan.gated,
         agreement=cos.score(predicted, engine) if predicted is not None else None, max_abs_diff=diff,
-        source=held.source, total=plan.held.total, not_run=plan.held.not_run,
+        source=held.source, total=plan.held.total, not_run=plan.held.not_run, fp32=plan.fp32,
     )  # fmt: skip
 
 
@@ -534,7 +538,7 @@ def accuracy_html(acc: EngineAccuracy) -> str:
                     f"<td colspan=\"2\">{esc(acc.agreement_text())}</td><td>-</td></tr>")
     return (f"<h2>Accuracy on the target</h2><div class=\"verdict {cls}\">{esc(acc.summary())}</div>"
             f"<div class=\"muted\">{esc(acc.held_text())} ({esc(acc.source)}); metric "
-            f"{esc(acc.metric)} ({esc(acc.why)})"
+            f"{esc(acc.metric)} ({esc(acc.why)})" + (f"; FP32: {esc(acc.fp32)}" if acc.fp32 else "") +
             "</div><table><tr><th>metric</th><th>TensorRT vs FP32</th><th>onnxruntime Q/DQ vs FP32</th>"
             f"<th>TensorRT's worst sample</th></tr>{''.join(rows)}</table>")
 
@@ -554,4 +558,4 @@ def accuracy_from_dict(d: dict[str, Any]) -> EngineAccuracy:
                           bool(d.get("gated")), ts(d.get("tensorrt_vs_onnxruntime_qdq")),
                           d.get("max_abs_diff"), d.get("held_out") or "",
                           (d.get("held_out_total") or 0) if d.get("not_run") else 0,
-                          d.get("not_run") or "")  # fmt: skip
+                          d.get("not_run") or "", d.get("fp32") or "")  # fmt: skip
