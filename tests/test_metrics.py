@@ -286,6 +286,22 @@ def test_guess_recognises_each_task_from_one_sample():
     assert guess_metric({"s": _softmax(rng.normal(size=(1, 40, 97)), 2)})[0] == "sequence"
 
 
+def test_guess_reads_time_major_ctc_logits_as_a_sequence_only_where_the_blank_leads():
+    """ddddocr's CRNN writes (steps, 1, 8210) logits; its class 0 (the CTC blank) was the best at 67-93%
+    of the steps of 55 real lines. Such an output is a sequence, scored as one; features or logits of the
+    same shape where no class leads stay cosine, and so does the batch-major layout (token logits)."""
+    rng = np.random.default_rng(1)
+    steps = rng.normal(size=(30, 1, 8210)).astype(np.float32)
+    text = rng.integers(1, 8210, size=30)
+    for t in range(30):
+        steps[t, 0, 0 if t % 3 else text[t]] += 12.0  # blank at two steps of three, a symbol between
+    name, why = guess_metric({"387": steps})
+    assert name == "sequence" and "time-major" in why and "67%" in why, why
+    assert metric_from_spec(name).score([{"387": steps}], [{"387": steps}]).value == 1.0
+    assert guess_metric({"h": rng.normal(size=(30, 1, 512))})[0] == "cosine"  # hidden states
+    assert guess_metric({"t": steps.transpose(1, 0, 2).copy()})[0] == "cosine"  # (1, 30, C) logits
+
+
 def test_guess_stays_cosine_where_unsure():
     rng = np.random.default_rng(0)
     assert guess_metric({"logits": rng.normal(size=(1, 10))})[0] == "cosine"  # logits or features
