@@ -110,13 +110,13 @@ Iterations = Annotated[int, typer.Option(
 Duration = Annotated[float, typer.Option(
     "--duration", metavar="S", min=0, rich_help_panel=BUILD, help="Profile at least S seconds.")]
 # trtexec's names and syntax; a model with dynamic inputs, else from the calibration and held-out data
-# (pipeline.shapes: opt the first calibration sample's shape, min/max spanning every sample's)
+# (pipeline.shapes: opt the data's most common shape, min/max spanning every sample's)
 MinShapes = Annotated[str, typer.Option(
     "--minShapes", metavar="SPEC", rich_help_panel=BUILD,
     help="Dynamic inputs: min, as x:1x3x32x32 \\[default: the data's].")]
 OptShapes = Annotated[str, typer.Option(
     "--optShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Dynamic inputs: opt \\[default: --calib's].")]
+    help="Dynamic inputs: opt \\[default: the data's].")]
 MaxShapes = Annotated[str, typer.Option(
     "--maxShapes", metavar="SPEC", rich_help_panel=BUILD,
     help="Dynamic inputs: max \\[default: the data's].")]
