@@ -1029,3 +1029,60 @@ def test_a_timing_cache_tensorrt_refuses_twice_leaves_the_build_without_one(tmp_
     assert cache is None and info["disabled"] and not info["reused"]
     assert any("building without one" in line for line in log.tail())
     assert (tmp_path / "t.cache").read_bytes() == b"written by the implicit build"
+
+
+# -- an engine with dynamic inputs is inspected at its shapes ---------------------------------------------
+
+
+def test_a_range_profile_engine_is_inspected_at_the_shapes_it_is_timed_at():
+    """TensorRT 8.6 on an H200 (trt86-h200-more/rec.rules.layers.json.gz, PP-OCRv4's recogniser built over a
+    range of widths): the agent's inspector had a context but no input shapes, and every tensor's format
+    read "N/A due to dynamic shapes", so edgeq could read no precision and the int8 gate would fail every
+    layer. Both backends now inspect at the ``--shapes`` the host times the engine at: the python
+    backend sets them on the context before reading (the documented condition for formats), trtexec runs
+    one inference at them instead of ``--skipInference`` (it prints the layers after setting up inference,
+    with its context, and before it without one); a static engine is inspected as before."""
+    import gzip
+    from types import SimpleNamespace
+
+    from edgeq.agent.trt_engine import engine_information
+    from edgeq.report.parse import load_layers
+
+    real = ROOT / "tests" / "fixtures" / "trt86-h200-more" / "rec.rules.layers.json.gz"
+    layers = json.loads(gzip.decompress(real.read_bytes()), strict=False)["Layers"]
+    formats = {t["Format/Datatype"] for lay in layers for t in (*lay["Inputs"], *lay["Outputs"])}
+    assert formats == {"N/A due to dynamic shapes"}
+    parsed = load_layers(gzip.decompress(real.read_bytes()).decode())
+    assert parsed.layers and all(t.precision is None for lay in parsed.layers for t in lay.inputs)
+
+    argv = tb.inspect_argv("trtexec", "e.plan", "l.json", shapes="x:1x3x48x320")
+    assert "--shapes=x:1x3x48x320" in argv and "--skipInference" not in argv and "--iterations=1" in argv
+    assert "--skipInference" in tb.inspect_argv("trtexec", "e.plan", "l.json")
+
+    order: list[str] = []
+
+    class Context:
+        def set_input_shape(self, name, dims):
+            order.append(f"set {name} {tuple(dims)}")
+            return True
+
+    class Inspector:
+        execution_context = None
+
+        def get_engine_information(self, fmt):
+            order.append("read")
+            shaped = "set x (1, 3, 48, 320)" in order
+            return json.dumps({"Layers": [{"Name": "conv", "Inputs": [{
+                "Format/Datatype": "Row major linear FP32" if shaped else "N/A due to dynamic shapes"}]}]})
+
+    engine = SimpleNamespace(
+        create_engine_inspector=Inspector, create_execution_context=Context, num_io_tensors=1,
+        get_tensor_name=lambda i: "x", get_tensor_mode=lambda n: "INPUT",
+        get_tensor_shape=lambda n: [1, 3, 48, -1])  # fmt: skip
+    trt = SimpleNamespace(TensorIOMode=SimpleNamespace(INPUT="INPUT"),
+                          LayerInformationFormat=SimpleNamespace(JSON="JSON"))
+    log = SimpleNamespace(mark=lambda: 0)
+    text = engine_information(trt, engine, log, "x:1x3x48x320")
+    assert order == ["set x (1, 3, 48, 320)", "read"] and "FP32" in text
+    order.clear()
+    assert "N/A" in engine_information(trt, engine, log) and order == ["read"]

@@ -393,6 +393,9 @@ def test_the_held_out_samples_run_at_the_profiles_shape(trtexec_target, cli):  #
     assert _stages(run_dir)["accuracy"]["status"] == "ok"
     (build,) = [a for a in calls(trtexec) if any(x.startswith("--onnx=") for x in a)]
     assert _flag(build, "--optShapes") == "input:1x3x16x16"
+    (inspect,) = [a for a in calls(trtexec) if any(x.startswith("--exportLayerInfo=") for x in a)
+                  and any(x.startswith("--loadEngine=") for x in a)]  # fmt: skip
+    assert _flag(inspect, "--shapes") == "input:1x3x16x16" and "--skipInference" not in inspect  # formats
     infers = [a for a in calls(trtexec) if any(x.startswith("--exportOutput=") for x in a)]
     assert len(infers) == SAMPLES and all(_flag(a, "--shapes") == "input:1x3x16x16" for a in infers)
     got = np.load(run_dir / "engine-outputs.npz")["output"]

@@ -59,23 +59,34 @@ def layer_info_result(text, path, version):
     }
 
 
-def inspect(args, log):
-    trt = load_tensorrt()
-    logger = make_logger(trt, log, getattr(args, "verbose", False))
-    _runtime, engine = load_engine(trt, logger, log, args.loadEngine, args.useDLACore, "inspect")
+def engine_information(trt, engine, log, shapes=None):
+    """The inspector's JSON of ``engine``, with an execution context set (C++
+    ``IEngineInspector::setExecutionContext``; the Python property is ``execution_context`` in the 8.x
+    bindings, pyCore.cpp) at ``shapes`` (``--shapes``) when given: a range-profile engine's context has no
+    input shapes until they are set, and without them TensorRT 8.6 printed every tensor's
+    "Format/Datatype" as "N/A due to dynamic shapes" (an H200, PP-OCRv4's recogniser), which no gate can
+    read. The host sends the shapes the engine is timed at. ``context`` stays referenced until the
+    information has been read (the property holds a raw pointer)."""
     inspector = engine.create_engine_inspector()
-    # With an execution context set, the inspector also prints the formats of shape-dependent tensors
-    # (C++ IEngineInspector::setExecutionContext). The Python property is ``execution_context`` in the
-    # 8.x bindings (pyCore.cpp), whatever the 8.5 docs page calls it; it holds a raw pointer, so
-    # ``context`` stays referenced until the information has been read.
     context = create_context(engine, log, "inspect")
+    if shapes:
+        from .trt_profile import set_input_shapes  # trt_profile imports this module
+
+        set_input_shapes(trt, engine, context, shapes)
     inspector.execution_context = context
     try:
-        text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+        return inspector.get_engine_information(trt.LayerInformationFormat.JSON)
     except UnicodeDecodeError as e:  # pybind11 decodes the C string as strict UTF-8
         raise AgentError(
             "inspect",
             "the engine inspector's JSON is not UTF-8 (%s)" % e,
             details={"hint": "use backend: trtexec, which writes the bytes as they are"},
         ) from None
+
+
+def inspect(args, log):
+    trt = load_tensorrt()
+    logger = make_logger(trt, log, getattr(args, "verbose", False))
+    _runtime, engine = load_engine(trt, logger, log, args.loadEngine, args.useDLACore, "inspect")
+    text = engine_information(trt, engine, log, getattr(args, "shapes", None))
     return layer_info_result(text, args.exportLayerInfo, trt.__version__)

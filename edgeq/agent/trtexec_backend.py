@@ -101,15 +101,22 @@ def shape_args(flags, texts):
     return ["--%s=%s" % (f, t) for f, t in given]
 
 
-def inspect_argv(trtexec, engine, layers_out, dla_core=None):
-    """trtexec argv that loads an engine and writes the engine inspector's JSON, without timing it."""
+def inspect_argv(trtexec, engine, layers_out, dla_core=None, shapes=None):
+    """trtexec argv that loads an engine and writes the engine inspector's JSON, without timing it.
+
+    With ``shapes`` (an engine with dynamic inputs): one inference at them instead of
+    ``--skipInference``, since trtexec 8.6 prints the layer information before inference with no
+    execution context, every format then "N/A due to dynamic shapes", and after setting up inference
+    with the context at those shapes (trtexec.cpp, ``printLayerInfo``)."""
+    run = (["--shapes=" + shapes, "--iterations=1", "--warmUp=0", "--duration=0"] if shapes
+           else ["--skipInference"])
     return [
         trtexec,
         "--loadEngine=" + engine,
         *_dla_args(dla_core, False),
         "--profilingVerbosity=detailed",
         "--exportLayerInfo=" + layers_out,
-        "--skipInference",
+        *run,
     ]
 
 
@@ -384,7 +391,8 @@ def _with_warnings(result, warnings):
 
 
 def inspect(args, log):
-    argv = inspect_argv(args.trtexec, args.loadEngine, args.exportLayerInfo, dla_core=args.useDLACore)
+    argv = inspect_argv(args.trtexec, args.loadEngine, args.exportLayerInfo, dla_core=args.useDLACore,
+                        shapes=getattr(args, "shapes", None))
     lines, _, code = _run(argv, log, args.timeout, "inspect", allow_passed=True)
     warnings = [check_passed_outputs("inspect", code, lines, [args.exportLayerInfo])] if code else []
     _expect_file(args.exportLayerInfo, "inspect", lines)

@@ -371,10 +371,13 @@ def _dla(target: Target) -> list[str]:
     return [f"--useDLACore={target.build.dla_core}"] if target.build.dla_core is not None else []
 
 
-def inspect(agent: AgentFn, target: Target, engine_remote: str, layers_remote: str) -> dict[str, Any]:
+def inspect(agent: AgentFn, target: Target, engine_remote: str, layers_remote: str,
+            shapes: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+    """The engine's layer JSON; ``shapes``: the ``--shapes`` it is timed at, for an engine with dynamic
+    inputs, whose formats the inspector prints only at concrete shapes."""
     t = target.timeouts
     return agent("inspect", f"--loadEngine={engine_remote}", f"--exportLayerInfo={layers_remote}",
-                 *_dla(target), f"--timeout={t.command:g}", timeout=t.command + 60)  # fmt: skip
+                 *_dla(target), *shapes, f"--timeout={t.command:g}", timeout=t.command + 60)  # fmt: skip
 
 
 def profile(
@@ -488,7 +491,7 @@ def on_target(
             if share is not None and found.kind:
                 share.engines[found.kind] = (run_dir / "engine.plan", target.name)
     with rec.stage("inspect") as r:
-        got = inspect(agent, target, engine_remote, f"{remote_run}/layers.json")
+        got = inspect(agent, target, engine_remote, f"{remote_run}/layers.json", settings.shapes.run_args())
         runner.get(f"{remote_run}/layers.json", run_dir / "layers.json")
         r.summary = f"{got.get('layers')} layers"
         _warnings(rec, r, "inspect", got)
