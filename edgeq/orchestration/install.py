@@ -316,7 +316,7 @@ def _check_installed(board: _Board, loaded: Loaded, kind: str, recorded: Optiona
     engine = f"{board.root}/{loaded.version}/engine.plan"
     layers_remote = target.remote_path("runs", f"install-{loaded.version}", "layers.json")
     update(stage="inspect")
-    inspect(board.call, target, engine, layers_remote)
+    inspect(board.call, target, engine, layers_remote, options.profile.shapes.run_args())
     layers = work / f"layers-{re.sub(r'[^A-Za-z0-9._-]+', '_', target.name)}.json"
     board.runner.get(layers_remote, layers)
     _, gate = report_and_gate(layers, None, loaded.model, policy_for(target, options.gate))
