@@ -365,3 +365,22 @@ def test_cli_onnx(cli, tmp_path):
     assert "ONNX" in out and "118 FP16" in out and "3 INT8" in out
     code, _, err = cli("report", layers_file("resnet50.implicit"), "--onnx", str(tmp_path / "missing.onnx"))
     assert code == 2 and "no such file" in err
+
+
+def test_layer_information_exported_without_input_shapes_is_one_clear_error(tmp_path, cli):
+    """The real H200 JSON of a range-profile engine inspected with no input shapes
+    (trt86-h200-more/rec.rules.layers.json.gz): every format "N/A due to dynamic shapes". The gate says
+    that in one line, with how to export it at concrete shapes (exit 2), rather than failing all 59
+    compute layers as precisions not printed; the report itself still lists the layers."""
+    import gzip
+
+    real = FIXTURES.parent / "trt86-h200-more" / "rec.rules.layers.json.gz"
+    path = tmp_path / "rec.layers.json"
+    path.write_bytes(gzip.decompress(real.read_bytes()))
+    with pytest.raises(ReportError, match=r"without input shapes, so its 254 tensor formats read .N/A"):
+        apply_gate(build_report(load_layers(path)), INT8)
+    code, out, err = cli("report", path, "--gate", "int8")
+    assert code == 2 and "--shapes=NAME:DIMS" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    code, out, _ = cli("report", path, "--gate", "none")
+    assert code == 0 and "126" in out

@@ -139,6 +139,24 @@ def _allowed_by(rl: ReportLayer, allow: tuple[str, ...]) -> Optional[str]:
     return None
 
 
+def _check_shaped(report: FusionReport, policy: Policy) -> None:
+    """Layer information exported without input shapes (an engine with dynamic inputs) names no format
+    at all: one error saying so, not a precision violation on every layer."""
+    from edgeq.report.parse import NO_SHAPES_FORMAT
+
+    tensors = [t for rl in report.layers for t in (*rl.layer.inputs, *rl.layer.outputs)]
+    unshaped = sum(1 for t in tensors if t.format is not None and t.format.raw == NO_SHAPES_FORMAT)
+    if not unshaped or any(t.precision is not None for t in tensors):
+        return
+    raise ReportError(
+        f"{report.source}: cannot apply gate '{policy.name}': the layer information was exported without "
+        f"input shapes, so its {unshaped} tensor formats read '{NO_SHAPES_FORMAT}' and name no precision",
+        hint="export it at concrete shapes: trtexec --loadEngine=E --shapes=NAME:DIMS --exportLayerInfo=F "
+        "--profilingVerbosity=detailed (not --skipInference), or the engine inspector with an execution "
+        "context whose input shapes are set (edgeq deploy does both)",
+    )
+
+
 def apply_gate(report: FusionReport, policy: Policy) -> GateResult:
     """Check every layer of ``report`` against ``policy``."""
     if not policy.checks_anything:
@@ -150,6 +168,7 @@ def apply_gate(report: FusionReport, policy: Policy) -> GateResult:
             hint="rebuild with --profilingVerbosity=detailed (trtexec) or config.profiling_verbosity = "
             "trt.ProfilingVerbosity.DETAILED, or use --gate none",
         )
+    _check_shaped(report, policy)
     found: list[tuple[ReportLayer, Violation]] = []
     copies: list[tuple[ReportLayer, Violation]] = []
     checked = boundary = int8 = 0

@@ -70,6 +70,10 @@ PROFILE_HINT = "export it with 'trtexec --exportProfile=FILE' or the edgeq agent
 Source = Union[str, bytes, os.PathLike, Mapping, Sequence]
 
 # --------------------------------------------------------------------------------------------------
+# What TensorRT 8.6's inspector prints as every format of an engine with dynamic inputs when its context has
+# no input shapes (tests/fixtures/trt86-h200-more/rec.rules.layers.json.gz, an H200)
+NO_SHAPES_FORMAT = "N/A due to dynamic shapes"
+
 # Tensor formats ("Format/Datatype" strings)
 # --------------------------------------------------------------------------------------------------
 
