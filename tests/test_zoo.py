@@ -128,6 +128,21 @@ def test_resnet50_names_match_the_real_trt86_engine(trt_fixtures) -> None:
     assert weights and weights <= {i.name for i in model.graph.initializer}
 
 
+def test_a_narrow_resnet50_is_resnet50s_graph_with_fewer_weights() -> None:
+    """``width=8``: what tests that replay ResNet-50's engines build instead of 100 MB of weights. Every
+    node, its op, its inputs and outputs and every initializer's name are the full model's."""
+
+    def graph(m: onnx.ModelProto) -> list[tuple]:
+        return [(n.name, n.op_type, tuple(n.input), tuple(n.output)) for n in m.graph.node]
+
+    full, narrow = zoo.resnet50(size=32), zoo.resnet50(size=32, width=8)
+    assert graph(narrow) == graph(full)
+    assert [i.name for i in narrow.graph.initializer] == [i.name for i in full.graph.initializer]
+    params = sum(int(np.prod(i.dims)) for i in narrow.graph.initializer)
+    assert params < 1_000_000 and narrow.graph.output[0] == full.graph.output[0]
+    onnx.checker.check_model(narrow)
+
+
 def test_yolo_like_patterns() -> None:
     model = _model("yolo")
     prod = _producers(model)
