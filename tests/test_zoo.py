@@ -143,6 +143,28 @@ def test_a_narrow_resnet50_is_resnet50s_graph_with_fewer_weights() -> None:
     onnx.checker.check_model(narrow)
 
 
+def test_a_skeleton_refilled_with_zeros_is_the_same_graph() -> None:
+    """``zeros=True`` (graph-only work): the random refill's every node and initializer (name, dims, type),
+    the left-out weights zeros, the kept ones as written; a valid model."""
+    from conftest import ROOT
+
+    path = ROOT / "tests" / "fixtures" / "trt86-h100-zoo" / "skeletons" / "shufflenet_v2_x1_0.skel.onnx"
+    drawn, zeros = zoo.skeleton(path), zoo.skeleton(path, zeros=True)
+    assert zeros.graph.node == drawn.graph.node and zeros.graph.input == drawn.graph.input
+    assert [(t.name, tuple(t.dims), t.data_type) for t in zeros.graph.initializer] == [
+        (t.name, tuple(t.dims), t.data_type) for t in drawn.graph.initializer]
+    left_out = {t.name for t in onnx.load(str(path), load_external_data=False).graph.initializer
+                if t.data_location == TensorProto.EXTERNAL}  # fmt: skip
+    assert len(left_out) > 10
+    for z, d in zip(zeros.graph.initializer, drawn.graph.initializer):
+        zv, dv = numpy_helper.to_array(z), numpy_helper.to_array(d)
+        if z.name in left_out:
+            assert not zv.any() and dv.any(), z.name
+        else:
+            assert np.array_equal(zv, dv), z.name
+    onnx.checker.check_model(zeros)
+
+
 def test_yolo_like_patterns() -> None:
     model = _model("yolo")
     prod = _producers(model)
