@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,14 @@ def cli(capsys):
         return code, captured.out, captured.err
 
     return _run
+
+
+@pytest.fixture
+def no_backoff(monkeypatch):
+    """Every SSH connection attempt is real; the backoff between them (1, 2, 4 s: 7 s a target no sshd
+    answers) is not waited out. The link check's 20 ms polls still sleep (no busy loop)."""
+    short = types.SimpleNamespace(sleep=lambda s: time.sleep(min(s, 0.02)), monotonic=time.monotonic)
+    monkeypatch.setattr("edgeq.remote.ssh.time", short)
 
 
 # -- a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py), for transport and deploy tests -------------------

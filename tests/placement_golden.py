@@ -26,7 +26,7 @@ def models() -> dict[str, Callable[[], Any]]:
         "resnet_like_bottleneck": lambda: zoo.resnet_like(bottleneck=True, layers=(2, 2)),
         "resnet_like_relu6_avgpool": lambda: zoo.resnet_like(stem_act="relu6", tail="avgpool"),
         "resnet_like_leakyrelu_mean": lambda: zoo.resnet_like(stem_act="leakyrelu", tail="mean"),
-        "resnet50": lambda: zoo.resnet50(size=64),
+        "resnet50": lambda: zoo.resnet50(size=64, width=8),  # the graph the tests quantize
         "yolo_like": lambda: zoo.yolo_like(),
         "yolo_like_slice": lambda: zoo.yolo_like(split="slice"),
         "unet_like": lambda: zoo.unet_like(),

@@ -52,8 +52,11 @@ def _plan(model: onnx.ModelProto, placement: str = "trt"):
 
 
 def _quantized(model: onnx.ModelProto, placement: str = "trt", samples: int = 4) -> onnx.ModelProto:
+    """The Q/DQ model quantize writes (its placement is what these tests read; the calibrator sets only
+    scales: max, not auto's scoring of every calibrator on the held-out sample)."""
     data = calibration_set(model, None, synthetic=samples, seed=0)
-    return quantize_model(model, data, QuantizeOptions(placement=placement, holdout=1 / samples)).model
+    options = QuantizeOptions(placement=placement, holdout=1 / samples, calibrator="max")
+    return quantize_model(model, data, options).model
 
 
 def _int8_inputs(graph, plan) -> dict[str, set[str]]:
@@ -155,7 +158,8 @@ def test_quantize_says_myelin_regions_ran_slower_than_implicit(tmp_path: Path, c
     assert [round(r, 2) for r in ratios] == [x for _, x in myelin.TIMED.ratios]
     # the anchors the figure is given for are exactly those the timed models' regions hold
     held = {k for f in ("vit_b_16", "convnext_tiny")
-            for _, kinds in myelin_regions(typed_graph_from_model(zoo.skeleton(CORPUS / f"{f}.skel.onnx.gz")))
+            for _, kinds in myelin_regions(typed_graph_from_model(
+                zoo.skeleton(CORPUS / f"{f}.skel.onnx.gz", zeros=True)))  # the structure: no weight values
             for k in kinds}
     assert held == {a.kind for a in myelin.ANCHORS if a.timed == myelin.TIMED}
     for f in ("vit_b_16", "convnext_tiny"):
@@ -285,7 +289,8 @@ def test_the_merged_convolutions_are_the_ones_the_implicit_engines_merged() -> N
                             strict=False)["Layers"]
         merged_layers = [set(p.split(" + ")[0] for p in lay["Name"].split(" || ")) for lay in layers
                          if " || " in lay["Name"]]
-        groups = merged_convolutions(graph_from_model(zoo.skeleton(CORPUS / f"{name}.skel.onnx.gz")))
+        skel = zoo.skeleton(CORPUS / f"{name}.skel.onnx.gz", zeros=True)  # the matcher reads no weight values
+        groups = merged_convolutions(graph_from_model(skel))
         assert len(merged_layers) == len(groups) == n, name
         assert sorted(sorted(g) for g in merged_layers) == sorted(sorted(c.name for c in convs)
                                                                   for _, convs in groups), name
@@ -478,13 +483,13 @@ def test_swin_failed_where_its_pooled_head_joined_myelin_and_the_rules_now_keep_
     region it reads, so the rules keep the head float; the CNNs' pooled heads are unchanged."""
     text = gzip.decompress((CORPUS / "swin_t.static.build-errors.log.gz").read_bytes()).decode()
     assert "convertMyelinWeightsToFp32" in text and "&&&& FAILED" in text
-    graph = typed_graph_from_model(zoo.skeleton(CORPUS / "swin_t.skel.onnx.gz"))
+    graph = typed_graph_from_model(zoo.skeleton(CORPUS / "swin_t.skel.onnx.gz", zeros=True))  # structure only
     head = next(r for r, _ in myelin_regions(graph) if any(n.name == "/net/head/Gemm" for n in r))
     assert {"LayerNormalization", "GlobalAveragePool", "Flatten", "Gemm"} <= {n.op for n in head}
     assert [s.tensor for s in plan_placement(graph).sites] == ["input"]  # the patch convolution alone
     for cnn in ("resnet18", "efficientnet_v2_s", "mobilenet_v3_small"):
         sites = {s.tensor for s in plan_placement(typed_graph_from_model(
-            zoo.skeleton(CORPUS / f"{cnn}.skel.onnx.gz"))).sites}
+            zoo.skeleton(CORPUS / f"{cnn}.skel.onnx.gz", zeros=True))).sites}
         assert "/net/avgpool/GlobalAveragePool_output_0" in sites, cnn
 
 

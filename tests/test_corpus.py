@@ -76,10 +76,12 @@ def entries() -> list[Entry]:
 
 
 def _graph(e: Entry):
+    """The graph the engine was built from. Mirroring and placement read its structure, not its weights'
+    values: a skeleton's left-out weights come back as zeros (no 750M random numbers to draw)."""
     if Path(e.graph).parent in (CORPUS, CORPUS2, CORPUS3, H200):  # edgeq's cleaned FP32 model's: prepared
-        return graph_from_model(zoo.skeleton(e.graph))
+        return graph_from_model(zoo.skeleton(e.graph, zeros=True))
     model = (zoo.resnet50(size=64) if e.graph == "zoo:resnet50"
-             else zoo.yolo_like() if e.graph == "zoo:yolo_like" else zoo.skeleton(e.graph))
+             else zoo.yolo_like() if e.graph == "zoo:yolo_like" else zoo.skeleton(e.graph, zeros=True))
     return graph_from_model(prepare_model(model)[0])
 
 

@@ -36,8 +36,9 @@ H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
 
 
 def dynamic_resnet(path: Path, dims: tuple = ("N", 3, "H", "W")) -> Path:
-    """The zoo's ResNet-50 at 32x32, exported as real detectors are: symbolic batch, height and width."""
-    model = zoo.resnet50(size=32)
+    """The zoo's ResNet-50 at 32x32, exported as real detectors are: symbolic batch, height and width.
+    Its graph at width 8 (the recorded engines map onto its names, not its weights)."""
+    model = zoo.resnet50(size=32, width=8)
     for d, v in zip(model.graph.input[0].type.tensor_type.shape.dim, dims):
         if isinstance(v, str):
             d.dim_param = v
@@ -158,7 +159,7 @@ def test_shapes_come_from_the_calibration_data_else_the_flags(tmp_path):
     assert got.run_args() == ["--shapes=input:4x3x64x64"]
     # a static model needs nothing, and takes no flags
     static = tmp_path / "static.onnx"
-    onnx.save(zoo.resnet50(size=32), str(static))
+    onnx.save(zoo.resnet50(size=32, width=8), str(static))
     assert not resolve_shapes(static, Shapes(), QuantizeOptions(calib=calib)).build_args()
     with pytest.raises(EdgeqError, match="whose shape is static"):
         resolve_shapes(static, Shapes(opt="input:1x3x32x32"))

@@ -70,7 +70,7 @@ def test_ansible_inventory_fleet_all_pass_one_build_per_kind_json_and_junit(boar
 
 
 @pytest.mark.sshd
-def test_a_target_stopped_mid_run_fails_only_its_row(boards, servers, cli):
+def test_a_target_stopped_mid_run_fails_only_its_row(boards, servers, cli, no_backoff):
     """board2's sshd is stopped while its engine builds: its row fails (unreachable mid-run), the other
     two pass, the exit code says not all passed, and the JUnit XML carries one failure."""
     from edgeq.orchestration.fleet import FleetOptions, validate

@@ -123,7 +123,7 @@ def test_limit_runs_only_the_selected_boards(boards, servers, cli):
 
 
 @pytest.mark.sshd
-def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, cli):
+def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, cli, no_backoff):
     """Run 1: board2 is down and fails. Run 2 (board2 back): board1 and board3 are reused (nothing runs on
     them, their rows say from which run), board2 is built. board3's record is then removed, as if the run
     had stopped before it finished: run 3 runs board3 only. A changed target file runs its board again;
@@ -196,14 +196,9 @@ def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, 
 
 
 @pytest.mark.sshd
-def test_max_fail_stops_starting_boards_and_they_count_as_failed(boards, servers, cli, monkeypatch):
+def test_max_fail_stops_starting_boards_and_they_count_as_failed(boards, servers, cli, no_backoff):
     """Skipped boards make the run fail (exit 1) but are not failures themselves: the matrix says
     skipped, JUnit ``<skipped/>`` (issue 27.9: they read FAILED and ``<failure type="skipped">``)."""
-    import time
-    import types
-
-    monkeypatch.setattr("edgeq.remote.ssh.time", types.SimpleNamespace(sleep=lambda s: None,
-                                                                       monotonic=time.monotonic))
     root = boards
     members = make_members(root, servers)
     fleet = write_fleet(root, members, reformat_layer())
@@ -259,7 +254,7 @@ def test_junit_suite_time_is_the_runs_wall_time(boards, servers):
 
 
 @pytest.mark.sshd
-def test_edgeq_run_resumes_its_targets_and_takes_limit_and_fresh(boards, servers, cli):
+def test_edgeq_run_resumes_its_targets_and_takes_limit_and_fresh(boards, servers, cli, no_backoff):
     root = boards
     members = make_members(root, servers)
     write_fleet(root, members, reformat_layer())
@@ -303,7 +298,7 @@ def _probes(member) -> int:
 
 
 @pytest.mark.sshd
-def test_a_reused_board_is_probed_and_rebuilt_when_reflashed(boards, servers, cli):
+def test_a_reused_board_is_probed_and_rebuilt_when_reflashed(boards, servers, cli, no_backoff):
     """Run 1 on board1 (L4T 36.2.0, files under EDGEQ_PROBE_ROOT), board2 (TensorRT 8.6.2) and board3.
     Then board1 is reflashed to L4T 35.4.1 and board2 to TensorRT 8.6.0, their target files unchanged:
     run 2 rebuilds them, saying why, and reuses board3, one SSH connection per board. A reused board

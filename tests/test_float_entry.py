@@ -35,7 +35,7 @@ def prepared(name: str):
     if name.startswith("yolo_like"):
         model = zoo.yolo_like(split="slice" if name.endswith("slice") else "split")
     elif name == "resnet50":
-        model = zoo.resnet50(size=64)
+        model = zoo.resnet50(size=64, width=8)
     else:
         model = zoo.skeleton(FIXTURES / "trt86-h100-zoo" / "skeletons" / f"{name}.skel.onnx")
     return prepare_model(model)[0]

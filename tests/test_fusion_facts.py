@@ -41,8 +41,8 @@ def _qdq_model(model, *, without: frozenset[str] = frozenset()):
 
 CASES = {
     "yolo_edgeq": (lambda: zoo.yolo_like(), {"concat-conv", "silu-residual"}, 17),
-    "r50b64_edgeq": (lambda: zoo.resnet50(size=64), {"pool-tail"}, 1),
-    "r50b8_edgeq": (lambda: zoo.resnet50(size=64), {"pool-tail"}, 1),
+    "r50b64_edgeq": (lambda: zoo.resnet50(size=64, width=8), {"pool-tail"}, 1),
+    "r50b8_edgeq": (lambda: zoo.resnet50(size=64, width=8), {"pool-tail"}, 1),
 }
 
 
@@ -67,7 +67,7 @@ def test_lint_names_every_node_the_engine_ran_wider_than_int8(engine):
 
 
 @pytest.mark.parametrize("build", [lambda: zoo.yolo_like(), lambda: zoo.yolo_like(split="slice"),
-                                   lambda: zoo.resnet50(size=64), lambda: zoo.unet_like(),
+                                   lambda: zoo.resnet50(size=64, width=8), lambda: zoo.unet_like(),
                                    lambda: zoo.resnet_like(stem_act="relu6", tail="mean")])
 def test_lint_is_silent_on_the_measured_placement(build):
     assert lint_model(_qdq_model(build())) == []

@@ -3,7 +3,8 @@ mirror it (one calibration) and judge the explicit engine against it.
 
 On a ``host: local`` target with the stand-in trtexec of tests/trtexec_tune.py, which answers with real
 TensorRT 8.6 recordings: ResNet-50 (tests/fixtures/trt86-h100-placed, r50b8: implicit and edgeq's
-explicit with the same layers) and the torchvision zoo (tests/fixtures/trt86-h100-zoo: EfficientNet-B0,
+explicit with the same layers; built here as ResNet-50's graph at width 8: the engines map onto its
+names, not its weights) and the torchvision zoo (tests/fixtures/trt86-h100-zoo: EfficientNet-B0,
 whose explicit engine ran its 16 SE gates FP16 where implicit ran them INT8; ShuffleNet, whose implicit
 engine kept its channel shuffles FP32 and stage 4 FP16), each on the graph it was built from. The Q/DQ the
 explicit build received are checked against an independent reading of the implicit layer JSON (json
@@ -138,7 +139,7 @@ def direct_reads(layers_json: Path, model: onnx.ModelProto) -> tuple[Edges, Edge
 
 def test_deploy_builds_implicit_then_its_mirror_and_gates_relative_to_it(setup, cli):
     root, target = setup
-    model, calib = _model(root, zoo.resnet50(size=64))
+    model, calib = _model(root, zoo.resnet50(size=64, width=8))
     trtexec = tune_trtexec(root / "bin", {}, recorded=_r50())
     code, out, err = cli("deploy", model, "--target", target(trtexec), "--calib", calib,
                          "--placement", "implicit", "--json")  # fmt: skip
@@ -217,7 +218,7 @@ def test_other_float_layers_still_fail(setup, cli, tmp_path):
 
 def test_compare_target_builds_the_mirror_as_explicit(setup, cli):
     root, target = setup
-    model, calib = _model(root, zoo.resnet50(size=64))
+    model, calib = _model(root, zoo.resnet50(size=64, width=8))
     trtexec = tune_trtexec(root / "bin", {}, recorded=_r50())
     code, out, err = cli("compare", model, "--target", target(trtexec), "--calib", calib,
                          "--placement", "implicit", "--gate", "relative", "--json")  # fmt: skip
@@ -238,7 +239,7 @@ def test_tune_starts_from_the_mirror(setup, cli):
     """The default start: the mirror of the implicit engine; decisions both ways (the zoo's ResNet-50, whose
     implicit engine fused layer1.0's residual Add into the other convolution than the rules choose)."""
     root, target = setup
-    model, calib = _model(root, zoo.resnet50(size=64))
+    model, calib = _model(root, zoo.resnet50(size=64, width=8))
     recorded = _zoo(root / "rec", "resnet50", "resnet50.explicit")
     trtexec = tune_trtexec(root / "bin", {SKIP2: 0.2}, recorded=recorded)
     code, out, err = cli("tune", model, "--target", target(trtexec), "--calib", calib, "--min-cosine", "0.5",
@@ -271,7 +272,7 @@ def test_tune_falls_back_to_the_rules_when_the_mirror_start_is_unusable(setup, c
     """A mirror start below --min-cosine is not the search's start: the rules' is tried next, and the
     output says why (here every candidate misses an unreachable bound, so nothing is built after implicit)."""
     root, target = setup
-    model, calib = _model(root, zoo.resnet50(size=64))
+    model, calib = _model(root, zoo.resnet50(size=64, width=8))
     trtexec = tune_trtexec(root / "bin", {}, recorded=_zoo(root / "rec", "resnet50", "resnet50.explicit"))
     code, out, err = cli("tune", model, "--target", target(trtexec), "--calib", calib, "--min-cosine", "1",
                          "--rounds", "1", "-o", root / "t", "--json")  # fmt: skip

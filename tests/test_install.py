@@ -59,7 +59,7 @@ def status(cli, fleet_file, *extra):
 
 
 @pytest.mark.sshd
-def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli):
+def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli, no_backoff):
     root, members, fleet_file = fleet
     v1, name1 = make_bundle(root, "v1", created="2026-01-01T00:00:00Z")
     v2, name2 = make_bundle(root, "v2", created="2026-02-01T00:00:00Z", qps={"board1": 5000.0})
@@ -338,15 +338,6 @@ def test_ctrl_c_during_install_switches_no_board_after_it_and_says_what_each_kep
     assert "interrupted: 1/3 boards finished; no board was started or switched after Ctrl-C" in out
     assert not any(_running(m.trtexec) for m in members[1:])  # killed on the boards, not left running
     assert os.listdir(tmp) == []
-
-
-@pytest.fixture
-def no_backoff(monkeypatch):
-    """Every connection attempt is real; the backoff between them is not waited out."""
-    import types
-
-    monkeypatch.setattr("edgeq.remote.ssh.time", types.SimpleNamespace(sleep=lambda s: None,
-                                                                       monotonic=time.monotonic))
 
 
 @pytest.mark.sshd

@@ -60,7 +60,7 @@ EXPECTED = {
 def prepared(graph: str) -> onnx.ModelProto:
     """The graph as ``edgeq quantize`` prepares it (cleaned, named): what the engine's names refer to."""
     if graph == "resnet50":
-        model = zoo.resnet50(size=64)
+        model = zoo.resnet50(size=64, width=8)
     elif graph == "yolo_like":
         model = zoo.yolo_like()
     else:

@@ -51,7 +51,7 @@ def root(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     (tmp_path / "bin").mkdir()
-    model = zoo.resnet50(size=32)
+    model = zoo.resnet50(size=32, width=8)  # ResNet-50's graph, whose engines the stand-in replays
     onnx.save(model, str(tmp_path / "net.onnx"))
     calib = tmp_path / "calib"
     calib.mkdir()

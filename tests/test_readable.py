@@ -276,7 +276,8 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_unreachable_targets_take_one_line_each_said_once(tmp_path, cli, at80, monkeypatch) -> None:
+def test_unreachable_targets_take_one_line_each_said_once(tmp_path, cli, at80, monkeypatch,
+                                                         no_backoff) -> None:
     """Three targets where no sshd listens: a matrix row each (was a 40-line box each, 120 lines), and each
     reason printed once (it was printed as the target ended, then again inside the matrix)."""
     monkeypatch.chdir(tmp_path)

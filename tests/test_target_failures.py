@@ -91,15 +91,10 @@ def test_a_host_key_or_login_refusal_is_exit_2_and_the_same_words_everywhere(pro
 
 
 @pytest.mark.sshd
-def test_a_refused_connection_says_so_not_errno_none(project, sshd, cli, monkeypatch):
+def test_a_refused_connection_says_so_not_errno_none(project, sshd, cli, no_backoff):
     """Issue 20.11: "[Errno None] Unable to connect to port N on 127.0.0.1" -> "connection refused by
     127.0.0.1:N", exit 1 from every command, the fleet row unreachable. (Every attempt is real; the
     backoff between them is not waited out.)"""
-    import time
-    import types
-
-    monkeypatch.setattr("edgeq.remote.ssh.time", types.SimpleNamespace(sleep=lambda s: None,
-                                                                       monotonic=time.monotonic))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nobody listens here once the socket closes

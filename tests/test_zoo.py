@@ -128,6 +128,43 @@ def test_resnet50_names_match_the_real_trt86_engine(trt_fixtures) -> None:
     assert weights and weights <= {i.name for i in model.graph.initializer}
 
 
+def test_a_narrow_resnet50_is_resnet50s_graph_with_fewer_weights() -> None:
+    """``width=8``: what tests that replay ResNet-50's engines build instead of 100 MB of weights. Every
+    node, its op, its inputs and outputs and every initializer's name are the full model's."""
+
+    def graph(m: onnx.ModelProto) -> list[tuple]:
+        return [(n.name, n.op_type, tuple(n.input), tuple(n.output)) for n in m.graph.node]
+
+    full, narrow = zoo.resnet50(size=32), zoo.resnet50(size=32, width=8)
+    assert graph(narrow) == graph(full)
+    assert [i.name for i in narrow.graph.initializer] == [i.name for i in full.graph.initializer]
+    params = sum(int(np.prod(i.dims)) for i in narrow.graph.initializer)
+    assert params < 1_000_000 and narrow.graph.output[0] == full.graph.output[0]
+    onnx.checker.check_model(narrow)
+
+
+def test_a_skeleton_refilled_with_zeros_is_the_same_graph() -> None:
+    """``zeros=True`` (graph-only work): the random refill's every node and initializer (name, dims, type),
+    the left-out weights zeros, the kept ones as written; a valid model."""
+    from conftest import ROOT
+
+    path = ROOT / "tests" / "fixtures" / "trt86-h100-zoo" / "skeletons" / "shufflenet_v2_x1_0.skel.onnx"
+    drawn, zeros = zoo.skeleton(path), zoo.skeleton(path, zeros=True)
+    assert zeros.graph.node == drawn.graph.node and zeros.graph.input == drawn.graph.input
+    assert [(t.name, tuple(t.dims), t.data_type) for t in zeros.graph.initializer] == [
+        (t.name, tuple(t.dims), t.data_type) for t in drawn.graph.initializer]
+    left_out = {t.name for t in onnx.load(str(path), load_external_data=False).graph.initializer
+                if t.data_location == TensorProto.EXTERNAL}  # fmt: skip
+    assert len(left_out) > 10
+    for z, d in zip(zeros.graph.initializer, drawn.graph.initializer):
+        zv, dv = numpy_helper.to_array(z), numpy_helper.to_array(d)
+        if z.name in left_out:
+            assert not zv.any() and dv.any(), z.name
+        else:
+            assert np.array_equal(zv, dv), z.name
+    onnx.checker.check_model(zeros)
+
+
 def test_yolo_like_patterns() -> None:
     model = _model("yolo")
     prod = _producers(model)

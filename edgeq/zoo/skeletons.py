@@ -36,7 +36,7 @@ def write_skeleton(model: onnx.ModelProto, path: str | Path) -> None:
     atomic_write_bytes(Path(path), out.SerializeToString())
 
 
-def skeleton(path: str | Path, *, seed: int = 0) -> onnx.ModelProto:
+def skeleton(path: str | Path, *, seed: int = 0, zeros: bool = False) -> onnx.ModelProto:
     """A real exporter's graph whose large weights were left out (``*.skel.onnx``, or gzipped
     ``*.skel.onnx.gz``), refilled in memory.
 
@@ -45,6 +45,9 @@ def skeleton(path: str | Path, *, seed: int = 0) -> onnx.ModelProto:
     over 4096 elements. Each such tensor is refilled with seeded data of its dims (He-normal for weights
     of rank 2 and up, small values for vectors), so the model runs in onnxruntime and lines up with the
     engines' layer names.
+
+    ``zeros``: each such tensor all zeros instead, for work that reads the graph and not its values
+    (mirroring an engine, placement, matching): drawing VGG-11's 133M random weights takes seconds.
     """
     if str(path).endswith(".gz"):
         import gzip
@@ -58,6 +61,11 @@ def skeleton(path: str | Path, *, seed: int = 0) -> onnx.ModelProto:
             continue
         dims = tuple(int(d) for d in t.dims)
         dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+        if zeros:
+            del t.external_data[:]
+            t.data_location = TensorProto.DEFAULT
+            t.raw_data = bytes(int(np.prod(dims)) * np.dtype(dtype).itemsize)
+            continue
         if len(dims) >= 2:
             fan_in = int(np.prod(dims[1:]))
             values = rng.standard_normal(dims) * np.sqrt(2.0 / max(fan_in, 1))
