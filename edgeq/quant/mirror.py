@@ -246,7 +246,7 @@ _REFUSED_WHY = {
 Refused = tuple[tuple[str, ...], tuple[tuple[str, int], ...]]  # the tensors; (entry, INT8 edges) per entry
 
 
-def _inexpressible(graph: gs.Graph, plan: Plan) -> tuple[Plan, Refused]:
+def _refused(graph: gs.Graph, plan: Plan) -> tuple[Plan, Refused]:
     """``plan`` without the INT8 edges Q/DQ cannot say on 8.6 (``REFUSED``), each entry's edges read from
     its own match, the one the rules' placement blocks, so the mirror writes there what the rules do.
     ``inception-build`` floats edges, not nodes (``floats_nodes``): a merged convolution's readers keep the
@@ -521,7 +521,7 @@ class _Mirror:
         found = entry_regions(self.g.graph, engine_plan) if with_float_entry else []
         regions = [r for r in found if r.branch]
         plan = drop_regions(engine_plan, regions)
-        plan, said = _inexpressible(self.g.graph, plan)
+        plan, said = _refused(self.g.graph, plan)
         refused_edges = sum(edges for _, edges in said[1])
         int8_edges = sum(len(s.consumers) for s in engine_plan.sites)
         edges = self.reads.edges
