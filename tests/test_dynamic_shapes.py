@@ -193,6 +193,33 @@ def test_opt_is_the_shape_the_data_has_most_often_where_no_flag_gives_it(tmp_pat
     assert got.opt == "input:1x3x32x40" and got.source == "calibration data"
 
 
+def test_the_profile_reads_array_files_headers_not_their_data(tmp_path):
+    """The profile needs every sample's shape, not its values: from .npy/.npz files only their headers are
+    read (before, every calibration and held-out sample was read a second time for it). A file whose
+    data is cut short after a valid header still gives its shapes, while reading its values fails."""
+    from edgeq.quant.data.dataset import calibration_set
+
+    model = dynamic_resnet(tmp_path / "net.onnx")
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(5)
+    np.save(calib / "a.npy", rng.random((1, 3, 32, 40), dtype=np.float32))
+    np.save(calib / "b.npy", rng.random((3, 3, 32, 24), dtype=np.float32))  # a stack of three
+    np.save(calib / "c.npy", rng.random((3, 40, 56), dtype=np.float32))  # one sample, no batch dim
+    np.savez(calib / "d.npz", input=rng.random((2, 3, 24, 32), dtype=np.float32))
+    data = calibration_set(onnx.load(str(model)), calib)
+    read = [{n: x.shape for n, x in feed.items()} for feed in data]
+    assert list(data.shapes()) == read and len(read) == 7
+    cut = calib / "b.npy"
+    cut.write_bytes(cut.read_bytes()[:200])  # the header and a few values
+    data = calibration_set(onnx.load(str(model)), calib)
+    assert list(data.shapes()) == read
+    with pytest.raises(EdgeqError):
+        list(data)
+    got = resolve_shapes(model, Shapes(), QuantizeOptions(calib=calib))
+    assert (got.min, got.opt, got.max) == ("input:1x3x24x24", "input:1x3x32x24", "input:1x3x40x56")
+
+
 def test_the_default_profile_spans_ragged_calibration_and_held_out_data(tmp_path):
     """An OCR recogniser's crops each have their own width (ddddocr's: 55 held-out lines, ~45 widths): with
     no --minShapes/--maxShapes the profile spans every calibration and held-out sample's shape, so each can

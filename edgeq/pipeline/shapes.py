@@ -169,7 +169,8 @@ def _inputs(model: Any) -> list[tuple[str, tuple[Any, ...]]]:
 def _data_shapes(model: object, quantize: Optional[QuantizeOptions], names: list[str]
                  ) -> tuple[dict[str, list[tuple[int, ...]]], str]:  # fmt: skip
     """Every calibration and held-out (``--holdout DIR``) sample's shape of each named input, and what
-    they came from ("calibration and held-out data"); empty without data. Reads each sample once."""
+    they came from ("calibration and held-out data"); empty without data. Array files are not read, only
+    their headers; images are decoded and preprocessed (their shape is the preprocessing's)."""
     if not names or quantize is None or not quantize.has_data:
         return {}, "calibration data"
     from edgeq.quant.data.dataset import calibration_set
@@ -180,10 +181,10 @@ def _data_shapes(model: object, quantize: Optional[QuantizeOptions], names: list
         sets.append(calibration_set(model, quantize.holdout_data, preprocess=quantize.preprocess))  # type: ignore[arg-type]
     out: dict[str, list[tuple[int, ...]]] = {name: [] for name in names}
     for data in sets:
-        for feed in data:
+        for shapes in data.shapes():  # array files: their headers alone
             for name in names:
-                if name in feed:
-                    out[name].append(tuple(int(d) for d in feed[name].shape))
+                if name in shapes:
+                    out[name].append(tuple(int(d) for d in shapes[name]))
     return out, "calibration and held-out data" if len(sets) > 1 else "calibration data"
 
 
@@ -197,5 +198,5 @@ def _calibration_shapes(model: object, quantize: Optional[QuantizeOptions], name
 
     data = calibration_set(model, quantize.calib, synthetic=quantize.synthetic,  # type: ignore[arg-type]
                            preprocess=quantize.preprocess, limit=1)  # fmt: skip
-    first = next(iter(data), {})
-    return {name: tuple(int(d) for d in first[name].shape) for name in names if name in first}
+    first = next(data.shapes(), {})
+    return {name: tuple(int(d) for d in first[name]) for name in names if name in first}

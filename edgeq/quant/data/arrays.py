@@ -55,9 +55,11 @@ class ArrayFile:
         self.keys = self._match_keys(headers)  # input name -> key in the file
         counts: dict[str, int] = {}
         self.unbatched: dict[str, bool] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}  # each input's whole array, from its header
         for spec in specs:
             shape, dtype = headers[self.keys[spec.name]]
             counts[spec.name], self.unbatched[spec.name] = _rows_for(spec, shape, dtype, str(path))
+            self.shapes[spec.name] = tuple(shape)
         self.float64 = any(headers[k][1] == "float64" for k in self.keys.values())  # cast when read
         if len(set(counts.values())) > 1:
             raise QuantError(f"{path}: inputs hold different numbers of samples: {counts}")
@@ -86,6 +88,14 @@ class ArrayFile:
             raise QuantError(f"{self.path}: {'; '.join(what)} (model inputs: {names})",
                              hint="key .npz arrays by the model's input names")
         return {n: n for n in names}
+
+    def sample_shapes(self, k: int) -> dict[str, tuple[int, ...]]:
+        """Each input's shape in sample ``k``, as ``read`` would return it, from the headers alone."""
+        out = {}
+        for spec in self.specs:
+            whole = self.shapes[spec.name]
+            out[spec.name] = (1, *whole) if self.unbatched[spec.name] else (spec.batch, *whole[1:])
+        return out
 
     def read(self, k: int, cache: dict[str, Any]) -> dict[str, np.ndarray]:
         import numpy as np

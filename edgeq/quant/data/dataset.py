@@ -99,6 +99,20 @@ class CalibrationSet:
             yield feed
         cache.clear()
 
+    def shapes(self) -> Iterator[dict[str, tuple[int, ...]]]:
+        """Each sample's input shapes, in order, as iterating would give them: from the array files'
+        headers where the source has them (no data read), else by reading the sample (an image: its
+        preprocessing decides). What a dynamic model's optimization profile is made from."""
+        cache: dict[str, Any] = {}
+        for src_no, k in self._index:
+            src = self._sources[src_no]
+            known = getattr(src, "sample_shapes", None)
+            if known is not None:
+                yield known(k)
+            else:
+                yield {n: tuple(x.shape) for n, x in src.read(k, cache).items()}
+        cache.clear()
+
     def check_values(self, progress: ProgressFn = no_progress) -> None:
         """Read every sample once and fail on NaN/Inf before any model runs.
 
