@@ -384,3 +384,4 @@ def test_layer_information_exported_without_input_shapes_is_one_clear_error(tmp_
     assert len(err.strip().splitlines()) == 1
     code, out, _ = cli("report", path, "--gate", "none")
     assert code == 0 and "126" in out
+    assert build_report(load_layers(path)).mode == "explicit"  # its Q/DQ reformats say so, formats or not

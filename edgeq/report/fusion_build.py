@@ -20,7 +20,7 @@ from edgeq.report.fusion import (
     UnfusedResidual,
     view_of,
 )
-from edgeq.report.layerkinds import LayerLinks, is_dq, is_q, layer_kinds
+from edgeq.report.layerkinds import LayerLinks, from_qdq, is_dq, is_q, layer_kinds
 from edgeq.report.layernames import (
     REFORMAT_FOR,
     different_model,
@@ -178,7 +178,9 @@ def build_report(
         for i, p in enumerate(pre)
         if p.kind == LayerKind.REFORMAT and is_dq(layers.layers[i], p.ins, p.outs)
     ]
-    mode = "explicit" if qs or dqs else "implicit"
+    # (a Q/DQ reformat with no format printed, as a range-profile engine inspected without input shapes
+    # prints them, still says the engine is explicit)
+    mode = "explicit" if qs or dqs or any(from_qdq(lay) for lay in layers.layers) else "implicit"
     region = ["inside"] * len(pre)
     if qs:
         first_qs = [q for q in qs if not (g.descendants([q2 for q2 in qs if q2 != q]) & {q})]

@@ -125,15 +125,15 @@ def layer_kinds(el: EngineLayers, g: LayerLinks) -> list[tuple[LayerKind, str]]:
     return kinds
 
 
-def _from_qdq(lay: EngineLayer) -> bool:
+def from_qdq(lay: EngineLayer) -> bool:
     """A reformat TensorRT made from a Q/DQ node (8.6 says so in Origin; older JSON only in the name)."""
     return lay.origin == "QDQ" or lay.name.endswith(("QuantizeLinear", "DequantizeLinear"))
 
 
 def is_q(rl_layer: EngineLayer, ins: Sequence[Optional[str]], outs: Sequence[Optional[str]]) -> bool:
     """A Q/DQ reformat that quantizes (float -> INT8)."""
-    return _from_qdq(rl_layer) and "INT8" in outs and any(p in ("FP32", "FP16", "BF16") for p in ins)
+    return from_qdq(rl_layer) and "INT8" in outs and any(p in ("FP32", "FP16", "BF16") for p in ins)
 
 
 def is_dq(rl_layer: EngineLayer, ins: Sequence[Optional[str]], outs: Sequence[Optional[str]]) -> bool:
-    return _from_qdq(rl_layer) and "INT8" in ins and any(p in ("FP32", "FP16", "BF16") for p in outs)
+    return from_qdq(rl_layer) and "INT8" in ins and any(p in ("FP32", "FP16", "BF16") for p in outs)
