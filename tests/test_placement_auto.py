@@ -401,6 +401,8 @@ def test_an_explicit_engine_below_the_ratio_ships_the_implicit_engine(root, cli)
     assert auto["kept"] == "implicit"
     assert auto["evidence"]["ratio"] == pytest.approx(2114.07 / 1.1 / 2087.33, abs=0.005)
     assert "relative gate" in auto["reason"] and "[slower-than-baseline]" in auto["reason"]
+    ratio = auto["evidence"]["ratio"]
+    assert f"explicit engine ({ratio:.3f}x implicit's throughput) failed" in auto["reason"]
     assert auto["evidence"]["relative_gate"]["passed"] is False and d["relative_gate"] is None
     assert Path(d["run_dir"]) == Path(auto["evidence"]["runs"]["implicit"])
     (entry,) = _entries(root)

@@ -310,8 +310,12 @@ def decision_from(j: Judged) -> Decision:
         kept, reason = "explicit", j.relative.summary()
     elif j.relative is not None:
         failures = "; ".join(f"[{r}] {msg}" for r, msg in j.relative.failures[:3])
+        more = len(j.relative.failures) - 3
+        failures += f"; {more} more" if more > 0 else ""
+        r = j.relative.ratio.throughput
+        speed = f" ({r:.3f}x implicit's throughput)" if r is not None else ""
         kept = "implicit"
-        reason = f"the mirror's explicit engine failed the relative gate against implicit: {failures}"
+        reason = f"the mirror's explicit engine{speed} failed the relative gate against implicit: {failures}"
     else:
         kept = "implicit"
         reason = f"the explicit build failed on {j.target}: {j.build_error} (the implicit engine is shipped)"
