@@ -111,15 +111,16 @@ def in_profile(held: HeldOutSet, shapes: Shapes) -> HeldOutSet:
     takes only inside the profile the engine was built with. Scoring the rest as if they were the whole
     set would mislead; none left is a usage error."""
     from edgeq.agent.shapes import format_shapes, parse_shapes
+    from edgeq.pipeline.shapes import within
 
     lo, hi = dict(parse_shapes(shapes.min, "minShapes")), dict(parse_shapes(shapes.max, "maxShapes"))
     if not hi:
         return held
     keep: list[int] = []
     others: Counter[str] = Counter()
-    for i, feed in enumerate(held.data):
-        got = {name: tuple(int(d) for d in feed[name].shape) for name in hi}
-        if all(_within(got[n], lo[n], hi[n]) for n in hi):
+    for i, sample in enumerate(held.data.shapes()):  # array files: their headers, no data read
+        got = {name: tuple(int(d) for d in sample[name]) for name in hi}
+        if all(within(got[n], lo[n], hi[n]) for n in hi):
             keep.append(i)
         else:
             others[format_shapes(got)] += 1
@@ -139,10 +140,6 @@ def in_profile(held: HeldOutSet, shapes: Shapes) -> HeldOutSet:
     said = (f"{len(keep)} of {total} held-out samples {where}; the other {total - len(keep)} (shapes {seen}) "
             "not run")
     return replace(held, data=held.data.subset(keep), total=total, not_run=said)
-
-
-def _within(got: tuple[int, ...], lo: tuple[int, ...], hi: tuple[int, ...]) -> bool:
-    return len(got) == len(lo) == len(hi) and all(a <= g <= b for g, a, b in zip(got, lo, hi))
 
 
 def group_by_shape(feeds: Sequence[Outputs], names: Sequence[str]) -> list[list[int]]:

@@ -143,13 +143,17 @@ def most_common(profile: Profile, shapes: dict[str, list[tuple[int, ...]]], from
 
     out: Profile = []
     for name, lo, opt, hi in profile:
-        inside = [s for s in shapes.get(name, []) if len(s) == len(opt)
-                  and all(a <= d <= b for a, d, b in zip(lo, s, hi))]
+        inside = [s for s in shapes.get(name, []) if within(s, lo, hi)]
         if name in from_data and inside:
             counts = Counter(inside)
             opt = max(dict.fromkeys(inside), key=lambda s: counts[s])  # first seen wins a tie
         out.append((name, lo, opt, hi))
     return out
+
+
+def within(shape: tuple[int, ...], lo: tuple[int, ...], hi: tuple[int, ...]) -> bool:
+    """``shape`` lies in the profile ``lo``..``hi``: same rank, every dimension between the two."""
+    return len(shape) == len(lo) == len(hi) and all(a <= d <= b for d, a, b in zip(shape, lo, hi))
 
 
 def _inputs(model: Any) -> list[tuple[str, tuple[Any, ...]]]:

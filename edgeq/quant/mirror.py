@@ -96,10 +96,13 @@ class MirrorReport:
     float_entry_edges: int = 0  # INT8 edges inside them: no Q/DQ
     int8_entry: tuple[str, ...] = ()  # entries of such regions kept INT8: not a branch (Region.branch)
     # INT8 edges Q/DQ cannot say on 8.6 (``REFUSED``: a merged 1x1 convolution's output, a merged head
-    # pair's input): the tensors and the edges, all entries together, and the edges per entry
+    # pair's input): the tensors, all entries together, and the edges per entry
     inexpressible: tuple[str, ...] = ()
-    inexpressible_edges: int = 0
     refused: tuple[tuple[str, int], ...] = ()  # (entry id, INT8 edges it left float)
+
+    @property
+    def inexpressible_edges(self) -> int:
+        return sum(edges for _, edges in self.refused)
 
     def summary_line(self) -> str:
         text = (f"mirrored {self.int8_edges} INT8 edges ({self.float_edges} float) from {self.source}: "
@@ -522,7 +525,6 @@ class _Mirror:
         regions = [r for r in found if r.branch]
         plan = drop_regions(engine_plan, regions)
         plan, said = _refused(self.g.graph, plan)
-        refused_edges = sum(edges for _, edges in said[1])
         int8_edges = sum(len(s.consumers) for s in engine_plan.sites)
         edges = self.reads.edges
         report = MirrorReport(
@@ -532,13 +534,13 @@ class _Mirror:
             mapped_layers=len(mapped),
             int8_edges=int8_edges,
             float_entry=tuple(t for r in regions for t in r.entries),
-            float_entry_edges=int8_edges - sum(len(s.consumers) for s in plan.sites) - refused_edges,
+            float_entry_edges=int8_edges - sum(len(s.consumers) for s in plan.sites)
+            - sum(edges for _, edges in said[1]),
             int8_entry=tuple(t for r in found if not r.branch for t in r.entries),
             float_edges=sum(1 for ps in edges.values() if "INT8" not in ps),
             unmapped=tuple(self.reads.unmapped),
             unmapped_layers=tuple(self.layers[i].name for i in self.named if not self.held[i]),
             inexpressible=said[0],
-            inexpressible_edges=refused_edges,
             refused=said[1],
         )
         return plan, report
