@@ -1039,9 +1039,10 @@ def test_a_range_profile_engine_is_inspected_at_the_shapes_it_is_timed_at():
     range of widths): the agent's inspector had a context but no input shapes, and every tensor's format
     read "N/A due to dynamic shapes", so edgeq could read no precision and the int8 gate would fail every
     layer. Both backends now inspect at the ``--shapes`` the host times the engine at: the python
-    backend sets them on the context before reading (the documented condition for formats), trtexec runs
-    one inference at them instead of ``--skipInference`` (it prints the layers after setting up inference,
-    with its context, and before it without one); a static engine is inspected as before."""
+    backend sets them on the context before reading (the documented condition for formats; on an H100 the
+    next lease TensorRT 8.6.0 still printed "N/A", trt86-h100-int8-writes), trtexec runs one inference at
+    them instead of ``--skipInference`` (it prints the layers after setting up inference, with its
+    context, and before it without one); a static engine is inspected as before."""
     import gzip
     from types import SimpleNamespace
 

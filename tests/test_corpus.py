@@ -36,6 +36,7 @@ H200 = FIXTURES / "trt86-h200-corpus"  # a later lease on 4x H200: the same expo
 CORPUS2 = FIXTURES / "trt86-h100-corpus2"  # a third lease on 2x H100: the same exports
 CORPUS3 = FIXTURES / "trt86-h100-corpus3"  # a fourth on 2x H100: deeplabv3's same export, densenet_mini's own
 ZOO = FIXTURES / "trt86-h100-zoo"
+WRITES = FIXTURES / "trt86-h100-int8-writes"  # a fifth lease, 4x H100: mirrors that dequantize INT8 writes
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,53 @@ def test_the_fourth_lease_mirrors_dequantized_the_weights_edgeq_writes_and_kept_
     kept = sum(len(s.consumers) for s in plan.sites)
     assert kept + report.float_entry_edges == report.int8_edges
     assert (report.float_entry_edges == 0) == (name == "deeplabv3_mobilenet_v3_large")
+
+
+def _writer(layers: Path, node: str) -> tuple[str | None, list[str | None]]:
+    """(the precision the engine layer computing ``node`` wrote, the precisions the layers holding no node
+    of its own turned that into: ``Reformatting CopyNode for Output Tensor`` copies)."""
+    lays = load_layers(gzip.decompress(layers.read_bytes()).decode("utf-8", errors="replace")).layers
+    writer = next(lay for lay in lays if lay.name.split(" + ")[0].endswith(node) or f" + {node}" in lay.name)
+    out = writer.outputs[0]
+    copies = [t.precision for lay in lays if lay.name.startswith("Reformatting CopyNode for Output")
+              for i in lay.inputs if i.name == out.name for t in lay.outputs]
+    return out.precision, copies
+
+
+# (corpus entry, its implicit engine in WRITES, the tensor, the convolution writing it, where its Q/DQ goes)
+INT8_WRITES = [
+    ("regnet_x_400mf", "regnet_x_400mf", "/net/trunk_output/block3/block3-6/activation/Relu_output_0",
+     "/net/trunk_output/block3/block3-6/f/c/c.0/Conv", {"/net/trunk_output/block4/block4-0/proj/proj.0/Conv",
+                                                       "/net/trunk_output/block4/block4-0/f/a/a.0/Conv"}),
+    ("regnet_y_800mf", "regnet_y_800mf", "/net/trunk_output/block3/block3-7/activation/Relu_output_0",
+     "/net/trunk_output/block3/block3-7/f/c/c.0/Conv", {"/net/trunk_output/block4/block4-0/proj/proj.0/Conv",
+                                                       "/net/trunk_output/block4/block4-0/f/a/a.0/Conv"}),
+    # YOLOv8n's first C2f: its cv1 output is read through the Split TensorRT folds into offset reads
+    ("yolov8n_nudenet", "det", "/model.2/cv1/act/Mul_output_0", "/model.2/cv1/conv/Conv", {"/model.2/Split"}),
+]
+
+
+@pytest.mark.parametrize("name, engine, tensor, conv, readers", INT8_WRITES, ids=[w[0] for w in INT8_WRITES])
+def test_a_tensor_the_implicit_engine_wrote_int8_and_read_float_is_quantized_for_its_float_readers(
+        name: str, engine: str, tensor: str, conv: str, readers: set[str]) -> None:
+    """The implicit engine's layer writes the tensor INT8 and a reformat turns it into FP16 for its
+    readers, which run float. The mirror puts the Q/DQ there too (the DQ is that reformat), so the
+    explicit engine writes it INT8 from the same fused layer: the fifth lease's mirrors (H100) did, and
+    the RegNets' ran at 1.007x and 1.024x implicit, where RegNetX's earlier mirror, which left the
+    tensor float (its convolution writing FP16), ran 0.958x. Before, the mirror read those edges as
+    float reads and put no Q/DQ on them."""
+    implicit = WRITES / f"{engine}.implicit.layers.json.gz"
+    written, reformatted = _writer(implicit, conv)
+    assert written == "INT8" and reformatted and all(p in ("FP16", "FP32") for p in reformatted)
+    plan, report = plan_from_engine(_graph(_entry(name)), load_engine(implicit))
+    site = next((s for s in plan.sites if s.tensor == tensor), None)
+    assert site is not None and set(site.consumers) == readers
+    assert report.reformatted == (tensor,)
+    assert "1 tensor written INT8 and reformatted" in report.summary_line()
+    assert _writer(WRITES / f"{engine}.mirror.layers.json.gz", conv)[0] == "INT8"
+    if engine != "det":
+        assert _timed_ratio(WRITES, name, "mirror") >= AUTO_MIN_RATIO
+    assert _timed_ratio(CORPUS, "regnet_x_400mf", "mirror") < AUTO_MIN_RATIO  # the earlier mirror
 
 
 def test_densenets_float_entry_regions_ran_fp16_in_the_mirror_which_missed_autos_gate() -> None:

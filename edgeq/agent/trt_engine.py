@@ -62,11 +62,11 @@ def layer_info_result(text, path, version):
 def engine_information(trt, engine, log, shapes=None):
     """The inspector's JSON of ``engine``, with an execution context set (C++
     ``IEngineInspector::setExecutionContext``; the Python property is ``execution_context`` in the 8.x
-    bindings, pyCore.cpp) at ``shapes`` (``--shapes``) when given: a range-profile engine's context has no
-    input shapes until they are set, and without them TensorRT 8.6 printed every tensor's
-    "Format/Datatype" as "N/A due to dynamic shapes" (an H200, PP-OCRv4's recogniser), which no gate can
-    read. The host sends the shapes the engine is timed at. ``context`` stays referenced until the
-    information has been read (the property holds a raw pointer)."""
+    bindings, pyCore.cpp) at ``shapes`` (``--shapes``) when given: the API's documented condition for a
+    range-profile engine's formats. Measured, it is not enough on TensorRT 8.6.0: PP-OCRv4's recogniser
+    printed every tensor's "Format/Datatype" as "N/A due to dynamic shapes" without the shapes (an H200)
+    and with them set (an H100); the gate then says so in one line. ``context`` stays referenced until
+    the information has been read (the property holds a raw pointer)."""
     inspector = engine.create_engine_inspector()
     context = create_context(engine, log, "inspect")
     if shapes:

@@ -56,6 +56,7 @@ DETAILED_HINT = ("rebuild the implicit engine with trtexec --int8 --fp16 --calib
                  "--onnx=<name>.int8.fp32.onnx --profilingVerbosity=detailed --exportLayerInfo=FILE")
 MIN_MAPPED = 0.5  # fewer of the engine's named layers than this map onto the model: another model's engine
 
+FLOAT_READS = ("FP32", "FP16")  # precisions a reader reads float in (EngineTensor.precision)
 _COPY_FOR = re.compile(r"^Reformatting CopyNode for (Input|Output) Tensor \d+ to ", re.S)
 _FOREIGN = re.compile(r"^\{ForeignNode\[(?P<a>.*?)\.\.\.(?P<b>.*)\]\}$", re.S)
 _CLONE = re.compile(r"_clone_\d+$")
@@ -99,6 +100,8 @@ class MirrorReport:
     # pair's input): the tensors, all entries together, and the edges per entry
     inexpressible: tuple[str, ...] = ()
     refused: tuple[tuple[str, int], ...] = ()  # (entry id, INT8 edges it left float)
+    # tensors a layer wrote INT8 that a reformat turned float for some reader: quantized for those too
+    reformatted: tuple[str, ...] = ()
 
     @property
     def inexpressible_edges(self) -> int:
@@ -113,6 +116,9 @@ class MirrorReport:
         if self.int8_entry:
             text += (f"; {plural(len(self.int8_entry), 'entry', 'entries')} quantized by a reformat kept "
                      f"INT8 ({', '.join(self.int8_entry[:3])}): {INT8_BODY}")
+        if self.reformatted:
+            text += (f"; {plural(len(self.reformatted), 'tensor')} written INT8 and reformatted to float for "
+                     f"a reader quantized for that reader too (its DQ is the reformat)")
         for entry, edges in self.refused:
             text += f"; {edges} of the INT8 edges left float: {_REFUSED_WHY[entry]} (edgeq rules {entry})"
         if self.unmapped:
@@ -136,6 +142,7 @@ class MirrorReport:
             "inexpressible": list(self.inexpressible),
             "inexpressible_edges": self.inexpressible_edges,
             "refused": {entry: edges for entry, edges in self.refused},
+            "reformatted": list(self.reformatted),
         }
 
 
@@ -312,6 +319,7 @@ class _Reads:
     edges: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     commuted: dict[str, str] = field(default_factory=dict)  # tensor -> the site tensor it commutes from
     unmapped: list[Unmapped] = field(default_factory=list)
+    dequantized: set[tuple[str, str]] = field(default_factory=set)  # (tensor, layer) written INT8, read float
 
     def add(self, tensor: str, node: str, precision: str) -> None:
         self.edges.setdefault((tensor, node), set()).add(precision)
@@ -431,10 +439,19 @@ class _Mirror:
         return found[-1] if found else precision
 
     def _precision_written(self, tensor: str) -> str | None:
-        p = self.producer.get(tensor)
-        if p is None:
-            return None
-        return next((t.precision for t in self.layers[p].outputs if t.name == tensor), None)
+        """The precision the layer computing ``tensor`` wrote it in, looking back across see-through
+        copies (``Reformatting CopyNode for Output Tensor 0 to X`` turning X's INT8 output into FP16)."""
+        p, name = self.producer.get(tensor), tensor
+        for _ in range(32):
+            if p is None:
+                return None
+            lay = self.layers[p]
+            written = next((t.precision for t in lay.outputs if t.name == name), None)
+            data = [t for t in lay.inputs if not self._weight_name(t.name)]
+            if self.held[p] or len(data) != 1 or not _COPY_FOR.match(lay.name):
+                return written
+            p, name = self.producer.get(data[0].name), data[0].name
+        return None
 
     # -- graph side -----------------------------------------------------------------------------------
     def _paths(self, t: gs.Tensor, nodes: set[str]) -> list[list[tuple[gs.Tensor, gs.Node]]]:
@@ -479,6 +496,11 @@ class _Mirror:
         nodes = set(self.held[i])
         prec = self._precision_used(i, precision) or "unknown"
         written_int8 = self._precision_written(what) == "INT8"
+        if written_int8 and prec in FLOAT_READS:
+            # Written INT8 and reformatted to float for this reader: the DQ before the reader is that
+            # reformat; left float, the writer would write float (edgeq rules mirror-int8).
+            self.reads.dequantized.add((what, lay.name))
+            prec = "INT8"
         paths = self._paths(t, nodes)
         p = producer(t)
         if not paths and p is not None and p.op == "Concat" and p.name not in nodes:
@@ -542,6 +564,7 @@ class _Mirror:
             unmapped_layers=tuple(self.layers[i].name for i in self.named if not self.held[i]),
             inexpressible=said[0],
             refused=said[1],
+            reformatted=tuple(sorted({t for t, _ in self.reads.dequantized})),
         )
         return plan, report
 

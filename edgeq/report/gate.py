@@ -140,8 +140,9 @@ def _allowed_by(rl: ReportLayer, allow: tuple[str, ...]) -> Optional[str]:
 
 
 def _check_shaped(report: FusionReport, policy: Policy) -> None:
-    """Layer information exported without input shapes (an engine with dynamic inputs) names no format
-    at all: one error saying so, not a precision violation on every layer."""
+    """Layer information of an engine with dynamic inputs may name no format at all (TensorRT 8.6.0's
+    inspector, with or without the context's input shapes set): one error saying so, not a precision
+    violation on every layer."""
     from edgeq.report.parse import NO_SHAPES_FORMAT
 
     tensors = [t for rl in report.layers for t in (*rl.layer.inputs, *rl.layer.outputs)]
@@ -149,11 +150,12 @@ def _check_shaped(report: FusionReport, policy: Policy) -> None:
     if not unshaped or any(t.precision is not None for t in tensors):
         return
     raise ReportError(
-        f"{report.source}: cannot apply gate '{policy.name}': the layer information was exported without "
-        f"input shapes, so its {unshaped} tensor formats read '{NO_SHAPES_FORMAT}' and name no precision",
-        hint="export it at concrete shapes: trtexec --loadEngine=E --shapes=NAME:DIMS --exportLayerInfo=F "
-        "--profilingVerbosity=detailed (not --skipInference), or the engine inspector with an execution "
-        "context whose input shapes are set (edgeq deploy does both)",
+        f"{report.source}: cannot apply gate '{policy.name}': the engine has dynamic input shapes and its "
+        f"layer information names no precision: its {unshaped} tensor formats read '{NO_SHAPES_FORMAT}'",
+        hint="build at one shape (--minShapes = --optShapes = --maxShapes): TensorRT 8.6 makes that engine "
+        "static and prints its formats. TensorRT 8.6.0's engine inspector printed them so even with the "
+        "execution context's input shapes set (measured, H100, backend: python); trtexec --loadEngine=E "
+        "--shapes=NAME:DIMS --exportLayerInfo=F (not --skipInference) is unmeasured",
     )
 
 
