@@ -1067,6 +1067,10 @@ def test_a_range_profile_engine_is_inspected_at_the_shapes_it_is_timed_at():
             order.append(f"set {name} {tuple(dims)}")
             return True
 
+        def get_tensor_shape(self, name):
+            order.append(f"shape {name}")
+            return [1, 3, 48, 320]
+
     class Inspector:
         execution_context = None
 
@@ -1084,6 +1088,6 @@ def test_a_range_profile_engine_is_inspected_at_the_shapes_it_is_timed_at():
                           LayerInformationFormat=SimpleNamespace(JSON="JSON"))
     log = SimpleNamespace(mark=lambda: 0)
     text = engine_information(trt, engine, log, "x:1x3x48x320")
-    assert order == ["set x (1, 3, 48, 320)", "read"] and "FP32" in text
+    assert order == ["set x (1, 3, 48, 320)", "shape x", "read"] and "FP32" in text
     order.clear()
     assert "N/A" in engine_information(trt, engine, log) and order == ["read"]
