@@ -759,6 +759,30 @@ def test_the_yolox_mirror_keeps_its_merged_head_pairs_float_so_it_builds_as_the_
     assert not [f for f in lint_model(qdq) if f.level.value == "error"]
 
 
+def test_quantize_from_engine_says_which_int8_edges_the_mirror_changed_and_why(tmp_path, cli) -> None:
+    """``edgeq quantize --from-engine`` on the YOLOX skeleton and its H200 implicit engine prints the
+    edges ``merged-head`` left float and the tensor written INT8 that a reformat turned float (``629``),
+    each with its rule, as the mirror's summary does; the JSON lists both."""
+    src, calib = tmp_path / "dddet.onnx", tmp_path / "calib"
+    model = zoo.skeleton(MORE / "dddet.skel.onnx.gz")
+    onnx.save(model, src)
+    calib.mkdir()
+    rng = np.random.default_rng(0)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    for i in range(2):
+        np.save(calib / f"{i}.npy", rng.random(shape, dtype=np.float32))
+    layers = H200_MORE / "dddet.implicit.layers.json.gz"
+    code, out, err = cli("quantize", src, "--calib", calib, "--calibrator", "max", "--holdout", "0",
+                         "--from-engine", layers, "-o", tmp_path / "m.onnx")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "6 of the INT8 edges left float: the inputs of a detection head's merged 1x1" in text
+    assert "(edgeq rules merged-head)" in text
+    assert "1 tensor written INT8 and reformatted to float for a reader" in text
+    summary = json.loads((tmp_path / "m.json").read_text())["mirror"]
+    assert summary["refused"] == {"merged-head": 6} and summary["reformatted"] == ["629"]
+
+
 def test_lint_warns_of_int8_weights_behind_a_float_activation_as_the_yolox_rules_engine_ran_them() -> None:
     """The rules' YOLOX model with its CSP outputs float ran the 8 convolutions reading them FP32 (their
     int8 weights dequantized at run time), and lint said nothing. The same mistake in the CSP layer built

@@ -176,6 +176,12 @@ def _render_mirror(m: dict[str, Any]) -> None:
         entries = m["int8_entry"]
         out.print(f"{plural(len(entries), 'entry', 'entries')} the engine quantized by a reformat kept INT8 "
                   f"({escape(', '.join(entries[:3]))}{', ...' if len(entries) > 3 else ''}): {INT8_BODY}")
+    from edgeq.quant.mirror import reformatted_note, refused_note
+
+    for entry, edges in m.get("refused", {}).items():
+        out.print(escape(refused_note(entry, edges)))
+    if m.get("reformatted"):
+        out.print(escape(reformatted_note(len(m["reformatted"]))))
     for u in m["unmapped"]:
         err.print(f"[yellow]unmapped:[/] {escape(u['tensor'])} read {u['precision'] or '?'} by "
                   f"'{escape(u['layer'])}': {escape(u['reason'])}")

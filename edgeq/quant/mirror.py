@@ -117,10 +117,9 @@ class MirrorReport:
             text += (f"; {plural(len(self.int8_entry), 'entry', 'entries')} quantized by a reformat kept "
                      f"INT8 ({', '.join(self.int8_entry[:3])}): {INT8_BODY}")
         if self.reformatted:
-            text += (f"; {plural(len(self.reformatted), 'tensor')} written INT8 and reformatted to float for "
-                     f"a reader quantized for that reader too (its DQ is the reformat)")
+            text += f"; {reformatted_note(len(self.reformatted))}"
         for entry, edges in self.refused:
-            text += f"; {edges} of the INT8 edges left float: {_REFUSED_WHY[entry]} (edgeq rules {entry})"
+            text += f"; {refused_note(entry, edges)}"
         if self.unmapped:
             names = ", ".join(u.tensor for u in self.unmapped[:3])
             text += f"; {len(self.unmapped)} tensors unmapped ({names})"
@@ -245,12 +244,23 @@ class _Graph:
 # The entries whose INT8 the 8.6 builder refused in Q/DQ models though implicit engines ran it so: the
 # mirror writes there what the rules do, from each entry's own match (the edges it wants float).
 REFUSED = (INEXPRESSIBLE, HEAD_RULE)
-_REFUSED_WHY = {
+REFUSED_WHY = {
     INEXPRESSIBLE: "the outputs of merged 1x1 convolutions ('A || B' layers), INT8 in the Q/DQ builds that "
                    "failed, float in those that built",
     HEAD_RULE: "the inputs of a detection head's merged 1x1 convolutions, with their weights, INT8 in the "
                "implicit engine and in the Q/DQ builds that failed",
 }
+
+
+def refused_note(entry: str, edges: int) -> str:
+    """What the mirror's summary says of the INT8 edges one ``REFUSED`` entry left float."""
+    return f"{edges} of the INT8 edges left float: {REFUSED_WHY[entry]} (edgeq rules {entry})"
+
+
+def reformatted_note(tensors: int) -> str:
+    """What it says of the tensors written INT8 and reformatted to float for a reader (``MirrorReport``)."""
+    return (f"{plural(tensors, 'tensor')} written INT8 and reformatted to float for a reader, quantized for "
+            "that reader too: its DQ is the reformat (edgeq rules mirror-int8)")
 
 
 Refused = tuple[tuple[str, ...], tuple[tuple[str, int], ...]]  # the tensors; (entry, INT8 edges) per entry
