@@ -44,6 +44,7 @@ from edgeq.quant.placement import weight_axis
 from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
 from edgeq.quant.regions import Region, drop_regions, entry_regions
 from edgeq.quant.rules import WEIGHTED_OPS, rule
+from edgeq.report.parse import FLOAT_PRECISIONS
 from edgeq.text import plural
 from edgeq.unionfind import UnionFind
 
@@ -56,7 +57,6 @@ DETAILED_HINT = ("rebuild the implicit engine with trtexec --int8 --fp16 --calib
                  "--onnx=<name>.int8.fp32.onnx --profilingVerbosity=detailed --exportLayerInfo=FILE")
 MIN_MAPPED = 0.5  # fewer of the engine's named layers than this map onto the model: another model's engine
 
-FLOAT_READS = ("FP32", "FP16")  # precisions a reader reads float in (EngineTensor.precision)
 _COPY_FOR = re.compile(r"^Reformatting CopyNode for (Input|Output) Tensor \d+ to ", re.S)
 _FOREIGN = re.compile(r"^\{ForeignNode\[(?P<a>.*?)\.\.\.(?P<b>.*)\]\}$", re.S)
 _CLONE = re.compile(r"_clone_\d+$")
@@ -506,7 +506,7 @@ class _Mirror:
         nodes = set(self.held[i])
         prec = self._precision_used(i, precision) or "unknown"
         written_int8 = self._precision_written(what) == "INT8"
-        if written_int8 and prec in FLOAT_READS:
+        if written_int8 and prec in FLOAT_PRECISIONS:
             # Written INT8 and reformatted to float for this reader: the DQ before the reader is that
             # reformat; left float, the writer would write float (edgeq rules mirror-int8).
             self.reads.dequantized.add((what, lay.name))

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
 from edgeq.report.compare import Comparison, PairDiff, Ratio, WiderNode
+from edgeq.report.parse import FLOAT_PRECISIONS
 from edgeq.report.policy import Rule
 from edgeq.text import noun, plural
 
@@ -22,7 +23,6 @@ DEFAULT_MIN_RATIO = 0.97
 # H100 (tests/fixtures/trt86-h100-int8-writes/det.*), 1.107x its implicit engine in paired rounds with 13
 # such nodes and 11 interior reformats against 6, every INT8 layer of implicit INT8.
 FASTER_BEYOND_NOISE = 1.03
-FLOAT_PRECISIONS = ("FP16", "FP32")
 
 
 # --------------------------------------------------------------------------------------------------
