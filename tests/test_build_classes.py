@@ -759,28 +759,48 @@ def test_the_yolox_mirror_keeps_its_merged_head_pairs_float_so_it_builds_as_the_
     assert not [f for f in lint_model(qdq) if f.level.value == "error"]
 
 
-def test_quantize_from_engine_says_which_int8_edges_the_mirror_changed_and_why(tmp_path, cli) -> None:
-    """``edgeq quantize --from-engine`` on the YOLOX skeleton and its H200 implicit engine prints the
-    edges ``merged-head`` left float and the tensor written INT8 that a reformat turned float (``629``),
-    each with its rule, as the mirror's summary does; the JSON lists both."""
-    src, calib = tmp_path / "dddet.onnx", tmp_path / "calib"
-    model = zoo.skeleton(MORE / "dddet.skel.onnx.gz")
+def _from_engine(cli, tmp_path: Path, name: str, skeleton: Path, layers: Path) -> tuple[str, dict]:
+    """``edgeq quantize --from-engine`` on a skeleton with 2 random calibration samples: (stdout, mirror)."""
+    src, calib = tmp_path / f"{name}.onnx", tmp_path / f"{name}.calib"
+    model = zoo.skeleton(skeleton)
     onnx.save(model, src)
     calib.mkdir()
     rng = np.random.default_rng(0)
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     for i in range(2):
         np.save(calib / f"{i}.npy", rng.random(shape, dtype=np.float32))
-    layers = H200_MORE / "dddet.implicit.layers.json.gz"
     code, out, err = cli("quantize", src, "--calib", calib, "--calibrator", "max", "--holdout", "0",
-                         "--from-engine", layers, "-o", tmp_path / "m.onnx")
+                         "--from-engine", layers, "-o", tmp_path / f"{name}.int8.onnx")
     assert code == 0, err
-    text = " ".join(out.split())
+    return " ".join(out.split()), json.loads((tmp_path / f"{name}.int8.json").read_text())["mirror"]
+
+
+def test_quantize_from_engine_says_which_int8_edges_the_mirror_changed_and_why(tmp_path, cli) -> None:
+    """``edgeq quantize --from-engine`` prints, with its rule, each kind of INT8 edge the mirror does not
+    copy as read: the YOLOX's merged head pairs ``merged-head`` leaves float (its H200 implicit engine),
+    and YOLOv8n's ``cv1`` output, written INT8 and reformatted to FP16 for its first bottleneck (its H200
+    implicit engine), given a Q/DQ before that float layer. The YOLOX's tensor ``629``, written INT8 and
+    reformatted to FP32 for a MaxPool and a Concat copy only, is left as read: with a Q/DQ there the H100
+    mirror's engine ran that MaxPool INT8, where implicit ran it FP32 (TensorRT moves a DQ past data
+    movement)."""
+    text, mirror = _from_engine(cli, tmp_path, "dddet", MORE / "dddet.skel.onnx.gz",
+                                H200_MORE / "dddet.implicit.layers.json.gz")
     assert "6 of the INT8 edges left float: the inputs of a detection head's merged 1x1" in text
-    assert "(edgeq rules merged-head)" in text
-    assert "1 tensor written INT8 and reformatted to float for a reader" in text
-    summary = json.loads((tmp_path / "m.json").read_text())["mirror"]
-    assert summary["refused"] == {"merged-head": 6} and summary["reformatted"] == ["629"]
+    assert "(edgeq rules merged-head)" in text and "written INT8 and reformatted" not in text
+    assert mirror["refused"] == {"merged-head": 6} and mirror["reformatted"] == []
+    def pool_input(path: Path) -> str:
+        layers = json.loads(gzip.decompress(path.read_bytes()), strict=False)["Layers"]
+        return next(lay["Inputs"][0]["Format/Datatype"] for lay in layers if lay["Name"] == "MaxPool_138")
+
+    for implicit in (MORE, H200_MORE):  # float in both implicit engines, INT8 in that mirror's
+        assert "Int8" not in pool_input(implicit / "dddet.implicit.layers.json.gz")
+    assert "Int8" in pool_input(FIXTURES / "trt86-h100-int8-writes" / "dddet.mirror.layers.json.gz")
+    yolo = FIXTURES / "trt86-h200-yolov8n"
+    text, mirror = _from_engine(cli, tmp_path, "yolov8n", yolo / "yolov8n.skel.onnx",
+                                yolo / "yolov8n.implicit.layers.json.gz")
+    said = "1 tensor written INT8 and reformatted to float for a float layer (/model.2/cv1/act/Mul_output_0)"
+    assert said in text and "(edgeq rules mirror-int8)" in text
+    assert mirror["reformatted"] == ["/model.2/cv1/act/Mul_output_0"] and mirror["refused"] == {}
 
 
 def test_lint_warns_of_int8_weights_behind_a_float_activation_as_the_yolox_rules_engine_ran_them() -> None:

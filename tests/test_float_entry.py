@@ -369,6 +369,30 @@ def test_a_real_yolov8n_mirror_keeps_what_its_implicit_engine_ran_int8(yolov8n) 
     assert int8_copies & concats and int8_copies & concats <= int8
 
 
+def test_what_a_layer_wrote_is_read_back_across_float_copies_but_not_into_a_concats_buffer(yolov8n) -> None:
+    """The precision a tensor was written in, on the real H200 YOLOv8n JSON: ``cv1``'s output is a copy
+    turning the convolution's INT8 into FP16, so it was written INT8, also across a chain of two such
+    copies. A Concat's buffer is written by one copy per input (here FP16 -> INT8 quantizing copies, one
+    reformatting an FP16 layer's output): its precision is the buffer's, INT8, not one input's FP16."""
+    from dataclasses import replace
+
+    from edgeq.quant.mirror import _Graph, _Mirror
+
+    layers = load_engine(YOLOV8N / "yolov8n.implicit.layers.json.gz")
+    cv1 = "/model.2/cv1/act/Mul_output_0"
+    m = _Mirror(_Graph(yolov8n), layers)
+    assert m._precision_written(cv1) == "INT8" and m._precision_written("/model.2/Concat_output_0") == "INT8"
+    i = next(i for i, lay in enumerate(layers.layers) if any(t.name == cv1 for t in lay.outputs))
+    copy = layers.layers[i]
+    assert copy.name.startswith("Reformatting CopyNode for Output Tensor 0 to /model.2/cv1/")
+    fp32 = replace(copy.outputs[0].format, precision="FP32")
+    first = replace(copy, outputs=(replace(copy.outputs[0], name="between", format=fp32),))
+    second = replace(copy, inputs=(first.outputs[0],))
+    chained = replace(layers, layers=(*layers.layers[:i], first, second, *layers.layers[i + 1:]))
+    plan, report = plan_from_engine(yolov8n, chained)
+    assert report.reformatted == (cv1,) and placed(plan)[0][cv1] == ["/model.2/Split"]
+
+
 def test_shufflenet_regions_are_branches_and_stay_float(shufflenet) -> None:
     """The bound that keeps YOLOv8n's body INT8 leaves every region the ShuffleNet engines were measured
     on float: each is a branch (convolutions and their activations, no data movement inside)."""

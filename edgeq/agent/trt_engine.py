@@ -65,8 +65,8 @@ def engine_information(trt, engine, log, shapes=None):
     bindings, pyCore.cpp) at ``shapes`` (``--shapes``) when given: the API's documented condition for a
     range-profile engine's formats. Measured, it is not enough on TensorRT 8.6.0: PP-OCRv4's recogniser
     printed every tensor's "Format/Datatype" as "N/A due to dynamic shapes" without the shapes (an H200)
-    and with them set (an H100); the gate then says so in one line. Since, the shapes are also read back
-    from the context after setting them, as trtexec does before printing (unmeasured). ``context`` stays
+    and with them set (an H100); the gate then says so in one line. The shapes are now also read back from
+    the context after setting them, as trtexec does before printing (unmeasured). ``context`` stays
     referenced until the information has been read (the property holds a raw pointer)."""
     inspector = engine.create_engine_inspector()
     context = create_context(engine, log, "inspect")

@@ -181,7 +181,7 @@ def _render_mirror(m: dict[str, Any]) -> None:
     for entry, edges in m.get("refused", {}).items():
         out.print(escape(refused_note(entry, edges)))
     if m.get("reformatted"):
-        out.print(escape(reformatted_note(len(m["reformatted"]))))
+        out.print(escape(reformatted_note(m["reformatted"])))
     for u in m["unmapped"]:
         err.print(f"[yellow]unmapped:[/] {escape(u['tensor'])} read {u['precision'] or '?'} by "
                   f"'{escape(u['layer'])}': {escape(u['reason'])}")

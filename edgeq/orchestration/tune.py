@@ -664,7 +664,8 @@ def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str
     rel = relative_gate(diff_pair(engines[0], engines[1]))
     return {"precision": {"passed": bool(verdict), "summary": verdict.summary(), "allowed_wider": dropped},
             "relative": {"passed": bool(rel), "failures": [list(f) for f in rel.failures],
-                         "throughput_ratio": rel.ratio.throughput}}  # fmt: skip
+                         "throughput_ratio": rel.ratio.throughput, "excused": list(rel.excused),
+                         "tolerated": list(rel.tolerated)}}  # fmt: skip
 
 
 def _write_report(result: TuneResult, decisions: list[Decision]) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import gzip
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +37,7 @@ from edgeq.errors import QuantError, ReportError
 from edgeq.graph import registry
 from edgeq.graph.facts import Want, matches_of
 from edgeq.graph.patterns import is_float, moves_data, producer
+from edgeq.graph.trt86.common import FLOAT_PRECISIONS
 from edgeq.graph.trt86.inception import HEAD_RULE
 from edgeq.graph.trt86.inception import RULE as INEXPRESSIBLE
 from edgeq.graph.trt86.regions import INT8_BODY, QUANTIZING_REFORMAT
@@ -44,7 +45,6 @@ from edgeq.quant.placement import weight_axis
 from edgeq.quant.plan import FloatTensor, Plan, QdqSite, WeightSite
 from edgeq.quant.regions import Region, drop_regions, entry_regions
 from edgeq.quant.rules import WEIGHTED_OPS, rule
-from edgeq.report.parse import FLOAT_PRECISIONS
 from edgeq.text import plural
 from edgeq.unionfind import UnionFind
 
@@ -117,7 +117,7 @@ class MirrorReport:
             text += (f"; {plural(len(self.int8_entry), 'entry', 'entries')} quantized by a reformat kept "
                      f"INT8 ({', '.join(self.int8_entry[:3])}): {INT8_BODY}")
         if self.reformatted:
-            text += f"; {reformatted_note(len(self.reformatted))}"
+            text += f"; {reformatted_note(self.reformatted)}"
         for entry, edges in self.refused:
             text += f"; {refused_note(entry, edges)}"
         if self.unmapped:
@@ -257,10 +257,11 @@ def refused_note(entry: str, edges: int) -> str:
     return f"{edges} of the INT8 edges left float: {REFUSED_WHY[entry]} (edgeq rules {entry})"
 
 
-def reformatted_note(tensors: int) -> str:
-    """What it says of the tensors written INT8 and reformatted to float for a reader (``MirrorReport``)."""
-    return (f"{plural(tensors, 'tensor')} written INT8 and reformatted to float for a reader, quantized for "
-            "that reader too: its DQ is the reformat (edgeq rules mirror-int8)")
+def reformatted_note(tensors: Sequence[str]) -> str:
+    """What it says of the tensors written INT8 and reformatted to float for a compute layer."""
+    shown = ", ".join(tensors[:3]) + (", ..." if len(tensors) > 3 else "")
+    return (f"{plural(len(tensors), 'tensor')} written INT8 and reformatted to float for a float layer "
+            f"({shown}): a Q/DQ before that layer too (edgeq rules mirror-int8)")
 
 
 Refused = tuple[tuple[str, ...], tuple[tuple[str, int], ...]]  # the tensors; (entry, INT8 edges) per entry
@@ -329,7 +330,7 @@ class _Reads:
     edges: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     commuted: dict[str, str] = field(default_factory=dict)  # tensor -> the site tensor it commutes from
     unmapped: list[Unmapped] = field(default_factory=list)
-    dequantized: set[tuple[str, str]] = field(default_factory=set)  # (tensor, layer) written INT8, read float
+    dequantized: set[str] = field(default_factory=set)  # written INT8, read float by a compute layer
 
     def add(self, tensor: str, node: str, precision: str) -> None:
         self.edges.setdefault((tensor, node), set()).add(precision)
@@ -450,15 +451,20 @@ class _Mirror:
 
     def _precision_written(self, tensor: str) -> str | None:
         """The precision the layer computing ``tensor`` wrote it in, looking back across see-through
-        copies (``Reformatting CopyNode for Output Tensor 0 to X`` turning X's INT8 output into FP16)."""
+        copies that turned it float (``Reformatting CopyNode for Output Tensor 0 to X`` turning X's INT8
+        output into FP16). A copy that quantized it wrote it INT8 itself; a Concat's buffer, written by
+        one copy per input, is not any one input's precision: neither is looked through."""
         p, name = self.producer.get(tensor), tensor
+        t = self.g.tensor(tensor)
+        concat = t is not None and (c := producer(t)) is not None and c.op == "Concat"
         for _ in range(32):
             if p is None:
                 return None
             lay = self.layers[p]
             written = next((t.precision for t in lay.outputs if t.name == name), None)
             data = [t for t in lay.inputs if not self._weight_name(t.name)]
-            if self.held[p] or len(data) != 1 or not _COPY_FOR.match(lay.name):
+            if (concat or written not in FLOAT_PRECISIONS or self.held[p] or len(data) != 1
+                    or not _COPY_FOR.match(lay.name)):
                 return written
             p, name = self.producer.get(data[0].name), data[0].name
         return None
@@ -506,10 +512,12 @@ class _Mirror:
         nodes = set(self.held[i])
         prec = self._precision_used(i, precision) or "unknown"
         written_int8 = self._precision_written(what) == "INT8"
-        if written_int8 and prec in FLOAT_PRECISIONS:
-            # Written INT8 and reformatted to float for this reader: the DQ before the reader is that
-            # reformat; left float, the writer would write float (edgeq rules mirror-int8).
-            self.reads.dequantized.add((what, lay.name))
+        dequantized = (written_int8 and prec in FLOAT_PRECISIONS
+                       and any(not moves_data(self.g.nodes[n]) for n in nodes))
+        if dequantized:
+            # Written INT8 and reformatted to float for this compute layer: the DQ before it is that
+            # reformat; left float, the writer would write float (edgeq rules mirror-int8). Data
+            # movement is left as read: TensorRT would move a DQ past it and run it INT8.
             prec = "INT8"
         paths = self._paths(t, nodes)
         p = producer(t)
@@ -524,6 +532,8 @@ class _Mirror:
             return
         for path in paths:
             self._record(path, prec, written_int8)
+        if dequantized:
+            self.reads.dequantized.add(what)
 
     def _writes_into(self, i: int, name: str, precision: str | None) -> None:
         """Layer ``i`` writes ``name``, the output of a node another layer holds (a Concat built as copies
@@ -574,7 +584,7 @@ class _Mirror:
             unmapped_layers=tuple(self.layers[i].name for i in self.named if not self.held[i]),
             inexpressible=said[0],
             refused=said[1],
-            reformatted=tuple(sorted({t for t, _ in self.reads.dequantized})),
+            reformatted=tuple(sorted(self.reads.dequantized)),
         )
         return plan, report
 

@@ -152,10 +152,9 @@ def _check_shaped(report: FusionReport, policy: Policy) -> None:
     raise ReportError(
         f"{report.source}: cannot apply gate '{policy.name}': the engine has dynamic input shapes and its "
         f"layer information names no precision: its {unshaped} tensor formats read '{NO_SHAPES_FORMAT}'",
-        hint="build at one shape (--minShapes = --optShapes = --maxShapes): TensorRT 8.6 makes that engine "
-        "static and prints its formats. TensorRT 8.6.0's engine inspector printed them so even with the "
-        "execution context's input shapes set (measured, H100, backend: python); trtexec --loadEngine=E "
-        "--shapes=NAME:DIMS --exportLayerInfo=F (not --skipInference) is unmeasured",
+        hint="rebuild at one shape (--minShapes=NAME:DIMS --optShapes=NAME:DIMS --maxShapes=NAME:DIMS, the "
+        "same DIMS): TensorRT 8.6 makes that engine static, and static engines' layer information names "
+        "formats (edgeq rules unknown-precision)",
     )
 
 

@@ -99,8 +99,6 @@ _VECTORIZED = re.compile(r"^(?P<w>[a-z-]+) wide channel vectorized")
 _CHANNEL_MOD = re.compile(r"channel\s*%\s*(?P<n>\d+)\s*==\s*0")
 _CHANNEL_EQ = re.compile(r"channel\s*==\s*(?P<n>\d+)")
 
-FLOAT_PRECISIONS = ("FP32", "FP16")  # the float precisions TensorRT 8.6 runs a layer in besides INT8
-
 # Widths for "which float is widest" decisions (a layer touching FP32 and INT8 data runs FP32).
 PRECISION_RANK = {
     "INT8": 1,

@@ -26,6 +26,7 @@ EDGEQ = "tests/fixtures/trt86-h200-edgeq"
 ZOO = "tests/fixtures/trt86-h100-zoo"
 GUIDE = "TensorRT 8.6 Developer Guide, Explicit Quantization, 'Q/DQ Layer-Placement Recommendations'"
 PLACE = "run `edgeq quantize` on the float model"
+FLOAT_PRECISIONS = ("FP32", "FP16")  # the float precisions TensorRT 8.6 runs a layer in besides INT8
 WEIGHTED = frozenset(WEIGHTED_OPS)
 
 

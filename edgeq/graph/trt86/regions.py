@@ -28,6 +28,7 @@ from edgeq.graph.patterns import (
 )
 from edgeq.graph.trt86.common import (
     EDGEQ,
+    FLOAT_PRECISIONS,
     PLACE,
     ZOO,
     edge_of,
@@ -444,7 +445,7 @@ def _standalone_q_reformat(v: LayerView) -> bool:
     """Float data movement quantized by a layer of its own into INT8 row-major or NC/4HW4 (a second
     reformat to NC/32HW32 follows); the implicit engine's one copy goes straight to NC/32HW32."""
     src, _, dst = v.formats.partition(" -> ")
-    return (v.kind == "reformat" and src.startswith(("FP32", "FP16")) and dst.startswith("INT8")
+    return (v.kind == "reformat" and src.startswith(FLOAT_PRECISIONS) and dst.startswith("INT8")
             and "NC/32HW32" not in dst and bool(v.upstream) and v.upstream <= _DATA_MOVEMENT)
 
 
