@@ -191,7 +191,8 @@ _COMPARE_HELP = (
     "each. Offline: --engines DIR DIR ... On a target: MODEL --target T --calib DIR builds implicit INT8 "
     "(the baseline), explicit (--placement auto: decided there or cached; trt: the rules; implicit: the "
     "mirror), the rules and --placement all from one calibration. --gate relative fails a wider node, more "
-    "reformats or a ratio under --min-ratio.\n\n"
+    "reformats or a ratio under --min-ratio (edgeq rules relative-gate: what a clearly faster engine may "
+    "differ by).\n\n"
     + EXIT_CODES_HELP
 )
 
