@@ -70,12 +70,13 @@ PROFILE_HINT = "export it with 'trtexec --exportProfile=FILE' or the edgeq agent
 Source = Union[str, bytes, os.PathLike, Mapping, Sequence]
 
 # --------------------------------------------------------------------------------------------------
-# What TensorRT 8.6's inspector prints as every format of an engine with dynamic inputs when its context has
-# no input shapes (tests/fixtures/trt86-h200-more/rec.rules.layers.json.gz, an H200)
-NO_SHAPES_FORMAT = "N/A due to dynamic shapes"
-
 # Tensor formats ("Format/Datatype" strings)
 # --------------------------------------------------------------------------------------------------
+
+# What TensorRT 8.6.0's inspector printed as every format of an engine with dynamic inputs, its context
+# without input shapes (trt86-h200-more/rec.rules.layers.json.gz, an H200) and with them set
+# (trt86-h100-int8-writes/rec.rules.layers.json.gz, an H100, the python backend)
+NO_SHAPES_FORMAT = "N/A due to dynamic shapes"
 
 # Data type words as TensorRT 8.6 spells them inside format descriptions. Order matters: longer
 # words first so "BFloat16" is not read as "FP16"-ish and "UInt8" not as "Int8".
