@@ -46,10 +46,11 @@ it), onnxruntime's ``quantize_static`` (QDQ, per-channel, symmetric) as a refere
 model run on the held-out set in onnxruntime and scored against FP32 with edgeq's task metrics
 (``edgeq.quant.metrics``). One table (task figure, wall seconds of the quantize run) and a chart.
 
-Measured on 2 shared CPU cores (``--no-ort``; the README has the table):
+Measured on 2 CPU cores (``--no-ort``, 2026-11-27; the README has the table):
 
-    det      entropy 72% (47 of 65)  percentile 82%  mse 80%  max 89% (58)  auto 86% (56, entropy+ends+max16)
-    textdet  entropy IoU 0.930  percentile 0.952  mse 0.959  max 0.923  auto 0.952 (percentile)
+    det      entropy 72% (47 of 65)  percentile 82%  mse 80%  max 89% (58, 19 new)  auto 86% (56, 13 new;
+             entropy+ends+max16)
+    textdet  entropy IoU 0.930  percentile 0.952  mse 0.959  max 0.923  auto 0.959 (mse)
     rec      entropy 0/65, all empty  percentile 50/65 CER 2.7%  mse 49/65  max 48/65  auto 52/65 CER 3.4%
     cls      55/56 under entropy, percentile, mse and auto (percentile)  max 53/56
 
@@ -64,20 +65,22 @@ More trained models, the same way (sets fixed before any INT8 result on them):
   letters on photos and textures; ``yolox_metric:detections`` (this directory: edgeq's detection metric
   over ddddocr's decode).
 
-    ddrec    entropy 41/55 CER 3.3%  percentile 48/55  mse 49/55  max 47/55  auto 48/55 CER 1.7% (percentile)
-    orient   entropy 38/40  percentile 38/40  mse 39/40  max 37/40  auto 38/40 (percentile)
-    dddet    entropy 41.6% (111 of 267)  percentile 94.8%  mse 94.4%  max 95.9% (29 new)  auto 94.8%
+    ddrec    entropy 41/55 CER 3.1%  percentile 49/55  mse 49/55 CER 1.2%  max 48/55  auto 49/55 CER 1.6%
+             (percentile)
+    orient   entropy 38/40  percentile 38/40  mse 39/40  max 37/40  auto 39/40 (mse)
+    dddet    entropy 45.3% (121 of 267)  percentile 95.1% (3 new)  mse 95.5% (8 new)  max 95.1% (31 new)
+             auto 95.1% (percentile)
 
-auto's wall time (``--repeat 3``) against entropy's: ddrec 1.64x, orient 1.37x, dddet 1.23x; and det
-1.49x, rec 1.35x, cls 0.99x, textdet 1.26x (with its candidates scored winners first and each detector
-output decoded once; before that det 1.68-2.08x on the same day). By part, auto: det astronaut 21 of
-22, LFW faces 35 of 43; rec rendered 37/40 (CER 0.6%), degraded 9/10, real 6/15 (CER 8.2%); cls rendered
-41/41, real 14/15; ddrec captchas 39/40, real 9/15; orient rendered 32/32, real 6/8 (both losses the
-``text`` image, where FP32's own top two are 0.53/0.40 and 0.47/0.46). What is lost is mostly what
-FP32 is unsure of: 8 of auto's 9 lost detections are FP32's scored 0.25-0.36 (the ninth changes class), and
-9 of its 13 lost lines are among the 15 real crops (6 of them FP32-unsure). ``quantize_static`` (earlier
-sets) puts one Q/DQ (amax 325) on the detector's output Concat of boxes and scores: every class score rounds
-to 0 while the cosine reads 0.9988.
+auto's wall time (``--repeat 3``) against entropy's: ddrec 1.79x, orient 1.42x, dddet 1.25x; and det 1.43x,
+rec 1.49x, cls 1.06x, textdet 1.28x (with its candidates scored winners first and each detector output
+decoded once; before that det 1.68-2.08x). By part, auto: det astronaut 21 of 22, LFW faces 35 of 43; rec
+rendered 37/40 (CER 0.6%), degraded 9/10, real 6/15 (CER 8.2%); cls rendered 41/41, real 14/15; ddrec
+captchas 39/40, real 10/15; orient rendered 32/32, real 7/8 (under percentile 6/8, both losses the ``text``
+image, where FP32's own top two are 0.53/0.40 and 0.47/0.46). What is lost is mostly what FP32 is unsure of:
+8 of auto's 9 lost detections are FP32's scored 0.25-0.36 (the ninth changes class), and 9 of its 13 lost
+lines are among the 15 real crops (6 of them FP32-unsure). ``quantize_static`` (earlier sets) puts one Q/DQ
+(amax 325) on the detector's output Concat of boxes and scores: every class score rounds to 0 while the
+cosine reads 0.9988.
 """
 
 from __future__ import annotations
