@@ -4,6 +4,7 @@ relative gate."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -183,6 +184,43 @@ def test_a_candidate_faster_beyond_noise_may_run_float_layers_fp32_but_never_an_
     int8 = [m for r, m in g.failures if r == "wider-than-baseline" and "(baseline INT8)" in m]
     fp16 = [m for r, m in g.failures if r == "wider-than-baseline" and "(baseline FP16)" in m]
     assert not g and len(int8) == 2 and fp16 and not g.tolerated
+
+
+def test_auto_judges_the_median_round_ratio_it_prints_not_the_ratio_of_the_medians(tmp_path):
+    """nudenet's YOLOv8n, ``--placement auto`` on an H100 (trt86-h100-paired): implicit and the mirror timed
+    in 3 alternating rounds, 1.166x, 0.978x and 0.973x (implicit's first round slow). The output printed
+    "paired: explicit 0.9782x" while the gate judged 1.051x, the ratio of the two engines' median qps,
+    which pairs one round's mirror with another round's implicit. The gate now judges the figure printed."""
+    from edgeq.orchestration.implicit import relative_to_implicit
+    from edgeq.orchestration.retime import Paired
+
+    lease = FIXTURES.parent / "trt86-h100-paired"
+    summary = json.loads((lease / "det.auto.implicit.json").read_text())
+    figures = summary["paired"]
+    rounds = Paired(tuple(figures["names"]), tuple(tuple(q) for q in figures["qps"]))
+    per_round = [e / i for i, e in zip(*rounds.qps)]
+    assert sorted(round(r, 3) for r in per_round) == [0.973, 0.978, 1.166]
+    assert rounds.ratio() == pytest.approx(figures["ratio"], abs=1e-4) == pytest.approx(0.9782, abs=1e-4)
+    medians = rounds.median(1) / rounds.median(0)
+    assert medians == pytest.approx(1.0507, abs=1e-4)  # what the gate judged before, and the decision said
+    assert "explicit 1.0507x implicit" in (lease / "det.auto.deploy.txt").read_text()
+    runs = {}
+    for v in ("implicit", "mirror"):
+        runs[v] = tmp_path / v
+        runs[v].mkdir()
+        data = gzip.decompress((lease / f"det.{v}.layers.json.gz").read_bytes())
+        (runs[v] / "layers.json").write_bytes(data)
+    qps = (rounds.median(0), rounds.median(1))
+    before = relative_to_implicit(None, runs["implicit"], runs["mirror"], qps, 0.98)
+    assert before.ratio.throughput == pytest.approx(medians) and before.ratio.source == "run logs"
+    g = relative_to_implicit(None, runs["implicit"], runs["mirror"], qps, 0.98, (), figures)
+    assert g.ratio.throughput == pytest.approx(rounds.ratio(), abs=1e-4)
+    assert g.ratio.source == "median of 3 paired rounds"
+    assert "0.978x (median of 3 paired rounds)" in g.summary()
+    rules = [r for r, _ in g.failures]
+    assert "slower-than-baseline" in rules and "slower-than-baseline" not in [r for r, _ in before.failures]
+    # the same four float groups FP32 where implicit ran them FP16 either way: not faster beyond noise
+    assert rules.count("wider-than-baseline") == 4 and not g.tolerated and not before.tolerated
 
 
 def test_ratio_from_summed_layer_times_without_run_logs_says_so(tmp_path, cli):

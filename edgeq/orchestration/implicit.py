@@ -273,7 +273,7 @@ def judge_explicit(
         paired, qps = timed.to_dict(), [timed.median(0), timed.median(1)]
     relative = relative_to_implicit(cal.reference, implicit.run_dir, explicit.run_dir, (qps[0], qps[1]),
                                     DEFAULT_MIN_RATIO if min_ratio is None else min_ratio,
-                                    m.floats.by_design)  # fmt: skip
+                                    m.floats.by_design, paired)  # fmt: skip
     result = ImplicitDeploy(m.run_dir, implicit, explicit, m.report, m.floats, relative, m.accuracy, paired)
     summary = m.run_dir / "implicit.json"
     result.files = {"mirror_model": str(m.model), "fp32_model": str(m.pair.model),
@@ -284,16 +284,20 @@ def judge_explicit(
 
 def relative_to_implicit(reference: Any, implicit_run: Path, explicit_run: Path,
                          qps: tuple[Optional[float], Optional[float]], min_ratio: float,
-                         by_design: tuple[str, ...] = ()) -> RelativeGate:  # fmt: skip
+                         by_design: tuple[str, ...] = (), paired: Optional[dict[str, Any]] = None
+                         ) -> RelativeGate:  # fmt: skip
     """The relative gate of an explicit engine against the implicit one, each read from its run directory
-    and mapped onto ``reference``, at ``qps`` (paired medians where there are some): deploy's judgement
-    and tune's of its start from the mirror."""
+    and mapped onto ``reference``: deploy's judgement and tune's of its start from the mirror. ``paired``
+    (the two timed in alternation, ``Paired.to_dict()``): judged by its median round ratio
+    (``judged_by_rounds``); without it, by ``qps``."""
+    from edgeq.orchestration.retime import judged_by_rounds
     from edgeq.report.compare import diff_pair
     from edgeq.report.compare_gate import relative_gate
 
     base = _run_engine(implicit_run, reference, "implicit", qps[0], None)
     cand = _run_engine(explicit_run, reference, "explicit", qps[1], None)
-    return relative_gate(diff_pair(base, cand), min_ratio, by_design=by_design)
+    diff = judged_by_rounds(diff_pair(base, cand), paired)
+    return relative_gate(diff, min_ratio, by_design=by_design)
 
 
 def deploy_implicit(

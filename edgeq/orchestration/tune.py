@@ -544,7 +544,7 @@ def _record_start(tuner: _Tuner, state: _State, cached: _Cached, implicit: Measu
     figures = tuner.paired(state, implicit, start, max(tuner.options.rounds, cached.auto.rounds))
     qps: tuple[Optional[float], Optional[float]] = (figures["median_qps"][0], figures["median_qps"][1])
     relative = relative_to_implicit(reference, implicit_run, explicit_run, qps, cached.auto.min_ratio,
-                                    floats.by_design)  # fmt: skip
+                                    floats.by_design, figures)  # fmt: skip
     judged = Judged(tuner.target.name, plan, amax, implicit_cache.read_text(), floats, mirror, implicit_run,
                     stage_seconds(implicit_run, "build"), implicit.qps, cached.auto.min_ratio, relative,
                     explicit_run)  # fmt: skip
@@ -636,10 +636,11 @@ def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str
            final: Optional[dict[str, Any]] = None, relax_reformats: bool = False
            ) -> dict[str, Any]:  # fmt: skip
     """The tuned engine against its own intent (no node wider than INT8 except where a decision left it
-    float, or implicit did: ``dropped``) and against implicit (``relative_gate``, on the paired medians when
-    ``final`` has them). ``relax_reformats``: interior reformats are the relative gate's when implicit
-    has some (``edgeq.orchestration.implicit``)."""
+    float, or implicit did: ``dropped``) and against implicit (``relative_gate``, on the median paired
+    round ratio when ``final`` has one). ``relax_reformats``: interior reformats are the relative gate's
+    when implicit has some (``edgeq.orchestration.implicit``)."""
     from edgeq.orchestration.deploy import policy_for
+    from edgeq.orchestration.retime import judged_by_rounds
     from edgeq.pipeline.stages import report_and_gate
     from edgeq.report.compare import diff_pair
     from edgeq.report.compare_engine import engine_from_path
@@ -661,7 +662,7 @@ def _gates(implicit: Measured, best: Measured, reference: Any, dropped: list[str
         e = engine_from_path(str(m.run_dir), onnx_model=reference, name=name)
         qps = final["median_qps"][i] if final else m.qps
         engines.append(replace(e, run=RunFigures(str(m.run_dir), qps, m.latency_ms, None)))
-    rel = relative_gate(diff_pair(engines[0], engines[1]))
+    rel = relative_gate(judged_by_rounds(diff_pair(engines[0], engines[1]), final))
     return {"precision": {"passed": bool(verdict), "summary": verdict.summary(), "allowed_wider": dropped},
             "relative": {"passed": bool(rel), "failures": [list(f) for f in rel.failures],
                          "throughput_ratio": rel.ratio.throughput, "excused": list(rel.excused),
