@@ -1039,10 +1039,11 @@ def test_a_range_profile_engine_is_inspected_at_the_shapes_it_is_timed_at():
     range of widths): the agent's inspector had a context but no input shapes, and every tensor's format
     read "N/A due to dynamic shapes", so edgeq could read no precision and the int8 gate would fail every
     layer. Both backends now inspect at the ``--shapes`` the host times the engine at: the python
-    backend sets them on the context before reading (the documented condition for formats; on an H100 the
-    next lease TensorRT 8.6.0 still printed "N/A", trt86-h100-int8-writes), trtexec runs one inference at
-    them instead of ``--skipInference`` (it prints the layers after setting up inference, with its
-    context, and before it without one); a static engine is inspected as before."""
+    backend sets them on the context and has it infer every tensor's shape before reading (setting them
+    alone still printed "N/A" on an H100, trt86-h100-int8-writes; with ``infer_shapes`` the formats
+    printed, trt86-h100-paired/dyn.*), trtexec runs one inference at them instead of ``--skipInference``
+    (measured on an H100: PP-OCRv4's recogniser's formats all printed, trt86-h100-paired/rec.trtexec.*);
+    a static engine is inspected as before."""
     import gzip
     from types import SimpleNamespace
 
@@ -1060,34 +1061,48 @@ def test_a_range_profile_engine_is_inspected_at_the_shapes_it_is_timed_at():
     assert "--shapes=x:1x3x48x320" in argv and "--skipInference" not in argv and "--iterations=1" in argv
     assert "--skipInference" in tb.inspect_argv("trtexec", "e.plan", "l.json")
 
+    # What TensorRT 8.6.0 printed on an H100 for a two-convolution engine over a range of widths
+    # (trt86-h100-paired/dyn.*): "N/A" with the shapes set and read back, formats once the context
+    # inferred every shape (IExecutionContext::inferShapes). The stand-in inspector answers with those.
+    lease = ROOT / "tests" / "fixtures" / "trt86-h100-paired"
+    na_json = (lease / "dyn.python.shapes-set.layers.json").read_text()
+    inferred_json = (lease / "dyn.python.inferred.layers.json").read_text()
+    steps = json.loads((lease / "dyn.python.steps.json").read_text())
+    assert steps["c_shape_set"] == steps["d_shapes_read"] == [4, 4]
+    assert steps["e_infer_shapes"] == [[], [0, 4]]
     order: list[str] = []
 
     class Context:
+        unset: tuple[str, ...] = ()
+
         def set_input_shape(self, name, dims):
             order.append(f"set {name} {tuple(dims)}")
             return True
 
-        def get_tensor_shape(self, name):
-            order.append(f"shape {name}")
-            return [1, 3, 48, 320]
+        def infer_shapes(self):
+            order.append("infer")
+            return list(self.unset)
 
     class Inspector:
         execution_context = None
 
         def get_engine_information(self, fmt):
             order.append("read")
-            shaped = "set x (1, 3, 48, 320)" in order
-            return json.dumps({"Layers": [{"Name": "conv", "Inputs": [{
-                "Format/Datatype": "Row major linear FP32" if shaped else "N/A due to dynamic shapes"}]}]})
+            return inferred_json if order[-3:-1] == ["set x (1, 3, 32, 48)", "infer"] else na_json
 
     engine = SimpleNamespace(
-        create_engine_inspector=Inspector, create_execution_context=Context, num_io_tensors=1,
-        get_tensor_name=lambda i: "x", get_tensor_mode=lambda n: "INPUT",
-        get_tensor_shape=lambda n: [1, 3, 48, -1])  # fmt: skip
+        create_engine_inspector=Inspector, create_execution_context=Context, num_io_tensors=2,
+        get_tensor_name=lambda i: "xy"[i], get_tensor_mode=lambda n: "INPUT" if n == "x" else "OUTPUT",
+        get_tensor_shape=lambda n: [1, 3, 32, -1])  # fmt: skip
     trt = SimpleNamespace(TensorIOMode=SimpleNamespace(INPUT="INPUT"),
                           LayerInformationFormat=SimpleNamespace(JSON="JSON"))
     log = SimpleNamespace(mark=lambda: 0)
-    text = engine_information(trt, engine, log, "x:1x3x48x320")
-    assert order == ["set x (1, 3, 48, 320)", "shape x", "read"] and "FP32" in text
+    text = engine_information(trt, engine, log, "x:1x3x32x48")
+    assert order == ["set x (1, 3, 32, 48)", "infer", "read"]
+    got = load_layers(text)
+    assert [t.precision for lay in got.layers for t in (*lay.inputs, *lay.outputs)] == ["FP32"] * 4
     order.clear()
     assert "N/A" in engine_information(trt, engine, log) and order == ["read"]
+    Context.unset = ("x",)  # a dynamic input left without a shape: one clear error, not an "N/A" JSON
+    with pytest.raises(AgentError, match="input shapes not all given: x"):
+        engine_information(trt, engine, log, "x:1x3x32x48")

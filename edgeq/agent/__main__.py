@@ -97,7 +97,8 @@ def make_parser():
     inspect.add_argument("--exportLayerInfo", required=True)
     inspect.add_argument("--useDLACore", type=int)
     inspect.add_argument("--shapes", help="input shapes of an engine with dynamic inputs (trtexec syntax), "
-                                          "the ones it is timed at (its formats need concrete shapes)")
+                         "the ones it is timed at (TensorRT 8.6 prints its formats only at concrete, "
+                         "inferred shapes)")
 
     profile = sub.add_parser("profile", help="latency percentiles, throughput, per-layer times")
     common(profile)

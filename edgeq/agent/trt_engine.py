@@ -65,20 +65,24 @@ def engine_information(trt, engine, log, shapes=None):
     bindings, pyCore.cpp) at ``shapes`` (``--shapes``) when given: the API's documented condition for a
     range-profile engine's formats. Measured, it is not enough on TensorRT 8.6.0: PP-OCRv4's recogniser
     printed every tensor's "Format/Datatype" as "N/A due to dynamic shapes" without the shapes (an H200)
-    and with them set (an H100); the gate then says so in one line. The shapes are now also read back from
-    the context after setting them, as trtexec does before printing (unmeasured). ``context`` stays
-    referenced until the information has been read (the property holds a raw pointer)."""
+    and with them set (an H100); the context must also infer every tensor's shape (``infer_shapes``), and
+    then the formats print (an H100, a two-convolution engine over a range of widths; a dynamic input
+    left without a shape is an error). ``context`` stays referenced until the information has been read
+    (the property holds a raw pointer)."""
     inspector = engine.create_engine_inspector()
     context = create_context(engine, log, "inspect")
     if shapes:
         from .trt_profile import set_input_shapes  # trt_profile imports this module
 
         set_input_shapes(trt, engine, context, shapes)
-        # trtexec reads every I/O tensor's shape from the context (to size its buffers) before it prints
-        # the layers; set_input_shape alone leaves the shapes uninferred (TensorRT infers them lazily).
-        # Unmeasured whether this is what the inspector needs for a range-profile engine's formats.
-        for i in range(engine.num_io_tensors):
-            context.get_tensor_shape(engine.get_tensor_name(i))
+        # Measured (TensorRT 8.6.0, an H100, a two-convolution engine over a range of widths): formats read
+        # "N/A due to dynamic shapes" with the input shapes set and every I/O shape read back, and print
+        # once the context has inferred every tensor's shape (IExecutionContext::inferShapes), as
+        # trtexec's inference set-up does before it prints the layers.
+        missing = context.infer_shapes()
+        if missing:
+            raise AgentError("inspect", "input shapes not all given: %s" % ", ".join(missing),
+                             details={"hint": "give --shapes for every dynamic input"})
     inspector.execution_context = context
     try:
         return inspector.get_engine_information(trt.LayerInformationFormat.JSON)

@@ -152,9 +152,9 @@ def _check_shaped(report: FusionReport, policy: Policy) -> None:
     raise ReportError(
         f"{report.source}: cannot apply gate '{policy.name}': the engine has dynamic input shapes and its "
         f"layer information names no precision: its {unshaped} tensor formats read '{NO_SHAPES_FORMAT}'",
-        hint="rebuild at one shape (--minShapes=NAME:DIMS --optShapes=NAME:DIMS --maxShapes=NAME:DIMS, the "
-        "same DIMS): TensorRT 8.6 makes that engine static, and static engines' layer information names "
-        "formats (edgeq rules unknown-precision)",
+        hint="inspect it at the shapes it is timed at with this edgeq's agent (either backend: it sets "
+        "them and infers every tensor's shape first), or rebuild at one shape (--minShapes, --optShapes "
+        "and --maxShapes the same), which TensorRT 8.6 makes static (edgeq rules unknown-precision)",
     )
 
 
