@@ -778,23 +778,35 @@ def _from_engine(cli, tmp_path: Path, name: str, skeleton: Path, layers: Path) -
 def test_quantize_from_engine_says_which_int8_edges_the_mirror_changed_and_why(tmp_path, cli) -> None:
     """``edgeq quantize --from-engine`` prints, with its rule, each kind of INT8 edge the mirror does not
     copy as read: the YOLOX's merged head pairs ``merged-head`` leaves float (its H200 implicit engine),
-    and YOLOv8n's ``cv1`` output, written INT8 and reformatted to FP16 for its first bottleneck (its H200
-    implicit engine), given a Q/DQ before that float layer. The YOLOX's tensor ``629``, written INT8 and
-    reformatted to FP32 for a MaxPool and a Concat copy only, is left as read: with a Q/DQ there the H100
-    mirror's engine ran that MaxPool INT8, where implicit ran it FP32 (TensorRT moves a DQ past data
-    movement)."""
+    and each tensor written INT8 and reformatted to float for a float reader, given a Q/DQ before that
+    reader: YOLOv8n's ``cv1`` output, read FP16 by its first bottleneck (its H200 implicit engine), and the
+    YOLOX's ``629``, written INT8 by its SPP's first convolution with the SiLU fused and read float by
+    the pools and a Concat copy. Two H100 leases measured that one both ways: with the Q/DQ the mirror's
+    convolution wrote INT8 with its SiLU fused, as implicit did, and the pools ran INT8 (narrower than
+    implicit's FP16); left as read, the convolution wrote float and its SiLU ran as a layer of its own
+    (FP16 where implicit ran it INT8: a wider-than-baseline failure), with reformats around the pools."""
     text, mirror = _from_engine(cli, tmp_path, "dddet", MORE / "dddet.skel.onnx.gz",
                                 H200_MORE / "dddet.implicit.layers.json.gz")
     assert "6 of the INT8 edges left float: the inputs of a detection head's merged 1x1" in text
-    assert "(edgeq rules merged-head)" in text and "written INT8 and reformatted" not in text
-    assert mirror["refused"] == {"merged-head": 6} and mirror["reformatted"] == []
-    def pool_input(path: Path) -> str:
-        layers = json.loads(gzip.decompress(path.read_bytes()), strict=False)["Layers"]
-        return next(lay["Inputs"][0]["Format/Datatype"] for lay in layers if lay["Name"] == "MaxPool_138")
+    assert "(edgeq rules merged-head)" in text
+    assert "1 tensor written INT8 and reformatted to float for a float layer (629)" in text
+    assert mirror["refused"] == {"merged-head": 6} and mirror["reformatted"] == ["629"]
 
-    for implicit in (MORE, H200_MORE):  # float in both implicit engines, INT8 in that mirror's
-        assert "Int8" not in pool_input(implicit / "dddet.implicit.layers.json.gz")
-    assert "Int8" in pool_input(FIXTURES / "trt86-h100-int8-writes" / "dddet.mirror.layers.json.gz")
+    def spp(path: Path) -> dict[str, str]:
+        """The SPP convolution's layer name and its output format, and the first pool's input format."""
+        layers = json.loads(gzip.decompress(path.read_bytes()), strict=False)["Layers"]
+        conv = next(lay for lay in layers if "Conv_135" in lay["Name"])
+        pool = next(lay for lay in layers if lay["Name"] == "MaxPool_138")
+        return {"conv": conv["Name"], "written": conv["Outputs"][0]["Format/Datatype"],
+                "pool": pool["Inputs"][0]["Format/Datatype"]}
+
+    with_qdq = spp(FIXTURES / "trt86-h100-int8-writes" / "dddet.mirror.layers.json.gz")
+    as_read = spp(FIXTURES / "trt86-h100-paired" / "dddet.mirror.layers.json.gz")
+    implicit = spp(FIXTURES / "trt86-h100-paired" / "dddet.implicit.layers.json.gz")
+    assert "PWN(" in implicit["conv"] and "Int8" in implicit["written"] and "Int8" not in implicit["pool"]
+    assert "PWN(Sigmoid_136, Mul_137)" in with_qdq["conv"] and "Int8" in with_qdq["written"]
+    assert "Int8" in with_qdq["pool"]
+    assert as_read["conv"] == "962_quantized + Conv_135" and "Int8" not in as_read["pool"]
     yolo = FIXTURES / "trt86-h200-yolov8n"
     text, mirror = _from_engine(cli, tmp_path, "yolov8n", yolo / "yolov8n.skel.onnx",
                                 yolo / "yolov8n.implicit.layers.json.gz")

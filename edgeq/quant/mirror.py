@@ -512,12 +512,13 @@ class _Mirror:
         nodes = set(self.held[i])
         prec = self._precision_used(i, precision) or "unknown"
         written_int8 = self._precision_written(what) == "INT8"
-        dequantized = (written_int8 and prec in FLOAT_PRECISIONS
-                       and any(not moves_data(self.g.nodes[n]) for n in nodes))
+        dequantized = written_int8 and prec in FLOAT_PRECISIONS
         if dequantized:
-            # Written INT8 and reformatted to float for this compute layer: the DQ before it is that
-            # reformat; left float, the writer would write float (edgeq rules mirror-int8). Data
-            # movement is left as read: TensorRT would move a DQ past it and run it INT8.
+            # Written INT8 and reformatted to float for this layer: the DQ before it is that reformat;
+            # left float, the writer would write float (edgeq rules mirror-int8). Data movement too:
+            # TensorRT moves the DQ past it and runs it INT8 (narrower than implicit, never wider), while
+            # without the Q/DQ the writer lost its fused activation and wrote FP16 (the YOLOX's Conv_135
+            # before its SPP pools, tests/fixtures/trt86-h100-paired).
             prec = "INT8"
         paths = self._paths(t, nodes)
         p = producer(t)
