@@ -111,7 +111,8 @@ def test_cli_far_below_fp32_warns_and_min_metric_gates(setup, tmp_path, cli):
     args = ("quantize", model, "--calib", calib, "--holdout", held, "--calibrator", "entropy")
     code, out, err = cli(*args, "-o", tmp_path / "a.onnx")
     assert code == 0
-    assert "warning: accuracy far below FP32" in err, err
+    assert "warning: accuracy far below FP32" in err
+    assert "--max-loss X keeps the regions" in " ".join(err.split()), err
     assert not re.search(r"\d(\.\d+)?e[-+]\d", out), out  # figures without e-notation
     code, out, err = cli(*args, "-o", tmp_path / "b.onnx", "--min-metric", "0.999")
     assert code == 1 and "fails --min-metric 0.999" in out, out

@@ -225,4 +225,5 @@ def _render_accuracy(acc: Any) -> None:
         out.print(f"accuracy gate: [{style}]{escape(str(acc))}[/]")
     elif acc.far_below:
         err.print(f"[bold red]warning: accuracy far below FP32:[/] {escape(str(acc))}; --min-metric makes "
-                  "this fail; try another --calibrator, or 'edgeq sensitivity' for the layers to blame")
+                  "this fail; --max-loss X keeps the regions to blame float until the loss is at most X (at "
+                  "a speed cost; 'edgeq sensitivity' ranks them)")
