@@ -368,6 +368,7 @@ def schedule(steps: list[Step], budget_s: float, cpu_workers: int, only: Optiona
 
 def table(models: list[Model]) -> tuple[str, list[dict]]:
     from edgeq.orchestration.auto import AUTO_MIN_RATIO
+    from edgeq.orchestration.retime import Paired
     from edgeq.report.compare_engine import engine_from_path, engine_stats
 
     rows, lines = [], []
@@ -383,7 +384,11 @@ def table(models: list[Model]) -> tuple[str, list[dict]]:
             qps = json.loads(tj.read_text())["qps"]
             med = {p: sorted(v)[len(v) // 2] for p, v in qps.items() if v}
             row["qps"], row["qps_median"] = qps, med
-            row["ratio"] = {p: med[p] / med["implicit"] for p in ("static", "mirror") if p in med}
+            # each placement against implicit as deploy judges it: the median of the per-round ratios
+            # (the rounds alternate every placement), not the ratio of the medians
+            row["ratio"] = {p: Paired(("implicit", p), (tuple(qps["implicit"]), tuple(qps[p]))).ratio()
+                            for p in ("static", "mirror")
+                            if qps.get(p) and len(qps[p]) == len(qps.get("implicit") or ())}
             mirror = row["ratio"].get("mirror")
             # what --placement auto ships: the mirror's engine at >= AUTO_MIN_RATIO, else the implicit one
             if mirror is not None:
