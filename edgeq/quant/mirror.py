@@ -516,9 +516,9 @@ class _Mirror:
         if dequantized:
             # Written INT8 and reformatted to float for this layer: the DQ before it is that reformat;
             # left float, the writer would write float (edgeq rules mirror-int8). Data movement too:
-            # TensorRT moves the DQ past it and runs it INT8 (narrower than implicit, never wider), while
-            # without the Q/DQ the writer lost its fused activation and wrote FP16 (the YOLOX's Conv_135
-            # before its SPP pools, tests/fixtures/trt86-h100-paired).
+            # TensorRT moves the DQ past it and runs it INT8 (narrower than implicit's float pools), while
+            # without the Q/DQ the writer wrote float and its fused SiLU ran alone in FP16 (the YOLOX's
+            # Conv_135 before its SPP pools, tests/fixtures/trt86-h100-paired).
             prec = "INT8"
         paths = self._paths(t, nodes)
         p = producer(t)
