@@ -66,9 +66,9 @@ def judged_by_rounds(diff: PairDiff, paired: Optional[dict[str, object]]) -> Pai
     from edgeq.report.compare import Ratio
 
     ratio = None if paired is None else paired.get("ratio")
-    if not isinstance(ratio, (int, float)):
+    if paired is None or not isinstance(ratio, (int, float)):
         return diff
-    source = f"median of {paired.get('rounds') if paired else '?'} paired rounds"
+    source = f"median of {paired['rounds']} paired rounds"
     return dataclasses.replace(diff, ratio=Ratio(float(ratio), None, source))
 
 

@@ -258,7 +258,7 @@ def refused_note(entry: str, edges: int) -> str:
 
 
 def reformatted_note(tensors: Sequence[str]) -> str:
-    """What it says of the tensors written INT8 and reformatted to float for a compute layer."""
+    """What it says of the tensors written INT8 and reformatted to float for a reader."""
     shown = ", ".join(tensors[:3]) + (", ..." if len(tensors) > 3 else "")
     return (f"{plural(len(tensors), 'tensor')} written INT8 and reformatted to float for a float layer "
             f"({shown}): a Q/DQ before that layer too (edgeq rules mirror-int8)")
@@ -330,7 +330,7 @@ class _Reads:
     edges: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     commuted: dict[str, str] = field(default_factory=dict)  # tensor -> the site tensor it commutes from
     unmapped: list[Unmapped] = field(default_factory=list)
-    dequantized: set[str] = field(default_factory=set)  # written INT8, read float by a compute layer
+    dequantized: set[str] = field(default_factory=set)  # written INT8, reformatted float for a reader
 
     def add(self, tensor: str, node: str, precision: str) -> None:
         self.edges.setdefault((tensor, node), set()).add(precision)

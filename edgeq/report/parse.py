@@ -74,8 +74,9 @@ Source = Union[str, bytes, os.PathLike, Mapping, Sequence]
 # --------------------------------------------------------------------------------------------------
 
 # What TensorRT 8.6.0's inspector printed as every format of an engine with dynamic inputs, its context
-# without input shapes (trt86-h200-more/rec.rules.layers.json.gz, an H200) and with them set
-# (trt86-h100-int8-writes/rec.rules.layers.json.gz, an H100, the python backend)
+# without input shapes (trt86-h200-more/rec.rules.layers.json.gz, an H200) and with them set but not
+# inferred (trt86-h100-int8-writes/rec.rules.layers.json.gz, an H100, the python backend; the agent has the
+# context infer them since: trt86-h100-paired/dyn.*)
 NO_SHAPES_FORMAT = "N/A due to dynamic shapes"
 
 # Data type words as TensorRT 8.6 spells them inside format descriptions. Order matters: longer
