@@ -34,6 +34,8 @@ from edgeq.cli.options import (
     PlacementOpt,
     Preprocess,
     RunsDir,
+    Weights,
+    WeightsOpt,
     Workers,
     profile_settings,
     quantize_options,
@@ -162,7 +164,8 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
                   overrides: Optional[Path], gate: Optional[str], runs_dir: Path, accept_new_host_key: bool,
                   build_once_per_kind: bool, workers: Optional[int] = None, iterations: int = 10,
                   duration: float = 3.0, fresh: bool = False, max_fail: Optional[int] = None,
-                  placement: Placement = Placement.trt, shapes: Any = None) -> Any:
+                  placement: Placement = Placement.trt, shapes: Any = None,
+                  weights: Weights = Weights.auto) -> Any:
     from edgeq.orchestration.auto import AutoOptions
     from edgeq.orchestration.fleet import FleetOptions
 
@@ -171,7 +174,8 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
                                  "decides), trt or all", param_hint="--placement")  # fmt: skip
 
     quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides,
-                                placement=Placement.trt if placement == Placement.auto else placement)
+                                placement=Placement.trt if placement == Placement.auto else placement,
+                                weights=weights)
     auto = placement == Placement.auto and calib is not None and overrides is None  # overrides: the rules'
     return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir, auto=AutoOptions() if auto else None,
                         accept_new_host_key=accept_new_host_key, build_once_per_kind=build_once_per_kind,
@@ -197,6 +201,7 @@ def fleet_validate_cmd(
     calib: Calib = None,
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.auto,
+    weights: WeightsOpt = Weights.auto,
     overrides: Overrides = None,
     placement: PlacementOpt = Placement.auto,
     gate: Gate = None,
@@ -219,7 +224,8 @@ def fleet_validate_cmd(
         check_writable(junit, inputs=(model, fleet))
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
                             build_once_per_kind, workers, iterations, duration, fresh, max_fail,
-                            placement, shapes_given(min_shapes, opt_shapes, max_shapes))  # fmt: skip
+                            placement, shapes_given(min_shapes, opt_shapes, max_shapes),
+                            weights)  # fmt: skip
     result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
     code = result.exit_code
     if junit is not None:
@@ -283,6 +289,7 @@ def release_create_cmd(
     calib: Calib = None,
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.auto,
+    weights: WeightsOpt = Weights.auto,
     overrides: Overrides = None,
     gate: Gate = None,
     build_once_per_kind: BuildOncePerKind = True,
@@ -297,7 +304,7 @@ def release_create_cmd(
     if from_dir is None:
         assert model is not None and fleet is not None
         options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, False,
-                                build_once_per_kind)  # fmt: skip
+                                build_once_per_kind, weights=weights)  # fmt: skip
         result = run_fleet(model, fleet, options, live=not json_out)
         if not json_out:
             _print_matrix(result, _printed)

@@ -34,6 +34,12 @@ class Calibrator(str, Enum):
     mse = "mse"
 
 
+class Weights(str, Enum):
+    auto = "auto"
+    nearest = "nearest"
+    adaround = "adaround"
+
+
 class Placement(str, Enum):
     trt = "trt"
     all = "all"
@@ -53,6 +59,9 @@ Preprocess = Annotated[Optional[Path], typer.Option(
 CalibratorOpt = Annotated[Calibrator, typer.Option(
     "--calibrator", metavar="NAME", case_sensitive=False, rich_help_panel=QUANTIZE,
     help="auto, entropy, max, percentile or mse.")]
+WeightsOpt = Annotated[Weights, typer.Option(
+    "--weights", metavar="MODE", case_sensitive=False, rich_help_panel=QUANTIZE,
+    help="Weight rounding: auto, nearest, adaround.")]
 Percentile = Annotated[float, typer.Option(
     "--percentile", metavar="P", rich_help_panel=QUANTIZE, help="For --calibrator percentile.")]
 Holdout = Annotated[str, typer.Option(
@@ -113,13 +122,13 @@ Duration = Annotated[float, typer.Option(
 # (pipeline.shapes: opt the data's most common shape, min/max spanning every sample's)
 MinShapes = Annotated[str, typer.Option(
     "--minShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Dynamic inputs: min, as x:1x3x32x32 \\[default: the data's].")]
+    help="Min shapes, as x:1x3x32x32 \\[default: data].")]
 OptShapes = Annotated[str, typer.Option(
     "--optShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Dynamic inputs: opt \\[default: the data's].")]
+    help="Opt shapes \\[default: data].")]
 MaxShapes = Annotated[str, typer.Option(
     "--maxShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Dynamic inputs: max \\[default: the data's].")]
+    help="Max shapes \\[default: data].")]
 BuildOncePerKind = Annotated[bool, typer.Option(
     "--build-once-per-kind/--build-each", rich_help_panel=BUILD,
     help="One build a GPU kind.")]
@@ -147,6 +156,7 @@ def quantize_options(
     min_metric: Optional[float] = None,
     cache: Optional[Path] = None,
     from_engine: Optional[Path] = None,
+    weights: Weights = Weights.auto,
 ) -> QuantizeOptions:
     """The one options object of every command that quantizes (the groups above, by value). ``auto`` is
     decided on a target (deploy resolves it before this); anywhere else it is a usage error."""
@@ -160,7 +170,7 @@ def quantize_options(
         calib=calib, synthetic=synthetic, preprocess=preprocess, calibrator=Calibrator(calibrator).value,
         percentile=percentile, placement=Placement(placement).value, overrides=overrides, holdout=fraction,
         holdout_data=held, metric=metric, min_cosine=min_cosine, min_metric=min_metric, cache_path=cache,
-        from_engine=from_engine,
+        from_engine=from_engine, weights=Weights(weights).value,
     )  # fmt: skip
 
 

@@ -26,6 +26,8 @@ from edgeq.cli.options import (
     PlacementOpt,
     Preprocess,
     Synthetic,
+    Weights,
+    WeightsOpt,
     quantize_options,
 )
 from edgeq.cli.output import (
@@ -66,6 +68,7 @@ def quantize_cmd(
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.auto,
     percentile: Percentile = 99.99,
+    weights: WeightsOpt = Weights.auto,
     holdout: Holdout = "0.2",
     metric: MetricOpt = "auto",
     min_cosine: MinCosine = None,
@@ -96,7 +99,7 @@ def quantize_cmd(
     options = quantize_options(
         calib, synthetic=synthetic, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
         placement=placement, overrides=overrides, holdout=holdout, metric=metric, min_cosine=min_cosine,
-        min_metric=min_metric, cache=cache, from_engine=from_engine,
+        min_metric=min_metric, cache=cache, from_engine=from_engine, weights=weights,
     )  # fmt: skip
     options = replace(options, max_loss=max_loss)
     with progress_display(enabled=not json_out) as progress:
@@ -133,6 +136,8 @@ def _render(result: Any) -> None:
         _render_mirror(d["mirror"])
     if result.choice is not None and result.choice.auto:
         _render_choice(result.choice)
+    if result.rounding_line():
+        out.print(escape(result.rounding_line()))
     if result.accuracy is not None:
         _render_accuracy(result.accuracy)
     if result.max_loss is not None:
@@ -190,14 +195,14 @@ def _render_mirror(m: dict[str, Any]) -> None:
 
 
 def _render_choice(choice: Any) -> None:
-    t = Table(title="--calibrator auto: each calibrator on the held-out set (one statistics pass)")
+    t = Table(title="--calibrator auto: each candidate on the held-out set (one statistics pass)")
     for col in ("calibrator", "score", "held-out result", "s"):
         right = col in ("score", "s")
         t.add_column(col, justify="right" if right else "left", no_wrap=col != "held-out result")
     for c in choice.candidates:
-        mark = " (kept)" if c.method == choice.method else ""
+        mark = " (kept)" if c is choice.kept else ""
         value = f"{'<= ' if c.stopped is not None else ''}{c.score.rank:.6f}"
-        t.add_row(escape(c.method + mark), value, escape(c.text), f"{c.seconds:.1f}")
+        t.add_row(escape(c.label + mark), value, escape(c.text), f"{c.seconds:.1f}")
     print_table(t, drop=("s",))
     out.print(escape(choice.summary()))
 

@@ -23,6 +23,8 @@ from edgeq.cli.options import (
     Placement,
     PlacementOpt,
     Preprocess,
+    Weights,
+    WeightsOpt,
     quantize_options,
 )
 from edgeq.cli.output import EXIT_CODES_HELP, err, out, print_json, print_table, progress_display
@@ -48,6 +50,7 @@ def sensitivity_cmd(
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.auto,
     percentile: Percentile = 99.99,
+    weights: WeightsOpt = Weights.auto,
     placement: PlacementOpt = Placement.trt,
     overrides: Overrides = None,
     max_regions: int = typer.Option(
@@ -67,7 +70,7 @@ def sensitivity_cmd(
         raise QuantError("sensitivity needs calibration data (--calib DIR)")
     q = quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
                          placement=placement, overrides=overrides, holdout=holdout,
-                         metric=metric)  # fmt: skip
+                         metric=metric, weights=weights)  # fmt: skip
     options = SensitivityOptions(q, max_regions=max_regions,
                                  budget_s=parse_budget(budget) if budget is not None else None)  # fmt: skip
     with progress_display(enabled=not json_out) as progress:

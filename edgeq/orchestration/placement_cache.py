@@ -67,7 +67,8 @@ class PlacementKey:
 
 def calibration_digest(options: QuantizeOptions, profile: str = "") -> str:
     """The calibration's content: every data file (relative name and sha256), the preprocessing spec's
-    bytes, and the settings that change the ranges (calibrator, its percentile, the held-out fraction);
+    bytes, and the settings that change the Q/DQ model (calibrator, its percentile, the held-out fraction,
+    the weights' rounding);
     for a model with dynamic inputs, the optimization profile its engines are built and timed at
     (``profile``: TensorRT's tactics, so what implicit runs INT8, are chosen at that shape)."""
     from edgeq.fs import sha256_file
@@ -80,6 +81,8 @@ def calibration_digest(options: QuantizeOptions, profile: str = "") -> str:
                                 "preprocess": sha256_file(options.preprocess) if options.preprocess else None}
     if options.calibrator == "percentile":
         settings["percentile"] = options.percentile  # what only that calibrator reads
+    if options.weights != "auto":
+        settings["weights"] = options.weights  # the default: no key, so the keys made before it stay valid
     if profile:
         settings["profile"] = profile  # static models: no key, so their keys are as they were
     h.update(json.dumps(settings, sort_keys=True).encode())

@@ -9,6 +9,7 @@ The pipeline file (schema: ``PIPELINE``; paths relative to the current directory
     preprocess: pipelines/preprocess-imagenet.yaml
     overrides: model.overrides.yaml
     quantize: {calibrator: auto, placement: trt, holdout: data/held, metric: auto, min_metric: 0.95}
+                                    # (and weights: auto | nearest | adaround, as --weights)
     target: orin-agx                # one target, or fleet: FILE, or targets: [...] (as a fleet file's)
     build_once_per_kind: true
     gate: {policy: int8, allow: [/fc/Gemm]}
@@ -45,6 +46,7 @@ _QUANTIZE: dict[str, config.Checker] = {
     "calibrator": config.string, "percentile": config.number, "placement": config.string,
     "holdout": lambda v: v if isinstance(v, str) and v.strip() else config.number(v),
     "metric": config.string, "min_cosine": config.number, "min_metric": config.number,
+    "weights": config.string,
 }  # fmt: skip
 PIPELINE: dict[str, config.Checker] = {
     "name": config.string,

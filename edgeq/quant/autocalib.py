@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from edgeq.quant.calibrate import CalibOptions, TensorHistogram
     from edgeq.quant.metrics import Metric, TaskScore
     from edgeq.quant.plan import Plan
+    from edgeq.quant.rounding import Rounding
 
     # a candidate's (score, held-out outputs, samples run when stopped) / the scorer, given the figure
     # to beat (None: run every sample) and the order to run the held-out samples in (None: as they are)
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     Score = Callable[[onnx.ModelProto, float | None, Sequence[int] | None], Scored]
 
 AUTO = "auto"
+NEAREST, LEARNED = "nearest", "adaround"  # the weights' rounding (edgeq.quant.rounding's names)
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,12 @@ class Candidate:
     score: TaskScore  # stopped: the bound (FP32's outputs standing in for the samples not run)
     seconds: float  # building and scoring this candidate (the shared statistics pass not included)
     stopped: int | None = None  # samples run before it could no longer win; None: all of them
+    weights: str = NEAREST  # the weights' rounding: nearest, or adaround (learned, edgeq.quant.rounding)
+
+    @property
+    def label(self) -> str:
+        """The calibrator, and the weights' rounding where it is learned."""
+        return self.method if self.weights == NEAREST else f"{self.method} + {self.weights} weights"
 
     @property
     def text(self) -> str:
@@ -120,8 +128,9 @@ class Candidate:
                 "not above the best so far")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"calibrator": self.method, "value": self.score.value, "rank": self.score.rank,
-                "text": self.text, "seconds": round(self.seconds, 3), "stopped_after": self.stopped}
+        return {"calibrator": self.method, "weights": self.weights, "value": self.score.value,
+                "rank": self.score.rank, "text": self.text, "seconds": round(self.seconds, 3),
+                "stopped_after": self.stopped}
 
 
 @dataclass(frozen=True)
@@ -134,37 +143,48 @@ class Choice:
     outputs: list[dict[str, np.ndarray]] | None  # held-out outputs of ``model``; None when not scored
     candidates: tuple[Candidate, ...] = ()  # every candidate tried (auto), in AUTO_CANDIDATES' order
     untried: tuple[str, ...] = ()  # not scored: an earlier one already agreed with FP32 everywhere
+    weights: str = NEAREST  # the weights' rounding in ``model``
+    rounding: Rounding | None = None  # the learned rounding, also when scored and not kept (--weights auto)
 
     @property
     def auto(self) -> bool:
         return len(self.candidates) + len(self.untried) > 1
 
+    @property
+    def learned(self) -> dict[str, np.ndarray] | None:
+        """The learned int8 weights ``model`` holds (``build_qdq``'s ``rounding``), None for nearest."""
+        return self.rounding.values if self.weights == LEARNED and self.rounding is not None else None
+
+    @property
+    def kept(self) -> Candidate:
+        return next(c for c in self.candidates if c.method == self.method and c.weights == self.weights)
+
     def summary(self) -> str:
         """What was tried, what won and by how much: one line."""
         if not self.auto:
-            return f"calibrator {self.method}"
-        best = next(c for c in self.candidates if c.method == self.method)
-        tried = ", ".join(f"{c.method} {'<= ' if c.stopped is not None else ''}{c.score.rank:.4f}"
+            weights = f", {self.weights} weights" if self.weights != NEAREST else ""
+            return f"calibrator {self.method}{weights}"
+        best = self.kept
+        tried = ", ".join(f"{c.label} {'<= ' if c.stopped is not None else ''}{c.score.rank:.4f}"
                           for c in self.candidates)
         if len(self.candidates) == 1:
             return (f"auto chose {self.method} ({best.score.text}): it agrees with FP32 on every held-out "
                     f"sample, so {', '.join(self.untried)} were not scored")
-        runner_up = max((c for c in self.candidates if c.method != self.method),
-                        key=lambda c: c.score.rank)
+        runner_up = max((c for c in self.candidates if c is not best), key=lambda c: c.score.rank)
         margin = best.score.rank - runner_up.score.rank
         by = f"by at least {margin:+.4f}" if runner_up.stopped is not None else f"by {margin:+.4f}"
         if margin <= TIE and runner_up.stopped is not None:
-            by = f"at least level with {runner_up.method} (stopped once it could do no better)"
+            by = f"at least level with {runner_up.label} (stopped once it could do no better)"
         elif margin <= TIE:  # level: kept for coming first, not for a better figure
-            by = f"level with {runner_up.method} (a tie keeps the one scored first)"
+            by = f"level with {runner_up.label} (a tie keeps the one scored first)"
         else:
-            by += f" over {runner_up.method}"
-        return (f"auto chose {self.method} ({best.score.text}) {by}; "
-                f"{best.score.metric} per calibrator: {tried}")
+            by += f" over {runner_up.label}"
+        return (f"auto chose {best.label} ({best.score.text}) {by}; "
+                f"{best.score.metric} per candidate: {tried}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"chosen": self.method, "candidates": [c.to_dict() for c in self.candidates],
-                "not_scored": list(self.untried)}
+        return {"chosen": self.method, "weights": self.weights,
+                "candidates": [c.to_dict() for c in self.candidates], "not_scored": list(self.untried)}
 
 
 def choose_calibrator(
@@ -243,6 +263,34 @@ def choose_calibrator(
     assert best is not None
     untried = tuple(methods[len(tried):])
     return Choice(best[0].method, complete(best[1], best[0].method), best[2], best[3], tuple(tried), untried)
+
+
+def with_learned(choice: Choice, rounding: Rounding, build: Callable[[dict[str, float]], onnx.ModelProto],
+                 score: Score | None, *, keep: bool) -> Choice:
+    """The chosen calibrator's ranges with the learned weight rounding (``build``: the Q/DQ model of some
+    ranges with it), scored as one more candidate where there is a ``score``: ``keep`` (``--weights
+    adaround``) uses it whatever it scores; otherwise (``--weights auto``) it is scored like a calibrator
+    (the samples the choice got least right first, cut short once it cannot win) and kept only when it
+    scores higher by more than ``TIE``: the learned rounding where the held-out metric says it helps."""
+    from dataclasses import replace
+
+    if not rounding.values:
+        return replace(choice, rounding=rounding)
+    t0 = time.perf_counter()
+    model = build(choice.amax)
+    if score is None:
+        return replace(choice, model=model, weights=LEARNED, rounding=rounding)
+    best = choice.kept if choice.candidates else None
+    ps = best.score.per_sample if best is not None else ()
+    order = sorted(range(len(ps)), key=ps.__getitem__) if ps else None
+    beat = None if keep or best is None else best.score.rank + TIE
+    result, outputs, stopped = score(model, beat, order)
+    cand = Candidate(choice.method, result, time.perf_counter() - t0, stopped, LEARNED)
+    tried = (*choice.candidates, cand) if choice.candidates else ()
+    if keep or (outputs is not None and best is not None and result.rank > best.score.rank + TIE):
+        return replace(choice, model=model, outputs=outputs, candidates=tried, weights=LEARNED,
+                       rounding=rounding)
+    return replace(choice, candidates=tried, rounding=rounding)
 
 
 def end_tensors(model: onnx.ModelProto, plan: Plan) -> frozenset[str]:

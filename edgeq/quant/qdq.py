@@ -59,6 +59,24 @@ def quantize_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.nda
     return q, scale.astype(np.float32)
 
 
+def _learned(name: str, w: np.ndarray, nearest: np.ndarray, scale: np.ndarray, axis: int | None,
+             learned: np.ndarray) -> np.ndarray:
+    """``learned`` checked against the weight: its shape, and each value floor or ceil of ``w / scale``
+    (a mismatch is a bug in the rounding, not the user's)."""
+    import numpy as np
+
+    learned = np.asarray(learned)
+    if learned.shape != nearest.shape or learned.dtype != np.int8:
+        raise RuntimeError(f"edgeq bug: learned rounding of '{name}' is {learned.dtype}"
+                           f"{list(learned.shape)}, the weight int8{list(nearest.shape)}")
+    from edgeq.quant.rounding import bounds
+
+    lo, hi = bounds(w, scale, axis)
+    if not ((learned == lo) | (learned == hi)).all():
+        raise RuntimeError(f"edgeq bug: learned rounding of '{name}' is not floor or ceil of w / scale")
+    return learned
+
+
 class _Names:
     def __init__(self, graph: gs.Graph) -> None:
         self.used = set(graph.tensors()) | {n.name for n in graph.nodes}
@@ -72,10 +90,13 @@ class _Names:
         return name
 
 
-def insert_qdq(graph: gs.Graph, plan: Plan, amax: Mapping[str, float]) -> Inserted:
+def insert_qdq(graph: gs.Graph, plan: Plan, amax: Mapping[str, float],
+               rounding: Mapping[str, np.ndarray] | None = None) -> Inserted:
     """Mutate ``graph``: one Q/DQ pair per plan site, one weight DQ per plan weight.
 
-    ``amax`` is per site tensor, already shared within scale groups (``Plan.scale_amax``).
+    ``amax`` is per site tensor, already shared within scale groups (``Plan.scale_amax``). ``rounding``:
+    int8 values to store for some weights instead of nearest rounding (``edgeq.quant.rounding``), each
+    floor or ceil of ``w / scale`` with the same scales: only the stored integers differ.
     """
     import numpy as np
     import onnx_graphsurgeon as gs
@@ -132,6 +153,8 @@ def insert_qdq(graph: gs.Graph, plan: Plan, amax: Mapping[str, float]) -> Insert
             if ws.axis is not None and not -values.ndim <= ws.axis < values.ndim:
                 raise QuantError(f"weight '{ws.tensor}' has no axis {ws.axis} (shape {list(values.shape)})")
             q, w_scale = quantize_weight(values, ws.axis)
+            if rounding is not None and ws.tensor in rounding:
+                q = _learned(ws.tensor, values, q, w_scale, ws.axis, rounding[ws.tensor])
             base = ws.tensor
             q_c = gs.Constant(unique(f"{base}_quantized"), q)
             s_c = gs.Constant(unique(f"{base}_scale"), w_scale)

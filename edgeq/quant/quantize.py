@@ -31,6 +31,7 @@ from edgeq.quant.rules import RULES
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    import numpy as np
     import onnx
     import onnx_graphsurgeon as gs
 
@@ -69,6 +70,10 @@ class QuantizeOptions:
     providers: tuple[str, ...] | None = None  # onnxruntime providers; None: CUDA when present, else CPU
     from_engine: Path | None = None  # mirror this implicit engine's layer JSON instead of the rules
     max_loss: float | None = None  # keep the worst regions float until 1 - metric <= this (sensitivity)
+    # the weights' int8 rounding: nearest (TensorRT's own), adaround (learned from the calibration data's
+    # activations, edgeq.quant.rounding), or auto: adaround where --calibrator auto's held-out scoring
+    # says it helps, nearest otherwise
+    weights: str = "auto"
 
     def __post_init__(self) -> None:
         if self.placement not in (*PLACEMENTS, IMPLICIT):
@@ -93,6 +98,10 @@ class QuantizeOptions:
         if self.max_loss is not None and not 0.0 <= self.max_loss < 1.0:
             raise QuantError(f"--max-loss must be in [0, 1) (1 - the metric; FP32 scores 1), "
                              f"got {self.max_loss}")
+        from edgeq.quant.rounding import WEIGHTS
+
+        if self.weights not in WEIGHTS:
+            raise QuantError(f"unknown --weights '{self.weights}'", hint=f"use {', '.join(WEIGHTS)}")
         if self.max_loss is not None and (self.placement == IMPLICIT or self.from_engine is not None):
             raise QuantError("--max-loss keeps regions float as --overrides does: placement trt or all",
                              hint="leave out --placement implicit and --from-engine")
@@ -181,7 +190,19 @@ class QuantizeResult:
                 + (f" ({why})" if why else ""))
         line += f"; {self.mirror.summary_line()}" if self.mirror is not None else ""
         line += f"; {self.choice.summary()}" if self.choice is not None and self.choice.auto else ""
+        line += f"; {self.rounding_line()}" if self.rounding_line() else ""
         return line + (f"; {self.accuracy}" if self.accuracy is not None else "")
+
+    def rounding_line(self) -> str:
+        """What the learned rounding did and whether the model holds it ('' when none was learned)."""
+        from edgeq.quant.autocalib import LEARNED
+
+        choice = self.choice
+        if choice is None or choice.rounding is None:
+            return ""
+        if choice.weights == LEARNED:
+            return choice.rounding.summary()
+        return f"{choice.rounding.summary()}; not kept: nearest rounding scored as well or better on held-out"
 
     def to_dict(self) -> dict[str, Any]:
         plan = self.plan
@@ -194,6 +215,9 @@ class QuantizeResult:
             "placement": plan.mode,
             "calibrator": self.choice.method if self.choice is not None else self.options.calibrator,
             "calibrators": self.choice.to_dict()["candidates"] if self.choice is not None else [],
+            "weight_rounding": self.choice.weights if self.choice is not None else "nearest",
+            "rounding": (self.choice.rounding.to_dict() if self.choice is not None and self.choice.rounding
+                         is not None else None),
             "samples": {"calibration": self.calibration_samples, "holdout": self.holdout_samples},
             "quantized": {
                 "activations": len(plan.sites),
@@ -333,14 +357,16 @@ def quantize_model(
     )
 
 
-def build_qdq(reference: onnx.ModelProto, plan: Plan, amax: dict[str, float]) -> onnx.ModelProto:
+def build_qdq(reference: onnx.ModelProto, plan: Plan, amax: dict[str, float],
+              rounding: Mapping[str, np.ndarray] | None = None) -> onnx.ModelProto:
     """The Q/DQ model of ``plan`` with scales from ``amax`` (shared within scale groups); ``reference``
-    is not modified, so each calibrator's candidate is built from the same float model."""
+    is not modified, so each calibrator's candidate is built from the same float model. ``rounding``:
+    learned int8 weights (``edgeq.quant.rounding``) in place of nearest rounding's."""
     from edgeq.graph.io import check_model, graph_from_model, model_from_graph
     from edgeq.quant.qdq import insert_qdq
 
     graph = graph_from_model(reference)
-    insert_qdq(graph, plan, plan.scale_amax(amax))
+    insert_qdq(graph, plan, plan.scale_amax(amax), rounding)
     qdq = model_from_graph(graph, like=reference)
     check_model(qdq, name="quantized model")
     return qdq
@@ -363,17 +389,19 @@ def calibrate_and_choose(
 
     hists = collect_histograms(reference, calibrated_tensors(plan, options), calib, options.calibration(),
                                progress)
-    return choose(reference, plan, hists, held, options, notes, progress)
+    return choose(reference, plan, hists, held, options, notes, progress, calib=calib)
 
 
 def choose(
     reference: onnx.ModelProto, plan: Plan, hists: Mapping[str, TensorHistogram], held: CalibrationSet | None,
-    options: QuantizeOptions, notes: tuple[str, ...] = (), progress: ProgressFn = no_progress,
+    options: QuantizeOptions, notes: tuple[str, ...] = (), progress: ProgressFn = no_progress, *,
+    calib: CalibrationSet | None = None,
 ) -> tuple[Choice, HeldOut | None, tuple[str, ...]]:
     """The calibrator from collected histograms (``calibrate_and_choose``'s second half; ``edgeq
-    sensitivity`` keeps the histograms to rank regions by how much they clip)."""
+    sensitivity`` keeps the histograms to rank regions by how much they clip), and the weights'
+    rounding (``--weights``; learned from ``calib``'s activations)."""
     from edgeq.quant.accuracy import held_out_reference
-    from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, choose_calibrator, end_tensors, scorer
+    from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, LEARNED, choose_calibrator, end_tensors, scorer
     from edgeq.quant.metrics import METRICS, bounded
 
     calib_opts = options.calibration()
@@ -403,6 +431,20 @@ def choose(
     choice = choose_calibrator(methods, hists, calib_opts, lambda amax: build_qdq(reference, plan, amax),
                                score, progress, needed=plan.tensors, perfect=perfect,
                                ends=end_tensors(reference, plan) if len(methods) > 1 else ())
+    learn = options.weights == LEARNED or (
+        options.weights == AUTO and choice.auto and score is not None
+        and (perfect is None or choice.kept.score.rank < perfect))  # where it may help, and is scored
+    if learn and plan.weights:
+        from edgeq.quant.autocalib import with_learned
+        from edgeq.quant.rounding import learn_rounding
+
+        if calib is None:
+            raise QuantError("the learned weight rounding needs the calibration data")  # a caller's bug
+        rounding = learn_rounding(reference, plan, calib, quantized=choice.model, providers=options.providers,
+                                  progress=progress)
+        values = rounding.values
+        choice = with_learned(choice, rounding, lambda a: build_qdq(reference, plan, a, values), score,
+                              keep=options.weights == LEARNED)
     return choice, held_out, (*notes, *extra)
 
 

@@ -135,8 +135,9 @@ class Scorer:
     the held-out samples against the FP32 outputs computed once."""
 
     def __init__(self, reference: onnx.ModelProto, options: QuantizeOptions, amax: dict[str, float],
-                 held: HeldOut) -> None:
+                 held: HeldOut, rounding: dict[str, np.ndarray] | None = None) -> None:
         self.reference = reference
+        self.rounding = rounding  # the learned int8 weights (--weights), None: nearest
         self.options = options
         self.base = options.read_overrides()
         self.amax = amax
@@ -165,7 +166,7 @@ class Scorer:
         if missing:
             raise QuantError(f"no calibration range for '{missing[0]}': the regions need every float "
                              "activation calibrated")
-        model = build_qdq(self.reference, plan, self.amax)
+        model = build_qdq(self.reference, plan, self.amax, self.rounding)
         got = run_outputs(model, self.held.data, providers=self.options.providers, what="a candidate")
         self.runs += 1
         return plan, model, got
@@ -278,12 +279,12 @@ def prepare(model: onnx.ModelProto, options: SensitivityOptions, progress: Progr
     if held is None or not len(held):
         raise QuantError("no held-out samples to score on", "give --holdout DIR, or 2 samples or more")
     hists = collect_histograms(reference, list(plan.activations), calib, q.calibration(), progress)
-    choice, held_out, notes = choose(reference, plan, hists, held, q, notes, progress)
+    choice, held_out, notes = choose(reference, plan, hists, held, q, notes, progress, calib=calib)
     assert held_out is not None  # held is not empty
     shared = plan.scale_amax(choice.amax)
     regions = [replace(r, clip=_clip(r, hists, shared)) for r in qdq_regions(graph, plan)]
     regions.sort(key=lambda r: -r.clip)  # stable: graph order among equals
-    return Setup(Scorer(reference, q, choice.amax, held_out), regions, choice, tuple(notes))
+    return Setup(Scorer(reference, q, choice.amax, held_out, choice.learned), regions, choice, tuple(notes))
 
 
 def _clip(region: QdqRegion, hists: Any, shared: dict[str, float]) -> float:
@@ -517,7 +518,7 @@ def apply_max_loss(reference: onnx.ModelProto, choice: Choice, held: HeldOut | N
     if held is None or choice.outputs is None:
         raise QuantError("--max-loss needs held-out samples to score on",
                          hint="give --holdout DIR, or at least 2 samples and a --holdout fraction above 0")
-    scorer = Scorer(reference, options, choice.amax, held)
+    scorer = Scorer(reference, options, choice.amax, held, choice.learned)
     graph, plan = scorer.plan()
     # Every region is ranked (one held-out run each): quantize keeps no histograms to say which clip.
     kept = float_until(scorer, qdq_regions(graph, plan), options.max_loss, None, progress,
