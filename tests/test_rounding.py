@@ -21,12 +21,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgeq import zoo
 from edgeq.graph.io import graph_from_model
-from edgeq.quant.autocalib import LEARNED, TIE, Candidate, Choice, with_learned
+from edgeq.quant.autocalib import LEARNED, TIE, choose_calibrator
 from edgeq.quant.data import calibration_set
 from edgeq.quant.metrics import TaskScore
 from edgeq.quant.placement import plan_placement
 from edgeq.quant.quantize import QuantizeOptions, build_qdq, prepare_model, quantize_model
-from edgeq.quant.rounding import Rounding, RoundingOptions, layer_of, learn_rounding, patches
+from edgeq.quant.rounding import RoundingOptions, layer_of, learn_rounding, patches
 
 CPU = ["CPUExecutionProvider"]
 
@@ -171,7 +171,7 @@ def test_quantized_inputs_make_up_for_the_input_quantization() -> None:
     calib = [{"x": smooth((1, 16, 24, 24), s)} for s in range(8)]
     fresh = [{"x": smooth((1, 16, 24, 24), 100 + s)} for s in range(8)]
     amax = {t: 2.0 for t in plan.tensors}  # |x| > 2 clipped: an input error the weights can make up for
-    nearest = build_qdq(reference, plan, amax)
+    activations = build_qdq(reference, replace(plan, weights=()), amax)  # the input's Q/DQ, weights float
     fp32 = _run(reference, fresh)
 
     def error(values) -> float:
@@ -179,7 +179,7 @@ def test_quantized_inputs_make_up_for_the_input_quantization() -> None:
         return sum(float(np.square(a - b).sum()) for a, b in zip(fp32, got))
 
     opts = RoundingOptions(samples=8)
-    quant_in = learn_rounding(reference, plan, calib, opts, quantized=nearest)
+    quant_in = learn_rounding(reference, plan, calib, opts, quantized=activations)
     fp32_in = learn_rounding(reference, plan, calib, opts)
     assert quant_in.quantized_inputs and not fp32_in.quantized_inputs
     assert error(quant_in.values) < 0.97 * error(None)
@@ -272,36 +272,49 @@ def test_a_batched_matmul_weight_keeps_nearest_with_why() -> None:
     assert layer_of(node, None) == "MatMul weight of rank 3"
 
 
-def _score(value: float, n: int = 4) -> TaskScore:
-    return TaskScore("detection", value, f"{value:.2f}", per_sample=(value,) * n)
+def test_auto_scores_each_calibrator_with_each_rounding_and_learns_only_when_needed() -> None:
+    """``choose_calibrator`` with ``weights=(nearest, adaround)``: every calibrator with nearest rounding,
+    then every one with the learned rounding (the worst samples of the best so far first, asked to beat
+    it by more than TIE); the best pair is kept, and the learned rounding is built only once a nearest
+    candidate has left room to beat (none agreed with FP32 everywhere)."""
+    from edgeq.quant.calibrate import CalibOptions, TensorHistogram
 
+    hist = TensorHistogram()
+    hist.update(np.random.default_rng(0).normal(size=4096).astype(np.float32))
+    built: list[tuple[str, str]] = []
 
-def test_auto_keeps_the_learned_rounding_only_where_it_scores_higher() -> None:
-    """``--weights auto``'s decision on a calibrator choice: the learned candidate is scored against
-    what the choice scored (asked to beat it by more than TIE, the worst samples first), kept when it
-    does, and listed either way; ``--weights adaround`` keeps it whatever it scores."""
-    nearest_model, learned_model = onnx.ModelProto(), onnx.ModelProto()
-    learned_model.producer_name = "learned"
-    base = Choice("max", {"t": 1.0}, nearest_model, [{}] * 4, (Candidate("max", _score(0.8), 1.0),
-                                                               Candidate("mse", _score(0.7), 1.0)))
-    rounding = Rounding({"w": np.zeros(1, np.int8)}, (), (), 4, 1.0)
-    asked = []
+    def build(amax, weights):
+        m = onnx.ModelProto()
+        m.producer_name = "max" if amax["t"] == pytest.approx(hist.amax) else "other"
+        m.producer_version = weights
+        built.append((m.producer_name, weights))
+        return m
 
-    def scorer(value: float):
+    def scorer(ranks):
         def score(model, beat, order):
-            asked.append((model.producer_name, beat, order))
-            return _score(value), ([{"learned": 1}] * 4 if beat is None or value > beat else None), None
+            r = ranks[(model.producer_name, model.producer_version)]
+            ran = beat is None or r > beat
+            return TaskScore("x", r, f"{r}", per_sample=(r, r - 0.1)), ([{}, {}] if ran else None), None
         return score
 
-    better = with_learned(base, rounding, lambda amax: learned_model, scorer(0.85), keep=False)
-    assert asked[-1] == ("learned", 0.8 + TIE, [0, 1, 2, 3])
-    assert better.weights == LEARNED and better.model is learned_model and better.learned == rounding.values
-    assert better.kept.weights == LEARNED and "max + adaround weights" in better.summary()
-    level = with_learned(base, rounding, lambda amax: learned_model, scorer(0.8), keep=False)
-    assert level.weights == "nearest" and level.model is nearest_model and level.learned is None
-    assert level.rounding is rounding and [c.label for c in level.candidates][-1] == "max + adaround weights"
-    forced = with_learned(base, rounding, lambda amax: learned_model, scorer(0.5), keep=True)
-    assert asked[-1][1] is None and forced.weights == LEARNED and forced.outputs == [{"learned": 1}] * 4
+    def choose(ranks, perfect=None):
+        built.clear()
+        return choose_calibrator(("max", "percentile"), {"t": hist}, CalibOptions(), build, scorer(ranks),
+                                 perfect=perfect, weights=("nearest", LEARNED))
+
+    ranks = {("max", "nearest"): 0.8, ("other", "nearest"): 0.7, ("max", LEARNED): 0.75,
+             ("other", LEARNED): 0.85}
+    c = choose(ranks)
+    assert built == [("max", "nearest"), ("other", "nearest"), ("max", LEARNED), ("other", LEARNED)]
+    assert (c.method, c.weights) == ("percentile", LEARNED)
+    assert c.kept.label == "percentile + adaround weights"
+    assert "auto chose percentile + adaround weights" in c.summary()
+    ranks[("other", LEARNED)] = 0.8 + TIE / 2  # not above the best by more than TIE: nearest stays
+    c = choose(ranks)
+    assert (c.method, c.weights) == ("max", "nearest") and len(c.candidates) == 4
+    c = choose({**ranks, ("max", "nearest"): 1.0}, perfect=1.0)  # nothing left to win: nothing learned
+    assert built == [("max", "nearest")] and c.untried == ("percentile", "max + adaround weights",
+                                                           "percentile + adaround weights")
 
 
 def test_quantize_auto_scores_the_learned_rounding(tmp_path) -> None:
@@ -317,15 +330,15 @@ def test_quantize_auto_scores_the_learned_rounding(tmp_path) -> None:
     opts = QuantizeOptions(calib=tmp_path / "calib", holdout_data=tmp_path / "held")
     result = quantize_model(model, data, opts)
     choice = result.choice
-    assert choice.auto and choice.rounding is not None and choice.rounding.quantized_inputs
+    assert choice.auto and choice.rounding is not None and not choice.rounding.quantized_inputs
     learned = [c for c in choice.candidates if c.weights == LEARNED]
-    assert len(learned) == 1 and learned[0].method == choice.method
-    assert (choice.weights == LEARNED) == (learned[0] is choice.kept)
+    assert [c.method for c in learned] == [c.method for c in choice.candidates if c.weights == "nearest"]
+    assert (choice.weights == LEARNED) == (choice.kept in learned)
     stored = _int8_weights(result.model)
     holds = all(np.array_equal(stored[f"{t}_quantized"], v) for t, v in choice.rounding.values.items())
     assert holds == (choice.weights == LEARNED)
     d = json.loads(json.dumps(result.to_dict(), default=str))
-    assert d["weight_rounding"] == choice.weights and d["rounding"]["quantized_inputs"]
+    assert d["weight_rounding"] == choice.weights and d["rounding"]["layers"]
     assert [c["weights"] for c in d["calibrators"]][-1] == LEARNED
     assert ("not kept" in result.rounding_line()) == (choice.weights != LEARNED)
 

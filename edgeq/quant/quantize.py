@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from edgeq.quant.calibrate import CalibOptions, TensorHistogram
     from edgeq.quant.data import CalibrationSet
     from edgeq.quant.mirror import MirrorReport
+    from edgeq.quant.rounding import Rounding
     from edgeq.quant.sensitivity import KeptFloat
 
 log = logging.getLogger(__name__)
@@ -401,7 +402,15 @@ def choose(
     sensitivity`` keeps the histograms to rank regions by how much they clip), and the weights'
     rounding (``--weights``; learned from ``calib``'s activations)."""
     from edgeq.quant.accuracy import held_out_reference
-    from edgeq.quant.autocalib import AUTO, AUTO_CANDIDATES, LEARNED, choose_calibrator, end_tensors, scorer
+    from edgeq.quant.autocalib import (
+        AUTO,
+        AUTO_CANDIDATES,
+        LEARNED,
+        NEAREST,
+        choose_calibrator,
+        end_tensors,
+        scorer,
+    )
     from edgeq.quant.metrics import METRICS, bounded
 
     calib_opts = options.calibration()
@@ -428,23 +437,30 @@ def choose(
     if held_out is not None:
         score = scorer(held_out.metric, held_out.outputs, held_out.data, options.providers, progress,
                        bounded=perfect is not None)
-    choice = choose_calibrator(methods, hists, calib_opts, lambda amax: build_qdq(reference, plan, amax),
-                               score, progress, needed=plan.tensors, perfect=perfect,
-                               ends=end_tensors(reference, plan) if len(methods) > 1 else ())
-    learn = options.weights == LEARNED or (
-        options.weights == AUTO and choice.auto and score is not None
-        and (perfect is None or choice.kept.score.rank < perfect))  # where it may help, and is scored
-    if learn and plan.weights:
-        from edgeq.quant.autocalib import with_learned
-        from edgeq.quant.rounding import learn_rounding
+    weights: tuple[str, ...] = (NEAREST,)
+    if options.weights == LEARNED:
+        weights = (LEARNED,)
+    elif options.weights == AUTO and len(methods) > 1 and plan.weights:  # scored: where it helps
+        weights = (NEAREST, LEARNED)
+    learned: list[Rounding] = []  # learned on the first candidate that needs it
 
-        if calib is None:
-            raise QuantError("the learned weight rounding needs the calibration data")  # a caller's bug
-        rounding = learn_rounding(reference, plan, calib, quantized=choice.model, providers=options.providers,
-                                  progress=progress)
-        values = rounding.values
-        choice = with_learned(choice, rounding, lambda a: build_qdq(reference, plan, a, values), score,
-                              keep=options.weights == LEARNED)
+    def build(amax: dict[str, float], rounding: str) -> onnx.ModelProto:
+        if rounding == NEAREST:
+            return build_qdq(reference, plan, amax)
+        if not learned:
+            if calib is None:
+                raise QuantError("the learned weight rounding needs the calibration data")  # a caller's bug
+            from edgeq.quant.rounding import learn_rounding
+
+            learned.append(learn_rounding(reference, plan, calib, providers=options.providers,
+                                          progress=progress))
+        return build_qdq(reference, plan, amax, learned[0].values)
+
+    choice = choose_calibrator(methods, hists, calib_opts, build, score, progress, needed=plan.tensors,
+                               perfect=perfect, ends=end_tensors(reference, plan) if len(methods) > 1 else (),
+                               weights=weights)
+    if learned:
+        choice = replace(choice, rounding=learned[0])
     return choice, held_out, (*notes, *extra)
 
 

@@ -559,10 +559,13 @@ def learn_rounding(reference: onnx.ModelProto, plan: Plan, data: Iterable[dict[s
                    providers: tuple[str, ...] | None = None, progress: ProgressFn = no_progress) -> Rounding:
     """The learned rounding of every weight ``plan`` quantizes (``build_qdq(..., rounding=result.values)``
     writes it), from the cleaned FP32 ``reference`` the Q/DQ model is built from, on ``data``
-    (calibration samples; the first ``options.samples``). ``quantized``: the Q/DQ model with nearest
-    rounding whose activation quantization (and upstream weights) each layer's input then carries: the
-    rounding then also makes up for what quantizing its input costs (AdaRound's asymmetric
-    reconstruction); without it, each layer sees FP32's input."""
+    (calibration samples; the first ``options.samples``). ``quantized``: ``reference`` with its activation
+    Q/DQ and float weights: each layer's input then carries the activation quantization before it, and
+    the rounding also makes up for what that costs (AdaRound's asymmetric reconstruction); without it,
+    each layer sees FP32's input. Not the Q/DQ model with nearest rounding: a layer would then make up
+    for its upstream layers' nearest rounding, which their own learned rounding replaces (measured on
+    the bench's detector with every activation float: 30 of 65 detections kept, against 61 with nearest
+    rounding and 64 with FP32's inputs)."""
     from edgeq.graph.io import graph_from_model
 
     started = time.monotonic()
