@@ -46,7 +46,7 @@ it), onnxruntime's ``quantize_static`` (QDQ, per-channel, symmetric) as a refere
 model run on the held-out set in onnxruntime and scored against FP32 with edgeq's task metrics
 (``edgeq.quant.metrics``). One table (task figure, wall seconds of the quantize run) and a chart.
 
-Measured on 2 CPU cores (``--no-ort``, 2026-11-27; the README has the table):
+Measured on 2 CPU cores (``--no-ort``, 2026-11-27; docs/benchmarks.md has the table):
 
     det      entropy 72% (47 of 65)  percentile 82%  mse 80%  max 89% (58, 19 new)  auto 86% (56, 13 new;
              entropy+ends+max16)

@@ -56,8 +56,8 @@ from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn
 
 # One screen (tests/test_cli_help.py) leaves no room for text: what deploy does (its stages and run
-# directory, --holdout and --gate accuracy, the exit codes) is in the README ("A typical session",
-# "Accuracy on the target") and in `edgeq --help`'s line (short_help).
+# directory, --holdout and --gate accuracy, the exit codes) is in the docs site (docs/deploy.md, and
+# docs/accuracy.md "Accuracy on the target") and in `edgeq --help`'s line (short_help).
 _DEPLOY_HELP = ""
 
 

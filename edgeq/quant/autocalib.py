@@ -32,7 +32,7 @@ entropy clips the class-logit conv's input (amax 6.0 against max 16.5) and keeps
 detections, max 82%, ``entropy+ends`` 88%; on PP-OCRv4's recogniser entropy reads nothing,
 ``entropy+ends+max16`` (ends plus the 16 tensors entropy clips hardest) reads 16 of 20 strings as FP32
 does at CER 1.7%, the same count as INT8 weights with every activation float. On the larger sets that
-replaced them (100 detector images, 65 lines) auto keeps 86% and reads 80% (the README's table).
+replaced them (100 detector images, 65 lines) auto keeps 86% and reads 80% (docs/benchmarks.md's table).
 """
 
 from __future__ import annotations

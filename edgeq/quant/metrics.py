@@ -443,7 +443,8 @@ class DetectionMetric:
     nms_iou: float = 0.7  # ultralytics' predict default; nudenet and YOLOv5 use 0.45
     max_det: int = 300
     # A lost detection FP32 scored less than this above the threshold is one FP32 itself barely made:
-    # on nudenet's YOLOv8n 8 of the 9 that INT8 lost were (README, "Accuracy on trained models").
+    # on nudenet's YOLOv8n 8 of the 9 that INT8 lost were (docs/measurement-log.md, "Accuracy on trained
+    # models").
     near: float = 0.1
 
     def score(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> TaskScore:
