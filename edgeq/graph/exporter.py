@@ -44,16 +44,20 @@ class Kind:
     preset: str
     default: tuple[int, ...] = ()  # NCHW; () where the file itself gives the size (ultralytics)
     source: str = ""
+    said: str = ""  # the default's source in a few words, for messages
 
 
 KINDS: dict[str, Kind] = {
     "ultralytics": Kind("ultralytics", "yolo", (), ULTRALYTICS_SOURCE),
     "ppocr-det": Kind("PP-OCR text detector (DB)", "ppocr-det", (1, 3, 640, 640),
-                      f"{PADDLEOCR_SOURCE}: the detector's TensorRT opt_input_shape x [1, 3, 640, 640]"),
+                      f"{PADDLEOCR_SOURCE}: the detector's TensorRT opt_input_shape x [1, 3, 640, 640]",
+                      "PaddleOCR's TensorRT opt shape for its detector"),
     "ppocr-rec": Kind("PP-OCR text recogniser (CTC)", "ppocr-rec", (1, 3, 48, 320),
-                      f"{PADDLEOCR_SOURCE}: --rec_image_shape '3, 48, 320'"),
+                      f"{PADDLEOCR_SOURCE}: --rec_image_shape '3, 48, 320'",
+                      "PaddleOCR's default --rec_image_shape 3, 48, 320"),
     "ppocr-cls": Kind("PP-OCR direction classifier", "ppocr-cls", (1, 3, 48, 192),
-                      f"{PADDLEOCR_SOURCE}: --cls_image_shape '3, 48, 192'"),
+                      f"{PADDLEOCR_SOURCE}: --cls_image_shape '3, 48, 192'",
+                      "PaddleOCR's default --cls_image_shape 3, 48, 192"),
 }
 
 
@@ -91,8 +95,8 @@ def identify(model: onnx.ModelProto) -> Export:
     if kind:
         name, dims = inputs[0]
         shape = _filled(dims, KINDS[kind].default)
-        why = (f"paddle2onnx's signature (input '{name}' {_shown(dims)}) and its output "
-               f"{_shown(_dims(model.graph.output[0]))}: a {KINDS[kind].name}")
+        why = (f"paddle2onnx's input '{name}' {_shown(dims)}, output {_shown(_dims(model.graph.output[0]))}: "
+               f"a {KINDS[kind].name}; {KINDS[kind].said}")
         return Export(kind, {name: shape} if shape else {}, why, certain=False, source=KINDS[kind].source)
     return Export()
 
@@ -177,4 +181,5 @@ def _int(text: str) -> int:
 
 
 def _shown(dims: tuple[Any, ...]) -> str:
-    return "[" + ", ".join(str(d) if d is not None else "?" for d in dims) + "]"
+    """``[?, 3, ?, ?]``: a dimension's value, ``?`` where it is open (paddle2onnx's names are no help)."""
+    return "[" + ", ".join(str(d) if isinstance(d, int) else "?" for d in dims) + "]"

@@ -163,7 +163,7 @@ def _preset_for(root: Path, export: Export) -> str:
     presets = ", ".join(preset_names())
     if export:
         raise QuantError(f"{root}: images need preprocessing; this looks like a {KINDS[export.kind].name} "
-                         f"({export.why}), trained with the {export.preset} preset's",
+                         f"({export.why.split(': ', 1)[0]}), trained with the {export.preset} preset's",
                          hint=f"pass --preprocess {export.preset} (presets: {presets}; or a YAML file)")
     raise QuantError(f"{root}: images need preprocessing, and nothing in the model says which it was trained "
                      "with", hint=f"pass --preprocess NAME (presets: {presets}) or --preprocess spec.yaml "
