@@ -159,7 +159,9 @@ def _shapes_hint(resolved: InputShapes) -> str:
 
     if resolved.missing:  # run at 1: nothing said the input's size
         return f"dynamic dimensions ran at 1 (nothing gives the input size): {shapes_hint(resolved.missing)}"
-    return f"other shapes: --shapes {resolved.spec()} with the size the model runs at (trtexec syntax)"
+    if set(resolved.sources.values()) == {"--shapes"}:
+        return "give --shapes the size the model runs at (trtexec syntax)"
+    return f"other shapes: --shapes with the size the model runs at (trtexec syntax; tried {resolved.spec()})"
 
 
 def clean_file(

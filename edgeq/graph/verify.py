@@ -173,11 +173,11 @@ def run_model(
         return dict(zip(names, sess.run(names, feeds)))
     except Exception as e:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
         at = ",".join(f"{k}:{'x'.join(str(d) for d in v.shape)}" for k, v in feeds.items())
-        raise GraphError(f"onnxruntime cannot run {label} at {at or 'no inputs'}: {_ort_message(e)}",
+        raise GraphError(f"onnxruntime cannot run {label} at {at or 'no inputs'}: {ort_message(e)}",
                          hint=f"{hint + '; ' if hint else ''}--no-verify skips the comparison") from None
 
 
-def _ort_message(e: Exception) -> str:
+def ort_message(e: Exception) -> str:
     """onnxruntime's first line without its '[ONNXRuntimeError] : 1 : FAIL : file.cc:46 signature' prefix."""
     import re
 

@@ -403,7 +403,9 @@ def collect_histograms(
             try:
                 values = session.run(outputs, feed)
             except Exception as e:  # onnxruntime raises its own untyped failures
-                raise QuantError(f"onnxruntime failed on calibration data: {first_line(e)}") from None
+                at = ",".join(f"{k}:{'x'.join(str(d) for d in v.shape)}" for k, v in feed.items())
+                raise QuantError(f"onnxruntime failed on calibration data at {at}: {_ort_said(e)}",
+                                 hint="give samples of the shape the model runs at") from None
             items = sorted(zip(outputs, values), key=lambda tv: -tv[1].size)  # big first: balanced
             del values
             list(pool.map(update, items))
@@ -448,6 +450,13 @@ def ranges_from_histograms(hists: Mapping[str, TensorHistogram], options: CalibO
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         amax = list(pool.map(lambda h: h.compute_amax(options), hists.values()))
     return dict(zip(hists, amax))
+
+
+def _ort_said(e: Exception) -> str:
+    """onnxruntime's failure without its ``[ONNXRuntimeError] : 1 : FAIL :`` prefix (verify's wording)."""
+    from edgeq.graph.verify import ort_message
+
+    return ort_message(e)
 
 
 def inference_session(
