@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import THIRD_PARTY
 from index_models import default_cache, offline_pip_env, wheel
 from trtexec_replay import Recorded, calls, replay_trtexec
 
@@ -42,9 +43,6 @@ FIXTURES = ROOT / "tests" / "fixtures"
 YOLO = FIXTURES / "trt86-h200-yolov8n"
 LOGS = FIXTURES / "trt86-h200"  # the closest recorded logs: TensorRT 8.6.0 on the same H200 (see below)
 NSS_WRAPPER = Path("/usr/lib/x86_64-linux-gnu/libnss_wrapper.so")
-# onnxruntime's C++ logger ("\x1b[1;31m2026-... [E:onnxruntime:, sequential_executor.cc ...") and
-# paramiko's (its logger names: "paramiko.transport", or its tracebacks and warnings)
-THIRD_PARTY = re.compile(r"\[[VIWEF]:onnxruntime:|onnxruntime_src|paramiko|CryptographyDeprecationWarning")
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 

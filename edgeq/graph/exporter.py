@@ -117,17 +117,15 @@ def _ultralytics(meta: dict[str, str], inputs: list[tuple[str, tuple[Any, ...]]]
 
 
 def _paddleocr_kind(model: onnx.ModelProto, inputs: list[tuple[str, tuple[Any, ...]]]) -> str:
-    """paddle2onnx's signature: one input ``x`` of rank 4 with 3 channels whose open dimensions carry its
-    names (``p2o.DynamicDimension.N``, ``?``, -1), or PaddlePaddle as producer; the kind from the output:
+    """paddle2onnx's signature: one input ``x`` of rank 4 with 3 channels, PaddlePaddle as producer or its
+    dimension names (``p2o.DynamicDimension.N``); the kind from the output:
     a one-channel map (DB detector), a per-step class distribution (CTC recogniser), or 2 classes
     (the 0/180 degree classifier)."""
     if len(inputs) != 1 or len(model.graph.output) != 1:
         return ""
     name, dims = inputs[0]
-    named = all(d is None or (isinstance(d, int) and d > 0) or str(d).startswith("p2o.") or d == "?"
-                for d in dims)  # fmt: skip
     paddle = model.producer_name.lower().startswith("paddle") or any(str(d).startswith("p2o.") for d in dims)
-    if name != "x" or len(dims) != 4 or dims[1] != 3 or not (named and paddle):
+    if name != "x" or len(dims) != 4 or dims[1] != 3 or not paddle:
         return ""
     out = _dims(model.graph.output[0])
     if len(out) == 4 and out[1] == 1:

@@ -183,6 +183,9 @@ def ort_message(e: Exception) -> str:
 
     msg = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first_line(e))
     msg = re.sub(r"^\S+\.(?:h|cc|cpp):\d+ [^\n]*?\) ", "", msg)
+    # a kernel's status inside: "Status Message: /onnxruntime_src/.../op_kernel.cc:87 virtual OrtValue* ...
+    # [ONNXRuntimeError] : 1 : FAIL : Shape mismatch ..." -> "Status Message: Shape mismatch ..."
+    msg = re.sub(r"\S*\.(?:h|cc|cpp):\d+ [^\[]*?\[ONNXRuntimeError\] : \d+ : \w+ : ", "", msg)
     return msg if len(msg) <= 300 else msg[:297] + "..."
 
 
