@@ -31,7 +31,7 @@ def test_every_preset_loads_and_help_lists_each(cli, monkeypatch) -> None:
         assert "Source:" in preset_text(name) and f"edgeq presets {name}" in preset_text(name)
     monkeypatch.setenv("COLUMNS", "100")
     code, out, _ = cli("quantize", "--help")
-    assert code == 0 and "imagenet, yolo, ppocr-det, ppocr-rec, ppocr-cls" in " ".join(out.split())
+    assert code == 0 and "imagenet, yolo, ppocr-det/-rec/-cls" in " ".join(out.split())
     code, out, _ = cli("presets", "yolo")
     assert code == 0 and out == preset_text("yolo")  # to copy: edgeq presets yolo > my.yaml
     with pytest.raises(ConfigError, match="--preprocess yolov8: no such preset"):

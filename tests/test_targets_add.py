@@ -49,8 +49,9 @@ def test_the_key_is_the_flag_then_ssh_config_then_the_defaults_then_an_agent(hom
     (home / ".ssh" / "config").write_text("Host b\n  IdentityFile ~/k\n  User jet\n")
     new = add_target("t4", "b")
     assert new.key == "~/k (~/.ssh/config)" and new.target.user == "jet"  # the user ssh would log in as
-    assert add_target("t5", "nvidia@b", key=str(home / ".ssh" / "id_rsa")).key == "~/.ssh/id_rsa (--key)"
-    with pytest.raises(ConfigError, match="--key nope: no such file"):
+    given = add_target("t5", "nvidia@b", key=str(home / ".ssh" / "id_rsa"))
+    assert given.key == "~/.ssh/id_rsa (--identity-file)"
+    with pytest.raises(ConfigError, match="--identity-file nope: no such file"):
         add_target("t6", "b", key="nope")
     with pytest.raises(ConfigError, match=r"target name '\.\./x'"):
         add_target("../x", "b")

@@ -310,7 +310,7 @@ def targets_list_cmd() -> int:
 @targets_app.command(
     "add",
     help="Write targets/NAME.yaml for a board reached over SSH as [USER@]HOST, as ssh reaches it: "
-    "~/.ssh/config's HostName, Port, User, IdentityFile and ProxyJump apply. The key: --key, else "
+    "~/.ssh/config's HostName, Port, User, IdentityFile and ProxyJump apply. The key: -i FILE, else "
     "~/.ssh/config's, else ~/.ssh/id_rsa, id_ecdsa or id_ed25519, else a running ssh-agent. Nothing "
     "connects: the host key is looked up in known_hosts; 'edgeq targets check NAME' is the first "
     "connection. An existing file is never overwritten.\n\nExit codes: 0 written; 2 the file exists, "
@@ -321,7 +321,8 @@ def targets_add_cmd(
     host: str = typer.Option(..., "--host", metavar="[USER@]HOST", help="The board, as ssh names it."),
     port: Optional[int] = typer.Option(None, "--port", metavar="N", min=1, max=65535,
                                        help="Its sshd's port \\[default: ~/.ssh/config's, else 22]."),
-    key: Optional[str] = typer.Option(None, "--key", metavar="FILE", help="The private key to log in with."),
+    key: Optional[str] = typer.Option(None, "--identity-file", "-i", metavar="FILE",
+                                      help="The private key to log in with (ssh -i)."),
 ) -> int:
     from edgeq.remote.newtarget import add_target
 

@@ -48,8 +48,8 @@ Calib = Annotated[Optional[Path], typer.Option(
 Synthetic = Annotated[Optional[int], typer.Option(
     "--synthetic", metavar="N", rich_help_panel=QUANTIZE, help="N random samples instead (demos only).")]
 Preprocess = Annotated[Optional[Path], typer.Option(
-    "--preprocess", metavar="NAME|YAML", rich_help_panel=QUANTIZE,
-    help="Images: imagenet, yolo, ppocr-det, ppocr-rec, ppocr-cls or a file.")]
+    "--preprocess", metavar="NAME", rich_help_panel=QUANTIZE,
+    help="Images: imagenet, yolo, ppocr-det/-rec/-cls, or a file.")]
 CalibratorOpt = Annotated[Calibrator, typer.Option(
     "--calibrator", metavar="NAME", case_sensitive=False, rich_help_panel=QUANTIZE,
     help="auto, entropy, max, percentile or mse.")]

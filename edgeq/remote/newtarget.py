@@ -82,16 +82,17 @@ _EDGEQ_DEFAULTS: dict[str, Any] = {"work_dir": "edgeq", "python": "python3", "te
 
 
 def _key(key: Optional[str], said: dict[str, Any], dest: str) -> tuple[dict[str, Any], str]:
-    """The credential: ``--key``, else ~/.ssh/config's IdentityFile, else OpenSSH's default key files,
-    else a running ssh-agent; ({key: value} for the file, where it came from)."""
+    """The credential: ``--identity-file``, else ~/.ssh/config's IdentityFile, else OpenSSH's default
+    key files, else a running ssh-agent; ({key: value} for the file, where it came from)."""
     if key is not None:
         path = Path(key).expanduser()
         if not path.is_file():
-            raise ConfigError(f"--key {key}: no such file", hint="give the private key ssh logs in with")
+            raise ConfigError(f"--identity-file {key}: no such file",
+                              hint="give the private key ssh logs in with")
         if path.suffix == ".pub":
-            raise ConfigError(f"--key {key}: a public key",
+            raise ConfigError(f"--identity-file {key}: a public key",
                               hint=f"give the private key: {path.with_suffix('')}")
-        return {"identity_file": _home_relative(path)}, f"{_home_relative(path)} (--key)"
+        return {"identity_file": _home_relative(path)}, f"{_home_relative(path)} (--identity-file)"
     for given in said.get("identityfile", []):
         if Path(given).is_file():
             shown = _home_relative(Path(given))
@@ -101,7 +102,7 @@ def _key(key: Optional[str], said: dict[str, Any], dest: str) -> tuple[dict[str,
             return {"identity_file": default}, f"{default} (OpenSSH's default)"
     if os.environ.get("SSH_AUTH_SOCK"):
         return {"use_agent": True}, "the running ssh-agent"
-    raise ConfigError(f"no SSH key for {dest}: no --key, no IdentityFile in ~/.ssh/config, none of "
+    raise ConfigError(f"no SSH key for {dest}: no --identity-file, no IdentityFile in ~/.ssh/config, none of "
                       f"{', '.join(DEFAULT_KEYS)} and no ssh-agent",
                       hint="make one and install it on the board: ssh-keygen -t ed25519 && ssh-copy-id "
                            f"{dest}")
