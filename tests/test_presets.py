@@ -98,3 +98,21 @@ def test_without_metadata_edgeq_suggests_a_preset_or_says_it_cannot_tell(tmp_pat
         calibration_set(paddle, tmp_path)
     with pytest.raises(QuantError, match="nothing in the model says which it was trained with"):
         calibration_set(flattening(), tmp_path)
+
+
+def test_a_preset_keys_the_placement_cache_by_its_content(tmp_path) -> None:
+    """deploy --placement auto caches by the calibration's content: a preset's shipped bytes, as a file's."""
+    from pathlib import Path
+
+    from edgeq.orchestration.placement_cache import calibration_digest
+    from edgeq.quant.quantize import QuantizeOptions
+
+    data = tmp_path / "images"
+    data.mkdir()
+    write_jpg(data / "a.jpg")
+    digest = {name: calibration_digest(QuantizeOptions(calib=data, preprocess=Path(name)))
+              for name in ("yolo", "imagenet")}
+    copy = tmp_path / "yolo.yaml"
+    copy.write_text(preset_text("yolo"))
+    assert digest["yolo"] != digest["imagenet"]
+    assert calibration_digest(QuantizeOptions(calib=data, preprocess=copy)) == digest["yolo"]

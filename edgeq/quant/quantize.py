@@ -563,7 +563,10 @@ def quantize_file(
             if p.resolve() == q.resolve():
                 raise QuantError(f"the {other} and the {what} would both be {q}",
                                  hint="choose another -o/--cache path")
-    given = (src, options.calib, options.preprocess, options.from_engine, engine, options.holdout_data,
+    from edgeq.quant.data.preprocess import is_preset
+
+    spec = None if options.preprocess is None or is_preset(options.preprocess) else options.preprocess
+    given = (src, options.calib, spec, options.from_engine, engine, options.holdout_data,
              options.overrides if isinstance(options.overrides, (str, Path)) else None)
     inputs = tuple(i for i in given if i is not None)
     for p in (out, cache, fp32, summary, *([kept_float] if kept_float else [])):  # before any work
