@@ -86,3 +86,37 @@ def test_the_transport_reaches_a_host_by_its_ssh_config_alias(sshd, home) -> Non
     assert new.host_key == "ssh-ed25519 (line 1)" and new.known_as == f"[127.0.0.1]:{sshd.port}"
     with Connection(new.target.ssh_config()) as c:
         assert c.run(["echo", "reached"]).stdout.strip() == "reached"
+
+
+def test_a_port_that_speaks_no_ssh_is_one_edgeq_line_and_no_paramiko_log(tmp_path, edgeq_process) -> None:
+    """paramiko's transport thread logs 'Error reading SSH protocol banner' (with a traceback) for a port
+    that answers something else; the terminal shows only edgeq's line (edgeq_process checks fd 2)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(30)
+
+    def answer() -> None:
+        try:
+            while True:
+                conn, _ = server.accept()
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+                conn.close()
+        except OSError:
+            pass
+
+    threading.Thread(target=answer, daemon=True).start()
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "web.yaml").write_text(
+        f"host: 127.0.0.1\nport: {server.getsockname()[1]}\nuser: nvidia\nuse_agent: true\n"
+        f"known_hosts: {tmp_path / 'kh'}\ntimeouts: {{connect: 2}}\n")
+    try:
+        code, _, err = edgeq_process("targets", "check", "web", cwd=tmp_path,
+                                     env={"SSH_AUTH_SOCK": "/nonexistent"})
+    finally:
+        server.close()
+    (line,) = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 1 and line.startswith("error: cannot connect to nvidia@127.0.0.1:") and "banner" in line
