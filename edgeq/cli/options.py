@@ -48,8 +48,8 @@ Calib = Annotated[Optional[Path], typer.Option(
 Synthetic = Annotated[Optional[int], typer.Option(
     "--synthetic", metavar="N", rich_help_panel=QUANTIZE, help="N random samples instead (demos only).")]
 Preprocess = Annotated[Optional[Path], typer.Option(
-    "--preprocess", metavar="YAML", rich_help_panel=QUANTIZE,
-    help="Image preprocessing (pipelines/preprocess-imagenet.yaml).")]
+    "--preprocess", metavar="NAME", rich_help_panel=QUANTIZE,
+    help="Images: imagenet, yolo, ppocr-det/-rec/-cls, or a file.")]
 CalibratorOpt = Annotated[Calibrator, typer.Option(
     "--calibrator", metavar="NAME", case_sensitive=False, rich_help_panel=QUANTIZE,
     help="auto, entropy, max, percentile or mse.")]
@@ -123,6 +123,11 @@ MaxShapes = Annotated[str, typer.Option(
 BuildOncePerKind = Annotated[bool, typer.Option(
     "--build-once-per-kind/--build-each", rich_help_panel=BUILD,
     help="One build a GPU kind.")]
+
+# the model's own dynamic inputs where no data decides them (clean's verification, lint): trtexec's --shapes
+InputShapesOpt = Annotated[str, typer.Option(
+    "--shapes", metavar="SPEC",
+    help="Dynamic inputs, as images:1x3x320x320 \\[default: the model's metadata].")]
 
 # -- output ------------------------------------------------------------------------------------------------
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]

@@ -216,14 +216,15 @@ def _findings_table(findings: Sequence[Finding], title: str, nodes_column: bool)
         t.add_column("nodes", overflow="fold", max_width=48)
     t.add_column("problem / fix", overflow="fold", min_width=30)
     for f in findings:
-        names = [escape(n) for n in f.nodes[:3]]
+        tag = " (input)" if f.names == "inputs" and nodes_column else ""
+        names = [escape(n) + tag for n in f.nodes[:3]]
         more = f"[dim](+{len(f.nodes) - 3} more)[/]" if len(f.nodes) > 3 else ""
         problem = f"{escape(f.message)}\n[dim]fix:[/] {escape(f.fix)}"
         level = f"[{_LEVEL_STYLE[f.level]}]{f.level.value}[/]"
         if nodes_column:
             t.add_row(level, f.rule, "\n".join([*names, more] if more else names), problem)
         else:
-            where = f"[dim]nodes:[/] {', '.join(names)}{' ' + more if more else ''}\n" if names else ""
+            where = f"[dim]{f.names}:[/] {', '.join(names)}{' ' + more if more else ''}\n" if names else ""
             t.add_row(level, f.rule, where + problem)
     return t
 

@@ -30,6 +30,7 @@ from edgeq.cli.options import (
 )
 from edgeq.cli.output import (
     EXIT_CODES_HELP,
+    EXIT_OK,
     code_for,
     err,
     out,
@@ -227,3 +228,28 @@ def _render_accuracy(acc: Any) -> None:
         err.print(f"[bold red]warning: accuracy far below FP32:[/] {escape(str(acc))}; --min-metric makes "
                   "this fail; --max-loss X keeps the regions to blame float until the loss is at most X (at "
                   "a speed cost; 'edgeq sensitivity' ranks them)")
+
+
+@app.command("presets", short_help="The image preprocessing presets (--preprocess NAME); print one to copy.")
+def presets_cmd(
+    name: Optional[str] = typer.Argument(None, metavar="[NAME]", help="A preset, e.g. yolo."),
+) -> int:
+    """List the image preprocessing presets quantize, deploy and fleet take as --preprocess NAME, each
+    with where it comes from; with NAME, print that preset's YAML (comments and all) on stdout, to copy
+    and edit: edgeq presets yolo > my-yolo.yaml, then --preprocess my-yolo.yaml."""
+    import sys
+
+    from edgeq.quant.data.preprocess import preset_names, preset_text
+
+    if name is not None:
+        sys.stdout.write(preset_text(name))
+        return EXIT_OK
+    t = Table(title="--preprocess NAME", expand=False)
+    t.add_column("name", style="bold", no_wrap=True)
+    t.add_column("what it reproduces", overflow="fold")
+    for preset in preset_names():
+        first = preset_text(preset).splitlines()[0]
+        t.add_row(preset, escape(first.split(":", 1)[1].strip() if ":" in first else first))
+    print_table(t)
+    out.print("edgeq presets NAME prints one (to copy and edit: --preprocess FILE.yaml)")
+    return EXIT_OK

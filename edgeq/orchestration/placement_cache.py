@@ -65,19 +65,26 @@ class PlacementKey:
         return f"TensorRT {self.tensorrt}, {gpu}"
 
 
+def _preprocess_digest(options: QuantizeOptions) -> str | None:
+    """The preprocessing spec's sha256: a preset's shipped bytes (``--preprocess yolo``) or the file's."""
+    if options.preprocess is None:
+        return None
+    from edgeq.quant.data.preprocess import preprocess_bytes
+
+    return hashlib.sha256(preprocess_bytes(options.preprocess)).hexdigest()
+
+
 def calibration_digest(options: QuantizeOptions, profile: str = "") -> str:
     """The calibration's content: every data file (relative name and sha256), the preprocessing spec's
     bytes, and the settings that change the ranges (calibrator, its percentile, the held-out fraction);
     for a model with dynamic inputs, the optimization profile its engines are built and timed at
     (``profile``: TensorRT's tactics, so what implicit runs INT8, are chosen at that shape)."""
-    from edgeq.fs import sha256_file
 
     h = hashlib.sha256()
     if options.calib is not None:
         hash_data_files(h, Path(options.calib))
     settings: dict[str, Any] = {"synthetic": options.synthetic, "calibrator": options.calibrator,
-                                "holdout": options.holdout,
-                                "preprocess": sha256_file(options.preprocess) if options.preprocess else None}
+                                "holdout": options.holdout, "preprocess": _preprocess_digest(options)}
     if options.calibrator == "percentile":
         settings["percentile"] = options.percentile  # what only that calibrator reads
     if profile:

@@ -236,7 +236,6 @@ def _session(model: onnx.ModelProto, providers: tuple[str, ...] | None) -> ort.I
     from edgeq.quant.calibrate import inference_session
 
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
     return inference_session(model, opts, providers, purpose="the accuracy check")
 
 

@@ -165,6 +165,9 @@ class QuantizeResult:
     mirror: MirrorReport | None = None  # --from-engine: how the engine mapped onto the model
     choice: Choice | None = None  # the calibrator used (auto: every one tried, with its score)
     max_loss: KeptFloat | None = None  # --max-loss: the regions kept float, the metric before and after
+    # each dynamic input's shapes in the calibration and held-out data, first seen first, with how many
+    # samples had each: what deploy builds the optimization profile from (edgeq.pipeline.shapes)
+    input_shapes: dict[str, list[tuple[tuple[int, ...], int]]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -222,6 +225,8 @@ class QuantizeResult:
             "notes": list(self.notes),
             **({"mirror": self.mirror.to_dict()} if self.mirror is not None else {}),
             **({"max_loss": self.max_loss.to_dict()} if self.max_loss is not None else {}),
+            **({"input_shapes": {name: [{"shape": list(shape), "samples": n} for shape, n in seen]
+                                 for name, seen in self.input_shapes.items()}} if self.input_shapes else {}),
             "ok": self.ok,
         }
 
@@ -278,6 +283,31 @@ def calibration_data(model: onnx.ModelProto, options: QuantizeOptions) -> Calibr
     from edgeq.quant.data import calibration_set
 
     return calibration_set(model, options.calib, synthetic=options.synthetic, preprocess=options.preprocess)
+
+
+def data_shapes(model: onnx.ModelProto, data: CalibrationSet, options: QuantizeOptions
+                ) -> dict[str, list[tuple[tuple[int, ...], int]]]:  # fmt: skip
+    """Each dynamic input's shapes over the calibration data (``data``, its held-out part included) and
+    ``--holdout DIR``'s, first seen first, with their sample counts (``QuantizeResult.input_shapes``).
+    Images are not decoded again: each remembers its shape from calibration."""
+    from edgeq.graph.shapes import dynamic_inputs
+
+    dynamic = [name for name, _ in dynamic_inputs(model)]
+    if not dynamic:
+        return {}
+    sets = [data]
+    if options.holdout_data is not None:
+        from edgeq.quant.data import calibration_set
+
+        sets.append(calibration_set(model, options.holdout_data, preprocess=options.preprocess))
+    counts: dict[str, dict[tuple[int, ...], int]] = {name: {} for name in dynamic}
+    for d in sets:
+        for shapes in d.shapes():
+            for name in dynamic:
+                if name in shapes:
+                    shape = tuple(int(x) for x in shapes[name])
+                    counts[name][shape] = counts[name].get(shape, 0) + 1
+    return {name: list(seen.items()) for name, seen in counts.items() if seen}
 
 
 def quantize_model(
@@ -533,7 +563,10 @@ def quantize_file(
             if p.resolve() == q.resolve():
                 raise QuantError(f"the {other} and the {what} would both be {q}",
                                  hint="choose another -o/--cache path")
-    given = (src, options.calib, options.preprocess, options.from_engine, engine, options.holdout_data,
+    from edgeq.quant.data.preprocess import is_preset
+
+    spec = None if options.preprocess is None or is_preset(options.preprocess) else options.preprocess
+    given = (src, options.calib, spec, options.from_engine, engine, options.holdout_data,
              options.overrides if isinstance(options.overrides, (str, Path)) else None)
     inputs = tuple(i for i in given if i is not None)
     for p in (out, cache, fp32, summary, *([kept_float] if kept_float else [])):  # before any work
@@ -555,6 +588,7 @@ def quantize_file(
     data = calibration_data(model, options)
     result = quantize_model(model, data, replace(options, cache_path=None), progress)
     result = replace(result, options=replace(result.options, cache_path=Path(cache)),
+                     input_shapes=data_shapes(model, data, options),
                      paths={"input": str(src), "output": str(out), "cache": str(cache),
                             "fp32_model": str(fp32), "summary": str(summary)})
     if result.max_loss is not None and kept_float is not None:
