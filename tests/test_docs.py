@@ -29,7 +29,7 @@ def test_the_readme_is_a_front_door():
     heads = re.findall(r"(?m)^## (.+)$", text)
     assert heads[:3] == ["Set up (fresh machine, Python ≥ 3.9)", "Quick start", "Commands"]
     quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    assert "```bash\n" in quick
+    assert "```console\n" in quick
     # one line per command: every command edgeq has is named in the Commands list
     from edgeq.cli.app import app
 
@@ -46,7 +46,7 @@ def test_the_quick_start_page_includes_the_readmes_block_itself():
     assert '--8<-- "README.md:quickstart"' in page
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("[start:quickstart]", 1)[1].split("[end:quickstart]", 1)[0]
-    assert "```bash\n" in section and "edgeq deploy" in section
+    assert "```console\n" in section and "edgeq deploy" in section
 
 
 def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
