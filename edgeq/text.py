@@ -58,12 +58,25 @@ def number(value: Optional[float], decimals: int = 6) -> str:
         return "-"
     if value == 0:
         return "0"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
     magnitude = abs(value)
     floor = 10.0 ** -decimals
     if magnitude < floor:
         return f"<{floor:.{decimals}f}" if value > 0 else f">-{floor:.{decimals}f}"
     places = min(decimals, max(0, 3 - math.floor(math.log10(magnitude))))
     return f"{value:.{places}f}"
+
+
+def plain(value: Optional[float]) -> str:
+    """A setting or a bound as one would type it (``15``, ``0.5``, ``0.00001``, ``2000000``): the shortest
+    form, as ``:g`` gives, but never its e-notation (``1e-05``). ``"-"`` when unset."""
+    from decimal import Decimal
+
+    if value is None:
+        return "-"
+    text = format(Decimal(repr(float(value))), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def short_path(path: str, width: int) -> str:
