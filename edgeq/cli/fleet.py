@@ -379,7 +379,13 @@ def release_verify_cmd(
     return code
 
 
-@release_app.command("inspect", help="Print a bundle's manifest: versions, engines per kind, files.")
+@release_app.command(
+    "inspect",
+    help="Print a bundle's manifest: versions, engines per kind, files (read, not checked: 'edgeq release "
+    "verify' checks).\n\nExit codes: 0 printed; 2 no such file, not a bundle, or no manifest to read (an "
+    "archive that does not read back, no manifest.json).",
+    short_help="Print a bundle's manifest: versions, engines per kind, files.",
+)
 def release_inspect_cmd(
     bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
     json_out: Json = False,
