@@ -54,6 +54,7 @@ from edgeq.cli.output import (
     width_of,
 )
 from edgeq.errors import EdgeqError
+from edgeq.fs import output_file
 
 fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a fleet YAML or an Ansible "
                         "inventory).")
@@ -207,7 +208,8 @@ def fleet_validate_cmd(
     opt_shapes: OptShapes = "",
     max_shapes: MaxShapes = "",
     junit: Optional[Path] = typer.Option(
-        None, "--junit", metavar="FILE", help="Also write JUnit XML (a testcase a target)."
+        None, "--junit", metavar="FILE", parser=output_file,
+        help="Also write JUnit XML (a testcase a target)."
     ),
     json_out: Json = False,
 ) -> int:
@@ -269,13 +271,16 @@ app.add_typer(release_app, name="release")
 
 @release_app.command(
     "create",
-    help="Validate MODEL on --fleet (as 'edgeq fleet validate') and bundle the result, or bundle an earlier "
-    "fleet directory (--from). Only a fleet where every target passed is released.\n\n" + EXIT_CODES_HELP,
+    help="Validate MODEL on --fleet (as 'edgeq fleet validate', --limit included) and bundle the result, or "
+    "bundle an earlier fleet directory (--from). Only a fleet where every target passed is released.\n\n"
+    + EXIT_CODES_HELP,
 )
 def release_create_cmd(
     model: Optional[Path] = typer.Argument(None, help="The ONNX model (with --fleet)."),
-    output: Path = typer.Option(..., "-o", "--output", metavar="FILE", help="The bundle to write (.tar.gz)."),
+    output: Path = typer.Option(..., "-o", "--output", metavar="FILE", parser=output_file,
+                                help="The bundle to write (.tar.gz)."),
     fleet: Fleet = None,
+    limit: Limit = None,
     from_dir: Optional[Path] = typer.Option(
         None, "--from", metavar="DIR", help="A fleet directory (edgeq fleet validate)."
     ),
@@ -293,12 +298,15 @@ def release_create_cmd(
 
     if (from_dir is None) == (model is None or fleet is None):
         raise EdgeqError("give MODEL --fleet FILE, or --from FLEET_DIR (one of them)")
+    if from_dir is not None and limit is not None:
+        raise EdgeqError("--limit picks the boards MODEL --fleet validates; a fleet directory (--from) holds "
+                         "the boards its run validated", "validate the boards you mean, then release --from")
     check_writable(output, inputs=tuple(p for p in (model, fleet) if p is not None))
     if from_dir is None:
         assert model is not None and fleet is not None
         options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, False,
                                 build_once_per_kind)  # fmt: skip
-        result = run_fleet(model, fleet, options, live=not json_out)
+        result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
         if not json_out:
             _print_matrix(result, _printed)
         if result.interrupted:

@@ -94,6 +94,7 @@ class Target:
     trtexec: str = DEFAULT_TRTEXEC
     timeouts: Timeouts = field(default_factory=Timeouts)
     gate: Optional[GateConfig] = None
+    example: bool = False  # ``example: true``: a template from the repository, no real board behind it
 
     @property
     def is_local(self) -> bool:
@@ -294,6 +295,7 @@ TOP: dict[str, Checker] = {
     "timeouts": SECTION,  # section
     "gate": SECTION,  # section
     "description": _str,
+    "example": _bool,  # a file from the edgeq repository naming no real board: targets list says so
 }
 SECTIONS: dict[str, dict[str, Checker]] = {
     "gpu": {"name": _str, "compute_capability": _cc},
@@ -360,7 +362,8 @@ def target_from_dict(data: Any, path: Path, name: Optional[str] = None) -> Targe
     timeouts = Timeouts(**v.get("timeouts", {}))
     kwargs: dict[str, Any] = {
         k: v[k]
-        for k in ("host", "user", "port", "jump_host", "work_dir", "python", "tensorrt", "backend", "trtexec")
+        for k in ("host", "user", "port", "jump_host", "work_dir", "python", "tensorrt", "backend", "trtexec",
+                  "example")
         if k in v
     }
     if "known_hosts" in v:
