@@ -75,8 +75,12 @@ def _live_rows(rows: dict[str, Any]) -> Table:
 
 
 def _verdict(r: Any) -> str:
-    """The matrix's last cell: passed, FAILED, or why the board has no verdict (skipped, interrupted)."""
-    word = "FAILED" if r.status == "failed" else r.status
+    """The matrix's last cell: passed, FAILED and why in a word or two (the cause, or the stage it
+    stopped in; the whole reason is printed below the table), or why the board has no verdict (skipped,
+    interrupted)."""
+    from edgeq.orchestration.fleet import failure
+
+    word = f"FAILED ({failure(r)})" if r.status == "failed" else r.status
     return f"[{_ROW_STYLE.get(r.status, '')}]{escape(word)}[/]"
 
 
@@ -96,15 +100,16 @@ def _fleet_matrix(result: Any) -> Table:
     return t
 
 
-# Least important first: what goes when the matrix does not fit the terminal (the report path is in
-# the fleet directory, p99 next to p50, the TensorRT version in the GPU's row of targets check).
-_MATRIX_DROP = ("report", "p99 ms", "TensorRT", "reachable", "build", "GPU (sm)")
+# Least important first: what goes when the matrix does not fit the terminal. The descriptive columns go
+# first (the report path is in the fleet directory, the GPU and TensorRT version in targets check, p99
+# next to p50); what the board did (reachable, build) goes last, and the verdict with its reason never.
+_MATRIX_DROP = ("report", "GPU (sm)", "TensorRT", "p99 ms", "build", "reachable")
 
 
 def _print_matrix(result: Any, already: Any = frozenset()) -> None:
     """The matrix fitted to the terminal, saying which columns did not fit and where to see them, then
-    each failed target's reason once, on its own line (not again for targets whose line
-    ``_row_finished`` already printed)."""
+    each failed target's whole reason once, on its own line (not again for targets whose line
+    ``_row_finished`` already printed); its row says it in a word or two (``_verdict``)."""
     from rich.measure import Measurement
 
     table = _fleet_matrix(result)
@@ -132,7 +137,7 @@ def _row_finished(row: Any) -> None:
 
         style = _ROW_STYLE.get(row.status, "")
         note = ", ".join(x for x in (rerun_note(row), row.error) if x)
-        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(note)}")
+        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/]" + (f", {escape(note)}" if note else ""))
         _printed.add(row.target)
 
 
