@@ -94,7 +94,8 @@ def test_every_pattern_has_a_section_and_older_ids_find_it(cli) -> None:
 @pytest.mark.parametrize("rule_id", ["qdq-torch-qint8", "gate"])
 def test_cli_rules_prints_a_section(rule_id: str, cli) -> None:
     code, out, _ = cli("rules", rule_id)
-    assert code == 0 and out.startswith(f"## {rule_id}") and out.strip() == sections()[rule_id].strip()
+    assert code == 0 and out.startswith(f"## {rule_id}")
+    assert out.split() == sections()[rule_id].split()  # every word, rewrapped to the width (issue 43.10)
 
 
 def test_cli_rules_lists_ids_and_refuses_unknown(cli) -> None:
@@ -111,3 +112,19 @@ def test_help_cites_only_what_ships(command: str, cli) -> None:
     text = " ".join(out.split())
     assert all(s in sections() for s in cited_sections(text))
     assert not re.search(r"(?<!edgeq/)docs/trt86-rules", text) and not re.search(r"\bissue \d", text, re.I)
+
+
+@pytest.mark.parametrize("rule_id", ["gate", "parsing", "myelin-region"])
+def test_cli_rules_wraps_a_section_to_the_terminal_width(rule_id: str, cli, monkeypatch) -> None:
+    """Issue 43.10: ``edgeq rules gate`` printed the file's lines, up to 104 columns, at COLUMNS=80. Each
+    paragraph and list item is rewrapped at words to the width; every word is there, a list item keeps
+    its dash and indents its continuation."""
+    text = sections()[rule_id]
+    items = [ln for ln in text.splitlines() if ln.startswith("- ")]
+    for columns in (80, 60):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        code, out, _ = cli("rules", rule_id)
+        lines = out.splitlines()
+        assert code == 0 and max(len(ln) for ln in lines) <= columns, out
+        assert out.split() == text.split()
+        assert len([ln for ln in lines if ln.startswith("- ")]) == len(items)
