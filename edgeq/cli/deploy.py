@@ -54,7 +54,6 @@ from edgeq.cli.output import (
 )
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn
-from edgeq.fs import output_dir
 from edgeq.text import plural
 
 # One screen (tests/test_cli_help.py) leaves no room for text: what deploy does (its stages and run
@@ -126,7 +125,7 @@ def deploy_cmd(
     percentile: Percentile = 99.99,
     placement: PlacementOpt = Placement.auto,
     placement_cache: Optional[Path] = typer.Option(
-        None, "--placement-cache", metavar="DIR", parser=output_dir, rich_help_panel=QUANTIZE,
+        None, "--placement-cache", metavar="DIR", rich_help_panel=QUANTIZE,
         help="auto's cache \\[default: ~/.cache/edgeq/placement].",
     ),
     overrides: Overrides = None,
