@@ -93,9 +93,10 @@ def test_ctrl_c_ends_a_local_targets_command_too(tmp_path):
 
 
 # -- a board that accepts TCP but never speaks SSH (issue 43.5) ------------------------------------------
-# "About a second", with margin for a loaded 2-core machine. The silent board's connect timeout is 30 s:
-# before, Ctrl-C waited for it (6.7-8.5 s on a 15 s timeout), and fleet status took 49 s.
-CTRL_C_WITHIN_S = 3.0
+# "About a second" (0.3-1.1 s measured on this 2-core host at load average 25), with margin for a more
+# loaded one. The silent board's connect timeout is 30 s: before, Ctrl-C waited for it (26-30 s here;
+# 6.7-8.5 s on a 15 s timeout in the issue), and fleet status took 49 s.
+CTRL_C_WITHIN_S = 5.0
 
 
 def _silent_fleet(root: Path, peer, connect: float) -> Path:
@@ -176,7 +177,7 @@ def test_a_board_that_never_sends_its_banner_is_said_so_within_its_timeout(tmp_p
     finally:
         peer.close()
     (row,) = json.loads(out)["rows"]
-    assert code == 1 and took < 2 + 3, (took, out, err)
+    assert code == 1 and took < 2 + 5, (took, out, err)  # one 2 s wait (it was four, 15 s)
     assert f"no SSH banner from 127.0.0.1:{peer.port} within 2 s" in row["error"], row["error"]
     assert "attempt" not in row["error"] and row["cause"] == "no SSH banner"
     assert (row["current"], row["kept"]) == ("unknown", "current unknown (unreachable: no SSH banner)")
