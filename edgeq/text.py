@@ -69,14 +69,16 @@ def number(value: Optional[float], decimals: int = 6) -> str:
 
 
 def plain(value: Optional[float]) -> str:
-    """A setting or a bound as one would type it (``15``, ``0.5``, ``0.00001``, ``2000000``): the shortest
-    form, as ``:g`` gives, but never its e-notation (``1e-05``). ``"-"`` when unset."""
+    """A setting or a bound as one would type it (``15``, ``0.5``, ``0.35``, ``0.00001``, ``2000000``):
+    ``:g``'s six significant digits, never its e-notation (``1e-05``). ``"-"`` when unset."""
     from decimal import Decimal
 
     if value is None:
         return "-"
-    text = format(Decimal(repr(float(value))), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    text = f"{value:.6g}"
+    if "e" in text:  # 1e-05, 1.5e+07: the same digits, written out
+        text = format(Decimal(text), "f")
+    return text
 
 
 def short_path(path: str, width: int) -> str:
