@@ -42,8 +42,12 @@ def output_file(value: str | os.PathLike[str]) -> Path:
 def output_dir(value: str | os.PathLike[str]) -> Path:
     """An output directory as the user typed it (``--runs-dir``, ``-o DIR``, ``--workdir``): created when
     missing, so refused only when something other than a directory is there, or it cannot be created;
-    before any work, as ``output_file``."""
-    path = Path(os.fspath(value))
+    before any work, as ``output_file``. A default (the CLI hands it over as a ``Path``, what is typed
+    comes as text) is left to the command that uses it: ``compare --engines`` never writes to the
+    default ``runs/``, and must not fail where it cannot."""
+    if not isinstance(value, str):
+        return Path(value)
+    path = Path(value)
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:

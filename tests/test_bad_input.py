@@ -232,6 +232,20 @@ def test_every_output_is_checked_before_any_work(tmp_path: Path, cli, monkeypatc
     assert (tmp_path / "newdir").read_bytes() == b"an earlier bundle"
 
 
+def test_a_default_output_directory_is_checked_only_where_it_is_used(tmp_path: Path, cli, monkeypatch):
+    """The one check runs on what the user typed: a file called ``runs`` where the default ``--runs-dir``
+    would go does not stop ``compare --engines``, which never writes there; typed, it is refused."""
+    from fleet_helpers import FIXTURES
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("not a directory")
+    layers = [FIXTURES / f"{e}.layers.json" for e in ("resnet50.implicit", "resnet50_ortfb.explicit")]
+    assert cli("compare", "--engines", *layers)[0] == 0
+    code, _, err = cli("compare", "--engines", *layers, "--runs-dir", "runs")
+    (line,) = _errors(err)
+    assert code == 2 and "runs: is a file, not a directory" in line
+
+
 # -- Ctrl-C: one "interrupted" line, exit 130, no outputs -------------------------------------------------
 def test_ctrl_c_during_quantize_says_interrupted(tmp_path: Path) -> None:
     """A real SIGINT to a real ``edgeq quantize`` while it calibrates: typer alone exits 130 silently."""

@@ -158,7 +158,7 @@ def load_spec(path: Path) -> PipelineSpec:
                                                                    prof.get("optShapes", ""),
                                                                    prof.get("maxShapes", ""))),
         release=_output(path, "release: output", release, output_file) if release else None,
-        runs_dir=_output(path, "runs_dir", v.get("runs_dir", "runs"), output_dir),
+        runs_dir=_output(path, "runs_dir", v["runs_dir"], output_dir) if "runs_dir" in v else Path("runs"),
         auto=auto and fleet is not None,
     )  # fmt: skip
 
