@@ -482,8 +482,15 @@ def test_a_closed_pipe_ends_compare_quietly_with_its_own_exit_code(tmp_path):
 
 def test_compare_help_names_the_ratio_r_and_every_help_says_130(cli, monkeypatch):
     """Issue 43.10: compare --help showed MIN_RATIO where other commands write R; the top-level and
-    compare help left out exit code 130 (Ctrl-C)."""
+    compare help left out exit code 130 (Ctrl-C), as did every help but fleet validate's and release
+    install's: each help that lists exit codes lists 130."""
+    from test_cli_help import COMMANDS
+
     monkeypatch.setenv("COLUMNS", "100")
+    for path, _ in COMMANDS:
+        code, out, _ = cli(*path, "--help")
+        text = " ".join(out.split())
+        assert code == 0 and ("Exit codes" not in text or "130" in text), (path, out)
     for argv in (("--help",), ("compare", "--help")):
         code, out, _ = cli(*argv)
         assert code == 0 and "130 Ctrl-C" in " ".join(out.split()), out

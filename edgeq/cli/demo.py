@@ -36,7 +36,8 @@ def demo_cmd(
     test models, the cleaned and quantized ONNX, the calibration caches and the target agent zipapp.
 
     Exit codes: 0 every step that can run here ran (stopping at the engine build for lack of
-    TensorRT is not a failure); 1 a step failed; 2 usage error (e.g. --workdir is a file).
+    TensorRT is not a failure); 1 a step failed; 2 usage error (e.g. --workdir is a file); 130
+    Ctrl-C.
     """
     from edgeq.orchestration.demo import run_demo
 

@@ -322,7 +322,7 @@ def targets_list_cmd() -> int:
     "the file's 'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 "
     "unreachable, no TensorRT or not what the file expects; 2 the target file is invalid, its host name "
     "does not resolve (not retried), or the host key or the login is refused (unknown/changed key, wrong "
-    "identity file).",
+    "identity file); 130 Ctrl-C.",
 )
 def targets_check_cmd(
     name: str = typer.Argument(..., help="Target name (targets/NAME.yaml) or a YAML path."),

@@ -355,7 +355,7 @@ def _render_manifest(m: dict[str, Any]) -> None:
     "edgeq-release) against that file (git's allowed-signers format); \\[signature] when it is unsigned, "
     "untrusted or does not match.\n\n"
     "Exit codes: 0 the bundle is intact (and signed by a listed key); 1 a problem was found (or the archive "
-    "is corrupt); 2 no such file, or not a .tar.gz bundle at all.",
+    "is corrupt); 2 no such file, or not a .tar.gz bundle at all; 130 Ctrl-C.",
     short_help="Check a bundle against its manifest (and who signed it, with --allowed-signers).",
 )
 def release_verify_cmd(
@@ -396,7 +396,7 @@ def release_verify_cmd(
     "inspect",
     help="Print a bundle's manifest: versions, engines per kind, files (read, not checked: 'edgeq release "
     "verify' checks).\n\nExit codes: 0 printed; 2 no such file, not a bundle, or no manifest to read (an "
-    "archive that does not read back, no manifest.json).",
+    "archive that does not read back, no manifest.json); 130 Ctrl-C.",
     short_help="Print a bundle's manifest: versions, engines per kind, files.",
 )
 def release_inspect_cmd(

@@ -37,7 +37,7 @@ _STYLE = {"pending": "dim", "running": "cyan", "installed": "green", "ok": "gree
     "The bundle is verified first (as 'edgeq release verify'): a signature vouches for what it signs, so a "
     "file that is no bundle, or one damaged or edited (failing its manifest), is refused and not signed.\n\n"
     "Exit codes: 0 signed; 2 no such bundle or key, not a bundle, a bundle that fails its manifest, "
-    "ssh-keygen missing or refusing the key.",
+    "ssh-keygen missing or refusing the key; 130 Ctrl-C.",
     short_help="Sign a bundle with your SSH key (BUNDLE.sig, ssh-keygen -Y sign).",
 )
 def release_sign_cmd(
@@ -181,7 +181,7 @@ def release_install_cmd(
     help="Switch each board's releases/current back to the version it ran before (its history on the "
     "board; repeat to go further back); a board whose current changes meanwhile is left as it is."
     "\n\nExit codes: 0 every board rolled back; 1 a board failed (or has "
-    "no earlier version); 2 bad input, host key, login.",
+    "no earlier version); 2 bad input, host key, login; 130 Ctrl-C.",
     short_help="Switch each board back to the version it ran before.",
 )
 def release_rollback_cmd(
@@ -202,7 +202,7 @@ def release_rollback_cmd(
     "status",
     help="What each board runs: its releases/current version, the version a rollback goes to, and the "
     "installed release's kind and signer, read from the boards (the agent), never from local state.\n\n"
-    "Exit codes: 0 every board answered; 1 a board did not; 2 bad input, host key, login.",
+    "Exit codes: 0 every board answered; 1 a board did not; 2 bad input, host key, login; 130 Ctrl-C.",
     short_help="What version each board runs, read from the boards.",
 )
 def fleet_status_cmd(
