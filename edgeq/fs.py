@@ -26,13 +26,43 @@ def ensure_dir(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def output_file(value: str) -> Path:
-    """An output file as the user typed it (the CLI's ``-o``): a path ending in a separator names a
-    directory, which ``Path`` would silently turn into a file of that name; refused before any work."""
-    if value.endswith(("/", os.sep)) or value in (".", ".."):
-        raise EdgeqError(f"{value}: names a directory, not a file to write to",
-                         hint="give a file path, e.g. " + os.path.join(value, "model.onnx"))
-    return Path(value)
+def output_file(value: str | os.PathLike[str]) -> Path:
+    """The one check of an output file as the user typed it (every ``-o FILE``, ``--html``, ``--junit``,
+    ``--cache``: the CLI parses them with it, so it runs before any work). A path ending in a separator
+    names a directory, which ``Path`` would silently turn into a file of that name; a directory, a FIFO
+    or a device there, or no writable directory to put it in, is refused too (``check_writable``).
+    What it must not overwrite (the command's inputs) each command checks with ``check_writable``."""
+    text = os.fspath(value)
+    if text.endswith(("/", os.sep)) or os.path.basename(text) in ("", ".", ".."):
+        raise EdgeqError(f"{text}: names a directory, not a file to write to",
+                         hint="give a file path, e.g. " + os.path.join(text, "NAME"))
+    return check_writable(text)
+
+
+def output_dir(value: str | os.PathLike[str]) -> Path:
+    """An output directory as the user typed it (``--runs-dir``, ``-o DIR``, ``--workdir``): created when
+    missing, so refused only when something other than a directory is there, or it cannot be created;
+    before any work, as ``output_file``. A default (the CLI hands it over as a ``Path``, what is typed
+    comes as text) is left to the command that uses it: ``compare --engines`` never writes to the
+    default ``runs/``, and must not fail where it cannot."""
+    if not isinstance(value, str):
+        return Path(value)
+    path = Path(value)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise EdgeqError(f"{path}: cannot write ({e.strerror or e})", "choose a writable directory") from None
+    if mode is not None and not stat.S_ISDIR(mode):
+        raise EdgeqError(f"{path}: is a file, not a directory", "give a directory (created when missing)")
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise EdgeqError(f"{path}: cannot write ({parent} is not a writable directory)",
+                         hint="choose a writable directory")
+    return path
 
 
 def check_writable(dest: str | os.PathLike[str], *, inputs: tuple[str | os.PathLike[str], ...] = ()) -> Path:

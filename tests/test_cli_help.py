@@ -101,3 +101,28 @@ def test_verbose_is_a_count(cli, monkeypatch) -> None:
     assert code == 0, err
     code, _, err = cli("-v", "2", "rules")  # a number after it: the usage error says what -v is
     assert code == 2 and "-v takes no number" in err and "-vv debug" in err
+
+
+def test_verbose_may_follow_the_command_name(tmp_path, cli, monkeypatch) -> None:
+    """Issue 43.10: ``edgeq lint -v MODEL`` was refused ("No such option: -v") while ``edgeq -v lint`` worked:
+    -v/-vv/--verbose mean the same wherever they stand (before a ``--``)."""
+    import logging
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    paramiko_log = logging.getLogger("paramiko")
+    monkeypatch.setattr(paramiko_log, "level", paramiko_log.level)  # -vv turns it up: put back after
+
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("x", "y")]
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [vi[0]], [vi[1]])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model))
+    quiet = cli("lint", model)
+    assert quiet[0] == 0, quiet
+    for argv in (("lint", "-v", model), ("lint", model, "-vv"), ("lint", "--verbose", model),
+                 ("-v", "lint", model), ("rules", "gate", "-v")):  # fmt: skip
+        code, out, err = cli(*argv)
+        assert code == 0 and "No such option" not in err, (argv, err)
+        if argv[0] != "rules":
+            assert out == quiet[1], argv

@@ -54,6 +54,7 @@ from edgeq.cli.output import (
 )
 from edgeq.errors import EdgeqError
 from edgeq.findings import ProgressFn
+from edgeq.text import plural
 
 # One screen (tests/test_cli_help.py) leaves no room for text: what deploy does (its stages and run
 # directory, --holdout and --gate accuracy, the exit codes) is in the docs site (docs/deploy.md, and
@@ -274,8 +275,10 @@ app.add_typer(targets_app, name="targets")
 
 @targets_app.command(
     "list",
-    help="List targets/*.yaml in the current directory and whether each is valid (offline: the file is "
-    "checked, not the machine). Exit 1 when a file is invalid, naming the key at fault.",
+    help="List targets/*.yaml in the current directory and whether each file is valid (offline: the file is "
+    "checked, no board is contacted; 'edgeq targets check NAME' connects). A file marked 'example: true' "
+    "(the edgeq repository's templates) is listed as an example, not as a board. Exit 1 when a file is "
+    "invalid, naming the key at fault.",
 )
 def targets_list_cmd() -> int:
     from edgeq.remote.targets import TARGETS_DIR, list_target_files, load_target
@@ -285,9 +288,10 @@ def targets_list_cmd() -> int:
         err.print(f"no target files in ./{TARGETS_DIR}/ (examples: the edgeq repository's targets/)")
         return EXIT_OK
     t = Table(title=f"./{TARGETS_DIR}", expand=False)
-    for col in ("name", "host", "backend", "TensorRT", "sm", "status"):
+    for col in ("name", "host", "backend", "TensorRT", "sm", "file"):
         t.add_column(col, overflow="fold")
     problems: list[str] = []
+    examples = 0
     for path in files:
         try:
             tg = load_target(path)
@@ -297,13 +301,18 @@ def targets_list_cmd() -> int:
             continue
         where = f"{tg.user}@{tg.host}:{tg.port}" + (f" via {tg.jump_host}" if tg.jump_host else "")
         where = "this machine (no SSH)" if tg.is_local else where
+        examples += tg.example
         t.add_row(
             tg.name, escape(where), tg.backend, tg.tensorrt or "-", tg.compute_capability or "-",
-            "[green]ok[/]",
+            "[yellow]example[/]" if tg.example else "[green]valid[/]",
         )
     print_table(t, drop=("backend", "sm", "TensorRT"))
     for p in problems:
         out.print(f"[bold red]invalid:[/] {escape(p)}")
+    err.print("[dim]files checked offline, no board contacted: 'edgeq targets check NAME' connects[/]")
+    if examples:
+        err.print(f"[dim]{plural(examples, 'example')}: a template naming no real board (example: true); "
+                  "copy it, set host, user and identity_file to your board's, drop 'example: true'[/]")
     return EXIT_CHECK_FAILED if problems else EXIT_OK
 
 
@@ -353,7 +362,7 @@ def _home(path: Path) -> str:
     "the file's 'tensorrt' and 'gpu.compute_capability'.\n\nExit codes: 0 the target is ready; 1 "
     "unreachable, no TensorRT or not what the file expects; 2 the target file is invalid, its host name "
     "does not resolve (not retried), or the host key or the login is refused (unknown/changed key, wrong "
-    "identity file).",
+    "identity file); 130 Ctrl-C.",
 )
 def targets_check_cmd(
     name: str = typer.Argument(..., help="Target name (targets/NAME.yaml) or a YAML path."),

@@ -54,6 +54,7 @@ from edgeq.cli.output import (
     width_of,
 )
 from edgeq.errors import EdgeqError
+from edgeq.fs import output_file
 
 fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a fleet YAML or an Ansible "
                         "inventory).")
@@ -74,8 +75,12 @@ def _live_rows(rows: dict[str, Any]) -> Table:
 
 
 def _verdict(r: Any) -> str:
-    """The matrix's last cell: passed, FAILED, or why the board has no verdict (skipped, interrupted)."""
-    word = "FAILED" if r.status == "failed" else r.status
+    """The matrix's last cell: passed, FAILED and why in a word or two (the cause, or the stage it
+    stopped in; the whole reason is printed below the table), or why the board has no verdict (skipped,
+    interrupted)."""
+    from edgeq.orchestration.fleet import failure
+
+    word = f"FAILED ({failure(r)})" if r.status == "failed" else r.status
     return f"[{_ROW_STYLE.get(r.status, '')}]{escape(word)}[/]"
 
 
@@ -95,15 +100,16 @@ def _fleet_matrix(result: Any) -> Table:
     return t
 
 
-# Least important first: what goes when the matrix does not fit the terminal (the report path is in
-# the fleet directory, p99 next to p50, the TensorRT version in the GPU's row of targets check).
-_MATRIX_DROP = ("report", "p99 ms", "TensorRT", "reachable", "build", "GPU (sm)")
+# Least important first: what goes when the matrix does not fit the terminal. The descriptive columns go
+# first (the report path is in the fleet directory, the GPU and TensorRT version in targets check, p99
+# next to p50); what the board did (reachable, build) goes last, and the verdict with its reason never.
+_MATRIX_DROP = ("report", "GPU (sm)", "TensorRT", "p99 ms", "build", "reachable")
 
 
 def _print_matrix(result: Any, already: Any = frozenset()) -> None:
     """The matrix fitted to the terminal, saying which columns did not fit and where to see them, then
-    each failed target's reason once, on its own line (not again for targets whose line
-    ``_row_finished`` already printed)."""
+    each failed target's whole reason once, on its own line (not again for targets whose line
+    ``_row_finished`` already printed); its row says it in a word or two (``_verdict``)."""
     from rich.measure import Measurement
 
     table = _fleet_matrix(result)
@@ -131,7 +137,7 @@ def _row_finished(row: Any) -> None:
 
         style = _ROW_STYLE.get(row.status, "")
         note = ", ".join(x for x in (rerun_note(row), row.error) if x)
-        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(note)}")
+        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/]" + (f", {escape(note)}" if note else ""))
         _printed.add(row.target)
 
 
@@ -207,7 +213,8 @@ def fleet_validate_cmd(
     opt_shapes: OptShapes = "",
     max_shapes: MaxShapes = "",
     junit: Optional[Path] = typer.Option(
-        None, "--junit", metavar="FILE", help="Also write JUnit XML (a testcase a target)."
+        None, "--junit", metavar="FILE", parser=output_file,
+        help="Also write JUnit XML (a testcase a target)."
     ),
     json_out: Json = False,
 ) -> int:
@@ -269,13 +276,16 @@ app.add_typer(release_app, name="release")
 
 @release_app.command(
     "create",
-    help="Validate MODEL on --fleet (as 'edgeq fleet validate') and bundle the result, or bundle an earlier "
-    "fleet directory (--from). Only a fleet where every target passed is released.\n\n" + EXIT_CODES_HELP,
+    help="Validate MODEL on --fleet (as 'edgeq fleet validate', --limit included) and bundle the result, or "
+    "bundle an earlier fleet directory (--from). Only a fleet where every target passed is released.\n\n"
+    + EXIT_CODES_HELP,
 )
 def release_create_cmd(
     model: Optional[Path] = typer.Argument(None, help="The ONNX model (with --fleet)."),
-    output: Path = typer.Option(..., "-o", "--output", metavar="FILE", help="The bundle to write (.tar.gz)."),
+    output: Path = typer.Option(..., "-o", "--output", metavar="FILE", parser=output_file,
+                                help="The bundle to write (.tar.gz)."),
     fleet: Fleet = None,
+    limit: Limit = None,
     from_dir: Optional[Path] = typer.Option(
         None, "--from", metavar="DIR", help="A fleet directory (edgeq fleet validate)."
     ),
@@ -293,12 +303,15 @@ def release_create_cmd(
 
     if (from_dir is None) == (model is None or fleet is None):
         raise EdgeqError("give MODEL --fleet FILE, or --from FLEET_DIR (one of them)")
+    if from_dir is not None and limit is not None:
+        raise EdgeqError("--limit picks the boards MODEL --fleet validates; a fleet directory (--from) holds "
+                         "the boards its run validated", "validate the boards you mean, then release --from")
     check_writable(output, inputs=tuple(p for p in (model, fleet) if p is not None))
     if from_dir is None:
         assert model is not None and fleet is not None
         options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, False,
                                 build_once_per_kind)  # fmt: skip
-        result = run_fleet(model, fleet, options, live=not json_out)
+        result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
         if not json_out:
             _print_matrix(result, _printed)
         if result.interrupted:
@@ -342,7 +355,7 @@ def _render_manifest(m: dict[str, Any]) -> None:
     "edgeq-release) against that file (git's allowed-signers format); \\[signature] when it is unsigned, "
     "untrusted or does not match.\n\n"
     "Exit codes: 0 the bundle is intact (and signed by a listed key); 1 a problem was found (or the archive "
-    "is corrupt); 2 no such file, or not a .tar.gz bundle at all.",
+    "is corrupt); 2 no such file, or not a .tar.gz bundle at all; 130 Ctrl-C.",
     short_help="Check a bundle against its manifest (and who signed it, with --allowed-signers).",
 )
 def release_verify_cmd(
@@ -379,7 +392,13 @@ def release_verify_cmd(
     return code
 
 
-@release_app.command("inspect", help="Print a bundle's manifest: versions, engines per kind, files.")
+@release_app.command(
+    "inspect",
+    help="Print a bundle's manifest: versions, engines per kind, files (read, not checked: 'edgeq release "
+    "verify' checks).\n\nExit codes: 0 printed; 2 no such file, not a bundle, or no manifest to read (an "
+    "archive that does not read back, no manifest.json); 130 Ctrl-C.",
+    short_help="Print a bundle's manifest: versions, engines per kind, files.",
+)
 def release_inspect_cmd(
     bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
     json_out: Json = False,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from edgeq.fs import output_dir, output_file
 from edgeq.pipeline.shapes import Shapes
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ TargetName = Annotated[Optional[str], typer.Option(
 AcceptNewHostKey = Annotated[bool, typer.Option(
     "--accept-new-host-key", rich_help_panel=TARGET, help="Trust and record an unknown host key.")]
 RunsDir = Annotated[Path, typer.Option(
-    "--runs-dir", metavar="DIR", rich_help_panel=TARGET, help="Where run directories are created.")]
+    "--runs-dir", metavar="DIR", parser=output_dir, rich_help_panel=TARGET,
+    help="Where run directories are created.")]
 Fleet = Annotated[Optional[Path], typer.Option(
     "--fleet", "-f", metavar="FILE", rich_help_panel=TARGET, help="A fleet YAML or an Ansible inventory.")]
 Workers = Annotated[Optional[int], typer.Option(
@@ -132,7 +134,7 @@ InputShapesOpt = Annotated[str, typer.Option(
 # -- output ------------------------------------------------------------------------------------------------
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 Html = Annotated[Optional[Path], typer.Option(
-    "--html", metavar="FILE", help="Also write a self-contained HTML page here.")]
+    "--html", metavar="FILE", parser=output_file, help="Also write a self-contained HTML page here.")]
 Onnx = Annotated[Optional[Path], typer.Option(
     "--onnx", metavar="MODEL", help="The model the engines came from: their layers mapped to its nodes.")]
 

@@ -60,7 +60,8 @@ def quantize_cmd(
         help="The Q/DQ model \\[default: <name>.int8.onnx]."
     ),
     cache: Optional[Path] = typer.Option(
-        None, "--cache", metavar="PATH", help="The calibration cache \\[default: -o's name, .cache]."
+        None, "--cache", metavar="PATH", parser=output_file,
+        help="The calibration cache \\[default: -o's name, .cache]."
     ),
     calib: Calib = None,
     synthetic: Synthetic = None,

@@ -26,6 +26,7 @@ from edgeq.cli.options import (
     quantize_options,
 )
 from edgeq.cli.output import EXIT_CODES_HELP, err, out, print_json, print_table, progress_display
+from edgeq.fs import output_dir
 
 _HELP = (
     "Which Q/DQ regions cost the task metric: calibrate once, run the FP32 model once on the held-out "
@@ -55,7 +56,8 @@ def sensitivity_cmd(
     ),
     budget: Budget = None,
     output: Optional[Path] = typer.Option(
-        None, "-o", "--output", metavar="DIR", help="Where to write \\[default: <model>.sensitivity/].",
+        None, "-o", "--output", metavar="DIR", parser=output_dir,
+        help="Where to write \\[default: <model>.sensitivity/].",
     ),
     json_out: Json = False,
 ) -> int:

@@ -42,17 +42,20 @@ class Verification:
         return self.passed
 
     def __str__(self) -> str:
+        from edgeq.text import number, plain  # figures never in e-notation ("5.22e-08")
+
         where = f" (output '{self.worst}')" if self.worst else ""
         where += "".join(f"; {n}" for n in self.notes)
+        atol, rtol = plain(self.atol), plain(self.rtol)
         if self.passed:
             return (
-                f"PASSED: max abs error {self.max_abs:.3g} (atol {self.atol:g}), max rel error "
-                f"{self.max_rel:.3g} (rtol {self.rtol:g}){where}"
+                f"PASSED: max abs error {number(self.max_abs)} (atol {atol}), max rel error "
+                f"{number(self.max_rel)} (rtol {rtol}){where}"
             )
         return (
-            f"FAILED: {self.failed_elements} of {self.total_elements} values beyond atol {self.atol:g} "
-            f"and rtol {self.rtol:g}; max abs error {self.max_abs:.3g}, "
-            f"max rel error {self.max_rel:.3g}{where}"
+            f"FAILED: {self.failed_elements} of {self.total_elements} values beyond atol {atol} "
+            f"and rtol {rtol}; max abs error {number(self.max_abs)}, "
+            f"max rel error {number(self.max_rel)}{where}"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -117,6 +117,7 @@ class Row:
     error: Optional[str] = None
     exit_code: int = 0  # what this row alone would exit with: its error's code (2: the user's to fix), gate 1
     cause: Optional[str] = None  # why the target could not be used (edgeq.remote.causes), when known
+    failed_in: Optional[str] = None  # the stage a failed row stopped in (build, probe, ...; gate)
     sources: dict[str, str] = field(default_factory=dict)  # "probe" or "target file", per probed fact
     seconds: float = 0.0
     reused_from: Optional[str] = None  # the run this passed row was taken over from (not run again)
@@ -272,7 +273,7 @@ def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_ro
         update(status="interrupted", error="not started", exit_code=EXIT_INTERRUPTED)
         return
     if why_not is not None:
-        update(status="skipped", error=f"skipped ({why_not})", exit_code=1)
+        update(status="skipped", error=f"not started: {why_not}", exit_code=1)
         return
     prior = _reusable(target, run)
     started = time.monotonic()
@@ -314,6 +315,7 @@ def _failed_before_run(row: Row, e: EdgeqError, started: float, run: _Run, on_ro
     overwritten), so a later run reuses it once the board answers as it did."""
     cause = cause_of(e)
     with run.pool.lock:
+        row.failed_in = row.stage
         row.error, row.exit_code, row.status, row.stage = str(e), e.exit_code, "failed", ""
         row.reachable = cause.answered if cause is not None else True
         row.cause = cause.name if cause is not None else None
@@ -363,7 +365,7 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
         stopped = f"stopped during {row.stage}"
         row.exit_code = e.exit_code
     except EdgeqError as e:
-        row.error, row.exit_code = str(e), e.exit_code
+        row.error, row.exit_code, row.failed_in = str(e), e.exit_code, row.stage
         cause = cause_of(e)
     with lock:
         _fill(row, rec, target)
@@ -374,7 +376,7 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
         if stopped is not None:
             row.status, row.error = "interrupted", stopped
         elif row.error is None and not row.gate:
-            row.error, row.exit_code = row.gate_summary or "gate failed", 1
+            row.error, row.exit_code, row.failed_in = row.gate_summary or "gate failed", 1, "gate"
         row.stage = ""
         run.pool.failures += row.status == "failed"
         resume.record(run_dir, asdict(row), run.keys[target.name], facts)
@@ -547,6 +549,12 @@ def gpu_cell(r: Row) -> str:
     text = f"{r.gpu or '-'} ({r.compute_capability or '-'})"
     filed = [k for k in ("gpu", "compute_capability") if r.sources.get(k) == "target file"]
     return f"target file: {text}" if filed else text
+
+
+def failure(r: Row) -> str:
+    """Why a failed row failed, in a word or two for its matrix cell (the full reason is its error): the
+    cause of a connection failure, else the stage it stopped in (``gate``, ``build``, ...)."""
+    return r.cause or r.failed_in or "error"
 
 
 def _result(r: Row) -> str:

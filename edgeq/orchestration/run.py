@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from edgeq import __version__, config
-from edgeq.errors import ConfigError, QuantError
+from edgeq.errors import ConfigError, EdgeqError, QuantError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.fs import sha256_file
+from edgeq.fs import output_dir, output_file, sha256_file
 from edgeq.pipeline.rundir import StageRecord, write_json
 from edgeq.pipeline.shapes import Shapes
 from edgeq.pipeline.stages import HOST_STAGES, Prepared, ProfileSettings, has_qdq, prepare_host
@@ -157,10 +157,19 @@ def load_spec(path: Path) -> PipelineSpec:
                                 prof.get("warmup_ms", 200), Shapes(prof.get("minShapes", ""),
                                                                    prof.get("optShapes", ""),
                                                                    prof.get("maxShapes", ""))),
-        release=Path(release) if release else None,
-        runs_dir=Path(v.get("runs_dir", "runs")),
+        release=_output(path, "release: output", release, output_file) if release else None,
+        runs_dir=_output(path, "runs_dir", v["runs_dir"], output_dir) if "runs_dir" in v else Path("runs"),
         auto=auto and fleet is not None,
     )  # fmt: skip
+
+
+def _output(path: Path, key: str, value: str, check: Callable[[str], Path]) -> Path:
+    """An output the file names, checked as the command line's (``edgeq.fs.output_file``/``output_dir``)
+    when the file is read: before any stage runs."""
+    try:
+        return check(value)
+    except EdgeqError as e:
+        raise ConfigError(f"{path}: '{key}': {e.message}", e.hint) from None
 
 
 def _quantize_options(path: Path, calib: Optional[Path], synthetic: Optional[int], preprocess: Optional[Path],

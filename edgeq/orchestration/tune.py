@@ -56,6 +56,7 @@ from edgeq.pipeline.shapes import Shapes
 from edgeq.quant.decisions import IMPLICIT_FP16, Decision, candidate_key, candidate_plan, decision_points
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import Target
+from edgeq.text import plain
 
 STATE = "tune.state.json"
 STATE_VERSION = 1
@@ -445,7 +446,7 @@ def tune(
         progress("tuning", i, len(decisions))
         if stopped is None and tuner.over_budget() and state.get(candidate_key(
                 candidate_plan(plan, decisions, {**current, d.id: not current[d.id]}))) is None:
-            stopped = f"budget {options.budget_s:g} s spent"
+            stopped = f"budget {plain(options.budget_s)} s spent"
         if stopped is not None:
             log.append(_entry(d, current, None, best, "not tried: " + stopped))
             continue

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import QuantError, RemoteError
 from edgeq.quant.metrics import CosineMetric, Outputs, TaskScore
+from edgeq.text import number, plain
 
 if TYPE_CHECKING:
     import onnx
@@ -288,7 +289,8 @@ class EngineAccuracy:
             return None
         assert self.agreement is not None
         return (f"TensorRT's outputs do not follow onnxruntime's Q/DQ prediction: cosine "
-                f"{self.agreement.value:.4f} between them on the same inputs (under {MISMATCH_COSINE:g}; "
+                f"{self.agreement.value:.4f} between them on the same inputs "
+                f"(under {plain(MISMATCH_COSINE)}; "
                 "INT8 kernels that only round differently stay above 0.99), so the engine computed "
                 "something else or was fed or read wrongly - not a quantization loss; check TensorRT alone: "
                 "polygraphy run <the Q/DQ .onnx the engine was built from> --onnxrt --trt --int8 --fp16")
@@ -304,12 +306,12 @@ class EngineAccuracy:
         far = self._far_below()
         if far is not None:
             figure, level = far
-            out.append(f"TensorRT's {self.metric} {figure:.4f} is far below FP32 (under {level:g})")
+            out.append(f"TensorRT's {self.metric} {figure:.4f} is far below FP32 (under {plain(level)})")
         if self.below_prediction:
             assert self.predicted is not None and self.shortfall is not None
             out.append(f"TensorRT's {self.metric} {self.engine.value:.4f} is {self.shortfall:.4f} below "
                        f"onnxruntime's prediction {self.predicted.value:.4f} "
-                       f"(tolerance {PREDICTION_TOLERANCE:g})")
+                       f"(tolerance {plain(PREDICTION_TOLERANCE)})")
         return out
 
     def failures(self) -> list[str]:
@@ -319,10 +321,10 @@ class EngineAccuracy:
         out = []
         if self.min_metric is not None and self.engine.value < self.min_metric:
             out.append(f"TensorRT's {self.metric} {self.engine.value:.4f} is below "
-                       f"--min-metric {self.min_metric:g}")
+                       f"--min-metric {plain(self.min_metric)}")
         if self.min_cosine is not None and self.engine_cosine.value < self.min_cosine:
             out.append(f"TensorRT's cosine {self.engine_cosine.value:.4f} is below "
-                       f"--min-cosine {self.min_cosine:g}")
+                       f"--min-cosine {plain(self.min_cosine)}")
         if self.min_metric is None and self.min_cosine is None:
             out += self.problems()
         return out
@@ -348,7 +350,7 @@ class EngineAccuracy:
         """TensorRT against onnxruntime's Q/DQ outputs directly, at full precision."""
         if self.agreement is None or self.predicted is None:
             return "no Q/DQ model: no onnxruntime prediction"
-        return (f"cosine {self.agreement.value:.6f}, max |difference| {self.max_abs_diff or 0.0:.4g}; "
+        return (f"cosine {self.agreement.value:.6f}, max |difference| {number(self.max_abs_diff or 0.0)}; "
                 f"{self.metric} {self.engine.value:.6f} vs {self.predicted.value:.6f} predicted")
 
     def summary(self) -> str:
@@ -359,16 +361,16 @@ class EngineAccuracy:
         if self.mismatch:
             assert self.agreement is not None
             note = (f" - TensorRT's outputs do not follow onnxruntime's Q/DQ prediction (cosine "
-                    f"{self.agreement.value:.4f} between them, under {MISMATCH_COSINE:g})")
+                    f"{self.agreement.value:.4f} between them, under {plain(MISMATCH_COSINE)})")
         fails = self.failures()
         if fails:
             return f"accuracy FAILED: {'; '.join(fails)} ({text}){note}"
         if not self.gated:
             problems = self.problems()
             return f"accuracy: {text}" + (f" - WARNING: {'; '.join(problems)}" if problems else "") + note
-        bounds = [f"--min-metric {self.min_metric:g}" if self.min_metric is not None else "",
-                  f"--min-cosine {self.min_cosine:g}" if self.min_cosine is not None else ""]  # fmt: skip
-        within = f"not far below FP32, within {PREDICTION_TOLERANCE:g} of onnxruntime's prediction"
+        bounds = [f"--min-metric {plain(self.min_metric)}" if self.min_metric is not None else "",
+                  f"--min-cosine {plain(self.min_cosine)}" if self.min_cosine is not None else ""]
+        within = f"not far below FP32, within {plain(PREDICTION_TOLERANCE)} of onnxruntime's prediction"
         bound = ", ".join(b for b in bounds if b) or within
         return f"accuracy passed ({bound}): {text}{note}"
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from edgeq.errors import QuantError, first_line
+from edgeq.text import plain
 
 if TYPE_CHECKING:
     import numpy as np
@@ -467,12 +468,12 @@ class DetectionMetric:
         value = kept / total if total else 1.0
         text = (f"{_pct(value)} of FP32 detections kept ({kept} of {total})" if total
                 else "FP32 detects nothing on the held-out set (score >= "
-                     f"{self.score_threshold:g}): nothing to keep")
+                     f"{plain(self.score_threshold)}): nothing to keep")
         if extra:
             text += f", {extra} new"
         if near:
             text += (f"; {near} of the {total - kept} lost scored under "
-                     f"{self.score_threshold + self.near:g} by FP32 itself")
+                     f"{plain(self.score_threshold + self.near)} by FP32 itself")
         # ranked: kept over FP32's and the new detections together, so a candidate cannot win by keeping
         # FP32's detections among many it invents (kept/total ignores them)
         return TaskScore(self.name, value, text,

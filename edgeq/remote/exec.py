@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from edgeq.errors import RemoteError
 from edgeq.remote.ssh import ConnectionDropped, SSHLink, remote_path
+from edgeq.text import plain
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +233,8 @@ class CommandRunner(SSHLink):
             if deadline is not None and time.monotonic() > deadline:
                 self._kill_group(out.pgid, chan)
                 raise CommandTimeout(
-                    f"{shlex.join(args)[:200]} ran longer than {timeout:g}s on {self.config.destination}; "
+                    f"{shlex.join(args)[:200]} ran longer than {plain(timeout)}s on "
+                    f"{self.config.destination}; "
                     "its remote process group was killed",
                     "raise the timeout (command_timeout in the target file)",
                 )

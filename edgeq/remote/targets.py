@@ -95,6 +95,7 @@ class Target:
     timeouts: Timeouts = field(default_factory=Timeouts)
     gate: Optional[GateConfig] = None
     keys: tuple[str, ...] = ()  # the keys the file set: where it says nothing, ~/.ssh/config may
+    example: bool = False  # ``example: true``: a template from the repository, no real board behind it
 
     @property
     def is_local(self) -> bool:
@@ -305,6 +306,7 @@ TOP: dict[str, Checker] = {
     "timeouts": SECTION,  # section
     "gate": SECTION,  # section
     "description": _str,
+    "example": _bool,  # a file from the edgeq repository naming no real board: targets list says so
 }
 SECTIONS: dict[str, dict[str, Checker]] = {
     "gpu": {"name": _str, "compute_capability": _cc},
@@ -371,7 +373,8 @@ def target_from_dict(data: Any, path: Path, name: Optional[str] = None) -> Targe
     timeouts = Timeouts(**v.get("timeouts", {}))
     kwargs: dict[str, Any] = {
         k: v[k]
-        for k in ("host", "user", "port", "jump_host", "work_dir", "python", "tensorrt", "backend", "trtexec")
+        for k in ("host", "user", "port", "jump_host", "work_dir", "python", "tensorrt", "backend", "trtexec",
+                  "example")
         if k in v
     }
     if "known_hosts" in v:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
+from edgeq.text import number
 
 PRECISION_COLORS = {
     "INT8": "#2e7d32",
@@ -136,7 +137,8 @@ def stacked_bar(parts: Sequence[tuple[str, float, str]]) -> str:
     """(label, value, colour) parts as one horizontal stacked bar."""
     total = sum(v for _, v, _ in parts) or 1.0
     cells = "".join(
-        f'<div style="flex:0 0 {100 * v / total:.3f}%;background:{c}" title="{esc(label)}: {v:g}"></div>'
+        f'<div style="flex:0 0 {100 * v / total:.3f}%;background:{c}" '
+        f'title="{esc(label)}: {number(v)}"></div>'
         for label, v, c in parts
         if v > 0
     )
