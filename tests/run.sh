@@ -22,11 +22,11 @@ PY=$(python3 -c 'import sys; print(sys.executable)')
 pinned=$(sed -n 's/^# python: //p' constraints.txt)
 have=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if [ "$pinned" = "$have" ]; then
-  echo "== pip install -c constraints.txt -e .[test]"
-  "$PY" -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]"
+  echo "== pip install -c constraints.txt -e .[test,ansible]"
+  "$PY" -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test,ansible]"
 else
   echo "warning: constraints.txt pins Python $pinned's packages; this is $have: installing unpinned" >&2
-  "$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
+  "$PY" -m pip install -q --disable-pip-version-check -e ".[test,ansible]"
 fi
 
 echo "== ruff"
