@@ -97,6 +97,16 @@ Fresh = Annotated[bool, typer.Option(
     "--fresh", rich_help_panel=TARGET,
     help="Run all targets, reusing none that passed.")]
 
+
+class Engine(str, Enum):
+    native = "native"  # edgeq's own workers over paramiko
+    ansible = "ansible"  # each board a task of an Ansible play (edgeq.ansible; pip install 'edgeq[ansible]')
+
+
+EngineOpt = Annotated[Engine, typer.Option(
+    "--engine", metavar="NAME", case_sensitive=False, rich_help_panel=TARGET,
+    help="native, or ansible: each board a task of an Ansible play (the edgeq.fleet collection).")]
+
 # -- the gate ----------------------------------------------------------------------------------------------
 Gate = Annotated[Optional[str], typer.Option(
     "--gate", metavar="NAME", rich_help_panel=GATE,
