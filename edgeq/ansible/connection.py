@@ -268,9 +268,8 @@ def connection_error(text: str, target: Target, running: Optional[str] = None) -
     cause = cause_in(text)
     kh = target.known_hosts
     if cause == "host key changed":
-        offending = re.search(r"Offending \S+ key in (\S+)", text)
         return HostKeyChanged(
-            f"host key for {name} has CHANGED: {said}" + (f" ({offending.group(1)})" if offending else ""),
+            f"host key for {name} has CHANGED: {_changed_key(text) or said}",
             f"if the target was re-installed, verify the new key out of band and remove the old one: "
             f"ssh-keygen -R '{name}' -f {kh} (never accepted automatically, not even with "
             "--accept-new-host-key)")  # fmt: skip
@@ -298,6 +297,19 @@ def connection_error(text: str, target: Target, running: Optional[str] = None) -
                                  "the command may still be running on the target", destination=dest)
     return ConnectionFailed(f"cannot connect to {dest}: {said}",
                             "check that the target is up, reachable and runs sshd on that port")
+
+
+def _changed_key(text: str) -> Optional[str]:
+    """"the server offers ED25519 SHA256:..., FILE:LINE holds another ED25519 key", from OpenSSH's warning."""
+    offered = re.search(r"fingerprint for the (\S+) key sent by the remote host is\s+(SHA256:[A-Za-z0-9+/=]+)",
+                        text)
+    offending = re.search(r"Offending (\S+) key in (\S+)", text)
+    if offered is None:
+        return None
+    said = f"the server offers {offered.group(1)} {offered.group(2)}"
+    if offending is not None:
+        said += f", {offending.group(2)} holds another {offending.group(1)} key"
+    return said
 
 
 def _ssh_said(text: str) -> str:

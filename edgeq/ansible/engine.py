@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -204,7 +205,7 @@ def run_play(private: Path, targets: Sequence[Target], module: str, args: Mappin
     # ssh's ControlPath (a socket: its path must be short), and ansible-runner's artifacts, whose "command"
     # file holds this process's whole environment (secrets of the user's among it): kept apart, and only
     # Ansible's own output and events copied into ``private/artifacts``
-    cp_dir = tempfile.mkdtemp(prefix="edgeq-cp-")
+    cp_dir = _short_temp_dir()
     artifacts = Path(cp_dir) / "artifacts"
     results: dict[str, dict[str, Any]] = {}
 
@@ -238,10 +239,12 @@ def run_play(private: Path, targets: Sequence[Target], module: str, args: Mappin
 
 def _wait(thread: threading.Thread, control: RunControl, pool: Any, cancel: threading.Event,
           poll: Callable[[], None]) -> None:  # fmt: skip
-    """Until the play ends; the first Ctrl-C asks the boards to stop, a second one ends ansible-playbook."""
+    """Until the play ends; the first Ctrl-C asks the boards to stop, a second one ends ansible-playbook.
+    Never ``join``: a KeyboardInterrupt inside ``Thread.join`` can leave the thread marked stopped while
+    it runs on (CPython 3.11, bpo-45274's handling), and the play would be abandoned, not wound down."""
     while thread.is_alive():
         try:
-            thread.join(0.25)
+            time.sleep(0.25)
             poll()
         except KeyboardInterrupt:
             if pool.stop.was_requested:
@@ -261,6 +264,16 @@ def _live(control: RunControl, by_slug: Mapping[str, Any], shown: dict[str, str]
         shown[key] = now
         _apply(row, cells)
         on_row(row)
+
+
+def _short_temp_dir() -> str:
+    """A private temporary directory whose path leaves room for ssh's control socket in it: a socket path
+    holds 107 bytes, and ssh adds a 40-character name and a 17-character suffix (TMPDIR may be long)."""
+    path = tempfile.mkdtemp(prefix="edgeq-cp-")
+    if len(path) <= 48 or not os.path.isdir("/tmp"):
+        return path
+    os.rmdir(path)
+    return tempfile.mkdtemp(prefix="edgeq-cp-", dir="/tmp")
 
 
 def _keep_log(run: Path, dest: Path) -> None:

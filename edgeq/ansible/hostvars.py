@@ -15,7 +15,7 @@ from __future__ import annotations
 import getpass
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -89,6 +89,7 @@ def inventory(targets: tuple[Target, ...], accept_new_host_key: bool = False,
 
     hosts: dict[str, Any] = {}
     for t in targets:
+        t = _absolute(t)  # Ansible runs from its own project directory
         hv: dict[str, Any] = {TARGET_VAR: target_record(t), "ansible_python_interpreter": t.python}
         if t.is_local:
             hv["ansible_connection"] = "local"
@@ -99,6 +100,13 @@ def inventory(targets: tuple[Target, ...], accept_new_host_key: bool = False,
             if t.identity_file is not None:
                 hv["ansible_ssh_private_key_file"] = str(t.identity_file)
         if previous and previous.get(t.name) is not None:
-            hv[PREVIOUS_VAR] = str(previous[t.name])
+            hv[PREVIOUS_VAR] = str(Path(previous[t.name]).resolve())
         hosts[t.name] = hv
     return {"all": {"children": {GROUP: {"hosts": hosts}}}}
+
+
+def _absolute(target: Target) -> Target:
+    """The target with its local files (key, known_hosts) as absolute paths."""
+    key = target.identity_file
+    return replace(target, identity_file=Path(key).resolve() if key is not None else None,
+                   known_hosts=Path(target.known_hosts).resolve())
