@@ -113,7 +113,7 @@ def test_both_engines_give_the_same_rows_and_junit_for_pass_fail_changed_key_and
         if path.is_file():
             text = path.read_text(errors="replace")
             assert secret not in text, path
-            assert "XDG_CACHE_HOME" not in text, path  # ansible-runner's "command" (our environment): not kept
+            assert "XDG_CACHE_HOME" not in text, path  # ansible-runner's "command" (the environment): gone
 
 
 @pytest.mark.sshd

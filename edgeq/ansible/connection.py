@@ -301,8 +301,7 @@ def connection_error(text: str, target: Target, running: Optional[str] = None) -
 
 def _changed_key(text: str) -> Optional[str]:
     """"the server offers ED25519 SHA256:..., FILE:LINE holds another ED25519 key", from OpenSSH's warning."""
-    offered = re.search(r"fingerprint for the (\S+) key sent by the remote host is\s+(SHA256:[A-Za-z0-9+/=]+)",
-                        text)
+    offered = re.search(r"fingerprint for the (\S+) key sent by the remote host is\s+(SHA256:[\w+/=]+)", text)
     offending = re.search(r"Offending (\S+) key in (\S+)", text)
     if offered is None:
         return None
