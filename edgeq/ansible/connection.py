@@ -344,13 +344,13 @@ def check_host_key_policy(connection: Any, host: str) -> None:
             return None
 
     if opt("host_key_checking") is False:
-        raise HostKeyPolicyError(f"{host}: Ansible's host_key_checking is off for this connection",
+        raise HostKeyPolicyError("Ansible's host_key_checking is off for this connection",
                                  "edgeq verifies host keys as OpenSSH does (never auto-added): remove "
                                  "host_key_checking=False / ANSIBLE_HOST_KEY_CHECKING=False")  # fmt: skip
     args = " ".join(str(opt(n) or "") for n in ("ssh_args", "ssh_common_args", "ssh_extra_args"))
     bad = _UNCHECKED.search(args)
     if bad:
-        raise HostKeyPolicyError(f"{host}: the ssh arguments turn host key checking off ({bad.group(0)})",
+        raise HostKeyPolicyError(f"the ssh arguments turn host key checking off ({bad.group(0)})",
                                  "edgeq verifies host keys as OpenSSH does: remove it from "
                                  "ansible_ssh_common_args / ssh_extra_args")  # fmt: skip
 

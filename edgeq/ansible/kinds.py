@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Optional
 
 from edgeq.ansible.staging import locked
-from edgeq.fs import atomic_write_text
+from edgeq.fs import atomic_path, atomic_write_text
 from edgeq.pipeline.rundir import slug
 
 
@@ -37,9 +39,17 @@ class _Engines:
         return (engine, str(record["built_on"])) if engine.is_file() else None
 
     def __setitem__(self, kind: str, value: tuple[Path, str]) -> None:
+        """Keep the kind's engine here (a link, else a copy): the board that built it may run again and
+        start its run directory afresh."""
         engine, built_on = value
-        record = {"engine": str(Path(engine).resolve()), "built_on": built_on}
-        atomic_write_text(self._path(kind), json.dumps(record))
+        kept = self.root / f"{slug(kind)}.plan"
+        with atomic_path(kept) as tmp:
+            tmp.unlink()
+            try:
+                os.link(engine, tmp)
+            except OSError:
+                shutil.copyfile(engine, tmp)
+        atomic_write_text(self._path(kind), json.dumps({"engine": str(kept.resolve()), "built_on": built_on}))
 
 
 class KindFiles:

@@ -13,7 +13,8 @@ from typing import Any
 
 from edgeq.errors import EdgeqError
 
-# The options that name a file on the machine running Ansible: relative to the playbook's directory.
+# The options that name a file on the machine running Ansible: relative to the directory ansible-playbook
+# runs in (not the playbook's: the collection's own playbook lives inside the installed package).
 PATH_OPTIONS = ("model", "prepared", "calib_cache", "dest", "previous", "bundle", "allowed_signers")
 _CONNECTION_OPTIONS = ("host", "port", "remote_user", "private_key_file")
 
@@ -61,8 +62,8 @@ def _target(action: Any, host: str, task_vars: Mapping[str, Any]) -> Any:
 
 
 def _paths(action: Any, args: Mapping[str, Any]) -> dict[str, Any]:
-    """The module's options, relative paths taken from the playbook's directory."""
-    base = Path(action._loader.get_basedir() or ".")
+    """The module's options, relative paths taken from the directory Ansible runs in."""
+    base = Path.cwd()
     out = dict(args)
     for key in PATH_OPTIONS:
         if out.get(key):

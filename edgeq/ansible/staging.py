@@ -83,7 +83,8 @@ def prepare_once(model: Path, calib_cache: Optional[Path], root: Path) -> Any:
     from edgeq.quant.quantize import QuantizeOptions
 
     if not Path(model).is_file():
-        raise EdgeqError(f"{model}: no such model", "give the ONNX model's path (relative: to the playbook)")
+        raise EdgeqError(f"{model}: no such model",
+                         "give the ONNX model's path (relative: to where ansible-playbook runs)")
     digest = hashlib.sha256(":".join([sha256_file(model), sha256_file(calib_cache) if calib_cache else "",
                                       __version__]).encode()).hexdigest()[:16]  # fmt: skip
     host_dir = root / digest
@@ -134,7 +135,8 @@ def stage_bundle(bundle: Path, allowed_signers: Optional[Path], root: Path) -> A
 
     bundle = Path(bundle)
     if not bundle.is_file():
-        raise EdgeqError(f"{bundle}: no such bundle", "give the bundle's path (relative: to the playbook)")
+        raise EdgeqError(f"{bundle}: no such bundle",
+                         "give the bundle's path (relative: to where ansible-playbook runs)")
     parts = [sha256_file(bundle)]
     for p in (signature_path(bundle), allowed_signers):
         parts.append(sha256_file(p) if p is not None and p.is_file() else "")

@@ -62,7 +62,12 @@ def facts(connection: Any, target: Target, control: RunControl) -> dict[str, Any
     raw = direct_agent(runner, target, up.remote_path)("probe", f"--workDir={target.remote_path('runs')}",
                                                        timeout=target.timeouts.command)  # fmt: skip
     found = probe_from_facts(raw, target)
-    return {"changed": False, "ansible_facts": facts_of(found), "msg": found.describe()}
+    return {"changed": False, "ansible_facts": {FACT: facts_of(found)}, "msg": found.describe()}
+
+
+# One fact, a mapping: the inventory's edgeq_<key> variables are target-file keys (edgeq_gpu, edgeq_tensorrt,
+# edgeq_python), and a fact of the same name would take their place for the board's next task.
+FACT = "edgeq_board"
 
 
 def facts_of(found: Any) -> dict[str, Any]:
@@ -76,23 +81,23 @@ def facts_of(found: Any) -> dict[str, Any]:
     dla = trt.get("num_DLA_cores")
     l4t = l4t_of(raw)
     return {
-        "edgeq_tensorrt": found.tensorrt,
-        "edgeq_gpu": found.gpu,
-        "edgeq_compute_capability": found.compute_capability,
-        "edgeq_kind": found.kind,
-        "edgeq_gpus": list(raw.get("gpus") or []),
-        "edgeq_sources": dict(found.sources),
-        "edgeq_l4t": l4t,
-        "edgeq_jetpack": jetpack_for(l4t),
-        "edgeq_jetson": jetson or None,
+        "tensorrt": found.tensorrt,
+        "gpu": found.gpu,
+        "compute_capability": found.compute_capability,
+        "kind": found.kind,
+        "gpus": list(raw.get("gpus") or []),
+        "sources": dict(found.sources),
+        "l4t": l4t,
+        "jetpack": jetpack_for(l4t),
+        "jetson": jetson or None,
         # TensorRT's own count where the backend can ask it (python), else the DLA device nodes L4T shows
-        "edgeq_dla_cores": dla if isinstance(dla, int) else jetson.get("dla_device_nodes"),
-        "edgeq_disk": asdict(found.disk) if found.disk is not None else None,
-        "edgeq_power_mode": raw.get("power_mode"),
-        "edgeq_cuda": raw.get("cuda"),
-        "edgeq_driver": raw.get("driver"),
-        "edgeq_python": (raw.get("python") or {}).get("version"),
-        "edgeq_backend": trt.get("via") or "python",  # the agent backend that answered
+        "dla_cores": dla if isinstance(dla, int) else jetson.get("dla_device_nodes"),
+        "disk": asdict(found.disk) if found.disk is not None else None,
+        "power_mode": raw.get("power_mode"),
+        "cuda": raw.get("cuda"),
+        "driver": raw.get("driver"),
+        "python": (raw.get("python") or {}).get("version"),
+        "backend": trt.get("via") or "python",  # the agent backend that answered
     }
 
 
@@ -182,7 +187,7 @@ def _engine_check(connection: Any, target: Target, control: RunControl, prior: A
 def engine_result(row: Any) -> dict[str, Any]:
     """The module's result for a board's row: ``changed`` only when an engine was built on it."""
     out: dict[str, Any] = {
-        "changed": row.build == "ok",
+        "changed": row.build == "ok" and not row.reused_from,  # a resumed row keeps the build it reports
         "status": row.status,
         "row": asdict(row),
         "build": row.build,

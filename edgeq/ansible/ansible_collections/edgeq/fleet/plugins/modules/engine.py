@@ -33,7 +33,7 @@ options:
     description:
       - The ONNX model on the machine running Ansible, explicit INT8 (Q/DQ, as C(edgeq quantize) writes it)
         or float (built without INT8 unless O(calib_cache) is given; the int8 gate then says so).
-      - Relative to the playbook's directory. One of O(model) and O(prepared).
+      - Relative to the directory ansible-playbook runs in. One of O(model) and O(prepared).
     type: path
   prepared:
     description:
@@ -47,7 +47,7 @@ options:
   dest:
     description:
       - The directory the boards' records go to (C(targets/<host>/)), on the machine running Ansible;
-        relative to the playbook's directory.
+        relative to the directory ansible-playbook runs in.
     type: path
     default: runs/ansible
   previous:
@@ -157,10 +157,10 @@ engine:
   returned: when the board was tried
   type: dict
 precisions:
-  description: Compute layers by precision (Int8, Half, Float).
+  description: Compute layers by precision (INT8, FP16, FP32).
   returned: when the engine was inspected
   type: dict
-  sample: {"Int8": 52, "Half": 1}
+  sample: {"INT8": 72, "FP16": 1}
 layers:
   description: Each engine layer's name, kind and precision.
   returned: when the engine was inspected

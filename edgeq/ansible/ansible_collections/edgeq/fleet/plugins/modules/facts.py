@@ -11,9 +11,10 @@ description:
     only when the board does not hold those bytes yet) and runs its probe there, over the task's own
     connection.
   - Returns the board's L4T release and the JetPack it belongs to, TensorRT, each GPU and its compute
-    capability, the engine kind (compute capability + TensorRT: boards of one kind load each other's
+    capability, the engine kind (compute capability and TensorRT; boards of one kind load each other's
     engines), DLA cores, free disk where runs are written, the nvpmodel power mode, CUDA, the driver and
-    Python, as C(ansible_facts) named C(edgeq_*).
+    Python, as one fact, the mapping C(edgeq_board) (the inventory's C(edgeq_<key>) variables are target-file
+    keys, which facts of those names would override).
   - Runs on the machine running Ansible (an action plugin), which needs edgeq installed
     (C(pip install 'edgeq[ansible]')); the board needs only Python 3.8 and TensorRT (or trtexec).
   - The board is read from the inventory as C(edgeq fleet validate) reads one (C(ansible_host),
@@ -35,7 +36,7 @@ attributes:
     description: Nothing to compare.
   facts:
     support: full
-    description: Returns C(edgeq_*) facts.
+    description: Returns the C(edgeq_board) fact.
 notes:
   - Set C(gather_facts) to false for boards without the Python Ansible's own setup module needs; this module
     does not need it.
@@ -50,8 +51,8 @@ EXAMPLES = r"""
 
 - name: Refuse boards without TensorRT 8.6
   ansible.builtin.assert:
-    that: edgeq_tensorrt is version('8.6', '>=') and edgeq_tensorrt is version('8.7', '<')
-    fail_msg: "{{ inventory_hostname }} runs TensorRT {{ edgeq_tensorrt }}"
+    that: edgeq_board.tensorrt is version('8.6', '>=') and edgeq_board.tensorrt is version('8.7', '<')
+    fail_msg: "{{ inventory_hostname }} runs TensorRT {{ edgeq_board.tensorrt }}"
 """
 
 RETURN = r"""
@@ -60,60 +61,64 @@ ansible_facts:
   returned: success
   type: dict
   contains:
-    edgeq_tensorrt:
-      description: TensorRT version (C(null) when the probe found none).
-      type: str
-      sample: 8.6.2
-    edgeq_gpu:
-      description: The first GPU's name.
-      type: str
-      sample: Orin
-    edgeq_compute_capability:
-      description: The first GPU's compute capability.
-      type: str
-      sample: "8.7"
-    edgeq_kind:
-      description: Compute capability and TensorRT version; boards of one kind load each other's engines.
-      type: str
-      sample: sm8.7-trt8.6.2
-    edgeq_gpus:
-      description: Every GPU the probe found (name, compute capability, memory, where it was read).
-      type: list
-      elements: dict
-    edgeq_sources:
-      description: Where each of tensorrt, gpu and compute_capability came from (probe or target file).
+    edgeq_board:
+      description: What edgeq's probe says of the board.
       type: dict
-    edgeq_l4t:
-      description: The L4T (Jetson Linux) release, from /etc/nv_tegra_release; C(null) off Jetson.
-      type: str
-      sample: 36.2.0
-    edgeq_jetpack:
-      description: The JetPack that L4T release belongs to (NVIDIA's JetPack archive).
-      type: str
-      sample: 6.0 DP
-    edgeq_jetson:
-      description: Jetson model, SoC, family and DLA device nodes from the device tree; C(null) off Jetson.
-      type: dict
-    edgeq_dla_cores:
-      description: DLA cores (TensorRT's count with the python backend, else the DLA device nodes).
-      type: int
-    edgeq_disk:
-      description: Free and total bytes where the agent writes its runs.
-      type: dict
-    edgeq_power_mode:
-      description: The nvpmodel power mode set now (id, name, default id); C(null) off Jetson.
-      type: dict
-      sample: {"id": 0, "name": "MAXN", "default": 2}
-    edgeq_cuda:
-      description: CUDA runtime, the CUDA the driver supports, the toolkit installed.
-      type: dict
-    edgeq_driver:
-      description: The NVIDIA kernel driver's version.
-      type: str
-    edgeq_python:
-      description: The board's Python version (the target's C(python)).
-      type: str
-    edgeq_backend:
-      description: The agent backend that answered (python or trtexec).
-      type: str
+      contains:
+        tensorrt:
+          description: TensorRT version (C(null) when the probe found none).
+          type: str
+          sample: 8.6.2
+        gpu:
+          description: The first GPU's name.
+          type: str
+          sample: Orin
+        compute_capability:
+          description: The first GPU's compute capability.
+          type: str
+          sample: "8.7"
+        kind:
+          description: Compute capability and TensorRT version; boards of one kind load each other's engines.
+          type: str
+          sample: sm8.7-trt8.6.2
+        gpus:
+          description: Every GPU the probe found (name, compute capability, memory, where it was read).
+          type: list
+          elements: dict
+        sources:
+          description: Where each of tensorrt, gpu and compute_capability came from (probe or target file).
+          type: dict
+        l4t:
+          description: The L4T (Jetson Linux) release, from /etc/nv_tegra_release; C(null) off Jetson.
+          type: str
+          sample: 36.2.0
+        jetpack:
+          description: The JetPack that L4T release belongs to (NVIDIA's JetPack archive).
+          type: str
+          sample: 6.0 DP
+        jetson:
+          description: Jetson model, SoC, family, DLA device nodes (the device tree); C(null) off Jetson.
+          type: dict
+        dla_cores:
+          description: DLA cores (TensorRT's count with the python backend, else the DLA device nodes).
+          type: int
+        disk:
+          description: Free and total bytes where the agent writes its runs.
+          type: dict
+        power_mode:
+          description: The nvpmodel power mode set now (id, name, default id); C(null) off Jetson.
+          type: dict
+          sample: {"id": 0, "name": "MAXN", "default": 2}
+        cuda:
+          description: CUDA runtime, the CUDA the driver supports, the toolkit installed.
+          type: dict
+        driver:
+          description: The NVIDIA kernel driver's version.
+          type: str
+        python:
+          description: The board's Python version (the target's C(python)).
+          type: str
+        backend:
+          description: The agent backend that answered (python or trtexec).
+          type: str
 """

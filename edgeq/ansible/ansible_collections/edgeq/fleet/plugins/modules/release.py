@@ -34,7 +34,8 @@ options:
     choices: [installed, rolled_back, status]
   bundle:
     description:
-      - The release bundle (.tar.gz) on the machine running Ansible; relative to the playbook's directory.
+      - The release bundle (.tar.gz) on the machine running Ansible; relative to the directory
+        ansible-playbook runs in.
         Required with O(state=installed).
     type: path
   allowed_signers:
