@@ -263,7 +263,7 @@ def test_facts_say_l4t_jetpack_and_the_power_mode_of_the_board(boards, servers):
     playbook.write_text(yaml.safe_dump([{"name": "facts", "hosts": "jetsons", "gather_facts": False,
                                          "tasks": [{"name": "Facts", "edgeq.fleet.facts": None}]}]))
     code, _, results = _play(root, inv, playbook, "--check")  # check mode: facts read all the same
-    assert code == 0, out
+    assert code == 0, results
     board = results["board1"][0]["ansible_facts"]["edgeq_board"]
     assert (board["l4t"], board["jetpack"]) == ("36.2.0", "6.0 DP")
     assert board["power_mode"] == {"id": 2, "name": "30W", "default": 2}
