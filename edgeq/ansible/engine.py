@@ -227,6 +227,7 @@ def run_play(private: Path, targets: Sequence[Target], module: str, args: Mappin
         _wait(thread, control, pool, cancel, lambda: _live(control, by_slug, shown, on_row))
         _keep_log(artifacts / "run", private / "artifacts")
     finally:
+        close_masters(Path(cp_dir))
         shutil.rmtree(cp_dir, ignore_errors=True)
     _live(control, by_slug, shown, on_row)
     if not results and getattr(runner, "status", None) not in ("successful",) and not pool.interrupted:
@@ -276,6 +277,17 @@ def _short_temp_dir() -> str:
     return tempfile.mkdtemp(prefix="edgeq-cp-", dir="/tmp")
 
 
+def close_masters(cp_dir: Path) -> None:
+    """End the run's ssh master connections (ControlPersist would keep one a board open for a minute after
+    edgeq exits); best effort."""
+    import subprocess
+
+    for sock in cp_dir.iterdir():
+        if sock.is_socket():
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "edgeq-board"], timeout=10,
+                           stdin=subprocess.DEVNULL, capture_output=True, check=False)  # fmt: skip
+
+
 def _keep_log(run: Path, dest: Path) -> None:
     """Ansible's output and its events (the hosts' results) from ansible-runner's artifacts, nothing else."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -291,8 +303,10 @@ def _env(control: RunControl, cp_dir: str) -> dict[str, str]:
     from it), the collection, host keys checked, the run's control directory; nothing that holds a secret."""
     theirs = os.environ.get("ANSIBLE_COLLECTIONS_PATH")
     collections = os.pathsep.join([str(COLLECTIONS_PATH), *([theirs] if theirs else [])])
+    callbacks = ",".join(filter(None, [os.environ.get("ANSIBLE_CALLBACKS_ENABLED"), "edgeq.fleet.preload"]))
     return {
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
+        "ANSIBLE_CALLBACKS_ENABLED": callbacks,  # edgeq imported once, before the workers fork
         "ANSIBLE_COLLECTIONS_PATH": collections,
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_SSH_CONTROL_PATH_DIR": cp_dir,

@@ -70,3 +70,16 @@ def _paths(action: Any, args: Mapping[str, Any]) -> dict[str, Any]:
             p = Path(str(out[key])).expanduser()
             out[key] = str(p if p.is_absolute() else base / p)
     return out
+
+
+def preload() -> None:
+    """Import what a board's task imports (edgeq.fleet.preload calls this in ansible-playbook itself, so
+    the workers it forks share these modules instead of each importing them)."""
+    import importlib
+
+    for name in ("edgeq.ansible.tasks", "edgeq.ansible.staging", "edgeq.ansible.kinds",
+                 "edgeq.orchestration.fleet", "edgeq.orchestration.install", "edgeq.orchestration.deploy",
+                 "edgeq.pipeline.stages", "edgeq.pipeline.shapes", "edgeq.report.fusion_build",
+                 "edgeq.report.gate", "edgeq.report.parse", "edgeq.report.render", "edgeq.graph.io",
+                 "edgeq.remote.zipapp", "edgeq.release.bundle"):
+        importlib.import_module(name)
