@@ -131,12 +131,21 @@ def test_ansible_engine_resumes_a_passed_fleet_and_builds_nothing_again(boards, 
     # one build for the one kind, across Ansible's worker processes (a file lock, not a thread lock)
     assert sum(builds(m) for m in members) == 1
     assert sorted(r["build"] for r in first["targets"]) == ["ok", "reused", "reused"]
-    code, out, err = cli(*args)
+    code, out, err = cli(*[a for a in args if a != "--json"])
     assert code == 0, (out, err)
-    again = json.loads(out)
     assert sum(builds(m) for m in members) == 1  # nothing built again
     run = Path(first["fleet_dir"]).name
-    assert {r["reused_from"] for r in again["targets"]} == {run}
+    # as people read it: a line a board as it ends (stderr is no terminal here), then the matrix
+    assert all(f"board{i}: passed reused from {run}" in err for i in (1, 2, 3)), err
+    assert "3/3 targets passed; fleet directory: " in out
+    (again,) = [d for d in Path("runs").glob("fleet-*") if d.name != run]
+    rows = json.loads((again / "fleet.json").read_text())["targets"]
+    assert {r["reused_from"] for r in rows} == {run}
+    # and the run directory releases as the native engine's does: one engine for the kind, every board
+    code, out, err = cli("release", "--from", again, "-o", root / "net.tar.gz", "--json")
+    assert code == 0, (out, err)
+    manifest = json.loads(out)
+    assert list(manifest["engines"]) == ["sm9.0-trt8.6.0"] and len(manifest["targets"]) == 3
 
 
 def _currents(members: list) -> list:
