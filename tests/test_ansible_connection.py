@@ -151,3 +151,24 @@ def test_a_users_inventory_host_reads_only_target_keys(tmp_path):
     assert (t.host, t.port, t.user) == ("10.0.0.7", 2200, "nvidia")
     assert (t.python, t.backend) == ("python3.8", "trtexec")
     assert t.compute_capability == "8.7" and t.use_agent  # no key file named: ssh-agent and default keys
+
+
+def test_without_ansible_the_engine_says_how_to_get_it_before_any_work(tmp_path, monkeypatch, cli):
+    """Exit 2, one line naming the missing package and the extra; no run directory made, nothing prepared."""
+    import importlib.util
+
+    from fleet_helpers import qdq_model
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ansible_runner"
+                        else real(name, *a))  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "b1.yaml").write_text("host: 10.0.0.7\nuser: nvidia\nuse_agent: true\n")
+    (tmp_path / "fleet.yaml").write_text("targets: [b1]\n")
+    model = qdq_model(tmp_path / "net.onnx")
+    code, out, err = cli("fleet", "validate", model, "--fleet", "fleet.yaml", "--engine", "ansible")
+    assert code == 2 and "Traceback" not in out + err
+    assert "--engine ansible needs ansible-runner, which is not installed" in err
+    assert "pip install 'edgeq[ansible]'" in err and len(err.strip().splitlines()) <= 2
+    assert not (tmp_path / "runs").exists()

@@ -178,14 +178,17 @@ def test_install_and_rollback_leave_the_same_current_under_both_engines(boards, 
             shutil.rmtree(m.work_dir / "releases", ignore_errors=True)
         steps = []
         for cmd in (("install", v1, "--duration", "0"), ("install", v2, "--duration", "0"),
-                    ("install", v3, "--duration", "0", "--canary", "1"), ("rollback",)):
+                    ("install", v3, "--duration", "0", "--canary", "1"), ("rollback",),
+                    ("install", v3, "--duration", "0", "--max-fail", "1", "--workers", "1")):
             code, out, err = cli("release", *cmd, "--fleet", fleet, "--json", "--engine", engine)
             assert "Traceback" not in out + err and out, (engine, cmd, code, err)
             rows = {r["target"]: {k: r[k] for k in ROW} for r in json.loads(out)["rows"]}
             steps.append((code, rows, _currents(members)))
         seen[engine] = steps
-    assert seen["native"] == seen["ansible"]
-    (c1, _, after1), (c2, rows2, after2), (c3, rows3, after3), (c4, rows4, after4) = seen["ansible"]
+    for step, (native, ansible) in enumerate(zip(seen["native"], seen["ansible"])):
+        assert native == ansible, (step, json.dumps(native[1], indent=1), json.dumps(ansible[1], indent=1))
+    (c1, _, after1), (c2, rows2, after2), (c3, rows3, after3), (c4, rows4, after4), (c5, rows5, after5) = \
+        seen["ansible"]  # fmt: skip
     assert (c1, after1) == (0, [name1] * 3)
     assert c2 == 1 and after2 == [name2, name2, name1]  # board3 below --min-ratio: kept v1
     assert rows2["board3"]["kept"] == f"current left at {name1}"
@@ -194,3 +197,6 @@ def test_install_and_rollback_leave_the_same_current_under_both_engines(boards, 
     # back a version where there is one; board3 never left v1, so it has none to go back to
     assert c4 == 1 and after4 == [name1] * 3, (c4, after4)
     assert [rows4[b]["status"] for b in ("board1", "board2", "board3")] == ["ok", "ok", "failed"]
+    # --max-fail 1, one board at a time: board1 fails, the others are not started (skipped, not failed)
+    assert c5 == 1 and after5 == after4
+    assert [rows5[b]["status"] for b in ("board1", "board2", "board3")] == ["failed", "skipped", "skipped"]

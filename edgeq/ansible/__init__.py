@@ -29,7 +29,8 @@ def require_ansible() -> None:
     """ansible-core and ansible-runner importable, or one clear line saying how to get them."""
     import importlib.util
 
-    missing = [m for m in ("ansible", "ansible_runner") if importlib.util.find_spec(m) is None]
+    packages = {"ansible": "ansible-core", "ansible_runner": "ansible-runner"}
+    missing = [p for m, p in packages.items() if importlib.util.find_spec(m) is None]
     if missing:
-        raise EdgeqError(f"--engine ansible needs {' and '.join(missing)}, which are not installed",
-                         INSTALL_HINT)  # fmt: skip
+        which = " and ".join(missing) + (", which are" if len(missing) > 1 else ", which is")
+        raise EdgeqError(f"--engine ansible needs {which} not installed in this Python", INSTALL_HINT)

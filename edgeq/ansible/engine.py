@@ -167,6 +167,8 @@ def _finish_row(row: Any, result: Optional[Mapping[str, Any]], pool: Any, *, not
     cells = _row_of(result)
     if cells:
         _apply(row, cells)
+    elif row.status not in ("pending", "running"):
+        pass  # its task's last live record said how it ended (Ansible keeps no more of a skipped result)
     elif result is None and error_when_not_started is not None:
         row.status, row.error, row.stage = not_started, error_when_not_started, ""
         row.exit_code = 130 if not_started == "interrupted" else 1
