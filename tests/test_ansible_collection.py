@@ -183,6 +183,7 @@ def test_the_collections_playbook_as_written_gates_then_installs_in_canary_batch
 
 
 @pytest.mark.sshd
+@pytest.mark.slow
 def test_engine_is_idempotent_and_check_mode_builds_nothing(boards, servers):
     root = boards
     members = make_members(root, servers[:1])
@@ -210,6 +211,7 @@ def test_engine_is_idempotent_and_check_mode_builds_nothing(boards, servers):
 
 
 @pytest.mark.sshd
+@pytest.mark.slow
 def test_release_module_is_idempotent_and_its_check_mode_switches_nothing(boards, servers, monkeypatch):
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     root = boards
