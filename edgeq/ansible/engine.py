@@ -87,7 +87,7 @@ def validate_boards(fleet: Any, prepared: Any, fleet_dir: Path, options: Any, ro
                        accept_new_host_key=options.accept_new_host_key, previous=previous,
                        name=f"edgeq fleet validate {Path(prepared.model_file).name}")  # fmt: skip
     for row in rows:
-        _finish_row(row, results.get(row.target), pool, not_started="interrupted", on_row=on_row,
+        _finish_row(row, results.get(row.target), not_started="interrupted", on_row=on_row,
                     error_when_not_started="not started" if pool.interrupted else None,
                     artifacts=Path(fleet_dir) / "ansible")  # fmt: skip
 
@@ -107,10 +107,12 @@ def install_boards(loaded: Any, work: Path, fleet: Any, targets: Sequence[Target
                        forks=pool.workers, max_fail=options.max_fail,
                        accept_new_host_key=options.accept_new_host_key, canary=n, staged=work,
                        name=f"edgeq release install {loaded.version}")  # fmt: skip
-    canary_failed = any(_row_of(results.get(r.target)).get("status") != "installed" for r in rows[:n])
+    # the canary boards' rows as their tasks last wrote them (a skipped task's result keeps no row)
+    canary_failed = any((_row_of(results.get(r.target)).get("status") or r.status) != "installed"
+                        for r in rows[:n])  # fmt: skip
     why = "interrupted" if pool.interrupted else "a canary board failed" if canary_failed else None
     for row in rows:
-        _finish_row(row, results.get(row.target), pool, not_started="not run", on_row=on_row,
+        _finish_row(row, results.get(row.target), not_started="not run", on_row=on_row,
                     error_when_not_started=f"not started: {why}" if why else None, artifacts=work / "ansible")
     result.stopped = canary_failed and not pool.interrupted
 
@@ -126,7 +128,7 @@ def release_boards(action: str, fleet: Any, targets: Sequence[Target], rows: lis
                            max_fail=options.max_fail, accept_new_host_key=options.accept_new_host_key,
                            name=f"edgeq release {action}")  # fmt: skip
         for row in rows:
-            _finish_row(row, results.get(row.target), pool, not_started="not run", on_row=on_row,
+            _finish_row(row, results.get(row.target), not_started="not run", on_row=on_row,
                         error_when_not_started="not started: interrupted" if pool.interrupted else None,
                         artifacts=Path(tmp) / "ansible")  # fmt: skip
 
@@ -158,7 +160,7 @@ def _apply(row: Any, cells: Mapping[str, Any]) -> None:
             setattr(row, k, v)
 
 
-def _finish_row(row: Any, result: Optional[Mapping[str, Any]], pool: Any, *, not_started: str,
+def _finish_row(row: Any, result: Optional[Mapping[str, Any]], *, not_started: str,
                 error_when_not_started: Optional[str], artifacts: Path, on_row: Callable[[Any], None]
                 ) -> None:  # fmt: skip
     """The row from its task's result (passed on when it says more than the live row did); a board

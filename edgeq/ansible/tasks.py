@@ -137,16 +137,14 @@ def engine(connection: Any, target: Target, params: Mapping[str, Any], control: 
     from edgeq.ansible.kinds import KindFiles
     from edgeq.fs import sha256_file
     from edgeq.orchestration import resume
+    from edgeq.orchestration.deploy import policy_for
     from edgeq.orchestration.fleet import validate_board
     from edgeq.orchestration.pool import BoardPool
 
     dest = Path(params["dest"])
     prepared = prepared_for(params, dest)
     options = fleet_options(params, prepared.model_file)
-    for_policy = (options.gate, options.gate_allow, options.gate_require_fusion)
-    from edgeq.orchestration.deploy import policy_for
-
-    policy_for(target, *for_policy)  # a bad gate: said before the board is touched
+    policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)  # said before any SSH
     digest = ":".join(sha256_file(p) for p in (prepared.model_file, prepared.cache_file) if p)
     settings = options.settings()
     key = resume.board_key(target, digest, settings)
