@@ -38,11 +38,11 @@ PY=$(python3 -c 'import sys; print(sys.executable)')
 pinned=$(sed -n 's/^# python: //p' constraints.txt)
 have=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if [ "$pinned" = "$have" ]; then
-  echo "== pip install -c constraints.txt -e .[test,docs]"
-  "$PY" -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test,docs]"
+  echo "== pip install -c constraints.txt -e .[test,docs,ansible]"
+  "$PY" -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test,docs,ansible]"
 else
   echo "warning: constraints.txt pins Python $pinned's packages; this is $have: installing unpinned" >&2
-  "$PY" -m pip install -q --disable-pip-version-check -e ".[test,docs]"
+  "$PY" -m pip install -q --disable-pip-version-check -e ".[test,docs,ansible]"
 fi
 
 echo "== ruff"

@@ -54,9 +54,10 @@ def test_help_fits_a_screen_and_shows_every_option_whole(path: list[str], cli, m
 
 
 # Options of one name that mean a different thing per command: each command's own output, compare's
-# extra FP16 build beside deploy's FP16 fallback, and the relative gate's ratio (candidate / baseline)
-# beside release install's (a board's measured qps / the bundle's recorded qps).
-OWN_MEANING = {"--output", "--fp16", "--min-ratio"}
+# extra FP16 build beside deploy's FP16 fallback, the relative gate's ratio (candidate / baseline)
+# beside release install's (a board's measured qps / the bundle's recorded qps), and quantize's engine
+# (an earlier deploy's, as evidence) beside the fleet commands' (who runs the boards: native or ansible).
+OWN_MEANING = {"--output", "--fp16", "--min-ratio", "--engine"}
 
 
 def test_an_option_many_commands_take_is_declared_once() -> None:

@@ -19,6 +19,8 @@ from edgeq.cli.options import (
     Calibrator,
     CalibratorOpt,
     Duration,
+    Engine,
+    EngineOpt,
     Fleet,
     Fresh,
     Gate,
@@ -168,7 +170,8 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
                   overrides: Optional[Path], gate: Optional[str], runs_dir: Path, accept_new_host_key: bool,
                   build_once_per_kind: bool, workers: Optional[int] = None, iterations: int = 10,
                   duration: float = 3.0, fresh: bool = False, max_fail: Optional[int] = None,
-                  placement: Placement = Placement.trt, shapes: Any = None) -> Any:
+                  placement: Placement = Placement.trt, shapes: Any = None,
+                  engine: Engine = Engine.native) -> Any:
     from edgeq.orchestration.auto import AutoOptions
     from edgeq.orchestration.fleet import FleetOptions
 
@@ -179,9 +182,10 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
     quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides,
                                 placement=Placement.trt if placement == Placement.auto else placement)
     auto = placement == Placement.auto and calib is not None and overrides is None  # overrides: the rules'
+    auto = auto and engine == Engine.native  # ansible: quantized once here, with the trt placement
     return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir, auto=AutoOptions() if auto else None,
                         accept_new_host_key=accept_new_host_key, build_once_per_kind=build_once_per_kind,
-                        workers=workers, fresh=fresh, max_fail=max_fail,
+                        workers=workers, fresh=fresh, max_fail=max_fail, engine=engine.value,
                         profile=profile_settings(None, iterations, duration, shapes))  # fmt: skip
 
 
@@ -216,6 +220,7 @@ def fleet_validate_cmd(
         None, "--junit", metavar="FILE", parser=output_file,
         help="Also write JUnit XML (a testcase a target)."
     ),
+    engine: EngineOpt = Engine.native,
     json_out: Json = False,
 ) -> int:
     from edgeq.fs import atomic_write_text, check_writable
@@ -226,7 +231,7 @@ def fleet_validate_cmd(
         check_writable(junit, inputs=(model, fleet))
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
                             build_once_per_kind, workers, iterations, duration, fresh, max_fail,
-                            placement, shapes_given(min_shapes, opt_shapes, max_shapes))  # fmt: skip
+                            placement, shapes_given(min_shapes, opt_shapes, max_shapes), engine)  # fmt: skip
     result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
     code = result.exit_code
     if junit is not None:

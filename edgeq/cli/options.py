@@ -99,6 +99,16 @@ Fresh = Annotated[bool, typer.Option(
     "--fresh", rich_help_panel=TARGET,
     help="Run all targets, reusing none that passed.")]
 
+
+class Engine(str, Enum):
+    native = "native"  # edgeq's own workers over paramiko
+    ansible = "ansible"  # each board a task of an Ansible play (edgeq.ansible; pip install 'edgeq[ansible]')
+
+
+EngineOpt = Annotated[Engine, typer.Option(
+    "--engine", metavar="NAME", case_sensitive=False, rich_help_panel=TARGET, show_default=False,
+    help="native (default), or ansible (Ansible tasks).")]
+
 # -- the gate ----------------------------------------------------------------------------------------------
 Gate = Annotated[Optional[str], typer.Option(
     "--gate", metavar="NAME", rich_help_panel=GATE,
@@ -115,7 +125,7 @@ Duration = Annotated[float, typer.Option(
 # (pipeline.shapes: opt the data's most common shape, min/max spanning every sample's)
 MinShapes = Annotated[str, typer.Option(
     "--minShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Dynamic inputs: min, as x:1x3x32x32 \\[default: the data's].")]
+    help="Dynamic inputs: min, as x:1x3x32x32.")]  # one line in every command's help (opt's says the default)
 OptShapes = Annotated[str, typer.Option(
     "--optShapes", metavar="SPEC", rich_help_panel=BUILD,
     help="Dynamic inputs: opt \\[default: the data's].")]

@@ -14,6 +14,8 @@ from edgeq.cli.fleet import fleet_app, release_app
 from edgeq.cli.options import (
     AcceptNewHostKey,
     Duration,
+    Engine,
+    EngineOpt,
     Fleet,
     Gate,
     Iterations,
@@ -147,6 +149,7 @@ def release_install_cmd(
     duration: Duration = 3.0,
     workers: Workers = None,
     accept_new_host_key: AcceptNewHostKey = False,
+    engine: EngineOpt = Engine.native,
     json_out: Json = False,
 ) -> int:
     from edgeq.orchestration.fleet_file import load_fleet
@@ -155,7 +158,7 @@ def release_install_cmd(
 
     assert fleet is not None  # required
     options = InstallOptions(limit=limit, canary=canary, max_fail=max_fail, min_ratio=min_ratio, gate=gate,
-                             workers=workers, accept_new_host_key=accept_new_host_key,
+                             workers=workers, accept_new_host_key=accept_new_host_key, engine=engine.value,
                              profile=ProfileSettings(iterations=iterations, duration=duration))  # fmt: skip
     result = install(bundle, load_fleet(fleet), options, on_row=_on_row(json_out))
     code = _finish(result, json_out)
@@ -188,13 +191,14 @@ def release_rollback_cmd(
     fleet: Fleet = ...,  # type: ignore[assignment]
     limit: Limit = None,
     accept_new_host_key: AcceptNewHostKey = False,
+    engine: EngineOpt = Engine.native,
     json_out: Json = False,
 ) -> int:
     from edgeq.orchestration.fleet_file import load_fleet
     from edgeq.orchestration.install import InstallOptions, rollback
 
     assert fleet is not None  # required
-    options = InstallOptions(limit=limit, accept_new_host_key=accept_new_host_key)
+    options = InstallOptions(limit=limit, accept_new_host_key=accept_new_host_key, engine=engine.value)
     return _finish(rollback(load_fleet(fleet), options, on_row=_on_row(json_out)), json_out)
 
 

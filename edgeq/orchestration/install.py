@@ -65,6 +65,7 @@ class InstallOptions:
     gate: Optional[str] = None  # --gate over each target's own policy
     profile: ProfileSettings = field(default_factory=ProfileSettings)
     cache_dir: Optional[Path] = None
+    engine: str = "native"  # who runs the boards: edgeq's own workers, or "ansible" (edgeq.ansible.engine)
 
 
 @dataclass
@@ -370,9 +371,11 @@ BoardFn = Callable[[_Board], None]
 
 
 def _run_boards(targets: Sequence[Target], rows: list[BoardRow], fn: BoardFn, pool: BoardPool, *,
-                accept_new_host_key: bool, cache_dir: Optional[Path], on_row: RowFn, ok: str) -> None:
+                accept_new_host_key: bool, cache_dir: Optional[Path], on_row: RowFn, ok: str,
+                connect: Callable[..., Any] = target_runner) -> None:  # fmt: skip
     """``fn`` on each board at once (``pool``: workers, --max-fail, Ctrl-C); a board's EdgeqError
-    fails its row only, Ctrl-C ends it as "interrupted"."""
+    fails its row only, Ctrl-C ends it as "interrupted". ``connect``: (target, accept_new_host_key, stop)
+    -> the board's ``Runner`` (another engine's connection: edgeq.ansible runs one board per task)."""
     from edgeq.remote.zipapp import build_agent
 
     agent_pyz = build_agent(cache_dir or agent_cache_dir())
@@ -393,7 +396,7 @@ def _run_boards(targets: Sequence[Target], rows: list[BoardRow], fn: BoardFn, po
         started = time.monotonic()
         update(status="running", stage="connect")
         try:
-            with target_runner(target, accept_new_host_key, pool.stop) as runner:
+            with connect(target, accept_new_host_key, pool.stop) as runner:
                 fn(_Board(runner, target, agent_pyz, row, update, pool))
         except Interrupted:
             row.status, row.error = "interrupted", f"stopped during {row.stage}"
@@ -412,6 +415,22 @@ def _run_boards(targets: Sequence[Target], rows: list[BoardRow], fn: BoardFn, po
             on_row(row)
 
     pool.run([partial(one, t, r) for t, r in zip(targets, rows)], "edgeq-install")
+
+
+def install_step(loaded: Loaded, options: InstallOptions, work: Path,
+                 progress: BoardProgress = _no_progress) -> BoardFn:  # fmt: skip
+    """What ``install`` does on one board, for ``run_board``."""
+    return partial(_install_one, loaded=loaded, options=options, progress=progress, work=work)
+
+
+def run_board(fn: BoardFn, target: Target, row: BoardRow, pool: BoardPool, options: InstallOptions, *,
+              ok: str, connect: Callable[..., Any] = target_runner, on_row: RowFn = _no_row) -> None:
+    """One board of install / rollback / status (``fn``: ``install_step``, ``rollback_one``,
+    ``status_one``), as the fleet-wide commands run each: the seam another engine runs boards through
+    (``edgeq.ansible``: a task a board, ``connect`` its Ansible connection); ``ok``: the row's status
+    when ``fn`` ends without an error."""
+    _run_boards([target], [row], fn, pool, ok=ok, accept_new_host_key=options.accept_new_host_key,
+                cache_dir=options.cache_dir, on_row=on_row, connect=connect)  # fmt: skip
 
 
 def _rows(targets: Sequence[Target], on_row: RowFn) -> list[BoardRow]:
@@ -450,6 +469,13 @@ def install(bundle: Path, fleet: Fleet, options: InstallOptions = InstallOptions
         def fn(board: _Board) -> None:
             _install_one(board, loaded, options, progress, work)
 
+        if options.engine == "ansible":  # the same board work, a task each; canary: Ansible's serial
+            from edgeq.ansible.engine import install_boards
+
+            install_boards(loaded, work, fleet, targets, rows, result, options, pool, on_row)
+            result.interrupted = pool.interrupted
+            return result
+
         def run(ts: Sequence[Target], rs: list[BoardRow]) -> None:
             _run_boards(ts, rs, fn, pool, ok="installed", accept_new_host_key=options.accept_new_host_key,
                         cache_dir=options.cache_dir, on_row=on_row)  # fmt: skip
@@ -474,21 +500,27 @@ def rollback(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row
     """Switch ``current`` back to the version before it on each board."""
     targets = fleet.limited(options.limit).targets
     rows = _rows(targets, on_row)
-
-    def fn(board: _Board) -> None:
-        board.update(stage="status")
-        seen = board.agent("status").get("current")
-        board.update(version=seen, previous=seen, seen=True)  # current until the rollback says otherwise
-        board.stop.check()  # Ctrl-C came: no switch after it
-        board.update(stage="rollback")
-        with board.stop.shielded():
-            back = board.agent("rollback", f"--expect={seen or ''}")  # refused if current changed meanwhile
-        board.update(previous=back.get("previous"), version=back.get("current"))
-
     pool = _pool(fleet, options, len(targets))
-    _run_boards(targets, rows, fn, pool, ok="ok", accept_new_host_key=options.accept_new_host_key,
-                cache_dir=options.cache_dir, on_row=on_row)  # fmt: skip
+    if options.engine == "ansible":
+        from edgeq.ansible.engine import release_boards
+
+        release_boards("rollback", fleet, targets, rows, options, pool, on_row)
+    else:
+        _run_boards(targets, rows, rollback_one, pool, ok="ok", cache_dir=options.cache_dir, on_row=on_row,
+                    accept_new_host_key=options.accept_new_host_key)  # fmt: skip
     return FleetAction("rollback", rows, interrupted=pool.interrupted)
+
+
+def rollback_one(board: _Board) -> None:
+    """``current`` back to the version before it on one board, compare-and-swap."""
+    board.update(stage="status")
+    seen = board.agent("status").get("current")
+    board.update(version=seen, previous=seen, seen=True)  # current until the rollback says otherwise
+    board.stop.check()  # Ctrl-C came: no switch after it
+    board.update(stage="rollback")
+    with board.stop.shielded():
+        back = board.agent("rollback", f"--expect={seen or ''}")  # refused if current changed meanwhile
+    board.update(previous=back.get("previous"), version=back.get("current"))
 
 
 def status(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row: RowFn = _no_row
@@ -496,20 +528,25 @@ def status(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row: 
     """What each board runs, read from the board (its ``releases/current``), never from local state."""
     targets = fleet.limited(options.limit).targets
     rows = _rows(targets, on_row)
-
-    def fn(board: _Board) -> None:
-        board.update(stage="status")
-        got = board.agent("status")
-        release = got.get("release") or {}
-        board.update(version=got.get("current"), previous=got.get("previous"), kind=release.get("kind"),
-                     history=list(got.get("history") or []), release=got.get("release"),
-                     seen=True)  # fmt: skip
-
     pool = _pool(fleet, options, len(targets))
-    _run_boards(targets, rows, fn, pool, ok="ok", accept_new_host_key=options.accept_new_host_key,
-                cache_dir=options.cache_dir, on_row=on_row)  # fmt: skip
+    if options.engine == "ansible":
+        from edgeq.ansible.engine import release_boards
+
+        release_boards("status", fleet, targets, rows, options, pool, on_row)
+    else:
+        _run_boards(targets, rows, status_one, pool, ok="ok", accept_new_host_key=options.accept_new_host_key,
+                    cache_dir=options.cache_dir, on_row=on_row)  # fmt: skip
     return FleetAction("status", rows, interrupted=pool.interrupted)
 
 
-__all__: Sequence[str] = ("BoardRow", "FleetAction", "InstallOptions", "install", "kept", "rollback",
-                          "status")
+def status_one(board: _Board) -> None:
+    """What one board runs, read from its ``releases/``."""
+    board.update(stage="status")
+    got = board.agent("status")
+    release = got.get("release") or {}
+    board.update(version=got.get("current"), previous=got.get("previous"), kind=release.get("kind"),
+                 history=list(got.get("history") or []), release=got.get("release"), seen=True)  # fmt: skip
+
+
+__all__: Sequence[str] = ("BoardRow", "FleetAction", "InstallOptions", "install", "install_step", "kept",
+                          "rollback", "rollback_one", "run_board", "status", "status_one")
