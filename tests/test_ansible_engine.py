@@ -136,7 +136,7 @@ def test_ansible_engine_resumes_a_passed_fleet_and_builds_nothing_again(boards, 
     assert sum(builds(m) for m in members) == 1  # nothing built again
     run = Path(first["fleet_dir"]).name
     # as people read it: a line a board as it ends (stderr is no terminal here), then the matrix
-    assert all(f"board{i}: passed reused from {run}" in err for i in (1, 2, 3)), err
+    assert all(f"board{i}: passed, reused from {run}" in err for i in (1, 2, 3)), err
     assert "3/3 targets passed; fleet directory: " in out
     (again,) = [d for d in Path("runs").glob("fleet-*") if d.name != run]
     rows = json.loads((again / "fleet.json").read_text())["targets"]
@@ -179,7 +179,7 @@ def test_install_and_rollback_leave_the_same_current_under_both_engines(boards, 
         steps = []
         for cmd in (("install", v1, "--duration", "0"), ("install", v2, "--duration", "0"),
                     ("install", v3, "--duration", "0", "--canary", "1"), ("rollback",),
-                    ("install", v3, "--duration", "0", "--max-fail", "1", "--workers", "1")):
+                    ("install", v3, "--duration", "0", "--max-fail", "1", "--workers", "1", "--canary", "0")):
             code, out, err = cli("release", *cmd, "--fleet", fleet, "--json", "--engine", engine)
             assert "Traceback" not in out + err and out, (engine, cmd, code, err)
             rows = {r["target"]: {k: r[k] for k in ROW} for r in json.loads(out)["rows"]}
