@@ -72,6 +72,9 @@ PlacementOpt = Annotated[Placement, typer.Option(
     help="trt (rules), all, implicit, auto (target).")]
 Overrides = Annotated[Optional[Path], typer.Option(
     "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
+MaxLoss = Annotated[Optional[float], typer.Option(
+    "--max-loss", metavar="X", rich_help_panel=QUANTIZE,
+    help="Keep regions float until 1 - metric <= X.")]
 
 Budget = Annotated[Optional[str], typer.Option(
     "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m).")]
@@ -113,7 +116,7 @@ Duration = Annotated[float, typer.Option(
 # (pipeline.shapes: opt the data's most common shape, min/max spanning every sample's)
 MinShapes = Annotated[str, typer.Option(
     "--minShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Dynamic inputs: min, as x:1x3x32x32 \\[default: the data's].")]
+    help="Dynamic inputs: min, x:1x3x32x32 \\[default: the data's].")]
 OptShapes = Annotated[str, typer.Option(
     "--optShapes", metavar="SPEC", rich_help_panel=BUILD,
     help="Dynamic inputs: opt \\[default: the data's].")]
@@ -147,6 +150,7 @@ def quantize_options(
     min_metric: Optional[float] = None,
     cache: Optional[Path] = None,
     from_engine: Optional[Path] = None,
+    max_loss: Optional[float] = None,
 ) -> QuantizeOptions:
     """The one options object of every command that quantizes (the groups above, by value). ``auto`` is
     decided on a target (deploy resolves it before this); anywhere else it is a usage error."""
@@ -160,7 +164,7 @@ def quantize_options(
         calib=calib, synthetic=synthetic, preprocess=preprocess, calibrator=Calibrator(calibrator).value,
         percentile=percentile, placement=Placement(placement).value, overrides=overrides, holdout=fraction,
         holdout_data=held, metric=metric, min_cosine=min_cosine, min_metric=min_metric, cache_path=cache,
-        from_engine=from_engine,
+        from_engine=from_engine, max_loss=max_loss,
     )  # fmt: skip
 
 

@@ -136,9 +136,9 @@ class CostModel:
         inside = {rl.index for rl in floating}
         layer_ms = int8_ms = 0.0
         for rl in floating:
-            t = rl.time_ms or 0.0
-            int8_ms += t
-            layer_ms += (self.table.ratio(rl.layer_type) - 1.0) * t
+            took = rl.time_ms or 0.0
+            int8_ms += took
+            layer_ms += (self.table.ratio(rl.layer_type) - 1.0) * took
         crossing: dict[str, int] = {}  # tensor -> elements, each INT8 tensor a float layer reads or writes
         for rl in floating:
             for t in rl.data_inputs:
