@@ -281,7 +281,7 @@ def _print_budget(d: dict[str, Any]) -> None:
     t = Table(title=f"--max-loss {d['max_loss']:g} on {escape(str(d.get('target', '')))}", expand=False)
     for col, right in (("engine", False), ("what", False), ("onnxruntime (host)", False),
                        ("TensorRT (target)", False), ("qps", True), ("x full INT8", True)):
-        t.add_column(col, justify="right" if right else "left", no_wrap=right)
+        t.add_column(col, justify="right" if right else "left", no_wrap=right or col == "engine")
     for r in d["rows"]:
         style = "bold" if r["name"] == "chosen" else ""
         t.add_row(*(f"[{style}]{escape(v)}[/]" if style else escape(v) for v in (

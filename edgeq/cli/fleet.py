@@ -22,10 +22,12 @@ from edgeq.cli.options import (
     Fleet,
     Fresh,
     Gate,
+    Holdout,
     Iterations,
     Json,
     Limit,
     MaxFail,
+    MaxLoss,
     MaxShapes,
     MinShapes,
     OptShapes,
@@ -162,17 +164,23 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
                   overrides: Optional[Path], gate: Optional[str], runs_dir: Path, accept_new_host_key: bool,
                   build_once_per_kind: bool, workers: Optional[int] = None, iterations: int = 10,
                   duration: float = 3.0, fresh: bool = False, max_fail: Optional[int] = None,
-                  placement: Placement = Placement.trt, shapes: Any = None) -> Any:
+                  placement: Placement = Placement.trt, shapes: Any = None, max_loss: Optional[float] = None,
+                  holdout: Optional[str] = None) -> Any:
     from edgeq.orchestration.auto import AutoOptions
     from edgeq.orchestration.fleet import FleetOptions
 
     if placement == Placement.implicit:  # as pipeline and fleet files (edgeq.orchestration.run)
         raise typer.BadParameter("implicit is per target (edgeq deploy); a fleet takes auto (each board kind "
                                  "decides), trt or all", param_hint="--placement")  # fmt: skip
+    if max_loss is not None and calib is None:
+        raise typer.BadParameter("--max-loss needs a float model and --calib (the first board of each kind "
+                                 "weighs the regions on held-out data)", param_hint="--calib")
 
     quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides,
-                                placement=Placement.trt if placement == Placement.auto else placement)
-    auto = placement == Placement.auto and calib is not None and overrides is None  # overrides: the rules'
+                                placement=Placement.trt if placement == Placement.auto else placement,
+                                holdout=0.2 if holdout is None else holdout, max_loss=max_loss)
+    # overrides edit the rules' placement; --max-loss weighs the rules' regions on each kind's first board
+    auto = calib is not None and (max_loss is not None or (placement == Placement.auto and overrides is None))
     return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir, auto=AutoOptions() if auto else None,
                         accept_new_host_key=accept_new_host_key, build_once_per_kind=build_once_per_kind,
                         workers=workers, fresh=fresh, max_fail=max_fail,
@@ -181,8 +189,7 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
 
 @fleet_app.command(
     "validate",
-    help="One model on every target of a fleet at once, a row each. A re-run reuses those that passed; "
-    "Ctrl-C keeps those that finished. Exit: 0 all passed; 1 a target failed; 2 bad input; 130 Ctrl-C.",
+    help="A row a target; a re-run reuses passed rows. Exit: 0 passed, 1 failed, 2 bad input, 130 Ctrl-C.",
     short_help="One model on every target of a fleet at once.",
 )
 def fleet_validate_cmd(
@@ -199,6 +206,8 @@ def fleet_validate_cmd(
     calibrator: CalibratorOpt = Calibrator.auto,
     overrides: Overrides = None,
     placement: PlacementOpt = Placement.auto,
+    holdout: Holdout = None,  # type: ignore[assignment]
+    max_loss: MaxLoss = None,
     gate: Gate = None,
     build_once_per_kind: BuildOncePerKind = False,
     iterations: Iterations = 10,
@@ -219,7 +228,8 @@ def fleet_validate_cmd(
         check_writable(junit, inputs=(model, fleet))
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
                             build_once_per_kind, workers, iterations, duration, fresh, max_fail,
-                            placement, shapes_given(min_shapes, opt_shapes, max_shapes))  # fmt: skip
+                            placement, shapes_given(min_shapes, opt_shapes, max_shapes), max_loss,
+                            holdout)  # fmt: skip
     result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
     code = result.exit_code
     if junit is not None:

@@ -72,6 +72,9 @@ PlacementOpt = Annotated[Placement, typer.Option(
     help="trt (rules), all, implicit, auto (target).")]
 Overrides = Annotated[Optional[Path], typer.Option(
     "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
+EngineRun = Annotated[Optional[Path], typer.Option(
+    "--engine", metavar="PATH", rich_help_panel=QUANTIZE,
+    help="An earlier deploy's run dir or layer JSON: what float regions cost.")]
 MaxLoss = Annotated[Optional[float], typer.Option(
     "--max-loss", metavar="X", rich_help_panel=QUANTIZE,
     help="Keep regions float until 1 - metric <= X.")]
@@ -116,7 +119,7 @@ Duration = Annotated[float, typer.Option(
 # (pipeline.shapes: opt the data's most common shape, min/max spanning every sample's)
 MinShapes = Annotated[str, typer.Option(
     "--minShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Dynamic inputs: min, x:1x3x32x32 \\[default: the data's].")]
+    help="Dynamic inputs: min \\[default: the data's].")]
 OptShapes = Annotated[str, typer.Option(
     "--optShapes", metavar="SPEC", rich_help_panel=BUILD,
     help="Dynamic inputs: opt \\[default: the data's].")]

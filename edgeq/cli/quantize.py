@@ -15,6 +15,7 @@ from edgeq.cli.options import (
     Calib,
     Calibrator,
     CalibratorOpt,
+    EngineRun,
     Holdout,
     Json,
     MaxLoss,
@@ -78,10 +79,7 @@ def quantize_cmd(
         help="Place Q/DQ where this implicit engine ran INT8 (its layer JSON).",
     ),
     max_loss: MaxLoss = None,
-    engine: Optional[Path] = typer.Option(
-        None, "--engine", metavar="PATH", rich_help_panel=QUANTIZE,
-        help="An earlier deploy's run dir or layer JSON: the float regions' time.",
-    ),
+    engine: EngineRun = None,
     json_out: Json = False,
 ) -> int:
 

@@ -214,7 +214,8 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
 
     q = options.quantize
     assert q.max_loss is not None
-    setup = prepare(load_model(model), SensitivityOptions(q, max_regions=None, alone=False), progress)
+    ranking = SensitivityOptions(replace(q, max_loss=None), max_regions=None, alone=False)  # X: below
+    setup = prepare(load_model(model), ranking, progress)
     scorer = setup.scorer
     assert setup.choice.outputs is not None and setup.choice.model is not None  # scored on the held-out set
     before = scorer.held.score(setup.choice.outputs)
@@ -364,7 +365,17 @@ def _budget_dict(model: Path, target: Target, setup: Setup, choice: BudgetChoice
             "rows": rows, "points": points, "candidates": [c.to_dict(before) for c in choice.candidates],
             "runs": choice.runs, "modelled_ratio": modelled, "measured_ratio": measured, "model_note": note,
             "timed": timed, "paired": paired.to_dict() if paired is not None else None,
-            "notes": [*setup.notes, *choice.notes], "from_cache": False}  # fmt: skip
+            "notes": [*setup.notes, *choice.notes, *_unpriced(choice)], "from_cache": False}  # fmt: skip
+
+
+def _unpriced(choice: BudgetChoice) -> list[str]:
+    """Regions whose nodes no engine layer names (TensorRT folded them away, or renamed them): priced 0."""
+    missing = [c.region.name for c in choice.candidates if not c.cost.nodes_found]
+    if not missing:
+        return []
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    return [f"{len(missing)} region(s) priced at 0: no layer of the full INT8 engine names their nodes "
+            f"({shown})"]
 
 
 def _write(out: BudgetDeploy) -> None:

@@ -25,7 +25,7 @@ which the reports draw against the engines measured on the target.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -143,16 +143,19 @@ def cheapest_cover(items: Sequence[tuple[float, float]], need: float) -> Optiona
 class _Search:
     """The held-out runs of one choice: each set scored once, every set a point."""
 
-    def __init__(self, scorer: Scorer, price: PriceFn, max_loss: float) -> None:
+    def __init__(self, scorer: Scorer, price: PriceFn, max_loss: float,
+                 known: Mapping[str, TaskScore] | None = None) -> None:
         self.scorer, self.price, self.max_loss = scorer, price, max_loss
         self.points: list[Point] = []
         self._seen: dict[frozenset[str], tuple[TaskScore, FloatCost]] = {}
+        self._known = dict(known or {})
 
     def check(self, regions: Sequence[QdqRegion], how: str = "combined") -> tuple[TaskScore, FloatCost]:
         key = frozenset(r.name for r in regions)
         if key not in self._seen:
             nodes = [n for r in regions for n in r.nodes]
-            self._seen[key] = (self.scorer.score(nodes), self.price(nodes))
+            ran = self._known.get(regions[0].name) if len(regions) == 1 else None
+            self._seen[key] = (ran if ran is not None else self.scorer.score(nodes), self.price(nodes))
             self.points.append(Point(tuple(r.name for r in regions), *self._seen[key], how))
         return self._seen[key]
 
@@ -165,16 +168,18 @@ def _cost(c: Candidate) -> float:
 
 
 def choose_within(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float, price: PriceFn,
-                  before: TaskScore, progress: ProgressFn = no_progress) -> BudgetChoice:
+                  before: TaskScore, progress: ProgressFn = no_progress,
+                  known: Mapping[str, TaskScore] | None = None) -> BudgetChoice:
     """The cheapest set of ``regions`` to keep float so that ``1 - score <= max_loss`` (see the module
-    doc); ``before``: the all-INT8 score (already run), ``price``: a node set's modelled cost."""
+    doc); ``before``: the all-INT8 score (already run), ``price``: a node set's modelled cost, ``known``:
+    regions' all-but-one scores already run (``edgeq sensitivity``'s), by region name."""
     if not 0.0 <= max_loss < 1.0:
         raise QuantError(f"--max-loss must be in [0, 1), got {max_loss}")
     runs0 = scorer.runs
     nothing = price(())
     if meets(before, max_loss):
         return BudgetChoice(max_loss, before, before, (), nothing, runs=0)
-    search = _Search(scorer, price, max_loss)
+    search = _Search(scorer, price, max_loss, known)
     cands = []
     progress("--max-loss: weighing regions", 0, len(regions))
     for i, r in enumerate(regions):

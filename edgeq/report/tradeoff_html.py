@@ -183,6 +183,51 @@ def budget_marks(d: dict[str, Any]) -> list[Mark]:
     return marks
 
 
+def sensitivity_marks(d: dict[str, Any]) -> list[Mark]:
+    """``edgeq sensitivity --engine``'s marks: each region float alone (all but one INT8), full INT8 at the
+    engine's qps, FP16 modelled from its profile, ``--max-loss``'s choice (modelled: nothing was built)."""
+    e = d["engine"]
+    how = "measured" if e["qps_measured"] else "from its profile"
+    marks = []
+    for r in d["ranked"]:
+        c = e["regions"].get(r["name"])
+        if c is not None:
+            marks.append(Mark("modelled", c["qps"], r["all_but_one"],
+                              f"{r['name']} float ({', '.join(r['nodes'][:3])}): {r['all_but_one_text']}; "
+                              f"modelled {c['qps']:.0f} qps (+{c['ms'] * 1000:.1f} us)"))
+    marks.append(Mark("full INT8", e["qps"], d["all_int8"]["value"],
+                      f"full INT8: {d['all_int8']['text']}; {e['qps']:.0f} qps ({how})"))
+    if e.get("fp16_qps_modelled"):
+        fp16 = e["fp16_qps_modelled"]
+        marks.append(Mark("FP16", fp16, None, f"FP16, modelled from the profile: {fp16:.0f} qps",
+                          "FP16 (modelled)"))
+    b = e.get("budget")
+    if b and b["regions"]:
+        cost = b["cost"]["ms"]
+        qps = e["qps"] * e["total_ms"] / (e["total_ms"] + max(0.0, cost))
+        names = ", ".join(r["name"] for r in b["regions"])
+        marks.append(Mark("chosen", qps, b["after"]["value"],
+                          f"--max-loss {b['max_loss']:g}: {names} float; {b['after']['text']}; modelled "
+                          f"{qps:.0f} qps (not built)", "chosen (modelled)"))
+    return marks
+
+
+def sensitivity_section(d: dict[str, Any]) -> str:
+    """The sensitivity page's picture: accuracy against qps on the engine given with --engine."""
+    if not d.get("engine"):
+        return ""
+    e = d["engine"]
+    marks = sensitivity_marks(d)
+    b = e.get("budget")
+    floor = 1.0 - float(b["max_loss"]) if b else None
+    return (f'<div class="tradeoff"><h2>Accuracy against speed on {esc(e["path"])}</h2><p class="muted">'
+            "Each region kept float alone (every other one INT8): its score on the held-out set, its qps "
+            "modelled from the engine's per-layer profile (its INT8 layers run FP16, reformats at its edges; "
+            f"{esc(e['cost_model'])}). Only deploy --max-loss builds and measures a set.</p>"
+            f"{tradeoff_svg(marks, floor=floor, metric=d.get('metric', 'metric'))}"
+            f"{legend([m.kind for m in marks])}</div>")
+
+
 def rows_table(d: dict[str, Any]) -> str:
     trs = []
     for row in d.get("rows", ()):
@@ -209,6 +254,11 @@ def budget_section(d: dict[str, Any]) -> str:
             f"{legend([m.kind for m in marks])}{notes}</div>")
 
 
+def _cost_cell(cost: dict[str, Any]) -> str:
+    """A region's modelled cost in us, or why there is none (no engine layer names its nodes)."""
+    return f"{cost['ms'] * 1000:.1f}" if cost.get("nodes_found") else "not in the engine"
+
+
 def render_budget_html(d: dict[str, Any]) -> str:
     """``budget.html``: the section above, then every region weighed (recovered, modelled cost)."""
     from edgeq.report.render import REPORT_CSS
@@ -218,7 +268,7 @@ def render_budget_html(d: dict[str, Any]) -> str:
         f"<tr><td class=\"name\">{esc(c['name'])}</td><td class=\"name nodes\">"
         f"{esc(', '.join(c['nodes'][:4]))}{' ...' if len(c['nodes']) > 4 else ''}</td>"
         f"<td class=\"fig\">{c['recovered']:+.4f}</td>"
-        f"<td class=\"fig\">{c['cost']['ms'] * 1000:.1f}</td><td class=\"fig\">{c['cost']['layers']}</td>"
+        f"<td class=\"fig\">{_cost_cell(c['cost'])}</td><td class=\"fig\">{c['cost']['layers']}</td>"
         f"<td class=\"fig\">{c['cost']['reformats']}</td></tr>"
         for c in d.get("candidates", ())
     )
