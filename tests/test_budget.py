@@ -340,3 +340,98 @@ def test_bad_max_loss_is_one_line_exit_2_before_any_work(root, cli):
         lines = [x for x in err.strip().splitlines() if x.strip()]
         assert code == 2 and len(lines) == 1 and words in lines[0] and "Traceback" not in err, (args, err)
     assert not (root / "runs").exists() and calls(root / "bin" / "trtexec") == []
+
+
+@pytest.mark.sshd
+def test_fleet_validate_weighs_the_regions_once_per_board_kind(boards, servers, root, cli):
+    """Two loopback boards of one kind (H100 by their target files): the first one weighs the regions and
+    builds the three engines, both are given the chosen Q/DQ model and gated with exactly its float node;
+    the matrix says what the kind kept and where it was decided."""
+    model = budget_model(root / "net.onnx")
+    stand_ins, names = {}, []
+    for i, server in enumerate(servers[:2], start=1):
+        name = f"board{i}"
+        stand_ins[name] = stand_in(root / name)
+        t = {"host": server.host, "port": server.port, "user": server.user,
+             "identity_file": str(server.identity_file), "known_hosts": str(server.known_hosts),
+             "work_dir": str(root / f"remote-{name}"), "python": sys.executable, "tensorrt": "8.6",
+             "backend": "trtexec", "trtexec": str(stand_ins[name]),
+             "gpu": {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"},
+             "timeouts": {"connect": 10, "command": 60}}  # fmt: skip
+        (root / "targets").mkdir(exist_ok=True)
+        (root / "targets" / f"{name}.yaml").write_text(yaml.safe_dump(t))
+        names.append(f"targets/{name}.yaml")
+    fleet = root / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"workers": 2, "targets": names}))
+    code, out, err = cli("fleet", "validate", model, "--fleet", fleet, "--calib", root / "calib", "--holdout",
+                         "0.25", "--max-loss", "0.05", "--calibrator", "entropy", "--duration", "0",
+                         "--iterations", "1", "--json")  # fmt: skip
+    assert code == 0, (out, err)
+    res = json.loads(out)
+    rows = {r["target"]: r for r in res["targets"]}
+    assert all(r["status"] == "passed" for r in rows.values()), rows
+    built = {n: _builds(t) for n, t in stand_ins.items()}
+    decider = max(built, key=lambda n: len(built[n]))
+    other = next(n for n in built if n != decider)
+    assert len(built[decider]) == 4 and len(built[other]) == 1  # full INT8, chosen, FP16; then its row
+    assert _qdq_scales(built[other][0]) == _qdq_scales(built[decider][-1]) == _qdq_scales(built[decider][1])
+    cell = f"--max-loss 0.05: 1 region(s) float (decided on {decider})"
+    assert rows["board1"]["placement"] == rows["board2"]["placement"] == cell
+    for r in rows.values():
+        gate = json.loads((Path(r["run_dir"]) / "report.json").read_text())["gate"]
+        assert gate["policy"]["allow"] == [CONV1] and gate["passed"]
+    kinds = json.loads((Path(res["fleet_dir"]) / "fleet.json").read_text())["placements"]
+    assert list(kinds) == ["sm9.0-trt8.6.0"] and kinds["sm9.0-trt8.6.0"]["reason"].startswith(
+        "--max-loss 0.05 reached: 1 region(s) float")
+
+
+def test_a_pipeline_file_takes_max_loss_and_weighs_at_the_targets_stage(root, cli):
+    """``quantize: {max_loss: X}`` with targets: the host stage only cleans and lints, the target weighs
+    and ships the chosen model; a bad X is the file's, one line naming it, exit 2."""
+    from edgeq.orchestration.run import load_spec
+
+    model = budget_model(root / "net.onnx")
+    trtexec = stand_in(root / "bin")
+    workspace(root, trtexec)
+    spec = {"model": str(model), "calib": str(root / "calib"), "target": "board",
+            "quantize": {"max_loss": 0.05, "calibrator": "entropy", "metric": "cosine", "holdout": 0.25},
+            "profile": {"duration": 0, "iterations": 1}}  # fmt: skip
+    pipeline = root / "p.yaml"
+    pipeline.write_text(yaml.safe_dump(spec))
+    assert load_spec(pipeline).auto and load_spec(pipeline).quantize.max_loss == 0.05
+    code, _, err = cli("run", pipeline, "--json")
+    assert code == 0, err
+    assert len(_builds(trtexec)) == 4  # full INT8, chosen, FP16, then the row's build of the chosen model
+    assert _qdq_scales(_builds(trtexec)[3]) == _qdq_scales(_builds(trtexec)[1])
+    host = json.loads((root / "runs" / "pipeline-p" / "host" / "stages.json").read_text())
+    assert {s["name"]: s["status"] for s in host["stages"]}["quantize"] == "skipped"
+    bad = root / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**spec, "quantize": {"max_loss": 1.5}}))
+    code, _, err = cli("run", bad)
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert code == 2 and len(lines) == 1 and "--max-loss must be in [0, 1)" in lines[0] and "bad.yaml" in lines[0]
+
+
+def test_sensitivity_with_an_engine_draws_accuracy_against_qps_and_marks_the_choice(root, cli):
+    """``sensitivity --engine`` prices each region on a real engine's profile (its run log's qps) and the
+    page draws them; ``--max-loss`` marks the cheapest set that meets it, reusing the ranking's runs;
+    without an engine ``--max-loss`` is one line, exit 2."""
+    model = budget_model(root / "net.onnx")
+    base = ("sensitivity", model, "--calib", root / "calib", "--holdout", root / "holdout", "--calibrator",
+            "entropy", "--metric", "cosine", "-o", root / "sens")  # fmt: skip
+    code, out, err = cli(*base, "--engine", f"{PLACED}.layers.json", "--max-loss", "0.05", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    e = d["engine"]
+    assert e["qps_measured"] and e["qps"] > 0 and set(e["regions"]) == {r["name"] for r in d["ranked"]}
+    by_node = {r["nodes"][0]: e["regions"][r["name"]] for r in d["ranked"]}
+    assert by_node[CONV1]["ms"] < by_node[DOWNSAMPLE]["ms"] and by_node[CONV1]["qps"] > by_node[DOWNSAMPLE]["qps"]
+    assert e["budget"]["nodes"] == [CONV1] and e["budget"]["reached"]
+    assert e["budget"]["runs"] == 0  # every region's all-but-one score was the ranking's
+    page = (root / "sens" / "sensitivity.html").read_text()
+    assert "<svg" in page and "chosen (modelled)" in page and "<script" not in page
+    # a region of three nodes lists them in its tooltip, one a line, inside the attribute
+    assert 'title="/a/Conv&#10;/b/Conv&#10;/g/Conv"' in page and '<span class="ctl">' not in page
+    code, _, err = cli(*base, "--max-loss", "0.05")
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert code == 2 and len(lines) == 1 and "--engine" in lines[0]

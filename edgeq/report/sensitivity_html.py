@@ -8,7 +8,7 @@ from typing import Any
 
 from edgeq.report.render import REPORT_CSS
 from edgeq.report.tradeoff_html import TRADEOFF_CSS, sensitivity_section
-from edgeq.report.views import VIEW_CSS, esc
+from edgeq.report.views import VIEW_CSS, esc, esc_attr
 
 _PAGE_CSS = """
 .bars td{vertical-align:middle} .bar{height:14px;border-radius:2px;display:inline-block;vertical-align:middle}
@@ -33,7 +33,7 @@ def _bar(recovered: float, loss: float) -> str:
 def _nodes(nodes: list[str], shown: int = 4) -> str:
     more = len(nodes) - shown
     text = ", ".join(nodes[:shown]) + (f", ... {more} more" if more > 0 else "")
-    return f'<span title="{esc(chr(10).join(nodes))}">{esc(text)}</span>'
+    return f'<span title="{esc_attr(chr(10).join(nodes))}">{esc(text)}</span>'
 
 
 def _fig(v: float | None) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from edgeq.report.views import esc
+from edgeq.report.views import esc, esc_attr
 
 W, H = 640.0, 360.0
 LEFT, RIGHT, TOP, BOTTOM = 64.0, 20.0, 16.0, 44.0
@@ -130,21 +130,26 @@ def tradeoff_svg(marks: Sequence[Mark], *, floor: Optional[float] = None, metric
         if m.score is None:
             stroke = STYLE.get(m.kind, STYLE["modelled"])[1]
             parts.append(f'<line class="ref" x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{TOP + ph}" '
-                         f'stroke="{stroke}"><title>{esc(m.title)}</title></line>'
+                         f'stroke="{stroke}"><title>{esc_attr(m.title)}</title></line>'
                          f'<text x="{x + 4:.1f}" y="{TOP + 12}">{esc(m.label or m.kind)}</text>')
             continue
         y = py(m.score)
-        parts.append(f"<g>{_shape(m.kind, x, y)}<title>{esc(m.title)}</title></g>")
+        parts.append(f"<g>{_shape(m.kind, x, y)}<title>{esc_attr(m.title)}</title></g>")
         if m.label:
             parts.append(f'<text x="{x + 9:.1f}" y="{y - 7:.1f}">{esc(m.label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def legend(kinds: Sequence[str]) -> str:
-    words = {"modelled": "a set of float regions: accuracy on the host, qps modelled",
-             "full INT8": "full INT8 (measured)", "FP16": "FP16 (measured; a line when its accuracy was not)",
-             "implicit INT8": "implicit INT8 (measured)", "chosen": "the chosen set (measured)"}
+MEASURED = {"modelled": "a set of float regions: accuracy on the host, qps modelled",
+            "full INT8": "full INT8 (measured)", "FP16": "FP16 (measured; a line when its accuracy was not)",
+            "implicit INT8": "implicit INT8 (measured)", "chosen": "the chosen set (measured)"}
+MODELLED = {**MEASURED, "full INT8": "full INT8 (the engine given)",
+            "FP16": "FP16 (modelled from the engine's profile)",
+            "chosen": "--max-loss's choice (modelled: not built)"}
+
+
+def legend(kinds: Sequence[str], words: dict[str, str] = MEASURED) -> str:
     items = []
     for k in dict.fromkeys(kinds):
         items.append(f'<span><svg width="16" height="16" viewBox="0 0 16 16">{_shape(k, 8, 8, 4)}</svg> '
@@ -225,7 +230,7 @@ def sensitivity_section(d: dict[str, Any]) -> str:
             "modelled from the engine's per-layer profile (its INT8 layers run FP16, reformats at its edges; "
             f"{esc(e['cost_model'])}). Only deploy --max-loss builds and measures a set.</p>"
             f"{tradeoff_svg(marks, floor=floor, metric=d.get('metric', 'metric'))}"
-            f"{legend([m.kind for m in marks])}</div>")
+            f"{legend([m.kind for m in marks], MODELLED)}</div>")
 
 
 def rows_table(d: dict[str, Any]) -> str:
