@@ -121,6 +121,7 @@ def _builds(trtexec: Path) -> list[str]:
 
 
 @pytest.mark.sshd
+@pytest.mark.slow  # four deploys, each running the engine on the held-out set one sample at a time
 def test_the_cheaper_of_two_regions_that_both_meet_x_is_kept_built_beside_full_int8_and_fp16_and_cached(
         root, cli, sshd):
     model = budget_model(root / "net.onnx")
@@ -409,7 +410,8 @@ def test_a_pipeline_file_takes_max_loss_and_weighs_at_the_targets_stage(root, cl
     bad.write_text(yaml.safe_dump({**spec, "quantize": {"max_loss": 1.5}}))
     code, _, err = cli("run", bad)
     lines = [x for x in err.strip().splitlines() if x.strip()]
-    assert code == 2 and len(lines) == 1 and "--max-loss must be in [0, 1)" in lines[0] and "bad.yaml" in lines[0]
+    assert code == 2 and len(lines) == 1 and "bad.yaml" in lines[0]
+    assert "--max-loss must be in [0, 1)" in lines[0]
 
 
 def test_sensitivity_with_an_engine_draws_accuracy_against_qps_and_marks_the_choice(root, cli):
@@ -425,7 +427,8 @@ def test_sensitivity_with_an_engine_draws_accuracy_against_qps_and_marks_the_cho
     e = d["engine"]
     assert e["qps_measured"] and e["qps"] > 0 and set(e["regions"]) == {r["name"] for r in d["ranked"]}
     by_node = {r["nodes"][0]: e["regions"][r["name"]] for r in d["ranked"]}
-    assert by_node[CONV1]["ms"] < by_node[DOWNSAMPLE]["ms"] and by_node[CONV1]["qps"] > by_node[DOWNSAMPLE]["qps"]
+    assert by_node[CONV1]["ms"] < by_node[DOWNSAMPLE]["ms"]
+    assert by_node[CONV1]["qps"] > by_node[DOWNSAMPLE]["qps"]
     assert e["budget"]["nodes"] == [CONV1] and e["budget"]["reached"]
     assert e["budget"]["runs"] == 0  # every region's all-but-one score was the ranking's
     page = (root / "sens" / "sensitivity.html").read_text()
@@ -435,3 +438,26 @@ def test_sensitivity_with_an_engine_draws_accuracy_against_qps_and_marks_the_cho
     code, _, err = cli(*base, "--max-loss", "0.05")
     lines = [x for x in err.strip().splitlines() if x.strip()]
     assert code == 2 and len(lines) == 1 and "--engine" in lines[0]
+
+
+def test_when_full_int8_meets_x_nothing_goes_float_and_full_int8_is_the_chosen_engine(root, cli):
+    """``--max-loss 0.5`` (every region INT8 loses 0.12): no region is weighed, full INT8 is the chosen
+    engine (built once, gated with nothing allowed), still printed beside FP16 from the same rounds."""
+    model = budget_model(root / "net.onnx")
+    trtexec = stand_in(root / "bin")
+    workspace(root, trtexec)
+    code, out, err = cli("deploy", model, "--target", "board", "--calib", root / "calib", "--holdout", "0.25",
+                         "--calibrator", "entropy", "--metric", "cosine", "--max-loss", "0.5",
+                         "--iterations", "1", "--duration", "0")  # fmt: skip
+    assert code == 0, err
+    assert len(_builds(trtexec)) == 2  # full INT8 and FP16
+    (budget_json,) = root.glob("runs/*/budget.json")
+    d = json.loads(budget_json.read_text())["budget"]
+    assert d["chosen"]["nodes"] == [] and d["runs"] == 0 and d["paired"]["names"] == ["full INT8", "FP16"]
+    rows = {r["name"]: r for r in d["rows"]}
+    assert rows["chosen"]["run_dir"] == rows["full INT8"]["run_dir"] and rows["chosen"]["ratio"] == 1.0
+    report = json.loads((Path(rows["chosen"]["run_dir"]) / "report.json").read_text())
+    assert report["gate"]["policy"]["name"] == "int8" and report["gate"]["policy"]["allow"] == []
+    assert "no region float" in " ".join(out.split())
+    for name in ("chosen", "full INT8", "FP16"):
+        assert any(line.lstrip("│ ").startswith(name) for line in out.splitlines()), out

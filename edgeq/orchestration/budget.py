@@ -154,13 +154,14 @@ def deploy_budget(
 
 def _reference_options(common: DeployOptions, fp32: Optional[Path], float_model: bool = False
                        ) -> DeployOptions:  # fmt: skip
-    """A reference engine's deploy (full INT8, FP16, implicit): no gate, no accuracy bound; a float model
-    is not quantized again (its calibration data dropped)."""
+    """A reference engine's deploy (FP16, implicit; full INT8 keeps the user's gate: it is the chosen
+    engine when no region goes float): no accuracy bound; a float model is not quantized again (its
+    calibration data dropped)."""
     q = replace(common.quantize, max_loss=None, min_metric=None, min_cosine=None)
     if float_model:
         q = replace(q, calib=None, synthetic=None, overrides=None, placement="trt")
-    return replace(common, quantize=q, gate="none", accuracy_gate=False, gate_allow=(), intended=(),
-                   reference=fp32)  # fmt: skip
+    return replace(common, quantize=q, gate="none" if float_model else common.gate, accuracy_gate=False,
+                   intended=(), reference=fp32)  # fmt: skip
 
 
 def _chosen_options(common: DeployOptions, fp32: Path, allow: tuple[str, ...], max_loss: float
@@ -302,12 +303,19 @@ def _retime(target: Target, runs: list[tuple[str, DeployResult]], common: Deploy
 
     if not auto.rounds:
         return None
-    engines: dict[Path, str] = {}
-    for name, run in runs:
-        engines.setdefault(run.run_dir / "engine.plan", name)
+    engines = _timed_names(runs)
     return retime(target, [(name, path) for path, name in engines.items()], rounds=auto.rounds,
                   settings=_settings(common), accept_new_host_key=common.accept_new_host_key,
                   cache_dir=common.cache_dir, progress=progress)  # fmt: skip
+
+
+def _timed_names(runs: list[tuple[str, DeployResult]]) -> dict[Path, str]:
+    """Each engine file under the name it is timed as: the chosen engine is full INT8's own when no region
+    went float, timed once, as full INT8."""
+    engines: dict[Path, str] = {}
+    for name, run in runs:
+        engines[run.run_dir / "engine.plan"] = name  # a later name wins: full INT8 over chosen
+    return engines
 
 
 def _budget_dict(model: Path, target: Target, setup: Setup, choice: BudgetChoice, costs: CostModel,
@@ -317,14 +325,13 @@ def _budget_dict(model: Path, target: Target, setup: Setup, choice: BudgetChoice
     from edgeq.quant.float_cost import SOURCE
 
     held = setup.scorer.held
-    by_run = {id(run): name for name, run in runs}
+    timed_as = _timed_names(runs)
     qps: dict[str, Optional[float]] = {}
     ratio: dict[str, Optional[float]] = {}
     full = dict(runs)["full INT8"]
     for name, run in runs:
-        timed_as = by_run[id(run)]  # the chosen engine is full INT8's when no region went float
         if paired is not None:
-            i = paired.names.index(timed_as)
+            i = paired.names.index(timed_as[run.run_dir / "engine.plan"])
             qps[name] = paired.median(i)
             ratio[name] = paired.ratio(i, paired.names.index("full INT8"))
         else:
