@@ -268,6 +268,42 @@ def test_when_no_region_meets_x_alone_the_set_is_grown_and_rechecked(root):
     assert any(p.how == "combined" and set(p.regions) >= {"rb", "rf"} for p in choice.points)
 
 
+class _SpreadLoss:
+    """A scorer whose loss only goes when all of ``needed`` is float (no region recovers anything alone):
+    the search's run count on 20 regions, whatever onnxruntime would take for each run."""
+
+    def __init__(self, needed: set[str]) -> None:
+        self.needed, self.runs = needed, 0
+
+    def score(self, nodes):
+        from edgeq.quant.metrics import TaskScore
+
+        self.runs += 1
+        value = 1.0 if self.needed <= set(nodes) else 0.8
+        return TaskScore("cosine", value, f"cosine {value}")
+
+
+def test_a_loss_spread_over_regions_is_found_in_a_few_runs_and_pruned_to_what_it_needs():
+    import math
+
+    from edgeq.quant.budget import choose_within
+    from edgeq.quant.float_cost import FloatCost
+    from edgeq.quant.metrics import TaskScore
+    from edgeq.quant.sensitivity import QdqRegion
+
+    regions = [QdqRegion(f"r{i}", (), (f"n{i}",)) for i in range(20)]
+
+    def price(nodes):  # cheaper by index: the search takes them in that order among equals
+        ms = sum(0.001 * (1 + int(n[1:])) for n in nodes)
+        return FloatCost(ms, len(nodes), ms, ms, 0, 0.0, len(nodes), len(nodes))
+
+    scorer = _SpreadLoss({"n3", "n7"})
+    choice = choose_within(scorer, regions, 0.05, price, TaskScore("cosine", 0.8, "cosine 0.8"))
+    assert choice.reached and set(choice.nodes) == {"n3", "n7"}
+    prefix = 2 * math.ceil(math.log2(8))  # 1, 2, 4, 8 meets; then 6 and 7 between 4 and 8
+    assert choice.runs <= len(regions) + prefix + 8  # ranking, the prefix search, the prune of 8
+
+
 def test_the_gate_allowlist_is_the_kept_nodes_and_the_qdq_at_their_edges():
     """A DequantizeLinear feeding a kept node and a QuantizeLinear of its output: TensorRT names their
     reformat layers after them (a ``_clone_N`` per reader, trt86-h200-edgeq r50b8); other Q/DQ are not in."""

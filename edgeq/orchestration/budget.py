@@ -87,9 +87,10 @@ class BudgetDeploy(AutoDeploy):
         else:
             said.append(f"placement cache not used: {self.uncached}")
         said += list(self.budget.get("notes", ()))
-        for name in ("summary", "html"):
+        for name, what in (("summary", "the rows, every set scored and every region weighed"),
+                           ("html", "accuracy against qps")):
             if name in self.files:
-                said.append(f"budget {'and evidence' if name == 'summary' else 'chart'}: {self.files[name]}")
+                said.append(f"{what}: {self.files[name]}")
         return said
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,9 +14,9 @@ float is the cheapest that meets X:
    overlap or compound): the cheapest set whose estimate meets X, if it undercuts the best single region,
    scored for real, and topped up while it misses, best recovered-per-cost first, each addition
    re-checked on the combined set;
-3. when no set of regions that recover something alone gets there, every region in the order they
-   recover (cheapest first among equals), as ``quantize --max-loss`` does, kept unless it lowers the
-   score (two branches judged by the worse of them each recover nothing alone);
+3. when no set of regions that recover something alone gets there, the fewest regions taken in the
+   order they recover (cheapest first among equals) that meet X together: two branches judged by the
+   worse of them each recover nothing alone; the size found by doubling and halving, a few held-out runs;
 4. then, most expensive first, any region the set no longer needs is dropped (re-checked again).
 
 Every set scored is a point of the trade-off (``Point``: accuracy measured on the host, cost modelled),
@@ -199,9 +199,12 @@ def choose_within(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float,
         chosen = [paying[i] for i in picked]
         if not answers or sum(_cost(c) for c in chosen) < answers[0][0]:
             answers += _top_up(search, chosen, paying)
-    if not answers:  # nothing that recovers alone gets there: every region, in the order they recover
+    if not answers:  # nothing that recovers alone gets there: the fewest regions in the order they recover
         ranked = sorted(cands, key=lambda c: (-c.score.value, _cost(c)))
-        answers += _top_up(search, [], ranked, keep_ties=True)
+        found = _smallest_prefix(search, [c.region for c in ranked])
+        if found is not None:
+            got = search.check(found)
+            answers.append((max(0.0, got[1].ms), found, got[0]))
     notes: list[str] = []
     if not answers:
         best = max(search.points, key=lambda p: p.score.value)
@@ -218,11 +221,11 @@ def choose_within(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float,
                         scorer.runs - runs0, tuple(notes))
 
 
-def _top_up(search: _Search, start: list[Candidate], pool: Sequence[Candidate], keep_ties: bool = False
+def _top_up(search: _Search, start: list[Candidate], pool: Sequence[Candidate]
             ) -> list[tuple[float, list[QdqRegion], TaskScore]]:
     """``start`` scored as one set, then regions of ``pool`` added one at a time (in its order), each
-    re-checked with the set, until the set meets X: [(its cost, regions, score)], or [] when it never
-    does. ``keep_ties``: an addition that leaves the score as it was is kept too."""
+    re-checked with the set and kept when it raises the score, until the set meets X: [(its cost,
+    regions, score)], or [] when it never does."""
     kept = [c.region for c in start]
     score = search.check(kept)[0] if kept else None
     if score is not None and search.ok(score):
@@ -231,11 +234,36 @@ def _top_up(search: _Search, start: list[Candidate], pool: Sequence[Candidate], 
         if c.region in kept:
             continue
         got = search.check([*kept, c.region])[0]
-        if score is None or got.value > score.value or (keep_ties and got.value >= score.value):
+        if score is None or got.value > score.value:
             kept, score = [*kept, c.region], got
         if search.ok(score):
             return [(max(0.0, search.check(kept)[1].ms), kept, score)]
     return []
+
+
+def _smallest_prefix(search: _Search, ranked: Sequence[QdqRegion]) -> Optional[list[QdqRegion]]:
+    """The shortest prefix of ``ranked`` that meets X, or None when all of it does not: sizes doubled
+    until one meets, then halved between the last that missed and it (a handful of held-out runs where
+    adding regions one at a time takes one each; a prefix that meets is re-checked as it is)."""
+    n = len(ranked)
+    if not n:
+        return None
+    miss, hit = 0, None
+    k = 1
+    while hit is None:
+        if search.ok(search.check(list(ranked[:k]))[0]):
+            hit = k
+        elif k == n:
+            return None
+        else:
+            miss, k = k, min(2 * k, n)
+    while hit - miss > 1:
+        mid = (miss + hit) // 2
+        if search.ok(search.check(list(ranked[:mid]))[0]):
+            hit = mid
+        else:
+            miss = mid
+    return list(ranked[:hit])
 
 
 def _prune(search: _Search, kept: list[QdqRegion], score: TaskScore) -> tuple[list[QdqRegion], TaskScore]:
