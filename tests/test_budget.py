@@ -341,14 +341,18 @@ def test_the_int8_gate_allows_exactly_the_regions_kept_float(root, cli):
     still fail the gate: exit 1, naming them."""
     model = budget_model(root / "net.onnx", first=CONV3, second=CONV1, first_in=CONV3_IN)
     workspace(root, stand_in(root / "bin", TAIL))
+    (root / "mine.yaml").write_text("version: 1\nexclude: [/d/Conv]\n")  # the user's own float node
     code, out, err = cli("deploy", model, "--target", "board", "--calib", root / "calib", "--holdout", "0.25",
                          "--calibrator", "entropy", "--metric", "cosine", "--max-loss", "0.05",
-                         "--iterations", "1", "--duration", "0", "--json")  # fmt: skip
+                         "--overrides", root / "mine.yaml", "--iterations", "1", "--duration", "0",
+                         "--json")  # fmt: skip
     assert code == 1, err
     d = json.loads(out)
     assert d["budget"]["budget"]["chosen"]["nodes"] == [CONV3] and d["budget"]["budget"]["reached"]
+    assert d["budget"]["budget"]["allow"] == [[CONV3, "--max-loss 0.05 (kept float on purpose)"],
+                                              ["/d/Conv", "--overrides exclude (float on purpose)"]]
     gate = d["gate"]
-    assert gate["policy"]["allow"] == [CONV3]  # nothing else: the toy model has no Q/DQ at its edges
+    assert gate["policy"]["allow"] == [CONV3, "/d/Conv"]  # nothing else: no Q/DQ at their edges here
     allowed = {v["layer"]: v for v in gate["allowed"]}
     assert [v["nodes"][0] for v in allowed.values()] == [CONV3]
     assert "excused by --max-loss 0.05 (kept float on purpose)" in gate["summary"]

@@ -503,12 +503,13 @@ class KindPlacement:
         from edgeq.orchestration.deploy import policy_for
 
         d = self.decided.decision
-        budget = d.evidence.get("budget")
-        if budget is not None:  # --max-loss: exactly the kept nodes (and their edge Q/DQ), said as such
-            from edgeq.orchestration.budget import intended_why
+        if "budget" in d.evidence:  # --max-loss: exactly the kept nodes (and their edge Q/DQ), said as such
+            from edgeq.orchestration.budget import cached_allowances
 
-            return policy_for(target, gate, allow, require_fusion).with_allow(
-                list(d.allowlisted), source=intended_why(budget["max_loss"]))
+            policy = policy_for(target, gate, allow, require_fusion)
+            for pattern, why in cached_allowances(d):
+                policy = policy.with_allow([pattern], source=why)
+            return policy
         if d.kept == "implicit":
             return policy_for(target, "none", allow, require_fusion)
         policy = policy_for(target, gate, (*allow, *d.allowlisted, *d.float_entry_nodes), require_fusion)

@@ -165,11 +165,20 @@ def _reference_options(common: DeployOptions, fp32: Optional[Path], float_model:
                    intended=(), reference=fp32)  # fmt: skip
 
 
-def _chosen_options(common: DeployOptions, fp32: Path, allow: tuple[str, ...], max_loss: float
-                    ) -> DeployOptions:  # fmt: skip
+def _chosen_options(common: DeployOptions, fp32: Path, allow: tuple[tuple[str, str], ...]) -> DeployOptions:
     """The chosen engine's deploy: the user's gate with exactly the kept nodes (and their edges) allowed."""
-    return replace(common, quantize=replace(common.quantize, max_loss=None), reference=fp32, intended=allow,
-                   intended_why=intended_why(max_loss))  # fmt: skip
+    return replace(common, quantize=replace(common.quantize, max_loss=None), reference=fp32, intended=allow)
+
+
+def allowances(qdq: Any, excluded: tuple[str, ...], chosen: tuple[str, ...], max_loss: float
+               ) -> tuple[tuple[str, str], ...]:  # fmt: skip
+    """(pattern, reason) for every node the Q/DQ model leaves float on purpose: the budget's choice, credited
+    to ``--max-loss``, and the rest of the plan's excluded nodes (the user's override file)."""
+    from edgeq.quant.overrides import INTENDED_FLOAT
+
+    theirs = tuple(n for n in excluded if n not in set(chosen))
+    return (*((p, intended_why(max_loss)) for p in (edge_allow(qdq, chosen) if chosen else ())),
+            *((p, INTENDED_FLOAT) for p in (edge_allow(qdq, theirs) if theirs else ())))
 
 
 def edge_allow(qdq: Any, nodes: tuple[str, ...]) -> tuple[str, ...]:
@@ -228,21 +237,24 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
     fp32 = Path(save_model(scorer.reference, run_dir / f"{stem}.fp32.onnx"))
     int8 = Path(save_model(setup.choice.model, run_dir / f"{stem}.int8.onnx"))
 
-    full = deploy(int8, target, _reference_options(common, fp32), progress=progress, on_event=on_event)
+    _, base = scorer.plan()
+    full_allow = allowances(setup.choice.model, base.excluded, (), q.max_loss)  # the user's own, if any
+    full_options = replace(_reference_options(common, fp32), intended=full_allow)
+    full = deploy(int8, target, full_options, progress=progress, on_event=on_event)
     costs = _cost_model(full, scorer.reference)
     choice = choose_within(scorer, setup.regions, q.max_loss, costs.price, before, progress)
     _, plan = scorer.plan(choice.nodes)
     from edgeq.quant.quantize import build_qdq
 
-    allow: tuple[str, ...] = ()
+    allow = full_allow
     chosen = full
     chosen_file = int8
     if choice.regions:
         qdq = build_qdq(scorer.reference, plan, scorer.amax)
         chosen_file = Path(save_model(qdq, run_dir / f"{stem}.budget.onnx"))
-        allow = edge_allow(qdq, choice.nodes)
-        chosen = deploy(chosen_file, target, _chosen_options(common, fp32, allow, q.max_loss),
-                        progress=progress, on_event=on_event)  # fmt: skip
+        allow = allowances(qdq, plan.excluded, choice.nodes, q.max_loss)
+        chosen = deploy(chosen_file, target, _chosen_options(common, fp32, allow), progress=progress,
+                        on_event=on_event)  # fmt: skip
     fp16 = deploy(fp32, target, _reference_options(common, None, float_model=True), progress=progress,
                   on_event=on_event)  # fmt: skip
     runs = [("chosen", chosen), ("full INT8", full), ("FP16", fp16)]
@@ -250,12 +262,13 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
         runs.append(("implicit INT8", _implicit(setup, target, common, stem, progress=progress,
                                                 on_event=on_event)))
     paired = _retime(target, runs, common, auto, progress)
-    budget = _budget_dict(model, target, setup, choice, costs, runs, paired, before)
+    budget = {**_budget_dict(model, target, setup, choice, costs, runs, paired, before),
+              "allow": [list(a) for a in allow]}
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     evidence = {"created": created, "target": target.name, "implicit_build_seconds": None,
                 "ratio": budget.get("measured_ratio"), "budget": budget}
     decision = Decision("explicit", choice.summary(), _plan_dict(plan), plan.scale_amax(scorer.amax), "",
-                        allowlisted=allow, evidence=evidence)
+                        allowlisted=tuple(p for p, _ in allow), evidence=evidence)
     out = BudgetDeploy(run_dir, chosen, decision, False, lookup, uncached, key, budget=budget)
     out.files.update(model=str(chosen_file), reference=str(fp32))
     if key is not None:
@@ -411,6 +424,11 @@ def _write(out: BudgetDeploy) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+def cached_allowances(decision: Decision) -> tuple[tuple[str, str], ...]:
+    """The (pattern, reason) pairs a budget's decision allows, as it recorded them."""
+    return tuple((str(p), str(why)) for p, why in decision.evidence["budget"].get("allow", ()))
+
+
 def _from_cache(model: Path, target: Target, options: DeployOptions, key: PlacementKey, lookup: Lookup, *,
                 progress: ProgressFn, on_event: EventFn) -> BudgetDeploy:  # fmt: skip
     """The chosen Q/DQ model rebuilt from the entry (no calibration, no held-out runs) and deployed alone;
@@ -429,7 +447,7 @@ def _from_cache(model: Path, target: Target, options: DeployOptions, key: Placem
     fp32 = Path(save_model(reference, run_dir / f"{stem}.fp32.onnx"))
     plan = decision.to_plan()
     qdq = placed_variant(Calibrated(reference, plan, decision.amax, stem), plan, "budget", run_dir).model
-    opts = _chosen_options(common, fp32, decision.allowlisted, options.quantize.max_loss)
+    opts = _chosen_options(common, fp32, cached_allowances(decision))
     chosen = deploy(qdq, target, opts, progress=progress, on_event=on_event)
     budget = dict(decision.evidence["budget"])
     rows = [dict(r) for r in budget.get("rows", ())]
