@@ -221,6 +221,7 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
             progress: ProgressFn, on_event: EventFn) -> BudgetDeploy:  # fmt: skip
     from edgeq.graph.io import load_model, save_model
     from edgeq.quant.budget import choose_within
+    from edgeq.quant.quantize import build_qdq
     from edgeq.quant.sensitivity import SensitivityOptions, prepare
 
     q = options.quantize
@@ -244,8 +245,6 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
     costs = _cost_model(full, scorer.reference)
     choice = choose_within(scorer, setup.regions, q.max_loss, costs.price, before, progress)
     _, plan = scorer.plan(choice.nodes)
-    from edgeq.quant.quantize import build_qdq
-
     allow = full_allow
     chosen = full
     chosen_file = int8
