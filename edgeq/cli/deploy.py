@@ -25,6 +25,7 @@ from edgeq.cli.options import (
     Holdout,
     Iterations,
     Json,
+    MaxLoss,
     MaxShapes,
     MetricOpt,
     MinCosine,
@@ -142,6 +143,7 @@ def deploy_cmd(
     metric: MetricOpt = None,  # type: ignore[assignment]
     min_cosine: MinCosine = None,
     min_metric: MinMetric = None,
+    max_loss: MaxLoss = None,
     fp16: Fp16 = None,
     iterations: Iterations = 10,
     duration: Duration = 3.0,
@@ -155,6 +157,9 @@ def deploy_cmd(
     from edgeq.remote.targets import resolve_target
 
     gate, accuracy_gate = _split_gate(gate)
+    budget = max_loss is not None
+    if budget:
+        placement = _budget_placement(placement, calib, gate)
     if placement == Placement.implicit and calib is None:
         raise typer.BadParameter("--placement implicit needs a float model and --calib (the implicit engine "
                                  "and its mirror come from one calibration)", param_hint="--calib")
@@ -170,13 +175,14 @@ def deploy_cmd(
         if pl.gate is not None:
             allow, require_fusion = pl.gate.allow, pl.gate.require_fusion
     auto = placement == Placement.auto
+    judged_by = "implicit" if placement == Placement.implicit else None if budget else baseline
     options = DeployOptions(
         quantize=quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
                                   placement=Placement.trt if auto else placement, overrides=overrides,
                                   holdout=0.2 if holdout is None else holdout, metric=metric or "auto",
-                                  min_cosine=min_cosine, min_metric=min_metric),
+                                  min_cosine=min_cosine, min_metric=min_metric, max_loss=max_loss),
         accept_new_host_key=accept_new_host_key, gate_allow=allow,
-        gate=_baseline_gate(gate, "implicit" if placement == Placement.implicit else baseline, calib),
+        gate=_baseline_gate(gate, judged_by, calib),
         gate_require_fusion=require_fusion, runs_dir=runs_dir,
         profile=profile_settings(fp16, iterations, duration,
                                  shapes_given(min_shapes, opt_shapes, max_shapes)),
@@ -188,16 +194,28 @@ def deploy_cmd(
             return  # a failure is printed once, as the error line
         err.print(f"[dim]{escape(line)}[/]", highlight=False)
 
-    mirrored = decided = None
+    mirrored = None
+    decided: Any = None
     with progress_display(enabled=not json_out) as progress:
         if auto:
-            from edgeq.orchestration.auto import AutoOptions, auto_applies, deploy_auto
+            from edgeq.orchestration.auto import auto_applies
 
             auto = auto_applies(model, options.quantize)  # a Q/DQ model is deployed as given
-        if auto:
-            decided = deploy_auto(model, tgt, options, AutoOptions(cache_dir=placement_cache),
-                                  progress=progress, on_event=event)  # fmt: skip
-            result, relative = decided.result, decided.relative  # type: Any, Any
+        if budget or auto:
+            from edgeq.orchestration.auto import AutoOptions
+
+            cached = AutoOptions(cache_dir=placement_cache)
+        if budget:
+            from edgeq.orchestration.budget import deploy_budget
+
+            decided = deploy_budget(model, tgt, options, cached, implicit=baseline is not None,
+                                    progress=progress, on_event=event)  # fmt: skip
+            result, relative = decided.result, None  # type: Any, Any
+        elif auto:
+            from edgeq.orchestration.auto import deploy_auto
+
+            decided = deploy_auto(model, tgt, options, cached, progress=progress, on_event=event)
+            result, relative = decided.result, decided.relative
         elif placement == Placement.implicit:
             from edgeq.orchestration.implicit import deploy_implicit
 
@@ -206,7 +224,8 @@ def deploy_cmd(
         else:
             result = deploy(model, tgt, options, progress=progress, on_event=event)
             relative = _relative_to_baseline(result, tgt, accept_new_host_key, progress) if baseline else None
-    code = EXIT_OK if result.gate_passed and (relative is None or relative) else EXIT_CHECK_FAILED
+    reached = not budget or decided.reached
+    code = EXIT_OK if result.gate_passed and (relative is None or relative) and reached else EXIT_CHECK_FAILED
     gate_result = result.finished.gate if result.finished is not None else None
     accuracy = result.finished.accuracy if result.finished is not None else None
     if json_out:
@@ -219,7 +238,7 @@ def deploy_cmd(
                 "accuracy": accuracy.to_dict() if accuracy is not None else None,
                 "relative_gate": relative.to_dict() if relative is not None else None,
                 **({"implicit": mirrored.to_dict()} if mirrored is not None else {}),
-                **({"placement": decided.to_dict()} if decided is not None else {}),
+                **({"budget" if budget else "placement": decided.to_dict()} if decided is not None else {}),
                 "exit_code": code,
             }
         )
@@ -230,7 +249,9 @@ def deploy_cmd(
     for note in mirrored.notes() if mirrored is not None else ():
         out.print(f"[cyan]implicit:[/] {escape(note)}", highlight=False)
     for note in decided.notes() if decided is not None else ():
-        out.print(f"[cyan]auto:[/] {escape(note)}", highlight=False)
+        out.print(f"[cyan]{'budget' if budget else 'auto'}:[/] {escape(note)}", highlight=False)
+    if budget and decided is not None:
+        _print_budget(decided.budget)
     if gate_result is not None:
         print_verdict(gate_result)
     if accuracy is not None:
@@ -239,6 +260,40 @@ def deploy_cmd(
         print_verdict(relative)
     out.print(f"run directory: [bold]{escape(str(result.run_dir))}[/]")
     return code
+
+
+def _budget_placement(placement: Placement, calib: Optional[Path], gate: Optional[str]) -> Placement:
+    """--max-loss weighs the rules' regions (what --overrides excludes) on the target: placement trt or all
+    (auto's default becomes trt), a float model with --calib, and the int8 gate (not --gate relative)."""
+    if calib is None:
+        raise typer.BadParameter("--max-loss needs a float model and --calib (the regions are weighed on "
+                                 "held-out data)", param_hint="--calib")
+    if placement == Placement.implicit:
+        raise typer.BadParameter("--max-loss weighs the rules' regions: placement trt, all or auto (trt)",
+                                 param_hint="--placement")
+    if gate == "relative":
+        raise typer.BadParameter("--max-loss times its engine beside full INT8 and FP16; use --baseline "
+                                 "implicit to add implicit INT8 (no relative gate)", param_hint="--gate")
+    return Placement.trt if placement == Placement.auto else placement
+
+
+def _print_budget(d: dict[str, Any]) -> None:
+    """The engines side by side (accuracy and qps), then the verdict line and the files."""
+    t = Table(title=f"--max-loss {d['max_loss']:g} on {escape(str(d.get('target', '')))}", expand=False)
+    for col, right in (("engine", False), ("what", False), ("onnxruntime (host)", False),
+                       ("TensorRT (target)", False), ("qps", True), ("x full INT8", True)):
+        t.add_column(col, justify="right" if right else "left", no_wrap=right or col == "engine")
+    for r in d["rows"]:
+        style = "bold" if r["name"] == "chosen" else ""
+        t.add_row(*(f"[{style}]{escape(v)}[/]" if style else escape(v) for v in (
+            r["name"], r.get("what") or "", r.get("host") or "-", r.get("target") or "-",
+            "-" if r.get("qps") is None else f"{r['qps']:.0f}",
+            "-" if r.get("ratio") is None else f"{r['ratio']:.3f}")))
+    print_table(t, drop=("what", "TensorRT (target)"))
+    out.print(f"[dim]qps: {escape(d.get('timed', ''))}; {escape(d.get('model_note', ''))}[/]",
+              highlight=False)
+    style = "green" if d.get("reached") else "bold red"
+    out.print(f"[{style}]{escape(d['summary'])}[/]", highlight=False)
 
 
 def _print_accuracy(acc: Any) -> None:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -13,6 +13,7 @@ from typer.core import TyperGroup
 
 from edgeq.cli.app import app
 from edgeq.cli.options import (
+    TARGET,
     AcceptNewHostKey,
     BuildOncePerKind,
     Calib,
@@ -24,10 +25,12 @@ from edgeq.cli.options import (
     Fleet,
     Fresh,
     Gate,
+    Holdout,
     Iterations,
     Json,
     Limit,
     MaxFail,
+    MaxLoss,
     MaxShapes,
     MinShapes,
     OptShapes,
@@ -37,6 +40,7 @@ from edgeq.cli.options import (
     Preprocess,
     RunsDir,
     Workers,
+    in_panel,
     profile_settings,
     quantize_options,
     shapes_given,
@@ -170,18 +174,26 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
                   overrides: Optional[Path], gate: Optional[str], runs_dir: Path, accept_new_host_key: bool,
                   build_once_per_kind: bool, workers: Optional[int] = None, iterations: int = 10,
                   duration: float = 3.0, fresh: bool = False, max_fail: Optional[int] = None,
-                  placement: Placement = Placement.trt, shapes: Any = None,
-                  engine: Engine = Engine.native) -> Any:
+                  placement: Placement = Placement.trt, shapes: Any = None, max_loss: Optional[float] = None,
+                  holdout: Optional[str] = None, engine: Engine = Engine.native) -> Any:
     from edgeq.orchestration.auto import AutoOptions
     from edgeq.orchestration.fleet import FleetOptions
 
     if placement == Placement.implicit:  # as pipeline and fleet files (edgeq.orchestration.run)
         raise typer.BadParameter("implicit is per target (edgeq deploy); a fleet takes auto (each board kind "
                                  "decides), trt or all", param_hint="--placement")  # fmt: skip
+    if max_loss is not None and engine == Engine.ansible:
+        raise typer.BadParameter("--max-loss weighs regions on each kind's first board, which --engine "
+                                 "ansible does not do: leave out --engine ansible", param_hint="--max-loss")
+    if max_loss is not None and calib is None:
+        raise typer.BadParameter("--max-loss needs a float model and --calib (the first board of each kind "
+                                 "weighs the regions on held-out data)", param_hint="--calib")
 
     quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides,
-                                placement=Placement.trt if placement == Placement.auto else placement)
-    auto = placement == Placement.auto and calib is not None and overrides is None  # overrides: the rules'
+                                placement=Placement.trt if placement == Placement.auto else placement,
+                                holdout=0.2 if holdout is None else holdout, max_loss=max_loss)
+    # overrides edit the rules' placement; --max-loss weighs the rules' regions on each kind's first board
+    auto = calib is not None and (max_loss is not None or (placement == Placement.auto and overrides is None))
     auto = auto and engine == Engine.native  # ansible: quantized once here, with the trt placement
     return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir, auto=AutoOptions() if auto else None,
                         accept_new_host_key=accept_new_host_key, build_once_per_kind=build_once_per_kind,
@@ -191,8 +203,7 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
 
 @fleet_app.command(
     "validate",
-    help="One model on every target of a fleet at once, a row each. A re-run reuses those that passed; "
-    "Ctrl-C keeps those that finished. Exit: 0 all passed; 1 a target failed; 2 bad input; 130 Ctrl-C.",
+    help="A row a target; a re-run reuses passed rows. Exit: 0 passed, 1 failed, 2 bad input, 130 Ctrl-C.",
     short_help="One model on every target of a fleet at once.",
 )
 def fleet_validate_cmd(
@@ -209,13 +220,16 @@ def fleet_validate_cmd(
     calibrator: CalibratorOpt = Calibrator.auto,
     overrides: Overrides = None,
     placement: PlacementOpt = Placement.auto,
+    holdout: Holdout = None,  # type: ignore[assignment]
+    max_loss: MaxLoss = None,
     gate: Gate = None,
-    build_once_per_kind: BuildOncePerKind = False,
-    iterations: Iterations = 10,
-    duration: Duration = 3.0,
-    min_shapes: MinShapes = "",
-    opt_shapes: OptShapes = "",
-    max_shapes: MaxShapes = "",
+    # one screen of --help: the Build and profile panel folds into Target here
+    build_once_per_kind: Annotated[bool, in_panel(BuildOncePerKind, TARGET)] = False,
+    iterations: Annotated[int, in_panel(Iterations, TARGET)] = 10,
+    duration: Annotated[float, in_panel(Duration, TARGET)] = 3.0,
+    min_shapes: Annotated[str, in_panel(MinShapes, TARGET)] = "",
+    opt_shapes: Annotated[str, in_panel(OptShapes, TARGET)] = "",
+    max_shapes: Annotated[str, in_panel(MaxShapes, TARGET)] = "",
     junit: Optional[Path] = typer.Option(
         None, "--junit", metavar="FILE", parser=output_file,
         help="Also write JUnit XML (a testcase a target)."
@@ -231,7 +245,8 @@ def fleet_validate_cmd(
         check_writable(junit, inputs=(model, fleet))
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
                             build_once_per_kind, workers, iterations, duration, fresh, max_fail,
-                            placement, shapes_given(min_shapes, opt_shapes, max_shapes), engine)  # fmt: skip
+                            placement, shapes_given(min_shapes, opt_shapes, max_shapes), max_loss,
+                            holdout, engine)  # fmt: skip
     result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
     code = result.exit_code
     if junit is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional, get_args
 
 import typer
 
@@ -73,6 +73,12 @@ PlacementOpt = Annotated[Placement, typer.Option(
     help="trt (rules), all, implicit, auto (target).")]
 Overrides = Annotated[Optional[Path], typer.Option(
     "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
+EngineRun = Annotated[Optional[Path], typer.Option(
+    "--engine", metavar="PATH", rich_help_panel=QUANTIZE,
+    help="An earlier deploy's run dir or layer JSON: what float regions cost.")]
+MaxLoss = Annotated[Optional[float], typer.Option(
+    "--max-loss", metavar="X", rich_help_panel=QUANTIZE,
+    help="Keep regions float until 1 - metric <= X.")]
 
 Budget = Annotated[Optional[str], typer.Option(
     "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m).")]
@@ -133,7 +139,7 @@ MaxShapes = Annotated[str, typer.Option(
     "--maxShapes", metavar="SPEC", rich_help_panel=BUILD,
     help="Dynamic inputs: max \\[default: the data's].")]
 BuildOncePerKind = Annotated[bool, typer.Option(
-    "--build-once-per-kind/--build-each", rich_help_panel=BUILD,
+    "--build-once-per-kind", rich_help_panel=BUILD,
     help="One build a GPU kind.")]
 
 # the model's own dynamic inputs where no data decides them (clean's verification, lint): trtexec's --shapes
@@ -147,6 +153,17 @@ Html = Annotated[Optional[Path], typer.Option(
     "--html", metavar="FILE", parser=output_file, help="Also write a self-contained HTML page here.")]
 Onnx = Annotated[Optional[Path], typer.Option(
     "--onnx", metavar="MODEL", help="The model the engines came from: their layers mapped to its nodes.")]
+
+
+def in_panel(option: Any, panel: str) -> Any:
+    """The ``typer.Option`` of an ``Annotated`` alias above, listed under another help panel: a command
+    whose help would run past one screen folds a small panel into a bigger one (each panel costs two
+    lines). Use as ``Annotated[int, in_panel(Iterations, TARGET)]``."""
+    import copy
+
+    moved = copy.copy(get_args(option)[1])
+    moved.rich_help_panel = panel
+    return moved
 
 
 def quantize_options(
@@ -164,6 +181,7 @@ def quantize_options(
     min_metric: Optional[float] = None,
     cache: Optional[Path] = None,
     from_engine: Optional[Path] = None,
+    max_loss: Optional[float] = None,
 ) -> QuantizeOptions:
     """The one options object of every command that quantizes (the groups above, by value). ``auto`` is
     decided on a target (deploy resolves it before this); anywhere else it is a usage error."""
@@ -177,7 +195,7 @@ def quantize_options(
         calib=calib, synthetic=synthetic, preprocess=preprocess, calibrator=Calibrator(calibrator).value,
         percentile=percentile, placement=Placement(placement).value, overrides=overrides, holdout=fraction,
         holdout_data=held, metric=metric, min_cosine=min_cosine, min_metric=min_metric, cache_path=cache,
-        from_engine=from_engine,
+        from_engine=from_engine, max_loss=max_loss,
     )  # fmt: skip
 
 

@@ -15,8 +15,10 @@ from edgeq.cli.options import (
     Calib,
     Calibrator,
     CalibratorOpt,
+    EngineRun,
     Holdout,
     Json,
+    MaxLoss,
     MetricOpt,
     MinCosine,
     MinMetric,
@@ -78,17 +80,10 @@ def quantize_cmd(
         None, "--from-engine", metavar="JSON", rich_help_panel=QUANTIZE,
         help="Place Q/DQ where this implicit engine ran INT8 (its layer JSON).",
     ),
-    max_loss: Optional[float] = typer.Option(
-        None, "--max-loss", metavar="X", rich_help_panel=QUANTIZE,
-        help="Keep the worst regions float until 1 - metric <= X.",
-    ),
-    engine: Optional[Path] = typer.Option(
-        None, "--engine", metavar="PATH", rich_help_panel=QUANTIZE,
-        help="An earlier deploy's run dir or layer JSON: the float regions' time.",
-    ),
+    max_loss: MaxLoss = None,
+    engine: EngineRun = None,
     json_out: Json = False,
 ) -> int:
-    from dataclasses import replace
 
     from edgeq.errors import QuantError
     from edgeq.quant.quantize import quantize_file
@@ -98,9 +93,8 @@ def quantize_cmd(
     options = quantize_options(
         calib, synthetic=synthetic, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
         placement=placement, overrides=overrides, holdout=holdout, metric=metric, min_cosine=min_cosine,
-        min_metric=min_metric, cache=cache, from_engine=from_engine,
+        min_metric=min_metric, cache=cache, from_engine=from_engine, max_loss=max_loss,
     )  # fmt: skip
-    options = replace(options, max_loss=max_loss)
     with progress_display(enabled=not json_out) as progress:
         result = quantize_file(model, options, output=output, progress=progress, engine=engine)
     code = code_for(result.ok)

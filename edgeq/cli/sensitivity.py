@@ -15,8 +15,10 @@ from edgeq.cli.options import (
     Calib,
     Calibrator,
     CalibratorOpt,
+    EngineRun,
     Holdout,
     Json,
+    MaxLoss,
     MetricOpt,
     Overrides,
     Percentile,
@@ -55,6 +57,8 @@ def sensitivity_cmd(
         20, "--max-regions", metavar="N", help="Score at most N regions (the most clipped).",
     ),
     budget: Budget = None,
+    engine: EngineRun = None,
+    max_loss: MaxLoss = None,
     output: Optional[Path] = typer.Option(
         None, "-o", "--output", metavar="DIR", parser=output_dir,
         help="Where to write \\[default: <model>.sensitivity/].",
@@ -69,8 +73,8 @@ def sensitivity_cmd(
         raise QuantError("sensitivity needs calibration data (--calib DIR)")
     q = quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
                          placement=placement, overrides=overrides, holdout=holdout,
-                         metric=metric)  # fmt: skip
-    options = SensitivityOptions(q, max_regions=max_regions,
+                         metric=metric, max_loss=max_loss)  # fmt: skip
+    options = SensitivityOptions(q, max_regions=max_regions, engine=engine,
                                  budget_s=parse_budget(budget) if budget is not None else None)  # fmt: skip
     with progress_display(enabled=not json_out) as progress:
         result = sensitivity_file(model, options, output, progress)
@@ -113,6 +117,18 @@ def _render(result: Any) -> None:
         out.print(f"keeping [bold]{escape(top['name'])}[/] float recovers {top['recovered']:+.4f} "
                   f"({share:.0%} of the loss): exclude its nodes with --overrides, or let "
                   "'edgeq quantize --max-loss X' choose")
+    engine = d.get("engine")
+    if engine is not None:
+        how = "measured" if engine["qps_measured"] else "from its profile"
+        out.print(f"priced on {escape(engine['path'])} ({engine['qps']:.0f} qps {how}); the page draws "
+                  "accuracy against qps")
+        if engine.get("budget"):
+            b = engine["budget"]
+            style = "green" if b["reached"] else "bold red"
+            nodes = ", ".join(b["nodes"][:4]) + (" ..." if len(b["nodes"]) > 4 else "")
+            out.print(f"[{style}]--max-loss {b['max_loss']:g}: {len(b['regions'])} region(s) float "
+                      f"({escape(nodes)}), modelled +{b['cost']['ms'] * 1000:.1f} us; "
+                      f"{escape(b['after']['text'])}[/] (deploy --max-loss builds and times it)")
     files = result.files
     if files:
         out.print(f"wrote [bold]{escape(files['json'])}[/] and [bold]{escape(files['html'])}[/]")

@@ -89,8 +89,30 @@ def calibration_digest(options: QuantizeOptions, profile: str = "") -> str:
         settings["percentile"] = options.percentile  # what only that calibrator reads
     if profile:
         settings["profile"] = profile  # static models: no key, so their keys are as they were
+    if options.max_loss is not None:  # deploy --max-loss's choice rests on these too (other keys as were)
+        settings["budget"] = budget_settings(options)
     h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()
+
+
+def budget_settings(options: QuantizeOptions) -> dict[str, Any]:
+    """What ``--max-loss``'s choice depends on beyond the calibration: X, the metric, the held-out set's
+    files, the placement the regions come from and the user's override file."""
+    from edgeq.fs import sha256_file
+
+    held = None
+    if options.holdout_data is not None:
+        h = hashlib.sha256()
+        hash_data_files(h, Path(options.holdout_data))
+        held = h.hexdigest()
+    given = options.overrides
+    overrides: Any = None
+    if isinstance(given, (str, Path)):
+        overrides = sha256_file(given)
+    elif given is not None:  # already read
+        overrides = {"exclude": list(given.exclude), "force": list(given.force)}
+    return {"max_loss": options.max_loss, "metric": options.metric, "holdout_data": held,
+            "placement": options.placement, "overrides": overrides}
 
 
 def hash_data_files(h: Any, calib: Path) -> None:

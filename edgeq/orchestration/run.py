@@ -9,6 +9,7 @@ The pipeline file (schema: ``PIPELINE``; paths relative to the current directory
     preprocess: pipelines/preprocess-imagenet.yaml
     overrides: model.overrides.yaml
     quantize: {calibrator: auto, placement: trt, holdout: data/held, metric: auto, min_metric: 0.95}
+    # or max_loss: 0.05: each board kind's first board keeps the cheapest regions float (deploy --max-loss)
     target: orin-agx                # one target, or fleet: FILE, or targets: [...] (as a fleet file's)
     build_once_per_kind: true
     gate: {policy: int8, allow: [/fc/Gemm]}
@@ -45,6 +46,7 @@ _QUANTIZE: dict[str, config.Checker] = {
     "calibrator": config.string, "percentile": config.number, "placement": config.string,
     "holdout": lambda v: v if isinstance(v, str) and v.strip() else config.number(v),
     "metric": config.string, "min_cosine": config.number, "min_metric": config.number,
+    "max_loss": config.number,
 }  # fmt: skip
 PIPELINE: dict[str, config.Checker] = {
     "name": config.string,
@@ -138,7 +140,8 @@ def load_spec(path: Path) -> PipelineSpec:
     q = dict(v.get("quantize") or {})
     # auto is the default with targets and calibration data (synthetic data: the rules, as demos had it)
     q.setdefault("placement", "auto" if "calib" in v else "trt")
-    auto = q.get("placement") == "auto" and "overrides" not in v  # overrides edit the rules' placement
+    # overrides edit the rules' placement; max_loss weighs the rules' regions on each board kind's first board
+    auto = (q.get("placement") == "auto" and "overrides" not in v) or "max_loss" in q
     if q.get("placement") == "auto":
         q.pop("placement")
     opt = lambda k: Path(v[k]) if k in v else None  # noqa: E731

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
     from edgeq.quant.accuracy import HeldOut
     from edgeq.quant.autocalib import Choice
+    from edgeq.quant.budget import BudgetChoice
+    from edgeq.quant.float_cost import CostModel, FloatCost
     from edgeq.quant.metrics import TaskScore
     from edgeq.quant.plan import Plan
     from edgeq.quant.quantize import QuantizeOptions
@@ -205,6 +207,10 @@ class SensitivityOptions:
     max_regions: int | None = MAX_REGIONS
     budget_s: float | None = None
     alone: bool = True  # also score each region alone (the other half of the table)
+    # --engine: a full INT8 engine's run (deploy run directory or layer JSON with its profile): each region
+    # priced there (edgeq.quant.float_cost), the page draws accuracy against qps; with quantize.max_loss
+    # the cheapest set that meets it is chosen and marked (as deploy --max-loss chooses)
+    engine: Path | None = None
 
     def __post_init__(self) -> None:
         if self.max_regions is not None and self.max_regions < 1:
@@ -214,6 +220,9 @@ class SensitivityOptions:
         if self.quantize.placement not in ("trt", "all") or self.quantize.from_engine is not None:
             raise QuantError("sensitivity ranks what --overrides can exclude: placement trt or all",
                              "leave out --placement implicit and --from-engine")
+        if self.quantize.max_loss is not None and self.engine is None:
+            raise QuantError("sensitivity --max-loss chooses by what the regions cost on a target",
+                             "give --engine (an earlier deploy's run directory), or use quantize --max-loss")
 
 
 @dataclass
@@ -230,6 +239,7 @@ class SensitivityResult:
     notes: list[str] = field(default_factory=list)
     calibrator: str = ""
     files: dict[str, str] = field(default_factory=dict)
+    priced: Priced | None = None  # --engine: each region's cost there, the chart, --max-loss's choice
 
     @property
     def loss(self) -> float:
@@ -246,7 +256,68 @@ class SensitivityResult:
                 "ranked": [s.to_dict(self.all_int8) for s in self.scored],
                 "skipped": [{"why": why, "regions": names} for why, names in skipped.items()],
                 "interrupted": self.interrupted, "seconds": round(self.seconds, 2), "notes": self.notes,
-                **({"files": self.files} if self.files else {})}
+                **({"files": self.files} if self.files else {}),
+                **({"engine": self.priced.to_dict(self)} if self.priced is not None else {})}
+
+
+@dataclass(frozen=True)
+class Priced:
+    """``sensitivity --engine``: the regions priced on one full INT8 engine's profile."""
+
+    engine: str
+    qps: float  # the engine's measured throughput (its run's), else the profile's 1000 / total ms
+    measured: bool  # whether ``qps`` was measured
+    total_ms: float
+    costs: dict[str, FloatCost]  # region name -> what keeping it float costs there
+    fp16_ms: float | None  # the whole engine in FP16, modelled
+    model: CostModel
+    choice: BudgetChoice | None = None  # --max-loss
+
+    def qps_of(self, cost_ms: float) -> float:
+        got = self.model.qps(self.qps, cost_ms)
+        return got if got is not None else self.qps
+
+    def to_dict(self, result: SensitivityResult) -> dict[str, Any]:
+        from edgeq.quant.float_cost import SOURCE
+
+        fp16 = self.qps * self.total_ms / self.fp16_ms if self.fp16_ms else None
+        return {"path": self.engine, "qps": self.qps, "qps_measured": self.measured,
+                "total_ms": self.total_ms, "fp16_qps_modelled": fp16, "cost_model": SOURCE,
+                "regions": {n: {**c.to_dict(), "qps": self.qps_of(c.ms)} for n, c in self.costs.items()},
+                "budget": self.choice.to_dict() if self.choice is not None else None}  # fmt: skip
+
+
+def engine_qps(path: str | Path) -> float | None:
+    """A deploy run's measured throughput (``timings.json``), or its ``*.run.log``'s; None without one."""
+    import json
+
+    p = Path(path)
+    timings = (p if p.is_dir() else p.parent) / "timings.json"
+    if p.is_dir() and timings.is_file():
+        qps = json.loads(timings.read_text(encoding="utf-8")).get("throughput_qps")
+        if isinstance(qps, (int, float)) and qps > 0:
+            return float(qps)
+    from edgeq.report.compare_engine import engine_from_path
+
+    run = engine_from_path(p).run
+    return run.throughput_qps if run is not None and run.throughput_qps else None
+
+
+def price_on(engine: str | Path, reference: onnx.ModelProto, regions: Sequence[QdqRegion]) -> Priced:
+    """``regions`` priced on ``engine``'s profile (its layers mapped onto ``reference``)."""
+    from edgeq.quant.float_cost import CostModel
+    from edgeq.report.compare_engine import engine_from_path
+
+    e = engine_from_path(engine, onnx_model=reference)
+    if e.report is None or not e.report.timed or not e.report.profile_total_ms:
+        raise QuantError(f"--engine {engine}: no per-layer profile to price the regions on",
+                         "give a deploy run directory (it holds profile.json) or a *.layers.json with its "
+                         "*.profile.json beside it")
+    model = CostModel(e.report)
+    total = e.report.profile_total_ms
+    measured = engine_qps(engine)
+    return Priced(str(engine), measured or 1000.0 / total, measured is not None, total,
+                  {r.name: model.price(r.nodes) for r in regions}, model.fp16_ms(), model)
 
 
 @dataclass(frozen=True)
@@ -325,8 +396,28 @@ def sensitivity(model: onnx.ModelProto, options: SensitivityOptions, progress: P
         result.scored.append(RegionScore(region, alone, but_one))
         progress("sensitivity", i + 1, len(todo))
     result.scored.sort(key=lambda s: (-s.recovered(all_int8), s.alone.value if s.alone else 0.0))
+    if options.engine is not None and result.scored:
+        result.priced = _priced(options, prep, result, all_int8, progress)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _priced(options: SensitivityOptions, prep: Setup, result: SensitivityResult, all_int8: TaskScore,
+            progress: ProgressFn) -> Priced:
+    """``--engine``: the scored regions priced there; ``--max-loss``: the cheapest set chosen among them,
+    their all-but-one scores reused (no second run)."""
+    assert options.engine is not None
+    regions = [s.region for s in result.scored]
+    priced = price_on(options.engine, prep.scorer.reference, regions)
+    max_loss = options.quantize.max_loss
+    if max_loss is None or result.interrupted:
+        return priced
+    from edgeq.quant.budget import choose_within
+
+    known = {s.region.name: s.all_but_one for s in result.scored}
+    choice = choose_within(prep.scorer, regions, max_loss, priced.model.price, all_int8, progress,
+                           known=known)
+    return replace(priced, choice=choice)
 
 
 def sensitivity_file(path: str | Path, options: SensitivityOptions, out_dir: str | Path | None = None,
@@ -348,7 +439,13 @@ def sensitivity_file(path: str | Path, options: SensitivityOptions, out_dir: str
         raise QuantError(f"{out}: exists and is not a directory", "give -o a directory")
     files = {"json": out / "sensitivity.json", "html": out / "sensitivity.html"}
     for p in files.values():
-        check_writable(p, inputs=(src,))
+        check_writable(p, inputs=(src, *([options.engine] if options.engine is not None else [])))
+    if options.engine is not None:  # a bad --engine before any work
+        from edgeq.report.compare_engine import engine_from_path
+
+        if engine_from_path(options.engine).report is None:
+            raise QuantError(f"--engine {options.engine}: a failed build, no layers to price",
+                             "give a built engine")
     model = load_model(src)
     result = sensitivity(model, options, progress)
     result.files = {k: str(p) for k, p in files.items()}

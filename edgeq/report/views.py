@@ -37,6 +37,13 @@ def esc(text: object) -> str:
     return _CTL.sub(lambda m: f'<span class="ctl">\\x{ord(m.group()):02x}</span>', s)
 
 
+def esc_attr(text: object) -> str:
+    """Escape for an attribute value or an SVG ``<title>``: control characters as ``\\xNN`` text (``esc``'s
+    ``<span>`` would end the attribute) and a newline as a line break of the tooltip."""
+    s = _CTL.sub(lambda m: "\n" if m.group() == "\n" else f"\\x{ord(m.group()):02x}", str(text))
+    return html.escape(s, quote=True).replace("\n", "&#10;")
+
+
 COPY_COLOR = "#9e9e9e"
 WEIGHT_COPY_COLOR = "#cfd8dc"  # weight-copy layers: constants copied on every inference
 NOOP_COLOR = "#eeeeee"
