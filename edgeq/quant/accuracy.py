@@ -1,8 +1,8 @@
 """Host-side accuracy check: the FP32 model against its Q/DQ model in onnxruntime, on held-out data.
 
-Why onnxruntime and not the engine: it runs anywhere, before any target is involved, and computes the
-arithmetic the Q/DQ nodes define, which is what an explicit TensorRT engine keeps (TensorRT 8.6
-Developer Guide, 'TensorRT Processing Of Q/DQ Networks'). A result is a value: true when it passes its
+Why onnxruntime and not the engine: it runs anywhere, before any target is involved. Every model judged
+here runs in the one session ``quant.evaluate`` builds: the arithmetic the Q/DQ nodes define, the same
+on every host, not onnxruntime's fused integer kernels. A result is a value: true when it passes its
 gate, and it names the figure that decided (as Polygraphy's comparator results do).
 """
 
@@ -231,13 +231,10 @@ def compare_accuracy(
 
 
 def _session(model: onnx.ModelProto, providers: tuple[str, ...] | None) -> ort.InferenceSession:
-    import onnxruntime as ort
+    """Every model judged here runs as the engine computes it (``quant.evaluate``)."""
+    from edgeq.quant.evaluate import evaluation_session
 
-    from edgeq.quant.calibrate import inference_session
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    return inference_session(model, opts, providers, purpose="the accuracy check")
+    return evaluation_session(model, providers)
 
 
 @dataclass(frozen=True)
