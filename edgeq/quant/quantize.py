@@ -177,11 +177,13 @@ class QuantizeResult:
         """False when the accuracy gate (--min-cosine, --min-metric) failed, the result is far below FP32
         with no bound of the user's (a wrecked model) or --max-loss was not reached."""
         reached = self.max_loss is None or self.max_loss.reached
-        return reached and (self.accuracy is None or (bool(self.accuracy) and not self.accuracy.wrecked))
+        return reached and (self.accuracy is None or bool(self.accuracy)) and not self.wrecked
 
     @property
     def wrecked(self) -> bool:
-        return self.accuracy is not None and self.accuracy.wrecked
+        """Far below FP32 with no bound of the user's, on real data (``--synthetic`` random inputs say
+        nothing of the task: there it is a note)."""
+        return self.accuracy is not None and self.accuracy.wrecked and self.options.synthetic is None
 
     def wrecked_message(self, model: str | Path) -> tuple[str, str]:
         """(the failure, the fix) of a wrecked model, as one line each: what is far below and where, the
@@ -347,7 +349,10 @@ def quantize_model(
         accuracy = held_out.report(choice.outputs, threshold=options.min_cosine,
                                    min_metric=options.min_metric)
     blame: tuple[tuple[QdqRegion, float], ...] = ()
-    if accuracy is not None and accuracy.wrecked and held_out is not None and kept is None and \
+    if accuracy is not None and accuracy.wrecked and options.synthetic is not None:
+        notes = (*notes, f"far below FP32 on --synthetic data ({accuracy.wrecked_text()}): random inputs say "
+                         "nothing of the task; check with --calib")
+    elif accuracy is not None and accuracy.wrecked and held_out is not None and kept is None and \
             options.placement in ("trt", "all") and options.from_engine is None:
         from edgeq.quant.sensitivity import quick_blame
 
