@@ -90,6 +90,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -695,7 +696,7 @@ def edgeq_quantize(d: Path, method: str, out: Path, help_text: str, metric: str,
     metric_flag = ["--metric", metric] if "--metric" in help_text else []
     if calib_alone:
         argv += metric_flag
-    elif "--holdout" in help_text and "DIR" in help_text.split("--holdout", 1)[1][:60]:
+    elif re.search(r"--holdout\s+DIR", help_text):
         argv += ["--holdout", str(d / "holdout"), *metric_flag]
     else:
         argv += ["--holdout", "0"]

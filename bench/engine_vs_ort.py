@@ -135,7 +135,11 @@ def device(dirs: list[Path], out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "engine_vs_ort"
     work.mkdir(parents=True, exist_ok=True)
-    replies: dict[str, Any] = {"probe": agent("probe")}
+    replies: dict[str, Any] = {}
+    try:
+        replies["probe"] = agent("probe")  # the GPU and TensorRT, for the record
+    except SystemExit as e:
+        replies["probe"] = {"failed": str(e)}
     for d in dirs:
         name = d.name
         t0 = time.perf_counter()

@@ -20,6 +20,13 @@ candidate that cannot win mostly loses there, so it is stopped after a few sampl
 Candidates are scored in ``AUTO_CANDIDATES``' order, the ones that won most often first (a high early
 best cuts the rest short); a tie keeps the earlier one.
 
+What the candidates are compared by: the metric's rank (``TaskScore.rank``), which folds in the metric's
+dense form (label margin, boxes below the display threshold, per-step symbol probabilities:
+``quant.metrics``), so on a few dozen samples the choice does not rest on one detection or one string.
+Without ``--holdout`` the samples are the calibration samples themselves (``quantize.split_data``).
+Where the samples cannot tell the kept one from the runner-up (``evidence``), the choice says so, with
+how many samples would.
+
 Per tensor where it pays (the hybrids): entropy's ranges except where a rule says clipping costs more
 than it saves. ``ends``: the graph inputs and the inputs of the last quantized layer on each path to a
 graph output keep max's range (``end_tensors``). Why: a graph input's range is set by preprocessing

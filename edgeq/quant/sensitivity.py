@@ -16,6 +16,10 @@ input stays float anyway is a region of its own (its weights). Every candidate i
 float activation is calibrated, so any placement has its ranges) and scored on the held-out samples
 against ONE run of the FP32 reference: a region's "recovered" figure is exactly what excluding it buys.
 
+Regions are ranked by the metric's rank (``TaskScore.rank``: its dense form included, so one string or
+detection does not decide alone); the figures shown are the metric's headline. A model that loses
+nothing on the metric with every region INT8 has nothing to recover: no region is scored.
+
 Cost: two onnxruntime runs of the held-out set per region (alone and all-but-one). Regions are tried in
 the order their calibrated range clips most (largest ``max |x| / amax`` first, from the same histograms),
 so a cap (``max_regions``, a time budget) keeps the likely culprits and says what it skipped.
