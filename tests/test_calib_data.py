@@ -590,6 +590,6 @@ def test_cli_quantize_image_folder(tmp_path, cli) -> None:
     for name in ("model.int8.onnx", "model.int8.cache", "model.int8.fp32.onnx", "model.int8.json"):
         assert (tmp_path / name).is_file(), name
     summary = json.loads((tmp_path / "model.int8.json").read_text())
-    assert summary["samples"] == {"calibration": 4, "holdout": 2}
+    assert summary["samples"] == {"calibration": 6, "holdout": 6}  # no --holdout: every image, scored too
     assert summary["fp32_model"] == str(tmp_path / "model.int8.fp32.onnx")
     assert "model.int8.fp32.onnx" in out.replace("\n", "")

@@ -217,8 +217,9 @@ def test_one_of_a_thing_reads_in_the_singular(tmp_path, cli, at80) -> None:
     html = page.read_text()
     assert "Violations by region (1 in 1 region)" in html and "The violation, in engine order" in html
     assert "weights layers" not in html and "weight layers" in html and "1 violations" not in html
-    # quantize with one held-out sample
-    code, out, err = cli("quantize", zoo_model(tmp_path), "--synthetic", "5", "-o", tmp_path / "q.onnx")
+    # quantize with one held-out sample (a fifth of five kept out)
+    code, out, err = cli("quantize", zoo_model(tmp_path), "--synthetic", "5", "--holdout", "0.2",
+                         "-o", tmp_path / "q.onnx")
     assert code == 0, err
     assert "(1 held-out sample;" in out and "held-out samples" not in out
     # a bundle with one problem

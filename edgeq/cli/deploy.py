@@ -139,7 +139,7 @@ def deploy_cmd(
         None, "--pipeline", metavar="YAML", rich_help_panel=GATE, help="A pipeline file: its gate allowlist."
     ),
     # None: quantize's defaults (0.2, auto), not printed, so each option stays on one line of --help
-    holdout: Holdout = None,  # type: ignore[assignment]
+    holdout: Holdout = None,
     metric: MetricOpt = None,  # type: ignore[assignment]
     min_cosine: MinCosine = None,
     min_metric: MinMetric = None,
@@ -179,7 +179,7 @@ def deploy_cmd(
     options = DeployOptions(
         quantize=quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
                                   placement=Placement.trt if auto else placement, overrides=overrides,
-                                  holdout=0.2 if holdout is None else holdout, metric=metric or "auto",
+                                  holdout=holdout, metric=metric or "auto",
                                   min_cosine=min_cosine, min_metric=min_metric, max_loss=max_loss),
         accept_new_host_key=accept_new_host_key, gate_allow=allow,
         gate=_baseline_gate(gate, judged_by, calib),
@@ -297,10 +297,11 @@ def _print_budget(d: dict[str, Any]) -> None:
 
 
 def _print_accuracy(acc: Any) -> None:
-    """The accuracy section: the verdict line (green, red, or a yellow warning when TensorRT is far below
-    FP32 or onnxruntime's prediction, or does not follow the prediction, and no gate says so), then
-    TensorRT's figures beside the prediction, and what a mismatch with the prediction means."""
-    if acc.gated and not acc.passed:
+    """The accuracy section: the verdict line (green; red when it fails: a gate, or TensorRT far below
+    FP32 with no bound of the user's; a yellow warning when TensorRT is below onnxruntime's prediction or
+    does not follow it and no gate says so), then TensorRT's figures beside the prediction, and what a
+    mismatch with the prediction means."""
+    if not acc.passed:
         style, head = "bold red", "accuracy FAILED"
     elif acc.far_below or acc.mismatch:
         style, head = "bold yellow", "accuracy WARNING"

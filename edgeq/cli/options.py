@@ -56,9 +56,9 @@ CalibratorOpt = Annotated[Calibrator, typer.Option(
     help="auto, entropy, max, percentile or mse.")]
 Percentile = Annotated[float, typer.Option(
     "--percentile", metavar="P", rich_help_panel=QUANTIZE, help="For --calibrator percentile.")]
-Holdout = Annotated[str, typer.Option(
+Holdout = Annotated[Optional[str], typer.Option(
     "--holdout", metavar="DIR|F", rich_help_panel=QUANTIZE,
-    help="Held-out data (as --calib), or the fraction of --calib kept out.")]
+    help="Held-out data (as --calib), or a fraction \\[default: --calib].")]
 MetricOpt = Annotated[str, typer.Option(
     "--metric", metavar="NAME", rich_help_panel=QUANTIZE,
     help="auto, classification, detection, mask, sequence, cosine, mod:fn.")]
@@ -175,7 +175,7 @@ def quantize_options(
     percentile: float = 99.99,
     placement: Placement = Placement.trt,
     overrides: Optional[Path] = None,
-    holdout: str | float = 0.2,
+    holdout: str | float | None = None,
     metric: str = "auto",
     min_cosine: Optional[float] = None,
     min_metric: Optional[float] = None,

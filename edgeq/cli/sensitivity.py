@@ -46,7 +46,7 @@ _HELP = (
 def sensitivity_cmd(
     model: Path = typer.Argument(..., help="The float ONNX model."),
     calib: Calib = None,
-    holdout: Holdout = "0.2",
+    holdout: Holdout = None,
     metric: MetricOpt = "auto",
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.auto,
@@ -111,12 +111,8 @@ def _render(result: Any) -> None:
         out.print(f"[yellow]not scored:[/] {len(s['regions'])} region(s) ({escape(s['why'])})")
     for note in d["notes"]:
         err.print(f"[yellow]note:[/] {escape(note)}")
-    if d["ranked"]:
-        top = d["ranked"][0]
-        share = top["recovered"] / d["loss"] if d["loss"] > 0 else 0.0
-        out.print(f"keeping [bold]{escape(top['name'])}[/] float recovers {top['recovered']:+.4f} "
-                  f"({share:.0%} of the loss): exclude its nodes with --overrides, or let "
-                  "'edgeq quantize --max-loss X' choose")
+    if d["advice"]:
+        out.print(escape(d["advice"]))
     engine = d.get("engine")
     if engine is not None:
         how = "measured" if engine["qps_measured"] else "from its profile"

@@ -324,7 +324,7 @@ def tune(
     if not calib.exists():
         raise QuantError(f"--calib {calib}: no such file or directory", "give calibration data")
     q.check_inputs()  # the override file (and preprocessing spec): the user's, said before any work
-    if not 0.0 < q.holdout < 1.0:
+    if q.holdout is not None and not 0.0 < q.holdout < 1.0:
         raise QuantError(f"--holdout must be in (0, 1) for tune's accuracy bound, got {q.holdout}")
     float_model = load_model(model)
     if has_qdq(float_model):
@@ -349,7 +349,7 @@ def tune(
     if len(data) < 2:
         raise QuantError("tune's accuracy bound needs held-out samples", "give at least 2 samples")
     cal, held, _ = split_data(data, q, reference)
-    assert held is not None  # two samples or more and a holdout in (0, 1)
+    assert held is not None  # two samples or more: a holdout in (0, 1), or every sample (no --holdout)
     # The rules without the float-entry rule: its regions are decisions (float at the start, tried INT8)
     graph = graph_from_model(reference)
     plan = plan_placement(graph, "trt", q.read_overrides(), float_entry=False)

@@ -16,6 +16,10 @@ input stays float anyway is a region of its own (its weights). Every candidate i
 float activation is calibrated, so any placement has its ranges) and scored on the held-out samples
 against ONE run of the FP32 reference: a region's "recovered" figure is exactly what excluding it buys.
 
+Regions are ranked by the metric's rank (``TaskScore.rank``: its dense form included, so one string or
+detection does not decide alone); the figures shown are the metric's headline. A model that loses
+nothing on the metric with every region INT8 has nothing to recover: no region is scored.
+
 Cost: two onnxruntime runs of the held-out set per region (alone and all-but-one). Regions are tried in
 the order their calibrated range clips most (largest ``max |x| / amax`` first, from the same histograms),
 so a cap (``max_regions``, a time budget) keeps the likely culprits and says what it skipped.
@@ -191,9 +195,15 @@ class RegionScore:
         """What keeping this region float buys: score(all-but-one) - score(all INT8)."""
         return self.all_but_one.value - all_int8.value
 
+    def recovered_rank(self, all_int8: TaskScore) -> float:
+        """The same in the metric's rank (its dense form included): what the regions are ranked by, so a
+        small set's coarse headline (one detection, one string) does not decide alone."""
+        return self.all_but_one.rank - all_int8.rank
+
     def to_dict(self, all_int8: TaskScore) -> dict[str, Any]:
         return {**self.region.to_dict(), "alone": None if self.alone is None else self.alone.value,
                 "all_but_one": self.all_but_one.value, "recovered": self.recovered(all_int8),
+                "recovered_rank": self.recovered_rank(all_int8),
                 "alone_text": None if self.alone is None else self.alone.text,
                 "all_but_one_text": self.all_but_one.text}
 
@@ -246,13 +256,35 @@ class SensitivityResult:
         """The all-INT8 model's loss against FP32 on the metric (FP32 scores 1.0)."""
         return 1.0 - self.all_int8.value
 
+    @property
+    def nothing_to_recover(self) -> bool:
+        """Every region INT8 already scores as FP32: no region was scored (``sensitivity`` stops)."""
+        return self.loss <= 1e-12
+
+    def advice(self) -> str:
+        """The region to keep float first, named by its nodes as the table and ``--overrides`` name it."""
+        if self.nothing_to_recover:
+            return (f"nothing to recover: with every region INT8 the model scores as FP32 on {self.metric} "
+                    f"({self.all_int8.text}); no region was scored")
+        if not self.scored:
+            return ""
+        top = self.scored[0]
+        gain = top.recovered(self.all_int8)
+        share = gain / self.loss if self.loss > 0 else 0.0
+        nodes = top.region.nodes
+        named = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+        return (f"keeping {named} float recovers {gain:+.4f} ({share:.0%} of the loss): exclude "
+                f"{'its nodes' if len(nodes) > 1 else 'it'} with --overrides, or let 'edgeq quantize "
+                "--max-loss X' choose")
+
     def to_dict(self) -> dict[str, Any]:
         skipped: dict[str, list[str]] = {}
         for r, why in self.skipped:
             skipped.setdefault(why, []).append(r.name)
         return {"metric": self.metric, "metric_chosen_by": self.metric_why, "calibrator": self.calibrator,
                 "samples": self.fp32_samples, "fp32": 1.0, "all_int8": self.all_int8.to_dict(),
-                "loss": self.loss, "regions": self.regions, "scored": len(self.scored),
+                "loss": self.loss, "nothing_to_recover": self.nothing_to_recover, "advice": self.advice(),
+                "regions": self.regions, "scored": len(self.scored),
                 "ranked": [s.to_dict(self.all_int8) for s in self.scored],
                 "skipped": [{"why": why, "regions": names} for why, names in skipped.items()],
                 "interrupted": self.interrupted, "seconds": round(self.seconds, 2), "notes": self.notes,
@@ -351,15 +383,41 @@ def prepare(model: onnx.ModelProto, options: SensitivityOptions, progress: Progr
     hists = collect_histograms(reference, list(plan.activations), calib, q.calibration(), progress)
     choice, held_out, notes = choose(reference, plan, hists, held, q, notes, progress)
     assert held_out is not None  # held is not empty
+    return Setup(Scorer(reference, q, choice.amax, held_out), clipped_regions(graph, plan, choice),
+                 choice, tuple(notes))
+
+
+def clipped_regions(graph: gs.Graph, plan: Plan, choice: Choice) -> list[QdqRegion]:
+    """The plan's regions, each with how much its calibrated range clips (``QdqRegion.clip``: the largest
+    max |x| seen in calibration over the scale's amax), most clipped first, graph order among equals."""
     shared = plan.scale_amax(choice.amax)
-    regions = [replace(r, clip=_clip(r, hists, shared)) for r in qdq_regions(graph, plan)]
-    regions.sort(key=lambda r: -r.clip)  # stable: graph order among equals
-    return Setup(Scorer(reference, q, choice.amax, held_out), regions, choice, tuple(notes))
+    seen = choice.observed
+
+    def clip(region: QdqRegion) -> float:
+        ratios = [seen[t] / shared[t] for t in region.tensors if t in seen and shared.get(t, 0) > 0]
+        return max(ratios, default=1.0)
+
+    regions = [replace(r, clip=clip(r)) for r in qdq_regions(graph, plan)]
+    return sorted(regions, key=lambda r: -r.clip)
 
 
-def _clip(region: QdqRegion, hists: Any, shared: dict[str, float]) -> float:
-    ratios = [hists[t].amax / shared[t] for t in region.tensors if t in hists and shared.get(t, 0) > 0]
-    return max(ratios, default=1.0)
+# A wrecked model's quick sensitivity pass: the most clipped regions, one held-out run each.
+QUICK_REGIONS = 6
+QUICK_BLAMED = 3  # named in the failure message
+
+
+def quick_blame(reference: onnx.ModelProto, choice: Choice, held: HeldOut, options: QuantizeOptions,
+                regions: int = QUICK_REGIONS, progress: ProgressFn = no_progress
+                ) -> list[tuple[QdqRegion, float]]:
+    """(region, what keeping it float recovers on the metric's headline) for the regions whose float
+    raises the metric's rank most, of the ``regions`` most clipped (all-but-one each, one held-out run
+    each): what a wrecked model's failure names. Empty when none of them recovers anything."""
+    assert choice.outputs is not None  # scored on the held-out set
+    scorer = Scorer(reference, options, choice.amax, held)
+    graph, plan = scorer.plan()
+    before = held.score(choice.outputs)
+    ranked = rank_regions(scorer, clipped_regions(graph, plan, choice), regions, progress)
+    return [(r, s.value - before.value) for r, s in ranked if s.rank > before.rank][:QUICK_BLAMED]
 
 
 def sensitivity(model: onnx.ModelProto, options: SensitivityOptions, progress: ProgressFn = no_progress
@@ -374,6 +432,10 @@ def sensitivity(model: onnx.ModelProto, options: SensitivityOptions, progress: P
     notes = [*prep.notes, *([prep.choice.summary()] if prep.choice.auto else [])]
     result = SensitivityResult(held.metric.name, held.why, len(held.outputs), all_int8, [],
                                regions=len(prep.regions), notes=notes, calibrator=prep.choice.method)
+    if result.nothing_to_recover:  # no float region could give anything back: stop before scoring any
+        result.skipped += [(r, "nothing to recover") for r in prep.regions]
+        result.seconds = time.monotonic() - started
+        return result
     todo = prep.regions
     if options.max_regions is not None and len(todo) > options.max_regions:
         result.skipped += [(r, f"--max-regions {options.max_regions}") for r in todo[options.max_regions:]]
@@ -395,7 +457,7 @@ def sensitivity(model: onnx.ModelProto, options: SensitivityOptions, progress: P
             break
         result.scored.append(RegionScore(region, alone, but_one))
         progress("sensitivity", i + 1, len(todo))
-    result.scored.sort(key=lambda s: (-s.recovered(all_int8), s.alone.value if s.alone else 0.0))
+    result.scored.sort(key=lambda s: (-s.recovered_rank(all_int8), s.alone.rank if s.alone else 0.0))
     if options.engine is not None and result.scored:
         result.priced = _priced(options, prep, result, all_int8, progress)
     result.seconds = time.monotonic() - started
@@ -560,7 +622,7 @@ def rank_regions(scorer: Scorer, regions: Sequence[QdqRegion], max_regions: int 
     for i, r in enumerate(todo):
         ranked.append((r, scorer.score(r.nodes)))
         progress("ranking regions", i + 1, len(todo))
-    return sorted(ranked, key=lambda x: -x[1].value)
+    return sorted(ranked, key=lambda x: -x[1].rank)  # the rank: dense forms included (metrics.TaskScore)
 
 
 def float_until(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float,
@@ -591,7 +653,7 @@ def float_until(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float,
             break
         progress("--max-loss", i + 1, len(ranked))
         got = alone if not kept else scorer.score([n for r in (*kept, region) for n in r.nodes])
-        if got.value >= best.value:
+        if got.rank >= best.rank:
             kept.append(region)
             best = got
     if ok(best):
