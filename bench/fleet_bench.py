@@ -16,6 +16,14 @@ Each round uses fresh remote work dirs, so every upload is a real one. On loopba
 share this machine's cores: each agent call starts two Python processes there (agent, trtexec
 stand-in), work a real fleet does on N separate boards; read the ratio with the core count beside it.
 
+``--part engines``: ``validate_prepared`` on all ``--targets`` boards with each engine, edgeq's own workers
+(``--engine native``) and an Ansible play (``--engine ansible``: ansible-runner, ansible-playbook, one
+worker process a board), at each ``--forks`` (the native engine's workers, Ansible's forks): wall seconds,
+and the host's CPU seconds per board: this process's for native, this process's plus ansible-playbook's
+whole process tree's (its workers, their ssh clients; reaped children, ``RUSAGE_CHILDREN``) for Ansible.
+Builds are not excluded here (the stand-in's replay takes milliseconds). The loopback boards' own CPU
+(sshd sessions, agents, trtexec stand-ins) is printed apart: on a real fleet it is the boards'.
+
 ``--part install``: a bundle made as the tests make it (tests/fleet_helpers.make_bundle: ``build_bundle``
 of a fleet directory, an ``--engine-mib`` engine of random bytes), v1 installed on fresh boards (untimed),
 then timed: ``install`` of v2 (upload, sha256 on the board, unpack, inspect + profile + gate from
@@ -168,11 +176,56 @@ def install_bench(root: Path, servers: list, n: int, rounds: int, engine_mib: in
             print(f"  SSH connections per board at {size}: min {min(per)}, max {max(per)} (goal 1)")
 
 
+def _host_cpu() -> float:
+    """CPU seconds of this process (all threads) and of every child it reaped (ansible-playbook's tree)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def engines_bench(root: Path, servers: list, n: int, forks: list[int], rounds: int) -> None:
+    """``validate_prepared`` on ``n`` boards with each engine at each fork count: wall and host CPU."""
+    model = qdq_model(root / "net.onnx")
+    prepared = prepare_host(model, root / "host", QuantizeOptions())
+    allow = reformat_layer()
+    figures: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    for i in range(rounds):
+        for f in forks:
+            for engine in ("native", "ansible"):  # interleaved, so machine load hits both alike
+                tag = f"e{i}-{engine}-{f}"
+                fleet = _fleet(root, servers, n, allow, tag)
+                fleet_dir = root / tag / "fleet"
+                fleet_dir.mkdir(parents=True)
+                options = FleetOptions(profile=ProfileSettings(duration=0), cache_dir=root / "agent",
+                                       workers=f, engine=engine)  # fmt: skip
+                started, cpu, remote = time.perf_counter(), _host_cpu(), _target_cpu(servers)
+                result = validate_prepared(model, prepared, fleet, fleet_dir, options)
+                wall, used = time.perf_counter() - started, _host_cpu() - cpu
+                time.sleep(0.2)  # the last sessions exit and are reaped
+                boards = _target_cpu(servers) - remote
+                if not result.passed:
+                    raise SystemExit(f"{tag}: not every board passed: {[r.error for r in result.rows][:3]}")
+                figures.setdefault((engine, f), []).append((wall, used, boards))
+                print(f"round {i + 1}, {engine}, forks {f}: {wall:.1f} s wall, host CPU {used / n:.3f} s a "
+                      f"board, loopback boards' CPU {boards:.1f} s", flush=True)
+    cores = os.cpu_count() or 1
+    print(f"{n} boards, {cores} cores (the boards' sshd, agents and trtexec stand-ins share them), median of "
+          f"{rounds} round(s):")
+    for (engine, f), runs in sorted(figures.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        wall = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[1] for r in runs)
+        boards = statistics.median(r[2] for r in runs)
+        print(f"  {engine:<8} forks {f:>3}: wall {wall:6.1f} s ({wall / n:.2f} s a board), host CPU "
+              f"{cpu / n:.3f} s a board ({cpu:.1f} s in all), loopback boards' CPU {boards:.1f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--part", choices=("all", "validate", "install"), default="all")
+    ap.add_argument("--part", choices=("all", "validate", "install", "engines"), default="all")
+    ap.add_argument("--forks", default="16,64", help="engines: the workers / Ansible forks to run at")
     ap.add_argument("--engine-mib", type=int, default=8, help="the bundle's engine size (install)")
     args = ap.parse_args()
     reason = sshd_available()
@@ -182,6 +235,10 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="edgeq-fleet-bench-") as tmp:
             root = Path(tmp)
+            if args.part == "engines":
+                forks = [int(f) for f in args.forks.split(",")]
+                engines_bench(root, servers, args.targets, forks, args.rounds)
+                return
             if args.part in ("all", "install"):
                 install_bench(root, servers, args.targets, args.rounds, args.engine_mib)
             if args.part == "install":

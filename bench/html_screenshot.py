@@ -2,6 +2,7 @@
 (tests/fixtures/trt86-h200-edgeq), screenshot each with Chromium, print where the PNGs are.
 
     python bench/html_screenshot.py [--out DIR] [--browser chromium] [--width 1400] [--height 1800]
+    python bench/html_screenshot.py --page runs/<run>/budget.html   # a page a command wrote, too
 
 Needs a Chromium (Debian: ``apt-get install chromium``); CI does not install one, so this is a bench
 script, not a test. Prints per page: render time, HTML size, screenshot time and the PNG's path and size.
@@ -59,6 +60,8 @@ def main() -> int:
     ap.add_argument("--browser", default=None, help="Chromium executable (default: chromium on PATH)")
     ap.add_argument("--width", type=int, default=1400)
     ap.add_argument("--height", type=int, default=1800)
+    ap.add_argument("--page", type=Path, action="append", default=[],
+                    help="also screenshot this HTML file (a run's budget.html or report.html, ...)")
     args = ap.parse_args()
     browser = args.browser or shutil.which("chromium") or shutil.which("chromium-browser")
     if not browser:
@@ -72,6 +75,8 @@ def main() -> int:
     rendered = pages()
     render_s = time.perf_counter() - t0
     print(f"rendered {len(rendered)} pages in {render_s:.2f} s (parsing the engines included)")
+    for given in args.page:
+        rendered[given.stem] = given.read_text(encoding="utf-8")
     for name, html in rendered.items():
         page = out / f"{name}.html"
         png = out / f"{name}.png"

@@ -14,11 +14,10 @@ scores them with edgeq's ``DetectionMetric`` at ddddocr's NMS IoU (0.45): FP32 d
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
-from edgeq.quant.metrics import DetectionMetric, TaskScore, per_array
+from edgeq.quant.metrics import ArrayCache, DetectionMetric, TaskScore, per_array
 
 SIZE = (416, 416)  # ddddocr's input size
 STRIDES = (8, 16, 32)
@@ -48,7 +47,7 @@ def decode(raw: np.ndarray) -> np.ndarray:
 
 # decoded per raw output array while it lives: auto's bound checks score the same outputs many times, and
 # edgeq's own decode cache is keyed by the decoded array, so it must be the same array each time
-_CACHE: dict[int, tuple[Any, Any, Any]] = {}
+_CACHE: ArrayCache = {}
 
 
 def _decoded(raw: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ class Finding:
     fix: str
     source: str
     nodes: tuple[str, ...] = field(default_factory=tuple)
+    names: str = "nodes"  # what ``nodes`` names: "nodes", or "inputs" (graph inputs, as dynamic-shape's)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -26,13 +26,43 @@ def ensure_dir(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def output_file(value: str) -> Path:
-    """An output file as the user typed it (the CLI's ``-o``): a path ending in a separator names a
-    directory, which ``Path`` would silently turn into a file of that name; refused before any work."""
-    if value.endswith(("/", os.sep)) or value in (".", ".."):
-        raise EdgeqError(f"{value}: names a directory, not a file to write to",
-                         hint="give a file path, e.g. " + os.path.join(value, "model.onnx"))
-    return Path(value)
+def output_file(value: str | os.PathLike[str]) -> Path:
+    """The one check of an output file as the user typed it (every ``-o FILE``, ``--html``, ``--junit``,
+    ``--cache``: the CLI parses them with it, so it runs before any work). A path ending in a separator
+    names a directory, which ``Path`` would silently turn into a file of that name; a directory, a FIFO
+    or a device there, or no writable directory to put it in, is refused too (``check_writable``).
+    What it must not overwrite (the command's inputs) each command checks with ``check_writable``."""
+    text = os.fspath(value)
+    if text.endswith(("/", os.sep)) or os.path.basename(text) in ("", ".", ".."):
+        raise EdgeqError(f"{text}: names a directory, not a file to write to",
+                         hint="give a file path, e.g. " + os.path.join(text, "NAME"))
+    return check_writable(text)
+
+
+def output_dir(value: str | os.PathLike[str]) -> Path:
+    """An output directory as the user typed it (``--runs-dir``, ``-o DIR``, ``--workdir``): created when
+    missing, so refused only when something other than a directory is there, or it cannot be created;
+    before any work, as ``output_file``. A default (the CLI hands it over as a ``Path``, what is typed
+    comes as text) is left to the command that uses it: ``compare --engines`` never writes to the
+    default ``runs/``, and must not fail where it cannot."""
+    if not isinstance(value, str):
+        return Path(value)
+    path = Path(value)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise EdgeqError(f"{path}: cannot write ({e.strerror or e})", "choose a writable directory") from None
+    if mode is not None and not stat.S_ISDIR(mode):
+        raise EdgeqError(f"{path}: is a file, not a directory", "give a directory (created when missing)")
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise EdgeqError(f"{path}: cannot write ({parent} is not a writable directory)",
+                         hint="choose a writable directory")
+    return path
 
 
 def check_writable(dest: str | os.PathLike[str], *, inputs: tuple[str | os.PathLike[str], ...] = ()) -> Path:
@@ -132,6 +162,35 @@ def publish_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
         if path.read_bytes() == data:
             return
     atomic_write_bytes(path, data)  # a damaged copy: replaced whole
+
+
+def create_text(dest: str | os.PathLike[str], text: str) -> None:
+    """Write a new file whole, or not at all, and never over an existing one (not even one that appears
+    while this writes: the finished temporary file is linked into place, which fails if the name exists)."""
+    path = Path(dest)
+    refuse_special(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise EdgeqError(f"{path}: cannot write ({e.strerror or e})", hint="choose a writable path") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise EdgeqError(f"{path}: exists; edgeq does not overwrite it",
+                             hint="edit or remove it first, or choose another name") from None
+        except OSError as e:
+            raise EdgeqError(f"{path}: cannot write ({e.strerror or e})", hint="choose a writable path") \
+                from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:

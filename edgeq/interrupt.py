@@ -11,9 +11,11 @@ install's switch: milliseconds, atomic on the board) runs ``shielded``: it finis
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Callable
 
 from edgeq.errors import EdgeqError
 
@@ -32,9 +34,16 @@ class Stop:
     def __init__(self) -> None:
         self._event = threading.Event()
         self._local = threading.local()
+        self._wakes: dict[object, Callable[[], None]] = {}
+        self._lock = threading.Lock()
 
     def request(self) -> None:
         self._event.set()
+        with self._lock:
+            wakes = list(self._wakes.values())
+        for wake in wakes:  # from the thread that saw Ctrl-C: each ends a wait its own thread cannot watch
+            with contextlib.suppress(Exception):
+                wake()
 
     @property
     def was_requested(self) -> bool:
@@ -50,6 +59,25 @@ class Stop:
         """Raise ``Interrupted`` when a stop is requested (at a step boundary)."""
         if self.requested:
             raise Interrupted("interrupted" + (f" during {during}" if during else ""))
+
+    @contextmanager
+    def waking(self, wake: Callable[[], None]) -> Iterator[None]:
+        """While the block runs, a Ctrl-C request also calls ``wake``: for a wait inside a library that this
+        thread cannot interrupt to check ``requested`` (paramiko's SSH handshake and login, which ``wake``
+        ends by shutting the socket down). Not inside a ``shielded`` step, whose waits run to their end."""
+        if getattr(self._local, "shielded", 0):
+            yield
+            return
+        key = object()
+        with self._lock:
+            self._wakes[key] = wake
+        try:
+            if self._event.is_set():  # requested before the block began: its wait ends at once
+                wake()
+            yield
+        finally:
+            with self._lock:
+                self._wakes.pop(key, None)
 
     @contextmanager
     def shielded(self) -> Iterator[None]:

@@ -58,12 +58,27 @@ def number(value: Optional[float], decimals: int = 6) -> str:
         return "-"
     if value == 0:
         return "0"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
     magnitude = abs(value)
     floor = 10.0 ** -decimals
     if magnitude < floor:
         return f"<{floor:.{decimals}f}" if value > 0 else f">-{floor:.{decimals}f}"
     places = min(decimals, max(0, 3 - math.floor(math.log10(magnitude))))
     return f"{value:.{places}f}"
+
+
+def plain(value: Optional[float]) -> str:
+    """A setting or a bound as one would type it (``15``, ``0.5``, ``0.35``, ``0.00001``, ``2000000``):
+    ``:g``'s six significant digits, never its e-notation (``1e-05``). ``"-"`` when unset."""
+    from decimal import Decimal
+
+    if value is None:
+        return "-"
+    text = f"{value:.6g}"
+    if "e" in text:  # 1e-05, 1.5e+07: the same digits, written out
+        text = format(Decimal(text), "f")
+    return text
 
 
 def short_path(path: str, width: int) -> str:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -86,3 +90,27 @@ def boards(servers, tmp_path, monkeypatch):
         s.ensure_running()
         s.known_hosts_line()
     return tmp_path
+
+
+# -- edgeq as a user runs it: a subprocess, its whole terminal output (fd 1 and fd 2) checked ----------
+# onnxruntime's C++ logger ("\x1b[1;31m2026-... [E:onnxruntime:, sequential_executor.cc ...") and paramiko's
+# (its logger names, its tracebacks, the cryptography warnings it triggers): none may reach the terminal
+THIRD_PARTY = re.compile(r"\[[VIWEF]:onnxruntime:|paramiko|CryptographyDeprecationWarning")
+
+
+@pytest.fixture
+def edgeq_process():
+    """Run ``edgeq ARGS`` as a process (``cwd``, ``env`` optional); returns (exit code, stdout, stderr).
+    What C++ libraries write straight to fd 2 is in stderr too, and no third-party log line may be."""
+
+    def _run(*args: object, cwd: Path | None = None, env: dict[str, str] | None = None,
+             timeout: float = 600) -> tuple[int, str, str]:  # fmt: skip
+        edgeq = str(Path(sys.executable).parent / "edgeq")
+        environ = {**os.environ, "COLUMNS": "160", **(env or {})}
+        p = subprocess.run([edgeq, *map(str, args)], cwd=cwd, env=environ, capture_output=True, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+        found = THIRD_PARTY.search(p.stdout + p.stderr)
+        assert found is None, f"edgeq {' '.join(map(str, args))}: a third-party log line:\n{p.stderr[-3000:]}"
+        return p.returncode, p.stdout, p.stderr
+
+    return _run

@@ -8,6 +8,7 @@ orchestration (SSH, concurrency, files, matrix), not TensorRT.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import sys
@@ -145,3 +146,68 @@ def make_bundle(root: Path, name: str, *, created: str, qps: dict[str, float] | 
     from edgeq.release.bundle import build_bundle
 
     return out, release_version(build_bundle(fleet, out))
+
+
+class SilentPeer:
+    """A board that is there but never speaks SSH: a TCP listener on 127.0.0.1 (never another address).
+
+    ``banner`` (the default): every connection is accepted and held open, and nothing is ever sent, as by
+    a hung sshd; ``accepted`` is set once edgeq's connection is in (it waits for the SSH banner then).
+    ``syn``: the listen queue is kept full (backlog 0, filled by a connection of our own that is never
+    accepted), so the kernel drops edgeq's SYNs and its TCP connect waits; ``connecting()`` says when it
+    does (a SYN_SENT socket to the port, from /proc/net/tcp)."""
+
+    def __init__(self, mode: str = "banner") -> None:
+        import socket
+        import threading
+
+        self.mode = mode
+        self.accepted = threading.Event()
+        self._held: list[Any] = []
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        if mode == "syn":
+            self._sock.listen(0)
+            filler = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            self._held.append(filler)
+        else:
+            self._sock.listen(16)
+            threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:  # closed
+                return
+            self._held.append(conn)
+            self.accepted.set()
+
+    def connecting(self) -> bool:
+        """A socket of this machine in SYN_SENT to our port: a TCP connect waiting on the full queue."""
+        want = f"0100007F:{self.port:04X}"
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[2] == want and fields[3] == "02":  # rem_address, st (02: SYN_SENT)
+                return True
+        return False
+
+    def target_dict(self, root: Path, connect: float) -> dict[str, Any]:
+        """A target file for this peer (a client key of its own under ``root``: the key file is checked
+        before any connection), with a ``connect`` timeout of its own."""
+        from sshd import keygen
+
+        key = root / "id_silent"
+        if not key.exists():
+            keygen(key)
+        return {"host": "127.0.0.1", "port": self.port, "user": "nobody", "identity_file": str(key),
+                "known_hosts": str(root / "known_hosts_silent"), "work_dir": str(root / "remote-silent"),
+                "python": sys.executable, "tensorrt": "8.6", "backend": "trtexec",
+                "gpu": {"name": "NVIDIA H200", "compute_capability": "9.0"},
+                "timeouts": {"connect": connect, "command": 60}}  # fmt: skip
+
+    def close(self) -> None:
+        for s in (*self._held, self._sock):
+            with contextlib.suppress(OSError):
+                s.close()

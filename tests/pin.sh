@@ -11,11 +11,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$PY" -m venv "$tmp/venv"
 VPY="$tmp/venv/bin/python"
-echo "== resolving .[test] with $("$VPY" -c 'import sys; print(sys.version.split()[0])')"
-"$VPY" -m pip install -q --disable-pip-version-check ".[test]"
+echo "== resolving .[test,docs,ansible] with $("$VPY" -c 'import sys; print(sys.version.split()[0])')"
+"$VPY" -m pip install -q --disable-pip-version-check ".[test,docs,ansible]"
 pyver=$("$VPY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 {
-  echo "# What CI tests: pip install -c constraints.txt -e '.[test]'. Written by: bash tests/pin.sh"
+  echo "# What CI tests: pip install -c constraints.txt -e '.[test,docs,ansible]'. Written by: bash tests/pin.sh"
   echo "# python: $pyver"
   "$VPY" -m pip freeze --disable-pip-version-check --exclude edgeq | LC_ALL=C sort -f
 } >"$tmp/constraints.txt"

@@ -85,12 +85,15 @@ def _descendants(pid: int) -> list[int]:
 class SshdServer:
     """One sshd process with its own keys; ``stop()``/``start()`` keep the port and keys."""
 
-    def __init__(self, workdir: Path | None = None) -> None:
+    def __init__(self, workdir: Path | None = None, *, env: dict[str, str] | None = None,
+                 config: tuple[str, ...] = ()) -> None:
         self._own_dir = workdir is None
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="edgeq-sshd-"))
         self.host = HOST
         self.port = 0
         self.user = getpass.getuser()
+        self.env = env  # sshd's own environment (None: the test's), e.g. nss_wrapper's (board_user)
+        self.config = config  # extra sshd_config lines (SetEnv PATH=... for a board's own tools)
         self.host_key = keygen(self.dir / "ssh_host_ed25519_key")
         self.identity_file = str(keygen(self.dir / "id_ed25519"))
         self.authorized_keys = self.dir / "authorized_keys"
@@ -118,6 +121,7 @@ class SshdServer:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 preexec_fn=_die_with_parent,
+                env=self.env,
             )
             if self._wait_listening(port):
                 self.port = port
@@ -241,6 +245,7 @@ class SshdServer:
                     # developer's rc files (e.g. `pyenv init`, which takes a global lock) out of tests.
                     "SetEnv SHLVL=1",
                     f"Subsystem sftp {sftp if sftp.exists() else 'internal-sftp'}",
+                    *self.config,
                     "",
                 ]
             )

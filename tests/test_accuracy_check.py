@@ -106,14 +106,35 @@ def test_holdout_fraction_is_the_fallback_and_says_so(setup, tmp_path):
     assert any("--holdout DIR" in n for n in result.notes)
 
 
-def test_cli_far_below_fp32_warns_and_min_metric_gates(setup, tmp_path, cli):
+def test_cli_far_below_fp32_fails_names_the_blame_and_the_fix_and_min_metric_accepts_it(setup, tmp_path, cli):
+    """A wrecked model is a failed check by default (issue 46): exit 1, naming the worst output, the
+    regions a quick sensitivity pass blames and the exact --max-loss command; that command recovers it,
+    and --min-metric 0 accepts the wrecked result on purpose."""
+    import shlex
+
+    from edgeq.quant.accuracy import FAR_BELOW
+
     model, calib, held = setup
     args = ("quantize", model, "--calib", calib, "--holdout", held, "--calibrator", "entropy")
     code, out, err = cli(*args, "-o", tmp_path / "a.onnx")
-    assert code == 0
-    assert "warning: accuracy far below FP32" in err
-    assert "--max-loss X keeps the regions" in " ".join(err.split()), err
+    said = " ".join(err.split())
+    assert code == 1, (out, err)
+    assert "accuracy far below FP32: cosine 0.6" in said and f"(under {FAR_BELOW['cosine']:g})" in said, said
+    assert "worst output 'y'" in said
+    assert "a quick sensitivity pass blames /conv1/Conv (+0.3" in said, said
+    command = shlex.join(["edgeq", "quantize", str(model), "--calib", str(calib), "--holdout", str(held),
+                          "--calibrator", "entropy", "--max-loss", "0.05"])
+    assert command in said and "accept this result with --min-metric 0" in said, said
     assert not re.search(r"\d(\.\d+)?e[-+]\d", out), out  # figures without e-notation
+    summary = json.loads((tmp_path / "a.json").read_text())
+    assert summary["ok"] is False and summary["accuracy"]["wrecked"] is True
+    assert summary["wrecked"]["blame"][0]["nodes"] == ["/conv1/Conv"]
+    # the advice works as printed
+    code, out, err = cli(*shlex.split(command)[1:], "-o", tmp_path / "r.onnx")
+    assert code == 0 and "--max-loss 0.05 reached" in out, (out, err)
+    # a bound of the user's decides instead: 0 accepts the wrecked result, a high one still fails
+    code, out, err = cli(*args, "-o", tmp_path / "z.onnx", "--min-metric", "0")
+    assert code == 0 and "passes --min-metric 0" in out and "far below" not in err, (out, err)
     code, out, err = cli(*args, "-o", tmp_path / "b.onnx", "--min-metric", "0.999")
     assert code == 1 and "fails --min-metric 0.999" in out, out
     code, out, err = cli("quantize", model, "--calib", calib, "--holdout", held, "-o", tmp_path / "c.onnx",
@@ -169,9 +190,11 @@ def test_user_metric_returning_nan_is_refused(setup, tmp_path, monkeypatch):
     assert not (tmp_path / "q.onnx").exists()
 
 
-def test_auto_stops_scoring_once_a_calibrator_agrees_with_fp32_everywhere(tmp_path):
-    """A candidate that keeps every held-out top-1 answer cannot be beaten (the built-in metrics top out
-    at 1.0): the rest are not scored, and the summary says so."""
+def test_auto_keeps_scoring_when_a_calibrator_keeps_every_label_and_the_margin_decides(tmp_path):
+    """A candidate that keeps every held-out top-1 answer is not the end of the search (it was before
+    issue 46): on a few samples "every one" may be one or two, and the label margin still tells the
+    candidates apart. Every candidate is scored and the kept one holds the most margin among those
+    with every label."""
     from edgeq import zoo
 
     model = tmp_path / "r.onnx"
@@ -183,14 +206,15 @@ def test_auto_stops_scoring_once_a_calibrator_agrees_with_fp32_everywhere(tmp_pa
             np.save(tmp_path / part / f"{i}.npy", rng.random((1, 3, 64, 64), dtype=np.float32))
     result = quantize_file(model, QuantizeOptions(calib=tmp_path / "calib", holdout_data=tmp_path / "held",
                                                   metric="classification"), output=tmp_path / "q.onnx")
-    choice = result.choice
-    assert choice is not None and choice.auto
-    first = AUTO_CANDIDATES[0]
-    assert [c.method for c in choice.candidates] == [first] and choice.candidates[0].score.value == 1.0
-    assert choice.untried == AUTO_CANDIDATES[1:]
-    assert "were not scored" in choice.summary()
-    summary = json.loads((tmp_path / "q.json").read_text())
-    assert summary["calibrator"] == first
+    choice, acc = result.choice, result.accuracy
+    assert choice is not None and choice.auto and acc is not None and acc.task is not None
+    assert [c.method for c in choice.candidates] == list(AUTO_CANDIDATES) and choice.untried == ()
+    assert acc.task.value == 1.0 and "were not scored" not in choice.summary()
+    full = [c for c in choice.candidates if c.stopped is None]
+    assert all(c.score.value == 1.0 for c in full)  # every label kept by each: the margins decide
+    assert acc.task.figures["label_margin"] >= max(c.score.figures["label_margin"] for c in full) - TIE
+    assert all(c.score.rank <= acc.task.rank + TIE for c in choice.candidates)
+    assert json.loads((tmp_path / "q.json").read_text())["calibrator"] == choice.method
 
 
 def _ends_model() -> onnx.ModelProto:
@@ -399,3 +423,125 @@ def test_a_user_metric_that_says_it_is_bounded_lets_auto_stop_a_losing_candidate
     full = {c.method: c.score.rank for c in runs["unbounded"].candidates}
     for c in cut:  # its bound is no less than what all samples give, and no better than the winner
         assert full[c.method] <= c.score.rank + 1e-9 <= full[runs["bounded"].method] + TIE
+
+
+# --- classifiers judged by their labels; thin evidence (issue 46) ------------------------------------------
+
+B, K = 4, 10  # the classifier's batch (rows per sample) and classes
+
+
+def _logits_classifier() -> onnx.ModelProto:
+    """x (B, C, H, W) with outliers -> Conv 1x1 -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> (B, K)
+    raw logits. Class 0's weights are 20x the others' and its bias -30: it never wins, but its large
+    logit dominates a cosine over the row, so the cosine ranks calibrators by class 0's error while the
+    labels are decided among the other nine."""
+    rng = np.random.default_rng(1)
+    w1 = rng.standard_normal((16, C, 1, 1)).astype(np.float32) * 0.5
+    w2 = rng.standard_normal((K, 16)).astype(np.float32) * 0.3
+    w2[0] *= 20
+    b2 = np.zeros(K, np.float32)
+    b2[0] = -30.0
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], name="/conv/Conv"),
+             helper.make_node("Relu", ["h"], ["r"], name="/relu/Relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"], name="/pool/GlobalAveragePool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="/flatten/Flatten"),
+             helper.make_node("Gemm", ["f", "w2", "b2"], ["logits"], name="/fc/Gemm", transB=1)]
+    graph = helper.make_graph(
+        nodes, "classifier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, C, H, W])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [B, K])],
+        [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (w2, "w2"), (b2, "b2"))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def _batches(directory: Path, n: int, seed: int) -> Path:
+    """``_samples``' inputs, B to a sample."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        x = rng.standard_normal((B, C, H, W)).astype(np.float32)
+        spikes = rng.random(x.shape) < 0.005
+        x[spikes] = 40.0 * np.sign(rng.standard_normal(int(spikes.sum())))
+        np.save(directory / f"{i:03d}.npy", x)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory) -> tuple[Path, Path, Path]:
+    d = tmp_path_factory.mktemp("cls")
+    onnx.save(_logits_classifier(), d / "m.onnx")
+    return d / "m.onnx", _batches(d / "calib", 16, 1), _batches(d / "held", 16, 2)
+
+
+def _labels(model: onnx.ModelProto, held: Path) -> int:
+    """How many of the held-out rows ``model`` labels as the float classifier does."""
+    from edgeq.quant.accuracy import run_outputs
+    from edgeq.quant.metrics import ClassificationMetric
+
+    feeds = [{"x": np.load(p)} for p in sorted(held.glob("*.npy"))]
+    score = ClassificationMetric().score(run_outputs(_logits_classifier(), feeds), run_outputs(model, feeds))
+    return round(score.value * score.figures["rows"])
+
+
+def test_auto_on_a_logits_classifier_keeps_the_calibrator_with_the_most_labels(classifier, tmp_path):
+    """--metric auto reads (N, classes) logits as a classifier's and ranks the calibrators by top-1 labels
+    (the label margin only breaks ties): the one kept labels at least as many rows as any other, the
+    summary says the classification metric chose it. By cosine, auto keeps another that labels fewer."""
+    model, calib, held = classifier
+    result = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held), output=tmp_path / "q.onnx")
+    choice, acc = result.choice, result.accuracy
+    assert choice is not None and acc is not None and acc.task is not None
+    assert acc.task.metric == "classification" and "labels" in acc.metric_why
+    assert f"auto chose {choice.method} by classification (top-1 agreement" in choice.summary()
+    kept = acc.task.value
+    for c in choice.candidates:  # a candidate stopped early is bounded by its figure: fewer labels still
+        assert c.score.value <= kept + 1e-12 and c.score.rank <= acc.task.rank + TIE, (c.method, c.score.text)
+    assert json.loads((tmp_path / "q.json").read_text())["accuracy"]["task"]["metric"] == "classification"
+    by_cosine = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, metric="cosine"),
+                              output=tmp_path / "c.onnx")
+    assert by_cosine.choice is not None and by_cosine.choice.method != choice.method
+    assert _labels(by_cosine.model, held) < _labels(result.model, held) == round(kept * B * 16)
+
+
+def test_thin_evidence_is_said_with_the_samples_that_would_tell_the_candidates_apart(classifier, tmp_path):
+    """Three held-out samples: the kept calibrator and the runner-up differ by less than the samples'
+    scatter can tell; the summary, the notes and the JSON say so and how many samples would."""
+    from edgeq.quant.autocalib import Candidate, evidence
+    from edgeq.quant.metrics import TaskScore
+
+    model, calib, held = classifier
+    few = tmp_path / "few"
+    few.mkdir()
+    for p in sorted(held.glob("*.npy"))[:3]:
+        (few / p.name).write_bytes(p.read_bytes())
+    result = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=few), output=tmp_path / "q.onnx")
+    assert result.choice is not None
+    said = result.choice.evidence
+    assert said.startswith(f"thin evidence: on 3 samples {result.choice.method} and "), said
+    need = re.search(r"about (\d+) samples would tell them apart", said)
+    assert need is not None and int(need.group(1)) > 3 and said in result.notes
+    assert json.loads((tmp_path / "q.json").read_text())["thin_evidence"] == said
+
+    def cand(name: str, *figures: float) -> Candidate:
+        mean = sum(figures) / len(figures)
+        return Candidate(name, TaskScore("m", mean, name, ranked_per_sample=figures), 0.0)
+
+    best = cand("a", 1.0, 1.0, 0.9, 1.0)
+    assert evidence(best, [best, cand("b", 0.5, 0.6, 0.4, 0.5)]) == ""  # better on every sample by far
+    assert evidence(best, [best, cand("b", 1.0, 1.0, 0.9, 1.0)]) == ""  # the same on every sample
+    assert evidence(cand("a", 0.9999, 0.9998), [cand("b", 0.9998, 0.9999)]) == ""  # alike for any purpose
+    thin = evidence(cand("a", 1.0, 0.0, 1.0, 1.0), [cand("b", 0.0, 1.0, 1.0, 0.5)])
+    # differences +1, -1, 0, +0.5: mean 0.125, standard error 0.427; 2 SE / mean = 6.8: 4 x 6.8^2 = 187
+    assert thin.startswith("thin evidence: on 4 samples a and b differ by +0.1250 +- 0.8539") and \
+        "about 187 samples would" in thin, thin
+
+
+def test_calib_alone_scores_every_sample_and_says_so(setup, tmp_path):
+    """With --calib only, every sample calibrates and is scored (a fifth held out left auto deciding on
+    three of these sixteen)."""
+    model, calib, _ = setup
+    result = quantize_file(model, QuantizeOptions(calib=calib), output=tmp_path / "q.onnx")
+    assert result.calibration_samples == result.holdout_samples == 16
+    assert result.accuracy is not None and result.accuracy.samples == 16
+    assert result.accuracy.held_out.startswith("the calibration samples themselves")
+    assert any("scored on the 16 calibration samples themselves" in n for n in result.notes)
+    assert result.choice is not None and result.choice.auto

@@ -165,6 +165,87 @@ def test_output_naming_a_directory_is_refused_before_any_work(tmp_path: Path, cl
     assert _files(tmp_path) == before and (not existing or _files(tmp_path / "out") == set())
 
 
+# -- every output of every command: one check, before any work (issue 43.1) --------------------------------
+def _output_case(tmp_path: Path, case: str) -> list[str]:
+    """The command line of ``case``, its one output naming the directory ``newdir/`` (``newdir`` for a
+    directory output), with what it reads made here. Its board (a fleet's, a pipeline's) is a 127.0.0.1
+    port nothing listens on: a command that got as far as connecting has done its work."""
+    import yaml
+    from fleet_helpers import FIXTURES, make_bundle, qdq_model
+
+    model = qdq_model(tmp_path / "m.onnx")
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "b1.yaml").write_text(yaml.safe_dump({
+        "host": "127.0.0.1", "port": _closed_port(), "user": "me", "use_agent": True,
+        "known_hosts": str(tmp_path / "kh"), "tensorrt": "8.6", "backend": "trtexec"}))  # fmt: skip
+    (tmp_path / "fleet.yaml").write_text("targets: [targets/b1.yaml]\n")
+    layers = [str(FIXTURES / f"{e}.layers.json") for e in ("resnet50.implicit", "resnet50_ortfb.explicit")]
+    if case == "release -o":
+        make_bundle(tmp_path, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
+        return ["release", "--from", str(tmp_path / "fleet-v1"), "-o", "newdir/"]
+    if case == "fleet validate --junit":
+        return ["fleet", "validate", str(model), "--fleet", "fleet.yaml", "--junit", "newdir/"]
+    if case == "fleet validate --runs-dir":
+        return ["fleet", "validate", str(model), "--fleet", "fleet.yaml", "--runs-dir", "newdir"]
+    if case == "report --html":
+        return ["report", layers[0], "--html", "newdir/"]
+    if case == "compare --html":
+        return ["compare", "--engines", *layers, "--html", "newdir/"]
+    if case == "quantize --cache":
+        onnx.save(zoo.resnet_like(size=32, width=8), str(tmp_path / "f.onnx"))
+        return ["quantize", str(tmp_path / "f.onnx"), "--synthetic", "2", "--cache", "newdir/"]
+    assert case == "run: release output"
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"model": str(model), "fleet": "fleet.yaml",
+                                                     "release": {"output": "newdir/"}}))
+    return ["run", "p.yaml"]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+OUTPUT_CASES = ["release -o", "fleet validate --junit", "fleet validate --runs-dir", "report --html",
+                "compare --html", "quantize --cache", "run: release output"]
+
+
+@pytest.mark.parametrize("case", OUTPUT_CASES)
+def test_every_output_is_checked_before_any_work(tmp_path: Path, cli, monkeypatch, no_backoff, case) -> None:
+    """A trailing '/' was refused by clean and quantize -o only: release -o nd2/ "wrote nd2", fleet validate
+    --junit newdir/ ran the whole fleet and then overwrote the file newdir. Every output goes through the
+    one check (edgeq.fs.output_file / output_dir) as the command line is read: one line, exit 2, nothing
+    run, nothing written, the file already called newdir untouched."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    argv = _output_case(tmp_path, case)
+    (tmp_path / "newdir").write_bytes(b"an earlier bundle")
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    code, out, err = cli(*argv)
+    (line,) = _errors(err)
+    assert code == 2 and "Traceback" not in out + err, (out, err)
+    assert "newdir" in line and "directory" in line, line
+    assert "done" not in err and "wrote" not in out  # no stage ran, nothing was written
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+    assert (tmp_path / "newdir").read_bytes() == b"an earlier bundle"
+
+
+def test_a_default_output_directory_is_checked_only_where_it_is_used(tmp_path: Path, cli, monkeypatch):
+    """The one check runs on what the user typed: a file called ``runs`` where the default ``--runs-dir``
+    would go does not stop ``compare --engines``, which never writes there; typed, it is refused."""
+    from fleet_helpers import FIXTURES
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("not a directory")
+    layers = [FIXTURES / f"{e}.layers.json" for e in ("resnet50.implicit", "resnet50_ortfb.explicit")]
+    assert cli("compare", "--engines", *layers)[0] == 0
+    code, _, err = cli("compare", "--engines", *layers, "--runs-dir", "runs")
+    (line,) = _errors(err)
+    assert code == 2 and "runs: is a file, not a directory" in line
+
+
 # -- Ctrl-C: one "interrupted" line, exit 130, no outputs -------------------------------------------------
 def test_ctrl_c_during_quantize_says_interrupted(tmp_path: Path) -> None:
     """A real SIGINT to a real ``edgeq quantize`` while it calibrates: typer alone exits 130 silently."""

@@ -251,7 +251,7 @@ def test_truncated_npy_fails_on_read(tmp_path) -> None:
 
 def test_images_need_spec_and_valid_spec(tmp_path) -> None:
     write_ppm(tmp_path / "a.ppm", np.zeros((8, 8, 3), np.uint8))
-    with pytest.raises(QuantError, match="images need a preprocessing spec"):
+    with pytest.raises(QuantError, match="images need preprocessing, and nothing in the model says which"):
         calibration_set(IMG, tmp_path)
     spec = tmp_path / "pre.yaml"
     spec.write_text("layout: NCWH\n")
@@ -590,6 +590,6 @@ def test_cli_quantize_image_folder(tmp_path, cli) -> None:
     for name in ("model.int8.onnx", "model.int8.cache", "model.int8.fp32.onnx", "model.int8.json"):
         assert (tmp_path / name).is_file(), name
     summary = json.loads((tmp_path / "model.int8.json").read_text())
-    assert summary["samples"] == {"calibration": 4, "holdout": 2}
+    assert summary["samples"] == {"calibration": 6, "holdout": 6}  # no --holdout: every image, scored too
     assert summary["fp32_model"] == str(tmp_path / "model.int8.fp32.onnx")
     assert "model.int8.fp32.onnx" in out.replace("\n", "")

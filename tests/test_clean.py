@@ -845,3 +845,27 @@ def test_cli_nan_outputs_are_a_failure_of_the_input_not_a_pass(tmp_path: Path, c
         compare_models(inf, inf, atol=1e-4, rtol=1e-3)
     finite = zoo.resnet_like(size=32)
     assert compare_models(finite, finite, atol=1e-4, rtol=1e-3)
+
+
+def test_verify_prints_its_figures_without_e_notation(tmp_path, cli):
+    """Issue 43.9: ``clean`` printed "max abs error 5.22e-08 ... max rel error 5.88e-07". A Conv and its
+    BatchNormalization folded into one (fold_batchnorm) round differently by a few 1e-6: printed as
+    decimals (``edgeq.text.number``), as every other figure, and so is ``--atol 1e-5``."""
+    import re
+
+    rng = np.random.default_rng(0)
+    arrays = {"W": rng.standard_normal((8, 3, 3, 3)), "s": rng.uniform(0.5, 2, 8),
+              "b": rng.standard_normal(8), "m": rng.standard_normal(8), "v": rng.uniform(0.5, 2, 8)}
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in arrays.items()]
+    nodes = [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["y", "s", "b", "m", "v"], ["z"])]  # fmt: skip
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8, 16, 16])], inits)
+    src = tmp_path / "bn.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(src))
+    code, out, err = cli("clean", src, "--atol", "1e-5", "--rtol", "0.01")
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("verify")]
+    assert code == 0 and "fold_batchnorm" in out, (out, err)
+    m = re.search(r"max abs error (\S+) \(atol 0\.00001\), max rel error (\S+) \(rtol 0\.01\)", line)
+    assert m is not None and float(m.group(1)) > 0, line  # the fold moved the figures: nonzero
+    assert not re.search(r"\d[eE][-+]?\d", out + err), line

@@ -54,21 +54,22 @@ def test_help_fits_a_screen_and_shows_every_option_whole(path: list[str], cli, m
 
 
 # Options of one name that mean a different thing per command: each command's own output, compare's
-# extra FP16 build beside deploy's FP16 fallback, and the relative gate's ratio (candidate / baseline)
-# beside release install's (a board's measured qps / the bundle's recorded qps).
-OWN_MEANING = {"--output", "--fp16", "--min-ratio"}
+# extra FP16 build beside deploy's FP16 fallback, the relative gate's ratio (candidate / baseline)
+# beside release install's (a board's measured qps / the bundle's recorded qps), and quantize's engine
+# (an earlier deploy's, as evidence) beside the fleet commands' (who runs the boards: native or ansible).
+OWN_MEANING = {"--output", "--fp16", "--min-ratio", "--engine"}
 
 
 def test_an_option_many_commands_take_is_declared_once() -> None:
-    """--calibrator, --calib, --target, --gate ...: one declaration (flag, type, help, panel) everywhere."""
-    seen: dict[str, set[tuple[str, str, str]]] = {}
+    """--calibrator, --calib, --target, --gate ...: one declaration (flag, type, help) everywhere. The panel
+    may differ only where a command moves a shared option with ``options.in_panel`` to fit one screen."""
+    seen: dict[str, set[tuple[str, str]]] = {}
     for _, cmd in COMMANDS:
         for param in getattr(cmd, "params", []):
             for name in param.opts:
                 if name.startswith("--") and name != "--help":
                     kind = param.bare_type()
-                    panel = getattr(param, "rich_help_panel", None) or ""
-                    seen.setdefault(name, set()).add((param.help or "", kind, panel))
+                    seen.setdefault(name, set()).add((param.help or "", kind))
     shared = {n: d for n, d in seen.items() if n not in OWN_MEANING}
     assert {"--calibrator", "--calib", "--target", "--gate", "--json"} <= set(shared)
     assert {n: d for n, d in shared.items() if len(d) > 1} == {}
@@ -101,3 +102,28 @@ def test_verbose_is_a_count(cli, monkeypatch) -> None:
     assert code == 0, err
     code, _, err = cli("-v", "2", "rules")  # a number after it: the usage error says what -v is
     assert code == 2 and "-v takes no number" in err and "-vv debug" in err
+
+
+def test_verbose_may_follow_the_command_name(tmp_path, cli, monkeypatch) -> None:
+    """Issue 43.10: ``edgeq lint -v MODEL`` was refused ("No such option: -v") while ``edgeq -v lint`` worked:
+    -v/-vv/--verbose mean the same wherever they stand (before a ``--``)."""
+    import logging
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    paramiko_log = logging.getLogger("paramiko")
+    monkeypatch.setattr(paramiko_log, "level", paramiko_log.level)  # -vv turns it up: put back after
+
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("x", "y")]
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [vi[0]], [vi[1]])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model))
+    quiet = cli("lint", model)
+    assert quiet[0] == 0, quiet
+    for argv in (("lint", "-v", model), ("lint", model, "-vv"), ("lint", "--verbose", model),
+                 ("-v", "lint", model), ("rules", "gate", "-v")):  # fmt: skip
+        code, out, err = cli(*argv)
+        assert code == 0 and "No such option" not in err, (argv, err)
+        if argv[0] != "rules":
+            assert out == quiet[1], argv

@@ -408,3 +408,91 @@ def test_each_engine_stats_are_computed_once_for_every_diff_and_renderer(monkeyp
     render_compare_html(c, [relative_gate(d) for d in c.diffs])
     assert len(calls) == len(set(calls)) == 3  # baseline once, not once per diff and page
     assert c.diffs[0].base_stats is c.diffs[1].base_stats is c.baseline.stats
+
+
+def test_report_refuses_another_models_engine_by_compares_rule(tmp_path, cli):
+    """Issue 43.7: ``report L.json --onnx other.onnx`` noted "121 of 121 ... (a different model?)" and went
+    on to gate (exit 1), while ``compare`` refused the same mismatch (exit 2). One rule: most of the
+    engine's compute nodes missing from the model is refused, exit 2, in the same words. The engine's own
+    model, float (no Q/DQ names) or Q/DQ, is no mismatch."""
+    import onnx
+    from test_report import resnet50_like
+
+    from edgeq import zoo
+
+    other = tmp_path / "other.onnx"
+    onnx.save(zoo.resnet_like(size=32, width=8), str(other))
+    implicit = FIXTURES / "resnet50.implicit.layers.json"
+    explicit = FIXTURES / "resnet50_ortfb.explicit.layers.json"
+    for argv in (("report", explicit, "--onnx", other),
+                 ("compare", "--engines", implicit, explicit, "--onnx", other)):  # fmt: skip
+        code, out, err = cli(*argv)
+        (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert code == 2 and out == "" and "Traceback" not in err, (argv[0], out, err)
+        assert "ONNX node names in the engine are not in other.onnx (a different model?)" in line, line
+    for qdq in (False, True):
+        own = tmp_path / f"resnet50.{qdq}.onnx"
+        onnx.save(resnet50_like(qdq=qdq), str(own))
+        code, out, err = cli("report", explicit, "--onnx", own)
+        assert code == 1 and "a different model" not in out + err, (qdq, err)  # the gate decides, as before
+
+
+def test_regions_keep_node_names_whole_and_name_the_rule_for_the_placed_resnet50(cli, monkeypatch):
+    """Issue 43.10: the region column split node names mid-name even at COLUMNS=200, and the rule column
+    was empty on every row of the recorded ResNet-50 placed engine against its implicit one: the implicit
+    engine ran those layers FP16, TensorRT's timed choice, where the placed Q/DQ force a slower INT8
+    (the mirror's ``mirror-float`` keeps them float). At 80 columns the rule goes under the name."""
+    base, cand = (FIXTURES / f"{s}.layers.json" for s in ("resnet50.implicit", "resnet50_placed.explicit"))
+    code, out, _ = cli("compare", "--engines", base, cand, "--json", "--top", "100")
+    regions = json.loads(out)["diffs"][0]["regions"]
+    slower = [r for r in regions if "precision" in r["differences"] and r["delta_ms"] > 0]
+    faster = [r for r in regions if "precision" in r["differences"] and r["delta_ms"] < 0]
+    assert code == 0 and len(slower) >= 40 and faster  # 54 FP16 layers implicit; INT8 won in a few
+    assert all([e["rule"] for e in r["explanations"]] == ["mirror-float"] for r in slower), slower
+    assert all("ran it FP16, TensorRT's timed choice" in r["explanations"][0]["why"] for r in slower)
+    assert not any(r["explanations"] for r in faster)  # INT8 paid off there: nothing to explain
+    for columns in (200, 80):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        code, out, _ = cli("compare", "--engines", base, cand)
+        table = out.split("region (ONNX nodes)", 1)[1]
+        assert code == 0 and max(len(line) for line in out.splitlines()) <= columns
+        assert "/layer3/layer3.0/downsample/downsample.0/Conv" in table, table  # whole, on one line
+        assert table.count("mirror-float") == 10, table  # --top 10: every row says its rule
+
+
+def test_a_closed_pipe_ends_compare_quietly_with_its_own_exit_code(tmp_path):
+    """Issue 43.10: ``compare ... | head -1`` exited 1, as if a check had failed. A reader that goes away
+    ends the output quietly; the exit code stays the command's: 0, or 1 when its gate fails."""
+    import subprocess
+    import sys
+
+    base = str(FIXTURES / "resnet50.implicit.layers.json")
+    cand = str(FIXTURES / "resnet50_ortfb.explicit.layers.json")
+    for gate, expected in (((), 0), (("--gate", "relative"), 1)):  # ortfb is 0.73x: the gate fails
+        for json_out in ((), ("--json",)):
+            read, write = os.pipe()
+            os.close(read)  # the reader is gone before the first line: every write meets a closed pipe
+            proc = subprocess.run([sys.executable, "-c", "from edgeq.cli import main; main()", "compare",
+                                   "--engines", base, cand, *gate, *json_out], stdout=write,
+                                  stderr=subprocess.PIPE, text=True, timeout=120,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+            os.close(write)
+            assert (proc.returncode, proc.stderr) == (expected, ""), (gate, json_out, proc.stderr)
+
+
+def test_compare_help_names_the_ratio_r_and_every_help_says_130(cli, monkeypatch):
+    """Issue 43.10: compare --help showed MIN_RATIO where other commands write R; the top-level and
+    compare help left out exit code 130 (Ctrl-C), as did every help but fleet validate's and release
+    install's: each help that lists exit codes lists 130."""
+    from test_cli_help import COMMANDS
+
+    monkeypatch.setenv("COLUMNS", "100")
+    for path, _ in COMMANDS:
+        code, out, _ = cli(*path, "--help")
+        text = " ".join(out.split())
+        assert code == 0 and ("Exit codes" not in text or "130" in text), (path, out)
+    for argv in (("--help",), ("compare", "--help")):
+        code, out, _ = cli(*argv)
+        assert code == 0 and "130 Ctrl-C" in " ".join(out.split()), out
+    code, out, _ = cli("compare", "--help")
+    assert "MIN_RATIO" not in out and re.search(r"--min-ratio\s+R\s", out), out

@@ -29,9 +29,19 @@ def instructions() -> list[tuple[str, str]]:
     return out
 
 
+def bash_blocks(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    return [b.split("```", 1)[0].strip() for b in text.split("```bash\n")[1:]]
+
+
 def readme_blocks() -> list[str]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return [b.split("```", 1)[0].strip() for b in readme.split("```bash\n")[1:]]
+    return bash_blocks(ROOT / "README.md")
+
+
+def docker_lines() -> list[str]:
+    """The docker commands the docs show (Getting started, Docker)."""
+    blocks = bash_blocks(ROOT / "docs" / "getting-started.md")
+    return [ln for b in blocks for ln in b.splitlines() if ln.startswith("docker ")]
 
 
 def test_the_image_installs_what_the_readme_installs():
@@ -61,8 +71,8 @@ def test_the_image_runs_edgeq_as_a_non_root_user_with_ssh_files_read_only():
     entry = [a for k, a in steps if k == "ENTRYPOINT"]
     assert entry == ['["edgeq"]']
     home = f"/home/{users[-1]}"
-    docker = [ln for ln in readme_blocks()[2].splitlines() if ln.startswith("docker run")]
-    assert docker, "the README shows how to run the image"
+    docker = [ln for ln in docker_lines() if ln.startswith("docker run")]
+    assert docker, "the docs show how to run the image"
     from edgeq.cli import app
 
     commands = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}

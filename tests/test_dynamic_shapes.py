@@ -360,7 +360,9 @@ def test_a_dynamic_model_without_shapes_is_refused_before_any_ssh(root, cli, ssh
     assert code == 2, (out, err)
     (line,) = [ln for ln in err.splitlines() if ln.strip()]
     assert "input 'input' of net.onnx has dynamic dimensions (?, 3, ?, ?) and no --optShapes for it" in line
-    assert "give --optShapes input:Nx3xHxW" in line and "or --calib data of that shape" in line
+    # a fix in numbers, not the export's symbolic names (issue 42: "--optShapes images:batchx3xheightxwidth")
+    assert "give --optShapes input:1x3x224x224 with the size the model runs at" in line
+    assert "or --calib data" in line
     assert "Traceback" not in out + err
     assert not (root / "runs").exists() and not (root / "remote").exists()  # nothing written, no SSH
     assert not Path(str(trtexec) + ".calls.jsonl").exists()

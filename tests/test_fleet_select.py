@@ -164,7 +164,7 @@ def test_a_rerun_retries_only_the_failed_and_unfinished_boards(boards, servers, 
     assert rows["board1"]["report"].startswith(str(root / run2)) or rows["board1"]["report"].startswith(run2)
     # as people read it: a line per target as it ends
     code, _, text = cli("fleet", "validate", model, "--fleet", fleet, "--duration", "0")
-    assert code == 0 and f"board1: passed reused from {run1}" in text
+    assert code == 0 and f"board1: passed, reused from {run1}" in text
 
     # board3 "unfinished" in the latest run: only it runs again
     latest = sorted((root / "runs").iterdir(), key=lambda p: p.stat().st_mtime)[-1]
@@ -211,7 +211,7 @@ def test_max_fail_stops_starting_boards_and_they_count_as_failed(boards, servers
     rows = _rows(out)
     assert rows["board1"]["status"] == "failed" and rows["board1"]["reachable"] is False
     for b in ("board2", "board3"):
-        assert rows[b]["status"] == "skipped" and "skipped (max-fail" in rows[b]["error"]
+        assert rows[b]["status"] == "skipped" and rows[b]["error"] == "not started: max-fail: 1 failed"
     assert _runs(members[1]) == _runs(members[2]) == 0
     suite = ET.parse(junit).getroot().find("testsuite")
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "2")
@@ -345,8 +345,8 @@ def test_a_reused_board_is_probed_and_rebuilt_when_reflashed(boards, servers, cl
     # as people read it, piped: back to TensorRT 8.6.2 on board2
     _reflash(members[1], trt="8.6.2")
     code, _, text = cli("fleet", "validate", model, "--fleet", fleet, "--duration", "0")
-    assert code == 0 and "board2: passed TensorRT 8.6.0 -> 8.6.2: rebuilt" in text, text
-    assert "board1: passed reused from" in text and "board3: passed reused from" in text
+    assert code == 0 and "board2: passed, TensorRT 8.6.0 -> 8.6.2: rebuilt" in text, text
+    assert "board1: passed, reused from" in text and "board3: passed, reused from" in text
 
     # board3 down: it cannot be probed, so it fails (unreachable); its passed record stays for the next run
     servers[2].stop()

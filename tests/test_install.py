@@ -97,7 +97,7 @@ def test_install_canary_killed_board_rollback_and_status(fleet, servers, cli, no
     code, out, err = cli("release", "install", v2, "--fleet", fleet_file, "--canary", "1", "--duration", "0")
     assert code == 1 and "Traceback" not in out + err, (out, err)
     assert "canary failed on board1: stopped; 2 other boards not touched" in out
-    assert f"board1: failed, {name2} (was {name1})" in out and f"current left at {name1}" in out
+    assert f"board1: failed, current left at {name1}, 1234 qps = 0.25x the recorded 5000, " in out
     assert "below --min-ratio 0.9" in err
     (row,) = [line for line in out.splitlines() if line.startswith("board1: failed")]
     assert row.count("qps") == 1 and row.count("1234") == 1 and "below --min-ratio 0.9" in row  # once
@@ -247,7 +247,7 @@ def test_a_switch_or_rollback_whose_current_changed_meanwhile_is_refused(fleet, 
             other_operator("switch", "--version=net-other")
 
     fleet_obj = load_fleet(fleet_file)
-    options = InstallOptions(limit="board1:board2", profile=ProfileSettings(duration=0))
+    options = InstallOptions(limit="board1:board2", canary=0, profile=ProfileSettings(duration=0))
     result = install(v2, fleet_obj, options, on_row=on_row)
     rows = {r.target: r for r in result.rows}
     assert raced and result.exit_code == 1
@@ -331,10 +331,9 @@ def test_ctrl_c_during_install_switches_no_board_after_it_and_says_what_each_kep
     assert [current(m) for m in members] == [name2, name1, name1]
     assert [history(m) for m in members] == [[name1, name2], [name1], [name1]]
     lines = {ln.split(":", 1)[0]: ln for ln in out.splitlines() if ln.startswith("board")}
-    assert lines["board1"].startswith(f"board1: installed, {name2} (was {name1})"), out
-    for b in ("board2", "board3"):
-        assert lines[b].startswith(f"{b}: interrupted, {name2} (was {name1})"), out
-        assert lines[b].endswith(f"stopped during inspect, current left at {name1}"), out
+    assert lines["board1"].startswith(f"board1: installed, current {name2} (was {name1})"), out
+    for b in ("board2", "board3"):  # what the board runs first (issue 43.6)
+        assert lines[b] == f"{b}: interrupted, current left at {name1}, stopped during inspect", out
     assert "interrupted: 1/3 boards finished; no board was started or switched after Ctrl-C" in out
     assert not any(_running(m.trtexec) for m in members[1:])  # killed on the boards, not left running
     assert os.listdir(tmp) == []
@@ -352,7 +351,8 @@ def test_a_board_never_reached_reads_current_unknown_not_none(fleet, servers, cl
     code, out, err = cli("release", "install", v2, "--fleet", fleet_file, "--limit", "board3")
     assert code == 1, (out, err)
     (line,) = [ln for ln in out.splitlines() if ln.startswith("board3:")]
-    assert line.endswith("current unknown (unreachable: connection refused)") and "(none)" not in line, line
+    said = "board3: failed, current unknown (unreachable: connection refused), cannot connect"
+    assert line.startswith(said) and "(none)" not in line, line
     code, out, _ = cli("release", "install", v2, "--fleet", fleet_file, "--limit", "board3", "--json")
     (row,) = json.loads(out)["rows"]
     assert (row["seen"], row["cause"], row["kept"]) == (False, "connection refused",
@@ -370,7 +370,7 @@ def test_install_max_fail_starts_no_board_after_n_failures_and_says_skipped(flee
     v1, name1 = make_bundle(root, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
     servers[0].stop()
     code, out, err = cli("release", "install", v1, "--fleet", fleet_file, "--workers", "1", "--max-fail", "1",
-                         "--json")  # fmt: skip
+                         "--canary", "0", "--json")  # fmt: skip
     assert code == 1, (out, err)
     rows = {r["target"]: r for r in json.loads(out)["rows"]}
     assert rows["board1"]["status"] == "failed" and rows["board1"]["cause"] == "connection refused"
@@ -378,7 +378,8 @@ def test_install_max_fail_starts_no_board_after_n_failures_and_says_skipped(flee
         assert rows[b]["status"] == "skipped" and rows[b]["error"] == "not started: max-fail: 1 failed"
         assert rows[b]["kept"] == "not touched"
     assert not (members[1].work_dir / "releases").exists() and not (members[2].work_dir / "releases").exists()
-    code, out, _ = cli("release", "install", v1, "--fleet", fleet_file, "--workers", "1", "--max-fail", "1")
+    code, out, _ = cli("release", "install", v1, "--fleet", fleet_file, "--workers", "1", "--max-fail", "1",
+                       "--canary", "0")  # fmt: skip
     assert code == 1 and "board2: skipped, " in out and "FAILED" not in out, out
     servers[0].ensure_running()
     code, out, err = cli("release", "install", v1, "--fleet", fleet_file, "--max-fail", "1",
@@ -710,3 +711,180 @@ def test_an_inventory_names_allowed_signers_and_its_groups_serve_limit(tmp_path)
     ini.write_text("[orins]\norin1 ansible_host=10.0.0.5\n[jetsons:children]\norins\n"
                    "[all:vars]\nedgeq_use_agent=true\nansible_user=ops\n")
     assert {"orins", "jetsons"} <= load_fleet(ini).groups["orin1"]  # [jetsons:children] holds orins
+
+
+# -- issue 43: a fleet operator's defects ------------------------------------------------------------------
+
+
+def _edited(bundle, dst):
+    """Damaged in a way the archive does not show: an engine's bytes changed, the manifest left as it was."""
+    import gzip
+    import io
+    import tarfile
+
+    from edgeq.release.bundle import read_bundle
+
+    files = read_bundle(bundle)
+    path = next(p for p in files if p.endswith("engine.plan"))
+    files[path] = files[path][:-16] + b"\x90" * 16
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for name in sorted(files):
+            info = tarfile.TarInfo(name)
+            info.size = len(files[name])
+            tar.addfile(info, io.BytesIO(files[name]))
+    dst.write_bytes(raw.getvalue())
+    return dst
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_sign_verifies_first_and_every_refusal_names_the_damage_before_signatures(tmp_path, cli, monkeypatch):
+    """Issue 43.2: ``release sign`` signed a truncated bundle and a model ("wrote ....sig", exit 0), and
+    installing the truncated one said "not signed ... (sign it: ...)". Sign verifies the bundle first
+    (exit 2, no .sig written); install and verify name the damage, never the signature, first."""
+    from fleet_helpers import qdq_model
+
+    from edgeq.release.sign import signature_path
+
+    monkeypatch.chdir(tmp_path)
+    keys, allowed = _keys(tmp_path)
+    bundle, _ = make_bundle(tmp_path, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
+    truncated = tmp_path / "t.tar.gz"
+    truncated.write_bytes(bundle.read_bytes()[:40000])  # head -c 40000 v1.tar.gz > t.tar.gz
+    model = qdq_model(tmp_path / "model.onnx")
+    edited = _edited(bundle, tmp_path / "edited.tar.gz")
+    for bad, said in ((truncated, "corrupt bundle"), (model, "not a .tar.gz bundle"),
+                      (edited, "does not verify ([modified] engines/")):  # fmt: skip
+        code, out, err = cli("release", "sign", bad, "--key", keys["alice"])
+        (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert code == 2 and "Traceback" not in out + err and "wrote" not in out, (out, err)
+        assert line.startswith(f"error: not signed: {bad}: ") and said in line, line
+        assert not signature_path(bad).exists()
+
+    (tmp_path / "targets").mkdir()  # a board nothing listens for: reaching it would fail a row (exit 1)
+    (tmp_path / "targets" / "b1.yaml").write_text(f"host: 127.0.0.1\nport: {_closed_port()}\nuser: me\n"
+                                                  f"use_agent: true\nknown_hosts: {tmp_path / 'kh'}\n")
+    signed = tmp_path / "signed.yaml"
+    signed.write_text("targets: ['targets/b1.yaml']\nallowed_signers: allowed_signers\n")
+    for bad, said in ((truncated, "corrupt bundle"), (edited, "does not verify")):
+        code, out, err = cli("release", "install", bad, "--fleet", signed)
+        (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert code == 2 and line.startswith(f"error: not installed: {bad}: ") and said in line, line
+        assert "signed" not in line and "sign it" not in line, line
+    code, out, err = cli("release", "verify", truncated, "--allowed-signers", allowed)
+    assert code == 1 and "corrupt bundle" in err and "signature" not in out + err, (out, err)
+    code, out, err = cli("release", "sign", bundle, "--key", keys["alice"])  # an intact bundle signs
+    assert code == 0 and signature_path(bundle).is_file(), err
+
+
+@pytest.mark.sshd
+def test_install_puts_one_board_first_by_default_and_canary_0_goes_all_at_once(fleet, cli):
+    """Issue 43.3: ``--canary`` defaulted to 0, every board at once, while the docs called the canary the
+    safe default. By default one board installs first and the others only once it passed; ``--canary 0``
+    goes all at once, and ``--help`` says both."""
+    root, members, fleet_file = fleet
+    v1, name1 = make_bundle(root, "v1", created="2026-01-01T00:00:00Z", engine_mib=1,
+                            qps={"board1": 5000.0})  # board1 measures 0.25x its row: it fails  # fmt: skip
+    code, out, err = cli("release", "install", v1, "--fleet", fleet_file, "--duration", "0")
+    assert code == 1 and "canary failed on board1: stopped; 2 other boards not touched" in out, (out, err)
+    assert [current(m) for m in members] == [None] * 3
+    assert not any((m.work_dir / "releases").exists() for m in members[1:])  # never touched
+    code, out, err = cli("release", "install", v1, "--fleet", fleet_file, "--duration", "0", "--canary", "0",
+                         "--json")  # fmt: skip
+    res = json.loads(out)
+    assert code == 1 and res["canary"] == [] and not res["stopped"], (out, err)
+    assert [r["status"] for r in res["rows"]] == ["failed", "installed", "installed"]
+    assert [current(m) for m in members] == [None, name1, name1]
+    code, out, _ = cli("release", "install", "--help")
+    text = " ".join(out.split())
+    assert code == 0 and "Canary first, by default" in text
+    assert "--canary 0 installs on every board at once" in text
+
+
+@pytest.mark.sshd
+def test_status_and_install_say_unknown_alike_for_a_board_not_read(fleet, servers, cli, no_backoff):
+    """Issue 43.4: ``fleet status`` showed an unreachable board (refused, an unresolvable name, a changed
+    host key, a hung sshd) as "current (none)" with ``"version": null``, which reads "runs nothing", while
+    ``release install`` said "current unknown (unreachable: ...)". One wording in both; null only for a
+    board read and found to run nothing."""
+    from fleet_helpers import SilentPeer
+    from sshd import keygen
+
+    root, members, _ = fleet
+    kind, blob = Path(f"{keygen(root / 'other_host_key')}.pub").read_text().split()[:2]
+    (root / "kh_changed").write_text(f"[127.0.0.1]:{servers[1].port} {kind} {blob}\n")
+    peer = SilentPeer("banner")
+    boards = {
+        "refused": members[0].target_dict(port=_closed_port()),
+        "badname": members[0].target_dict(host="orin..lab"),
+        "changed": members[1].target_dict(known_hosts=str(root / "kh_changed")),
+        "hung": peer.target_dict(root, connect=2),
+    }
+    for name, d in boards.items():
+        (root / "targets" / f"{name}.yaml").write_text(yaml.safe_dump(d))
+    mixed = root / "mixed.yaml"
+    mixed.write_text("targets: [targets/board1.yaml, targets/refused.yaml, targets/badname.yaml, "
+                     "targets/changed.yaml, targets/hung.yaml]\n")
+    try:
+        code, out, err = cli("fleet", "status", "--fleet", mixed, "--json")
+        rows = {r["target"]: r for r in json.loads(out)["rows"]}
+        code_text, text, _ = cli("fleet", "status", "--fleet", mixed)
+    finally:
+        peer.close()
+    kept = {"refused": "current unknown (unreachable: connection refused)",
+            "badname": "current unknown (unreachable: unknown host name)",
+            "changed": "current unknown (host key changed)",
+            "hung": "current unknown (unreachable: no SSH banner)"}  # fmt: skip
+    assert code == code_text == 2, (out, err)  # a changed key, a bad name: yours to fix
+    b1 = rows["board1"]
+    assert (b1["status"], b1["version"], b1["current"]) == ("ok", None, None)
+    lines = {ln.split(":", 1)[0]: ln for ln in text.splitlines()}
+    assert lines["board1"].startswith("board1: ok, current (none)"), text  # read: it runs nothing
+    for name, words in kept.items():
+        r = rows[name]
+        assert (r["status"], r["version"], r["current"], r["previous"]) == ("failed", *["unknown"] * 3), r
+        assert r["kept"] == words and lines[name].startswith(f"{name}: failed, {words}, "), lines[name]
+        assert "(none)" not in lines[name]
+    code, out, _ = cli("release", "install", make_bundle(root, "v1", created="2026-01-01T00:00:00Z",
+                                                           engine_mib=1)[0],
+                       "--fleet", mixed, "--limit", "refused")  # fmt: skip
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("refused:")]
+    assert code == 1 and line.startswith(f"refused: failed, {kept['refused']}, "), line  # the same words
+
+
+def test_an_install_row_leads_with_what_the_board_runs_now():
+    """Issue 43.6: a board not switched read like an upgrade ("board2: interrupted, NEW (was OLD), ...,
+    current left at OLD"; "b2: failed, NEW, cannot connect"). Each row says first what the board runs
+    now: the new version only where it was switched to it."""
+    from edgeq.cli.release import _line
+    from edgeq.orchestration.install import BoardRow
+
+    old, new = "net-20260101T000000Z-4d23b264", "net-20260201T000000Z-fc9b2a1f"
+    rows = {
+        "installed": BoardRow("b1", "d", "installed", version=new, previous=old, seen=True, switched=True,
+                              throughput_qps=12345.6, recorded_qps=12000.0, ratio=1.029, gate=True),
+        "interrupted": BoardRow("b2", "d", "interrupted", stage="profile", version=new, previous=old,
+                                seen=True, error="stopped during profile"),
+        "failed": BoardRow("b3", "d", "failed", version=new, previous=old, seen=True, throughput_qps=309.0,
+                           recorded_qps=1234.0, ratio=0.25, gate=True, error="below --min-ratio 0.9"),
+        "unreachable": BoardRow("b4", "d", "failed", stage="connect", version=new, cause="connection refused",
+                                error="cannot connect to me@127.0.0.1:1: connection refused"),
+        "not run": BoardRow("b5", "d", "not run", version=new, error="not started: a canary board failed"),
+    }  # fmt: skip
+    lines = {k: _line("install", r) for k, r in rows.items()}
+    assert lines["installed"] == (f"b1: [green]installed[/], current {new} (was {old}), 12.3k qps = 1.03x "
+                                  "the recorded 12.0k, gate passed")  # no "1.235e+04" (issue 43.9)
+    assert lines["interrupted"].endswith(f"interrupted[/], current left at {old}, stopped during profile")
+    assert lines["failed"].endswith(f"failed[/], current left at {old}, 309 qps = 0.25x the recorded 1234, "
+                                    "gate passed, below --min-ratio 0.9")
+    assert lines["unreachable"].endswith("failed[/], current unknown (unreachable: connection refused), "
+                                         "cannot connect to me@127.0.0.1:1: connection refused")
+    assert lines["not run"].endswith("not run[/], not touched, not started: a canary board failed")
+    assert all(new not in line for k, line in lines.items() if k != "installed"), lines

@@ -1,5 +1,5 @@
-"""The package's layers (README, Layout): every import of edgeq code, lazy and TYPE_CHECKING ones included,
-points at the importer's own layer or one below it; nothing imports from a layer above it."""
+"""The package's layers (docs/contributing.md, Layout): every import of edgeq code, lazy and TYPE_CHECKING
+ones included, points at the importer's own layer or one below it; nothing imports from a layer above it."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def layer_of(module: str) -> int:
         for p in prefixes:
             if (module == p or module.startswith(p + ".")) and len(p) > best:
                 best, found = len(p), i
-    assert found >= 0, f"{module} is in no layer: add it to LAYERS (and the README's layout)"
+    assert found >= 0, f"{module} is in no layer: add it to LAYERS (and the layout in docs/contributing.md)"
     return found
 
 

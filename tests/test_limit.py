@@ -107,3 +107,14 @@ def test_an_empty_limit_is_refused_by_every_command_before_any_board(tmp_path, m
             assert code == 2 and "the pattern is empty" in err, (args, out, err)
             assert len(err.strip().splitlines()) == 1 and not out.strip(), (args, err)
     assert not [p for p in tmp_path.glob("runs/**/*") if p.is_file()]  # no run was started
+
+
+@pytest.mark.parametrize("pattern, stray", [("webservers[", "["), ("webservers[0", "["), ("weber]", "]"),
+                                            ("db1:webservers[1:", "[")])
+def test_an_unbalanced_bracket_is_named_not_read_as_the_name_before_it(pattern, stray):
+    """Issue 43.10: ``--limit 'board['`` was reported as "'board' matches no target" (the bracket dropped,
+    the rest read as a name): a malformed pattern is said to be one, naming the bracket."""
+    with pytest.raises(EdgeqError) as e:
+        select(HOSTS, pattern)
+    assert e.value.exit_code == 2 and f"--limit '{pattern}': unbalanced '{stray}'" in str(e.value)
+    assert "matches no target" not in str(e.value)

@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeq import zoo
+from edgeq.errors import EdgeqError
 from edgeq.findings import Level
 from edgeq.graph.io import save_model
 from edgeq.graph.rules import FUSION_RULE_IDS, RULES, RULES_BY_ID, lint_model
@@ -100,7 +101,7 @@ def test_every_rule_has_id_level_fix_and_source():
         assert isinstance(r.level, Level)
         assert r.fix.strip() and "\n" not in r.fix, r.id
         assert r.source.strip(), f"{r.id} cites no source"
-        assert r.needs in ("graph", "model", "registry")
+        assert r.needs in ("graph", "model", "inputs", "registry")
 
 
 def test_measured_sources_point_at_fixture_files_that_exist(trt_fixtures):
@@ -248,8 +249,21 @@ def test_dynamic_shape_names_inputs():
     g = G()
     m = g.model([g.op("Relu", "act", ["x"])], shape=("N", 4, "H", 8))
     hits = rule_hits(m, "dynamic-shape")
-    assert len(hits) == 1 and hits[0].nodes == ("x",)
-    assert "--minShapes" in hits[0].message and "N" in hits[0].message
+    assert len(hits) == 1 and hits[0].nodes == ("x",) and hits[0].names == "inputs"
+    # nothing gives its size: a warning whose fix carries numbers, not the export's names
+    assert hits[0].level == Level.WARNING and "x (?, 4, ?, 8)" in hits[0].message
+    assert "--optShapes x:1x4x1x8" in hits[0].fix
+
+
+def test_dynamic_shape_is_info_once_its_shape_resolves():
+    """issue 42: lint failed every real export on this warning alone. --shapes (or the exporter's size,
+    tests/test_exporter.py) resolves the input: info, exit 0 under --fail-on warning."""
+    g = G()
+    m = g.model([g.op("Relu", "act", ["x"])], shape=("N", 4, "H", 8))
+    (hit,) = [f for f in lint_model(m, shapes="x:1x4x16x8") if f.rule == "dynamic-shape"]
+    assert hit.level == Level.INFO and "x:1x4x16x8 (--shapes)" in hit.message
+    with pytest.raises(EdgeqError, match=r"x:1x5x16x8 does not fit the input's shape \(\?, 4, \?, 8\)"):
+        lint_model(m, shapes="x:1x5x16x8")
 
 
 def test_int64_weights_unfolded_shape_math_and_clamping():

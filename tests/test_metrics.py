@@ -9,6 +9,7 @@ import pytest
 
 from edgeq.errors import QuantError
 from edgeq.quant.metrics import (
+    DENSE_WEIGHT,
     METRICS,
     ClassificationMetric,
     CosineMetric,
@@ -18,7 +19,9 @@ from edgeq.quant.metrics import (
     ctc_greedy,
     edit_distance,
     guess_metric,
+    label_margins,
     metric_from_spec,
+    step_agreement,
 )
 
 # --- helpers: outputs as the real models give them --------------------------------------------------
@@ -119,7 +122,7 @@ def test_detection_says_how_many_lost_detections_fp32_itself_barely_made():
     ref = yolo([*BOXES, faint])
     marginal = DetectionMetric().score(samples("o", ref), samples("o", yolo(BOXES)))
     assert marginal.figures["lost_near_threshold"] == 1
-    assert marginal.text.endswith("; 1 of the 1 lost scored under 0.35 by FP32 itself")
+    assert "; 1 of the 1 lost scored under 0.35 by FP32 itself;" in marginal.text
     # the 0.8 box lost, the faint one kept
     confident = DetectionMetric().score(samples("o", ref), samples("o", yolo([*BOXES[1:], faint])))
     assert confident.figures["lost_near_threshold"] == 0 and "lost scored" not in confident.text
@@ -145,7 +148,8 @@ def test_detection_sums_over_samples_and_names_the_worst():
 
 def test_detection_decodes_each_output_array_once_while_it_lives(monkeypatch):
     """--calibrator auto scores the same FP32 and candidate outputs at every bound check: each array is
-    decoded once (the same figures as decoding afresh), and its decode is forgotten with it."""
+    decoded once per threshold (the display one and the dense one; the same figures as decoding afresh),
+    and its decodes are forgotten with it."""
     import gc
 
     from edgeq.quant import metrics
@@ -162,9 +166,9 @@ def test_detection_decodes_each_output_array_once_while_it_lives(monkeypatch):
     got = samples("o", yolo(BOXES[:2], seed=2), yolo([], seed=3))
     first = DetectionMetric().score(ref, got)
     again = DetectionMetric().score(ref, got)
-    assert len(calls) == 4 and again == first
-    other = DetectionMetric(score_threshold=0.7).score(ref, got)  # other parameters: decoded afresh
-    assert len(calls) == 8 and other.figures["fp32_detections"] < first.figures["fp32_detections"]
+    assert len(calls) == 8 and again == first
+    other = DetectionMetric(score_threshold=0.7).score(ref, got)  # another threshold: decoded afresh
+    assert len(calls) == 12 and other.figures["fp32_detections"] < first.figures["fp32_detections"]
     keys = {id(s["o"]) for s in (*ref, *got)}
     assert keys <= set(metrics._DECODED)
     del ref, got
@@ -181,7 +185,10 @@ def test_detection_ranks_a_candidate_that_invents_detections_below_one_that_lose
     lossy = DetectionMetric().score(samples("o", ref), samples("o", yolo(BOXES[:1])))
     assert noisy.value == 1.0 and noisy.figures["extra"] == 6 and "6 new" in noisy.text
     assert lossy.value == 0.5 and lossy.figures["extra"] == 0
-    assert noisy.rank == pytest.approx(2 / 8) and lossy.rank == pytest.approx(1 / 2)
+    # the rank: kept of FP32's and the new ones, the dense boxes (which the new ones cost as well)
+    # counted as DENSE_WEIGHT more detections
+    assert noisy.rank == pytest.approx((2 + DENSE_WEIGHT * noisy.figures["dense"]) / (8 + DENSE_WEIGHT))
+    assert lossy.rank == pytest.approx((1 + DENSE_WEIGHT * lossy.figures["dense"]) / (2 + DENSE_WEIGHT))
     assert lossy.rank > noisy.rank
     same = DetectionMetric().score(samples("o", ref), samples("o", ref))
     assert same.rank == same.value == 1.0
@@ -304,7 +311,10 @@ def test_guess_reads_time_major_ctc_logits_as_a_sequence_only_where_the_blank_le
 
 def test_guess_stays_cosine_where_unsure():
     rng = np.random.default_rng(0)
-    assert guess_metric({"logits": rng.normal(size=(1, 10))})[0] == "cosine"  # logits or features
+    # (N, classes) logits are a classifier's, judged by the labels (issue 46); a feature vector of that
+    # shape takes --metric cosine, and the reason says so
+    name, why = guess_metric({"logits": rng.normal(size=(1, 10))})
+    assert name == "classification" and "labels" in why and "--metric cosine" in why
     assert guess_metric({"m": rng.normal(size=(1, 1, 64, 64))})[0] == "cosine"  # a logit map
     two = {"p": _softmax(rng.normal(size=(1, 5)), 1), "emb": rng.normal(size=(1, 128))}
     assert guess_metric(two)[0] == "cosine"  # a second head would go unjudged
@@ -313,7 +323,7 @@ def test_guess_stays_cosine_where_unsure():
     assert guess_metric({"o": raw})[0] == "cosine"
 
 
-@pytest.mark.parametrize("name", ["resnet", "yolo", "unet"])
+@pytest.mark.parametrize("name", ["yolo", "unet"])
 def test_guess_is_cosine_for_the_zoo_models(name):
     from edgeq.zoo.exporters import random_inputs
     from edgeq.zoo.registry import ZOO
@@ -323,3 +333,43 @@ def test_guess_is_cosine_for_the_zoo_models(name):
     outs = sess.run(None, random_inputs(model))
     sample = {o.name: a for o, a in zip(sess.get_outputs(), outs)}
     assert guess_metric(sample) == ("cosine", "no task recognised from the outputs")
+
+
+# --- dense forms: every sample informs the rank (issue 46) -------------------------------------------------
+
+
+def test_label_margin_breaks_ties_between_as_many_labels_and_never_outweighs_one():
+    ref = np.array([[4.0, 1.0, 0.0], [0.0, 3.0, 2.0]])
+    assert label_margins(ref, ref).tolist() == [1.0, 1.0]
+    unsure = np.array([[2.5, 1.0, 0.0], [0.0, 2.5, 2.0]])  # the same labels, half the margins or less
+    np.testing.assert_allclose(label_margins(ref, unsure), [0.75, 0.75])
+    flipped = np.array([[1.0, 4.0, 0.0], [0.0, 3.0, 2.0]])  # the first label lost
+    assert label_margins(ref, flipped).tolist() == [0.0, 1.0]
+    metric = ClassificationMetric()
+    same, worse, lost = (metric.score(samples("p", ref), samples("p", c)) for c in (ref, unsure, flipped))
+    assert same.rank == 1.0 and worse.value == same.value == 1.0 and worse.rank < same.rank
+    assert lost.rank < worse.rank  # a label lost outweighs any margin kept
+    assert "label margin kept 0.750" in worse.text
+
+
+def test_step_probabilities_rank_strings_read_alike():
+    ref = ctc([3, 4, 5])
+    flat = ref * 0.7 + 0.3 / ref.shape[2]  # the same argmax at every step, less sure
+    assert step_agreement(ref, ref) == pytest.approx(1.0)
+    assert 0.7 < step_agreement(ref, flat) < 0.8  # 0.7 of each step's mass kept, a little more shared
+    same, unsure = (SequenceMetric().score(samples("s", ref), samples("s", c)) for c in (ref, flat))
+    assert same.rank == pytest.approx(1.0) and unsure.value == 1.0 > unsure.rank
+    assert unsure.rank == pytest.approx((1 + DENSE_WEIGHT * unsure.figures["steps"]) / (1 + DENSE_WEIGHT))
+
+
+def test_a_detection_decided_on_one_fp32_box_goes_by_the_boxes_below_the_threshold():
+    """The issue's "1 of 1": FP32 finds one detection over the display threshold and several boxes
+    under it. A candidate that keeps the one (0.3 -> 0.26) but loses or moves every box under it ranks
+    below one that lets the one slip under the threshold (0.24) and keeps the rest as FP32 has them."""
+    faint = [(40.0 + 60 * i, 200.0, 30.0, 30.0, i % 3, 0.2 - 0.02 * i) for i in range(5)]
+    ref = yolo([(100.0, 100.0, 40.0, 40.0, 0, 0.3), *faint])
+    keeps = yolo([(100.0, 100.0, 40.0, 40.0, 0, 0.26)])  # the faint boxes gone
+    slips = yolo([(100.0, 100.0, 40.0, 40.0, 0, 0.24), *faint])
+    a, b = (DetectionMetric().score(samples("o", ref), samples("o", c)) for c in (keeps, slips))
+    assert a.value == 1.0 and b.value == 0.0  # the headline: "1 of 1" against "0 of 1"
+    assert b.figures["dense"] > a.figures["dense"] and b.rank > a.rank

@@ -217,8 +217,9 @@ def test_one_of_a_thing_reads_in_the_singular(tmp_path, cli, at80) -> None:
     html = page.read_text()
     assert "Violations by region (1 in 1 region)" in html and "The violation, in engine order" in html
     assert "weights layers" not in html and "weight layers" in html and "1 violations" not in html
-    # quantize with one held-out sample
-    code, out, err = cli("quantize", zoo_model(tmp_path), "--synthetic", "5", "-o", tmp_path / "q.onnx")
+    # quantize with one held-out sample (a fifth of five kept out)
+    code, out, err = cli("quantize", zoo_model(tmp_path), "--synthetic", "5", "--holdout", "0.2",
+                         "-o", tmp_path / "q.onnx")
     assert code == 0, err
     assert "(1 held-out sample;" in out and "held-out samples" not in out
     # a bundle with one problem
@@ -276,11 +277,8 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_unreachable_targets_take_one_line_each_said_once(tmp_path, cli, at80, monkeypatch,
-                                                         no_backoff) -> None:
-    """Three targets where no sshd listens: a matrix row each (was a 40-line box each, 120 lines), and each
-    reason printed once (it was printed as the target ended, then again inside the matrix)."""
-    monkeypatch.chdir(tmp_path)
+def _unreachable_fleet(tmp_path: Path, workers: int = 3) -> dict[str, int]:
+    """Three targets on 127.0.0.1 ports where no sshd listens, as fleet.yaml: their ports by name."""
     (tmp_path / "targets").mkdir()
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -297,14 +295,24 @@ def test_unreachable_targets_take_one_line_each_said_once(tmp_path, cli, at80, m
             "known_hosts": str(tmp_path / "known_hosts"), "work_dir": str(tmp_path / "remote"),
             "tensorrt": "8.6", "backend": "trtexec", "timeouts": {"connect": 5, "command": 30},
         }))  # fmt: skip
-    (tmp_path / "fleet.yaml").write_text("workers: 3\ntargets:\n  - targets/board*.yaml\n")
+    (tmp_path / "fleet.yaml").write_text(f"workers: {workers}\ntargets:\n  - targets/board*.yaml\n")
+    return ports
+
+
+def test_unreachable_targets_take_one_line_each_said_once(tmp_path, cli, at80, monkeypatch,
+                                                         no_backoff) -> None:
+    """Three targets where no sshd listens: a matrix row each (was a 40-line box each, 120 lines), and each
+    reason printed once (it was printed as the target ended, then again inside the matrix)."""
+    monkeypatch.chdir(tmp_path)
+    ports = _unreachable_fleet(tmp_path)
     model = tmp_path / "m.onnx"
     onnx.save(zoo.qdq_ort(zoo.resnet_like(size=32, width=8), quantize_bias=False), str(model))
     code, out, err = cli("fleet", "validate", model, "--fleet", "fleet.yaml")
     assert code == 1 and "Traceback" not in out + err, out + err
     assert max(_width(line) for line in out.splitlines()) <= WIDTH, out
     rows = [line for line in out.splitlines() if line.startswith("│ board")]
-    assert len(rows) == 3 and all(line.rstrip().endswith("FAILED │") for line in rows), out
+    verdict = "FAILED (connection refused) │"  # the verdict and why, in the row (issue 43.8)
+    assert len(rows) == 3 and all(line.rstrip().endswith(verdict) for line in rows), out
     assert len(out.splitlines()) <= 12, out
     for name, port in ports.items():
         said = (out + err).count(f"connection refused by 127.0.0.1:{port}")
@@ -458,3 +466,19 @@ def test_the_pass_line_credits_the_allowance_where_it_came_from(tmp_path, cli) -
     assert "1 excused by gate.allow in board1.yaml" in gate.summary(), gate.summary()
     code, out, err = cli("report", layers, "--allow", name)
     assert code == 0 and "1 excused by --allow" in out, out + err
+
+
+def test_a_board_skipped_after_max_fail_says_skipped_once(tmp_path, cli, at80, monkeypatch, no_backoff):
+    """Issue 43.10: "b4: skipped skipped (max-fail: 1 failed)". A board not started says so once, as
+    ``release install`` says it: "not started: max-fail: 1 failed"."""
+    monkeypatch.chdir(tmp_path)
+    _unreachable_fleet(tmp_path, workers=1)
+    model = tmp_path / "m.onnx"
+    onnx.save(zoo.qdq_ort(zoo.resnet_like(size=32, width=8), quantize_bias=False), str(model))
+    code, out, err = cli("fleet", "validate", model, "--fleet", "fleet.yaml", "--max-fail", "1")
+    assert code == 1 and "Traceback" not in out + err, out + err
+    said = {ln.split(":", 1)[0].strip(): ln.strip() for ln in err.splitlines() if ln.startswith("  board")}
+    assert said["board1"].startswith("board1: failed, cannot connect"), err
+    for b in ("board2", "board3"):
+        assert said[b] == f"{b}: skipped, not started: max-fail: 1 failed", err
+    assert "skipped skipped" not in out + err

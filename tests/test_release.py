@@ -270,3 +270,39 @@ def test_verify_and_inspect_of_a_directory_say_it_is_a_directory(tmp_path, cli):
         assert f"edgeq release --from {fleet}" in line  # how to make the bundle it may be the source of
         code, _, err = cli("release", verb, tmp_path / "missing.tar.gz")
         assert code == 2 and "no such bundle" in err
+
+
+def test_inspect_of_a_truncated_bundle_is_bad_input(tmp_path, cli):
+    """Issue 43.10: ``release inspect`` of a truncated bundle exited 1, as if a check had failed: inspect
+    checks nothing (``verify`` does, and there a damaged archive is its finding, exit 1), so a file it
+    cannot read a manifest from is bad input, exit 2."""
+    from fleet_helpers import make_bundle
+
+    bundle, _ = make_bundle(tmp_path, "v1", created="2026-01-01T00:00:00Z", engine_mib=1)
+    truncated = tmp_path / "t.tar.gz"
+    truncated.write_bytes(bundle.read_bytes()[:40000])
+    code, out, err = cli("release", "inspect", truncated)
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and out == "" and "corrupt bundle" in line and "Traceback" not in err, err
+    assert cli("release", "verify", truncated)[0] == 1  # verify's own finding
+    assert cli("release", "inspect", bundle)[0] == 0
+
+
+def test_release_create_takes_limit_as_every_fleet_command_does(tmp_path, cli, monkeypatch, no_backoff):
+    """Issue 43.10: the docs say every fleet command takes --limit; ``release create`` refused it. With
+    MODEL --fleet it validates the boards the pattern picks; with --from (a run already made) it is
+    refused, naming why. The boards are 127.0.0.1 ports nothing listens on."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "targets").mkdir()
+    for i in (1, 2):
+        (tmp_path / "targets" / f"b{i}.yaml").write_text(
+            f"host: 127.0.0.1\nport: 1\nuser: me\nuse_agent: true\nknown_hosts: {tmp_path / 'kh'}\n")
+    (tmp_path / "fleet.yaml").write_text("targets: ['targets/b*.yaml']\n")
+    model = qdq_model(tmp_path / "m.onnx")
+    code, out, err = cli("release", model, "--fleet", "fleet.yaml", "--limit", "b2", "-o", "r.tar.gz")
+    rows = [ln for ln in out.splitlines() if ln.startswith("│ b")]
+    assert code == 1 and "Traceback" not in out + err, (out, err)
+    assert [r.split()[1] for r in rows] == ["b2"] and "b2 did not pass" in err, (out, err)
+    assert not (tmp_path / "r.tar.gz").exists()
+    code, _, err = cli("release", "--from", tmp_path, "--limit", "b2", "-o", "r.tar.gz")
+    assert code == 2 and "--limit picks the boards MODEL --fleet validates" in err, err

@@ -139,17 +139,19 @@ def test_sensitivity_names_the_clipped_region_first_and_keeping_it_float_recover
     assert code == 0, err
     rows = [ln for ln in out.splitlines() if ln.lstrip("│ ").startswith("1 ")]
     assert rows and CULPRIT in rows[0], out
-    assert "keeping rb float recovers" in out and "wrote" in out
+    # the advice names the region by its nodes, as the table and --overrides do (not its first tensor)
+    assert f"keeping {CULPRIT} float recovers" in " ".join(out.split()) and "keeping rb" not in out, out
+    assert "wrote" in out
 
 
-def test_sensitivity_by_default_analyses_what_auto_chose_on_a_slice_of_calib_and_says_so(case, cli):
+def test_sensitivity_by_default_analyses_what_auto_chose_on_every_calib_sample_and_says_so(case, cli):
     model, calib, _ = case
     code, out, err = cli("sensitivity", model, "--calib", calib, "--metric", "cosine", "--json")
     assert code == 0, err
     d = json.loads(out)
-    assert d["samples"] == 4 and any("4 of --calib's 16" in n for n in d["notes"])
+    assert d["samples"] == 16 and any("16 calibration samples themselves" in n for n in d["notes"])
     (auto,) = [n for n in d["notes"] if n.startswith("auto chose")]
-    assert auto.startswith(f"auto chose {d['calibrator']} ")  # the calibrator quantize would use
+    assert auto.startswith(f"auto chose {d['calibrator']} by cosine ")  # the calibrator quantize would use
     assert (model.parent / "m.sensitivity" / "sensitivity.html").is_file()
 
 
@@ -370,3 +372,51 @@ def test_a_written_exclude_names_exactly_its_node_whatever_characters_the_name_h
     for name in names[:5]:
         excluded, _ = Overrides(exclude=(exact_pattern(name),)).resolve(names)
         assert excluded == {name}, name
+
+
+def _sure_classifier(path: Path) -> Path:
+    """x (2, 4, 8, 8) -> Conv 1x1 -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> (2, 5) logits whose
+    class 0 leads by 20: INT8 keeps every label, so the metric loses nothing."""
+    rng = np.random.default_rng(3)
+    bias = np.zeros(5, np.float32)
+    bias[0] = 20.0
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 4, 1, 1)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal((5, 8)).astype(np.float32), "w2"),
+             numpy_helper.from_array(bias, "b2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], name="/conv/Conv"),
+             helper.make_node("Relu", ["h"], ["r"], name="/relu/Relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"], name="/pool/GlobalAveragePool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="/flatten/Flatten"),
+             helper.make_node("Gemm", ["f", "w2", "b2"], ["logits"], name="/fc/Gemm", transB=1)]
+    graph = helper.make_graph(nodes, "sure",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8, 8])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 5])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+def test_sensitivity_with_nothing_to_recover_stops_at_once_and_says_so(tmp_path, cli, monkeypatch):
+    """Every region INT8 already scores as FP32 (every label kept): no region is scored (the issue's run
+    scored 20 regions for 161 s, then advised keeping a tensor float for +0.0000), and the output says
+    there is nothing to recover."""
+    model = _sure_classifier(tmp_path / "m.onnx")
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        np.save(calib / f"{i}.npy", rng.standard_normal((2, 4, 8, 8)).astype(np.float32))
+    scored: list[object] = []
+    real = Scorer.score
+    monkeypatch.setattr(Scorer, "score",
+                        lambda self, exclude=(): scored.append(exclude) or real(self, exclude))
+    code, out, err = cli("sensitivity", model, "--calib", calib, "--metric", "classification", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["metric"] == "classification" and d["loss"] == 0.0 and d["nothing_to_recover"] is True
+    assert d["scored"] == 0 and d["ranked"] == [] and not scored
+    (skipped,) = d["skipped"]
+    assert skipped["why"] == "nothing to recover" and len(skipped["regions"]) == d["regions"] > 0
+    assert d["advice"].startswith("nothing to recover: with every region INT8 the model scores as FP32")
+    code, out, err = cli("sensitivity", model, "--calib", calib, "-o", tmp_path / "s")
+    assert code == 0 and "nothing to recover" in " ".join(out.split()), (out, err)
+    assert "keeping" not in out

@@ -236,3 +236,22 @@ def test_a_local_target_whose_python_does_not_exist_is_one_line_exit_2(tmp_path,
     assert code == 2 and "Traceback" not in err and json.loads(out)["exit_code"] == 2, (out, err)
     (row,) = json.loads((tmp_path / "runs" / "pipeline-p" / "fleet.json").read_text())["targets"]
     assert row["error"].startswith(said) and row["exit_code"] == 2
+
+
+def test_targets_list_says_example_for_the_repositorys_templates_not_ok(tmp_path, monkeypatch, cli):
+    """Issue 43.10: ``targets list`` in the repository marked its example targets "ok", as if they were
+    boards (they name hosts no one has, and ship with no package). The column says what was checked,
+    the file; a template (``example: true``) reads as one; nothing claims a board is fine."""
+    monkeypatch.chdir(ROOT)
+    code, out, err = cli("targets", "list")
+    rows = {ln.split("│")[1].strip(): ln for ln in out.splitlines() if ln.startswith("│ ") and "│" in ln[1:]}
+    assert code == 0 and "ok" not in out.split(), out
+    for name in ("orin-agx", "orin-nano", "xavier-nx", "desktop-gpu"):
+        assert rows[name].rstrip(" │").endswith("example"), rows[name]
+        assert resolve_target(name, cwd=ROOT).example
+    assert "no board contacted" in err and "4 examples: a template naming no real board" in err
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "mine.yaml").write_text("host: 10.0.0.5\nuser: me\nuse_agent: true\n")
+    code, out, err = cli("targets", "list")
+    assert code == 0 and "valid" in out and "example" not in out + err, out

@@ -10,7 +10,9 @@ a placeholder (the recorded engines are not in the fixtures).
 
 ``--exportOutput`` (with ``--loadInputs``, and ``--shapes`` for dynamic inputs): the outputs are NOT
 TensorRT's. The stand-in remembers which ``--onnx`` each ``--saveEngine`` came from, runs that ONNX model
-in onnxruntime on the raw input files, at the ``--shapes`` given as trtexec runs a dynamic engine
+in onnxruntime on the raw input files, in the arithmetic edgeq evaluates Q/DQ models in
+(``edgeq.quant.evaluate``: the same on every host, so the "engine" agrees with the host's prediction), at
+the ``--shapes`` given as trtexec runs a dynamic engine
 (random values for an input it was not given, and the recorded log's "Using random values for input"
 lines replaced by what trtexec 8.6 says for that model's inputs: sampleInference.cpp, FillBindingClosure),
 and writes the outputs in trtexec 8.6's ``exportJSONOutput`` layout (samples/common/sampleReporting.cpp;
@@ -92,7 +94,8 @@ if rec["exit_code"] == 0:
     if "exportOutput" in flags:
         import numpy as np
         import onnxruntime as ort
-        sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+        from edgeq.quant.evaluate import session_options  # the arithmetic the engine is measured to match
+        sess = ort.InferenceSession(onnx_path, session_options(), providers=["CPUExecutionProvider"])
         types = {{"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int32,
                  "tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(uint8)": np.uint8,
                  "tensor(int8)": np.int8}}

@@ -155,6 +155,17 @@ def _check_inputs(args):
                 raise AgentError("output", message) from None
 
 
+def resolve_trtexec(path):
+    """The target file's trtexec; where that is JetPack's default path (``DEFAULT_TRTEXEC``, the target
+    file said none) and nothing is there, the first ``trtexec`` on the board's PATH (TensorRT's tar
+    install puts it in ``TensorRT-8.6.x/bin``, containers in ``/usr/local/bin``)."""
+    import shutil
+
+    if path == DEFAULT_TRTEXEC and not os.access(path, os.X_OK):
+        return shutil.which("trtexec") or path
+    return path
+
+
 def run_command(args, log):
     """Dispatch one command; TensorRT is imported only inside the backend that needs it."""
     from . import probe as sysprobe
@@ -284,6 +295,8 @@ def main(argv=None):
     try:
         args = make_parser().parse_args(argv)
         command = args.command
+        if getattr(args, "trtexec", None):
+            args.trtexec = resolve_trtexec(args.trtexec)
         if command is None:
             raise UsageError("a command is required: probe, build, inspect, profile or infer; for installed "
                              "releases install, switch, rollback or status")

@@ -107,6 +107,33 @@ def l4t_info():
     return parse_nv_tegra_release(text) if text else None
 
 
+# nvpmodel's files on L4T: the modes (``< POWER_MODEL ID=2 NAME=30W >``, ``< PM_CONFIG DEFAULT=2 >``) and the
+# mode set now (``pmode:0002 fmode:quiet``), as nvpmodel itself and L4T's power-mode scripts read them.
+NVPMODEL_CONFS = ("/etc/nvpmodel.conf", "/odm/etc/nvpmodel.conf", "/vendor/etc/nvpmodel.conf")
+NVPMODEL_STATUS = "/var/lib/nvpmodel/status"
+
+
+def parse_nvpmodel(conf, status):
+    """The power mode set now ({"id", "name", "default"}) from nvpmodel's conf and status texts; None
+    when the status names no mode. ``name`` None when the conf does not list that id."""
+    m = re.search(r"pmode:\s*(\d+)", status or "")
+    if not m:
+        return None
+    mode = int(m.group(1))
+    names = {int(i): n for i, n in re.findall(r"<\s*POWER_MODEL\s+ID=(\d+)\s+NAME=([^\s>]+)", conf or "")}
+    default = re.search(r"<\s*PM_CONFIG\s+DEFAULT=(\d+)", conf or "")
+    return {"id": mode, "name": names.get(mode), "default": int(default.group(1)) if default else None}
+
+
+def power_mode_info():
+    """The Jetson power mode (nvpmodel) the board runs in; None off Jetson."""
+    status = _read(_board_file(NVPMODEL_STATUS))
+    if not status:
+        return None
+    conf = next((t for t in (_read(_board_file(p)) for p in NVPMODEL_CONFS) if t), None)
+    return parse_nvpmodel(conf, status)
+
+
 def _cuda_version(value):
     """CUDA's integer version (1000 * major + 10 * minor, as cudaRuntimeGetVersion returns it) -> "12.2"."""
     return "%d.%d" % (value // 1000, value % 1000 // 10) if value > 0 else None
@@ -256,6 +283,7 @@ def system_facts():
         "host_memory_available_mib": meminfo_available_mib(),
         "cuda_python": cuda_bindings(),
         "l4t": l4t_info(),
+        "power_mode": power_mode_info(),
         "cuda": cuda_info(),
         "driver": driver_version(),
     }

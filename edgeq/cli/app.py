@@ -50,7 +50,8 @@ def _root(
     ),
     verbose: int = typer.Option(
         0, "--verbose", "-v", count=True, show_default=False,
-        help="More log output: -v info, -vv debug (repeat the flag; it takes no number).",
+        help="More log output: -v info, -vv debug (repeat the flag; it takes no number; after the command "
+        "name too).",
     ),
 ) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
@@ -157,7 +158,8 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI and return its exit code; tests call this directly."""
     _use_edgeq_help(app)
     try:
-        rv = app(args=list(argv) if argv is not None else None, prog_name="edgeq", standalone_mode=False)
+        args = _verbose_first(list(argv) if argv is not None else sys.argv[1:])
+        rv = app(args=args, prog_name="edgeq", standalone_mode=False)
     except EdgeqError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
         return e.exit_code
@@ -175,6 +177,17 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         code = getattr(e, "exit_code", EXIT_USAGE)
         return EXIT_USAGE if code in (None, 2) else int(code)
     return rv if isinstance(rv, int) else EXIT_OK
+
+
+_VERBOSE = re.compile(r"-v+|--verbose")
+
+
+def _verbose_first(args: list[str]) -> list[str]:
+    """``-v``/``-vv``/``--verbose`` wherever they are (before a ``--``) given to the root, which owns them:
+    ``edgeq lint -v MODEL`` means what ``edgeq -v lint MODEL`` does, as with most tools' -v."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if _VERBOSE.fullmatch(a)]
+    return flags + [a for a in args[:end] if not _VERBOSE.fullmatch(a)] + args[end:]
 
 
 def _count_hint(argv: Optional[Sequence[str]]) -> str:

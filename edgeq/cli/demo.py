@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from edgeq.cli.app import app
 from edgeq.cli.output import code_for, out, print_wrapped, progress_display
+from edgeq.fs import output_dir
 
 _STATUS = {"done": "[green]done[/]", "stopped": "[yellow]stopped[/]", "skipped": "[dim]skipped[/]",
            "failed": "[bold red]failed[/]"}
@@ -19,9 +20,10 @@ _STATUS = {"done": "[green]done[/]", "stopped": "[yellow]stopped[/]", "skipped":
 @app.command("demo", short_help="The pipeline on a ResNet-like model built in code: start here.")
 def demo_cmd(
     workdir: Path = typer.Option(
-        Path("edgeq-demo"), "--workdir", "-o", metavar="DIR", help="Where the demo writes its files."
+        Path("edgeq-demo"), "--workdir", "-o", metavar="DIR", parser=output_dir,
+        help="Where the demo writes its files."
     ),
-    samples: int = typer.Option(16, "--samples", min=2, help="Synthetic calibration samples."),
+    samples: int = typer.Option(16, "--samples", metavar="N", min=2, help="Synthetic calibration samples."),
 ) -> int:
     """Run the pipeline on a ResNet-like model built in code, as far as this machine allows.
 
@@ -34,7 +36,8 @@ def demo_cmd(
     test models, the cleaned and quantized ONNX, the calibration caches and the target agent zipapp.
 
     Exit codes: 0 every step that can run here ran (stopping at the engine build for lack of
-    TensorRT is not a failure); 1 a step failed; 2 usage error (e.g. --workdir is a file).
+    TensorRT is not a failure); 1 a step failed; 2 usage error (e.g. --workdir is a file); 130
+    Ctrl-C.
     """
     from edgeq.orchestration.demo import run_demo
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -13,19 +13,24 @@ from typer.core import TyperGroup
 
 from edgeq.cli.app import app
 from edgeq.cli.options import (
+    TARGET,
     AcceptNewHostKey,
     BuildOncePerKind,
     Calib,
     Calibrator,
     CalibratorOpt,
     Duration,
+    Engine,
+    EngineOpt,
     Fleet,
     Fresh,
     Gate,
+    Holdout,
     Iterations,
     Json,
     Limit,
     MaxFail,
+    MaxLoss,
     MaxShapes,
     MinShapes,
     OptShapes,
@@ -37,6 +42,7 @@ from edgeq.cli.options import (
     Weights,
     WeightsOpt,
     Workers,
+    in_panel,
     profile_settings,
     quantize_options,
     shapes_given,
@@ -56,6 +62,7 @@ from edgeq.cli.output import (
     width_of,
 )
 from edgeq.errors import EdgeqError
+from edgeq.fs import output_file
 
 fleet_app = typer.Typer(help="Validate a model on a fleet of targets at once (a fleet YAML or an Ansible "
                         "inventory).")
@@ -76,8 +83,12 @@ def _live_rows(rows: dict[str, Any]) -> Table:
 
 
 def _verdict(r: Any) -> str:
-    """The matrix's last cell: passed, FAILED, or why the board has no verdict (skipped, interrupted)."""
-    word = "FAILED" if r.status == "failed" else r.status
+    """The matrix's last cell: passed, FAILED and why in a word or two (the cause, or the stage it
+    stopped in; the whole reason is printed below the table), or why the board has no verdict (skipped,
+    interrupted)."""
+    from edgeq.orchestration.fleet import failure
+
+    word = f"FAILED ({failure(r)})" if r.status == "failed" else r.status
     return f"[{_ROW_STYLE.get(r.status, '')}]{escape(word)}[/]"
 
 
@@ -97,15 +108,16 @@ def _fleet_matrix(result: Any) -> Table:
     return t
 
 
-# Least important first: what goes when the matrix does not fit the terminal (the report path is in
-# the fleet directory, p99 next to p50, the TensorRT version in the GPU's row of targets check).
-_MATRIX_DROP = ("report", "p99 ms", "TensorRT", "reachable", "build", "GPU (sm)")
+# Least important first: what goes when the matrix does not fit the terminal. The descriptive columns go
+# first (the report path is in the fleet directory, the GPU and TensorRT version in targets check, p99
+# next to p50); what the board did (reachable, build) goes last, and the verdict with its reason never.
+_MATRIX_DROP = ("report", "GPU (sm)", "TensorRT", "p99 ms", "build", "reachable")
 
 
 def _print_matrix(result: Any, already: Any = frozenset()) -> None:
     """The matrix fitted to the terminal, saying which columns did not fit and where to see them, then
-    each failed target's reason once, on its own line (not again for targets whose line
-    ``_row_finished`` already printed)."""
+    each failed target's whole reason once, on its own line (not again for targets whose line
+    ``_row_finished`` already printed); its row says it in a word or two (``_verdict``)."""
     from rich.measure import Measurement
 
     table = _fleet_matrix(result)
@@ -133,7 +145,7 @@ def _row_finished(row: Any) -> None:
 
         style = _ROW_STYLE.get(row.status, "")
         note = ", ".join(x for x in (rerun_note(row), row.error) if x)
-        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/] {escape(note)}")
+        err.print(f"  {escape(row.target)}: [{style}]{row.status}[/]" + (f", {escape(note)}" if note else ""))
         _printed.add(row.target)
 
 
@@ -164,7 +176,8 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
                   overrides: Optional[Path], gate: Optional[str], runs_dir: Path, accept_new_host_key: bool,
                   build_once_per_kind: bool, workers: Optional[int] = None, iterations: int = 10,
                   duration: float = 3.0, fresh: bool = False, max_fail: Optional[int] = None,
-                  placement: Placement = Placement.trt, shapes: Any = None,
+                  placement: Placement = Placement.trt, shapes: Any = None, max_loss: Optional[float] = None,
+                  holdout: Optional[str] = None, engine: Engine = Engine.native,
                   weights: Weights = Weights.auto) -> Any:
     from edgeq.orchestration.auto import AutoOptions
     from edgeq.orchestration.fleet import FleetOptions
@@ -172,21 +185,28 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
     if placement == Placement.implicit:  # as pipeline and fleet files (edgeq.orchestration.run)
         raise typer.BadParameter("implicit is per target (edgeq deploy); a fleet takes auto (each board kind "
                                  "decides), trt or all", param_hint="--placement")  # fmt: skip
+    if max_loss is not None and engine == Engine.ansible:
+        raise typer.BadParameter("--max-loss weighs regions on each kind's first board, which --engine "
+                                 "ansible does not do: leave out --engine ansible", param_hint="--max-loss")
+    if max_loss is not None and calib is None:
+        raise typer.BadParameter("--max-loss needs a float model and --calib (the first board of each kind "
+                                 "weighs the regions on held-out data)", param_hint="--calib")
 
     quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides,
                                 placement=Placement.trt if placement == Placement.auto else placement,
-                                weights=weights)
-    auto = placement == Placement.auto and calib is not None and overrides is None  # overrides: the rules'
+                                holdout=0.2 if holdout is None else holdout, max_loss=max_loss, weights=weights)
+    # overrides edit the rules' placement; --max-loss weighs the rules' regions on each kind's first board
+    auto = calib is not None and (max_loss is not None or (placement == Placement.auto and overrides is None))
+    auto = auto and engine == Engine.native  # ansible: quantized once here, with the trt placement
     return FleetOptions(quantize=quantize, gate=gate, runs_dir=runs_dir, auto=AutoOptions() if auto else None,
                         accept_new_host_key=accept_new_host_key, build_once_per_kind=build_once_per_kind,
-                        workers=workers, fresh=fresh, max_fail=max_fail,
+                        workers=workers, fresh=fresh, max_fail=max_fail, engine=engine.value,
                         profile=profile_settings(None, iterations, duration, shapes))  # fmt: skip
 
 
 @fleet_app.command(
     "validate",
-    help="One model on every target of a fleet at once, a row each. A re-run reuses those that passed; "
-    "Ctrl-C keeps those that finished. Exit: 0 all passed; 1 a target failed; 2 bad input; 130 Ctrl-C.",
+    help="A row a target; a re-run reuses passed rows. Exit: 0 passed, 1 failed, 2 bad input, 130 Ctrl-C.",
     short_help="One model on every target of a fleet at once.",
 )
 def fleet_validate_cmd(
@@ -204,16 +224,21 @@ def fleet_validate_cmd(
     weights: WeightsOpt = Weights.auto,
     overrides: Overrides = None,
     placement: PlacementOpt = Placement.auto,
+    holdout: Holdout = None,  # type: ignore[assignment]
+    max_loss: MaxLoss = None,
     gate: Gate = None,
-    build_once_per_kind: BuildOncePerKind = False,
-    iterations: Iterations = 10,
-    duration: Duration = 3.0,
-    min_shapes: MinShapes = "",
-    opt_shapes: OptShapes = "",
-    max_shapes: MaxShapes = "",
+    # one screen of --help: the Build and profile panel folds into Target here
+    build_once_per_kind: Annotated[bool, in_panel(BuildOncePerKind, TARGET)] = False,
+    iterations: Annotated[int, in_panel(Iterations, TARGET)] = 10,
+    duration: Annotated[float, in_panel(Duration, TARGET)] = 3.0,
+    min_shapes: Annotated[str, in_panel(MinShapes, TARGET)] = "",
+    opt_shapes: Annotated[str, in_panel(OptShapes, TARGET)] = "",
+    max_shapes: Annotated[str, in_panel(MaxShapes, TARGET)] = "",
     junit: Optional[Path] = typer.Option(
-        None, "--junit", metavar="FILE", help="Also write JUnit XML (a testcase a target)."
+        None, "--junit", metavar="FILE", parser=output_file,
+        help="Also write JUnit XML (a testcase a target)."
     ),
+    engine: EngineOpt = Engine.native,
     json_out: Json = False,
 ) -> int:
     from edgeq.fs import atomic_write_text, check_writable
@@ -224,8 +249,8 @@ def fleet_validate_cmd(
         check_writable(junit, inputs=(model, fleet))
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
                             build_once_per_kind, workers, iterations, duration, fresh, max_fail,
-                            placement, shapes_given(min_shapes, opt_shapes, max_shapes),
-                            weights)  # fmt: skip
+                            placement, shapes_given(min_shapes, opt_shapes, max_shapes), max_loss,
+                            holdout, engine, weights)  # fmt: skip
     result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
     code = result.exit_code
     if junit is not None:
@@ -275,13 +300,16 @@ app.add_typer(release_app, name="release")
 
 @release_app.command(
     "create",
-    help="Validate MODEL on --fleet (as 'edgeq fleet validate') and bundle the result, or bundle an earlier "
-    "fleet directory (--from). Only a fleet where every target passed is released.\n\n" + EXIT_CODES_HELP,
+    help="Validate MODEL on --fleet (as 'edgeq fleet validate', --limit included) and bundle the result, or "
+    "bundle an earlier fleet directory (--from). Only a fleet where every target passed is released.\n\n"
+    + EXIT_CODES_HELP,
 )
 def release_create_cmd(
     model: Optional[Path] = typer.Argument(None, help="The ONNX model (with --fleet)."),
-    output: Path = typer.Option(..., "-o", "--output", metavar="FILE", help="The bundle to write (.tar.gz)."),
+    output: Path = typer.Option(..., "-o", "--output", metavar="FILE", parser=output_file,
+                                help="The bundle to write (.tar.gz)."),
     fleet: Fleet = None,
+    limit: Limit = None,
     from_dir: Optional[Path] = typer.Option(
         None, "--from", metavar="DIR", help="A fleet directory (edgeq fleet validate)."
     ),
@@ -300,12 +328,15 @@ def release_create_cmd(
 
     if (from_dir is None) == (model is None or fleet is None):
         raise EdgeqError("give MODEL --fleet FILE, or --from FLEET_DIR (one of them)")
+    if from_dir is not None and limit is not None:
+        raise EdgeqError("--limit picks the boards MODEL --fleet validates; a fleet directory (--from) holds "
+                         "the boards its run validated", "validate the boards you mean, then release --from")
     check_writable(output, inputs=tuple(p for p in (model, fleet) if p is not None))
     if from_dir is None:
         assert model is not None and fleet is not None
         options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, False,
                                 build_once_per_kind, weights=weights)  # fmt: skip
-        result = run_fleet(model, fleet, options, live=not json_out)
+        result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
         if not json_out:
             _print_matrix(result, _printed)
         if result.interrupted:
@@ -349,7 +380,7 @@ def _render_manifest(m: dict[str, Any]) -> None:
     "edgeq-release) against that file (git's allowed-signers format); \\[signature] when it is unsigned, "
     "untrusted or does not match.\n\n"
     "Exit codes: 0 the bundle is intact (and signed by a listed key); 1 a problem was found (or the archive "
-    "is corrupt); 2 no such file, or not a .tar.gz bundle at all.",
+    "is corrupt); 2 no such file, or not a .tar.gz bundle at all; 130 Ctrl-C.",
     short_help="Check a bundle against its manifest (and who signed it, with --allowed-signers).",
 )
 def release_verify_cmd(
@@ -386,7 +417,13 @@ def release_verify_cmd(
     return code
 
 
-@release_app.command("inspect", help="Print a bundle's manifest: versions, engines per kind, files.")
+@release_app.command(
+    "inspect",
+    help="Print a bundle's manifest: versions, engines per kind, files (read, not checked: 'edgeq release "
+    "verify' checks).\n\nExit codes: 0 printed; 2 no such file, not a bundle, or no manifest to read (an "
+    "archive that does not read back, no manifest.json); 130 Ctrl-C.",
+    short_help="Print a bundle's manifest: versions, engines per kind, files.",
+)
 def release_inspect_cmd(
     bundle: Path = typer.Argument(..., help="The bundle (.tar.gz)."),
     json_out: Json = False,

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgeq.cli.app import app
-from edgeq.cli.options import Json
+from edgeq.cli.options import InputShapesOpt, Json
 from edgeq.cli.output import (
     EXIT_CHECK_FAILED,
     EXIT_CODES_HELP,
@@ -37,7 +37,8 @@ def _clean_help() -> str:
         "biases, no no-op nodes) and check it did no harm.\n\n"
         "Writes <name>.clean.onnx (-o to choose); the input is never modified. What cannot be fixed exactly "
         "is an error finding (the model is still written, exit 1). --verify (default) runs both models in "
-        "onnxruntime on the same random inputs; beyond tolerance nothing is written (exit 1).\n\n"
+        "onnxruntime on the same random inputs (dynamic inputs at --shapes, else at the size the model's "
+        "metadata gives); beyond tolerance nothing is written (exit 1).\n\n"
         f"Passes, in order (--skip NAME): {', '.join(p.name for p in PASSES)}.\n\n{EXIT_CODES_HELP}"
     )
 
@@ -81,13 +82,15 @@ def clean_cmd(
         False, "--torch-qint8", help="Repair PyTorch's qint8 export: the uint8 zero-points of its qint8 "
         "tensors read back as int8, what PyTorch computed ('edgeq rules qdq-torch-qint8')."
     ),
+    shapes: InputShapesOpt = "",
     json_out: Json = False,
 ) -> int:
     from edgeq.graph.clean import CleanOptions, clean_file
     from edgeq.graph.io import opset_of
 
     options = CleanOptions(
-        opset=opset, verify=verify, atol=atol, rtol=rtol, skip=tuple(skip or ()), torch_qint8=torch_qint8
+        opset=opset, verify=verify, atol=atol, rtol=rtol, skip=tuple(skip or ()), torch_qint8=torch_qint8,
+        shapes=shapes,
     )
     with progress_display(enabled=not json_out) as progress:
         result, dest = clean_file(model, options, output=output, progress=progress)
@@ -147,13 +150,14 @@ def lint_cmd(
     rule: Optional[list[str]] = typer.Option(
         None, "--rule", metavar="ID", help="Run only this rule (repeatable; ids: 'edgeq rules')."
     ),
+    shapes: InputShapesOpt = "",
 ) -> int:
     from edgeq.graph.io import load_model
     from edgeq.graph.rules import lint_model, normalize_trt, select_rules, summarize
 
     version = normalize_trt(trt)  # usage errors before any work
     select_rules(rule)
-    findings = lint_model(load_model(model), trt=version, rules=rule)
+    findings = lint_model(load_model(model), trt=version, rules=rule, shapes=shapes)
     threshold = -1 if fail_on is FailOn.never else Level(fail_on.value).rank
     failing = [f for f in findings if f.level.rank <= threshold]
     code = EXIT_CHECK_FAILED if failing else EXIT_OK

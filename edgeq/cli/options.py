@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional, get_args
 
 import typer
 
+from edgeq.fs import output_dir, output_file
 from edgeq.pipeline.shapes import Shapes
 
 if TYPE_CHECKING:
@@ -54,8 +55,8 @@ Calib = Annotated[Optional[Path], typer.Option(
 Synthetic = Annotated[Optional[int], typer.Option(
     "--synthetic", metavar="N", rich_help_panel=QUANTIZE, help="N random samples instead (demos only).")]
 Preprocess = Annotated[Optional[Path], typer.Option(
-    "--preprocess", metavar="YAML", rich_help_panel=QUANTIZE,
-    help="Image preprocessing (pipelines/preprocess-imagenet.yaml).")]
+    "--preprocess", metavar="NAME", rich_help_panel=QUANTIZE,
+    help="Images: imagenet, yolo, ppocr-det/-rec/-cls, or a file.")]
 CalibratorOpt = Annotated[Calibrator, typer.Option(
     "--calibrator", metavar="NAME", case_sensitive=False, rich_help_panel=QUANTIZE,
     help="auto, entropy, max, percentile or mse.")]
@@ -64,9 +65,9 @@ WeightsOpt = Annotated[Weights, typer.Option(
     help="Weight rounding: auto, nearest, adaround.")]
 Percentile = Annotated[float, typer.Option(
     "--percentile", metavar="P", rich_help_panel=QUANTIZE, help="For --calibrator percentile.")]
-Holdout = Annotated[str, typer.Option(
+Holdout = Annotated[Optional[str], typer.Option(
     "--holdout", metavar="DIR|F", rich_help_panel=QUANTIZE,
-    help="Held-out data (as --calib), or the fraction of --calib kept out.")]
+    help="Held-out data (as --calib), or a fraction \\[default: --calib].")]
 MetricOpt = Annotated[str, typer.Option(
     "--metric", metavar="NAME", rich_help_panel=QUANTIZE,
     help="auto, classification, detection, mask, sequence, cosine, mod:fn.")]
@@ -81,6 +82,12 @@ PlacementOpt = Annotated[Placement, typer.Option(
     help="trt (rules), all, implicit, auto (target).")]
 Overrides = Annotated[Optional[Path], typer.Option(
     "--overrides", metavar="YAML", rich_help_panel=QUANTIZE, help="Nodes to force or exclude.")]
+EngineRun = Annotated[Optional[Path], typer.Option(
+    "--engine", metavar="PATH", rich_help_panel=QUANTIZE,
+    help="An earlier deploy's run dir or layer JSON: what float regions cost.")]
+MaxLoss = Annotated[Optional[float], typer.Option(
+    "--max-loss", metavar="X", rich_help_panel=QUANTIZE,
+    help="Keep regions float until 1 - metric <= X.")]
 
 Budget = Annotated[Optional[str], typer.Option(
     "--budget", metavar="TIME", help="Time for the search (20m, 90s, 1h30m).")]
@@ -91,7 +98,8 @@ TargetName = Annotated[Optional[str], typer.Option(
 AcceptNewHostKey = Annotated[bool, typer.Option(
     "--accept-new-host-key", rich_help_panel=TARGET, help="Trust and record an unknown host key.")]
 RunsDir = Annotated[Path, typer.Option(
-    "--runs-dir", metavar="DIR", rich_help_panel=TARGET, help="Where run directories are created.")]
+    "--runs-dir", metavar="DIR", parser=output_dir, rich_help_panel=TARGET,
+    help="Where run directories are created.")]
 Fleet = Annotated[Optional[Path], typer.Option(
     "--fleet", "-f", metavar="FILE", rich_help_panel=TARGET, help="A fleet YAML or an Ansible inventory.")]
 Workers = Annotated[Optional[int], typer.Option(
@@ -105,6 +113,16 @@ MaxFail = Annotated[Optional[int], typer.Option(
 Fresh = Annotated[bool, typer.Option(
     "--fresh", rich_help_panel=TARGET,
     help="Run all targets, reusing none that passed.")]
+
+
+class Engine(str, Enum):
+    native = "native"  # edgeq's own workers over paramiko
+    ansible = "ansible"  # each board a task of an Ansible play (edgeq.ansible; pip install 'edgeq[ansible]')
+
+
+EngineOpt = Annotated[Engine, typer.Option(
+    "--engine", metavar="NAME", case_sensitive=False, rich_help_panel=TARGET, show_default=False,
+    help="native (default), or ansible (Ansible tasks).")]
 
 # -- the gate ----------------------------------------------------------------------------------------------
 Gate = Annotated[Optional[str], typer.Option(
@@ -122,23 +140,39 @@ Duration = Annotated[float, typer.Option(
 # (pipeline.shapes: opt the data's most common shape, min/max spanning every sample's)
 MinShapes = Annotated[str, typer.Option(
     "--minShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Min shapes, as x:1x3x32x32 \\[default: data].")]
+    help="Dynamic inputs: min, as x:1x3x32x32.")]  # one line in every command's help (opt's says the default)
 OptShapes = Annotated[str, typer.Option(
     "--optShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Opt shapes \\[default: data].")]
+    help="Dynamic inputs: opt \\[default: the data's].")]
 MaxShapes = Annotated[str, typer.Option(
     "--maxShapes", metavar="SPEC", rich_help_panel=BUILD,
-    help="Max shapes \\[default: data].")]
+    help="Dynamic inputs: max \\[default: the data's].")]
 BuildOncePerKind = Annotated[bool, typer.Option(
-    "--build-once-per-kind/--build-each", rich_help_panel=BUILD,
+    "--build-once-per-kind", rich_help_panel=BUILD,
     help="One build a GPU kind.")]
+
+# the model's own dynamic inputs where no data decides them (clean's verification, lint): trtexec's --shapes
+InputShapesOpt = Annotated[str, typer.Option(
+    "--shapes", metavar="SPEC",
+    help="Dynamic inputs, as images:1x3x320x320 \\[default: the model's metadata].")]
 
 # -- output ------------------------------------------------------------------------------------------------
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 Html = Annotated[Optional[Path], typer.Option(
-    "--html", metavar="FILE", help="Also write a self-contained HTML page here.")]
+    "--html", metavar="FILE", parser=output_file, help="Also write a self-contained HTML page here.")]
 Onnx = Annotated[Optional[Path], typer.Option(
     "--onnx", metavar="MODEL", help="The model the engines came from: their layers mapped to its nodes.")]
+
+
+def in_panel(option: Any, panel: str) -> Any:
+    """The ``typer.Option`` of an ``Annotated`` alias above, listed under another help panel: a command
+    whose help would run past one screen folds a small panel into a bigger one (each panel costs two
+    lines). Use as ``Annotated[int, in_panel(Iterations, TARGET)]``."""
+    import copy
+
+    moved = copy.copy(get_args(option)[1])
+    moved.rich_help_panel = panel
+    return moved
 
 
 def quantize_options(
@@ -150,12 +184,13 @@ def quantize_options(
     percentile: float = 99.99,
     placement: Placement = Placement.trt,
     overrides: Optional[Path] = None,
-    holdout: str | float = 0.2,
+    holdout: str | float | None = None,
     metric: str = "auto",
     min_cosine: Optional[float] = None,
     min_metric: Optional[float] = None,
     cache: Optional[Path] = None,
     from_engine: Optional[Path] = None,
+    max_loss: Optional[float] = None,
     weights: Weights = Weights.auto,
 ) -> QuantizeOptions:
     """The one options object of every command that quantizes (the groups above, by value). ``auto`` is
@@ -170,7 +205,7 @@ def quantize_options(
         calib=calib, synthetic=synthetic, preprocess=preprocess, calibrator=Calibrator(calibrator).value,
         percentile=percentile, placement=Placement(placement).value, overrides=overrides, holdout=fraction,
         holdout_data=held, metric=metric, min_cosine=min_cosine, min_metric=min_metric, cache_path=cache,
-        from_engine=from_engine, weights=Weights(weights).value,
+        from_engine=from_engine, max_loss=max_loss, weights=Weights(weights).value,
     )  # fmt: skip
 
 

@@ -26,10 +26,30 @@ EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
 
-EXIT_CODES_HELP = "Exit codes: 0 ok; 1 a check, a gate or the target failed; 2 a usage or input error."
+EXIT_CODES_HELP = ("Exit codes: 0 ok; 1 a check, a gate or the target failed; 2 a usage or input error; "
+                   "130 Ctrl-C.")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+def reader_gone(stream: Any) -> None:
+    """The reader of ``stream`` closed it (``edgeq compare ... | head -1``): what is left to print goes
+    to /dev/null, quietly, and the command ends with the exit code its result gives. A closed pipe is no
+    failed check (rich's own handling exits 1), and no "Exception ignored" when Python flushes at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's capture): none to move
+        pass
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        reader_gone(self.file)
+
+
+out = _Console(highlight=False, soft_wrap=True)
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 _LEVEL_STYLE = {Level.ERROR: "bold red", Level.WARNING: "yellow", Level.INFO: "cyan"}
 _PRECISION_STYLE = {"INT8": "green", "FP16": "yellow", "BF16": "yellow", "FP32": "red", "INT32": "magenta"}
@@ -156,9 +176,12 @@ def code_for(ok: Any) -> int:
 
 
 def print_json(obj: Any) -> None:
-    """JSON to stdout, unwrapped, so it pipes into jq."""
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
-    sys.stdout.flush()
+    """JSON to stdout, unwrapped, so it pipes into jq (``| head`` too: ``reader_gone``)."""
+    try:
+        sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone(sys.stdout)
 
 
 def visible(text: str) -> str:
@@ -216,14 +239,15 @@ def _findings_table(findings: Sequence[Finding], title: str, nodes_column: bool)
         t.add_column("nodes", overflow="fold", max_width=48)
     t.add_column("problem / fix", overflow="fold", min_width=30)
     for f in findings:
-        names = [escape(n) for n in f.nodes[:3]]
+        tag = " (input)" if f.names == "inputs" and nodes_column else ""
+        names = [escape(n) + tag for n in f.nodes[:3]]
         more = f"[dim](+{len(f.nodes) - 3} more)[/]" if len(f.nodes) > 3 else ""
         problem = f"{escape(f.message)}\n[dim]fix:[/] {escape(f.fix)}"
         level = f"[{_LEVEL_STYLE[f.level]}]{f.level.value}[/]"
         if nodes_column:
             t.add_row(level, f.rule, "\n".join([*names, more] if more else names), problem)
         else:
-            where = f"[dim]nodes:[/] {', '.join(names)}{' ' + more if more else ''}\n" if names else ""
+            where = f"[dim]{f.names}:[/] {', '.join(names)}{' ' + more if more else ''}\n" if names else ""
             t.add_row(level, f.rule, where + problem)
     return t
 

@@ -15,8 +15,10 @@ from edgeq.cli.options import (
     Calib,
     Calibrator,
     CalibratorOpt,
+    EngineRun,
     Holdout,
     Json,
+    MaxLoss,
     MetricOpt,
     MinCosine,
     MinMetric,
@@ -32,6 +34,7 @@ from edgeq.cli.options import (
 )
 from edgeq.cli.output import (
     EXIT_CODES_HELP,
+    EXIT_OK,
     code_for,
     err,
     out,
@@ -48,8 +51,9 @@ _HELP = (
     "Quantize a float ONNX model to explicit INT8 (Q/DQ) placed so TensorRT 8.6 fuses, and write the "
     "implicit path's calibration cache from the same statistics.\n\n"
     "Writes <name>.int8.onnx, <name>.int8.cache with <name>.int8.fp32.onnx, and <name>.int8.json; then "
-    "checks Q/DQ against FP32 in onnxruntime on held-out data by the task's metric. 'edgeq rules' explains "
-    "the placement.\n\n" + EXIT_CODES_HELP
+    "checks Q/DQ, computed as the engine computes it, against FP32 by the task's metric on --holdout "
+    "(default: --calib). Far below FP32 fails unless --min-metric bounds it. 'edgeq rules' explains the "
+    "placement.\n\n" + EXIT_CODES_HELP
 )
 
 
@@ -61,7 +65,8 @@ def quantize_cmd(
         help="The Q/DQ model \\[default: <name>.int8.onnx]."
     ),
     cache: Optional[Path] = typer.Option(
-        None, "--cache", metavar="PATH", help="The calibration cache \\[default: -o's name, .cache]."
+        None, "--cache", metavar="PATH", parser=output_file,
+        help="The calibration cache \\[default: -o's name, .cache]."
     ),
     calib: Calib = None,
     synthetic: Synthetic = None,
@@ -69,7 +74,7 @@ def quantize_cmd(
     calibrator: CalibratorOpt = Calibrator.auto,
     percentile: Percentile = 99.99,
     weights: WeightsOpt = Weights.auto,
-    holdout: Holdout = "0.2",
+    holdout: Holdout = None,
     metric: MetricOpt = "auto",
     min_cosine: MinCosine = None,
     min_metric: MinMetric = None,
@@ -79,17 +84,10 @@ def quantize_cmd(
         None, "--from-engine", metavar="JSON", rich_help_panel=QUANTIZE,
         help="Place Q/DQ where this implicit engine ran INT8 (its layer JSON).",
     ),
-    max_loss: Optional[float] = typer.Option(
-        None, "--max-loss", metavar="X", rich_help_panel=QUANTIZE,
-        help="Keep the worst regions float until 1 - metric <= X.",
-    ),
-    engine: Optional[Path] = typer.Option(
-        None, "--engine", metavar="PATH", rich_help_panel=QUANTIZE,
-        help="An earlier deploy's run dir or layer JSON: the float regions' time.",
-    ),
+    max_loss: MaxLoss = None,
+    engine: EngineRun = None,
     json_out: Json = False,
 ) -> int:
-    from dataclasses import replace
 
     from edgeq.errors import QuantError
     from edgeq.quant.quantize import quantize_file
@@ -99,9 +97,8 @@ def quantize_cmd(
     options = quantize_options(
         calib, synthetic=synthetic, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
         placement=placement, overrides=overrides, holdout=holdout, metric=metric, min_cosine=min_cosine,
-        min_metric=min_metric, cache=cache, from_engine=from_engine, weights=weights,
+        min_metric=min_metric, cache=cache, from_engine=from_engine, max_loss=max_loss, weights=weights,
     )  # fmt: skip
-    options = replace(options, max_loss=max_loss)
     with progress_display(enabled=not json_out) as progress:
         result = quantize_file(model, options, output=output, progress=progress, engine=engine)
     code = code_for(result.ok)
@@ -140,6 +137,10 @@ def _render(result: Any) -> None:
         out.print(escape(result.rounding_line()))
     if result.accuracy is not None:
         _render_accuracy(result.accuracy)
+    if result.wrecked:
+        said, fix = result.wrecked_message(d["input"])
+        err.print(f"[bold red]{escape(said)}[/]")
+        err.print(f"fix: {escape(fix)}")
     if result.max_loss is not None:
         style = "green" if result.max_loss.reached else "bold red"
         out.print(f"[{style}]{escape(result.max_loss.summary())}[/]")
@@ -210,8 +211,8 @@ def _render_choice(choice: Any) -> None:
 def _render_accuracy(acc: Any) -> None:
     from edgeq.text import number
 
-    a = Table(title=f"Accuracy: FP32 vs Q/DQ in onnxruntime ({plural(acc.samples, 'held-out sample')}"
-                    f"{'; ' + acc.held_out if acc.held_out else ''})")
+    held = plural(acc.samples, "held-out sample") + (f"; {acc.held_out}" if acc.held_out else "")
+    a = Table(title=f"Accuracy: FP32 vs Q/DQ as the engine computes it ({held})")
     cols = ("output", "cosine (mean)", "cosine (worst)", "worst sample", "max abs error", "top-1 agreement")
     for col in cols:
         a.add_column(col, justify="left" if col == "output" else "right", no_wrap=col != "output")
@@ -228,7 +229,28 @@ def _render_accuracy(acc: Any) -> None:
     if acc.threshold is not None or acc.min_metric is not None:
         style = "green" if acc else "bold red"
         out.print(f"accuracy gate: [{style}]{escape(str(acc))}[/]")
-    elif acc.far_below:
-        err.print(f"[bold red]warning: accuracy far below FP32:[/] {escape(str(acc))}; --min-metric makes "
-                  "this fail; --max-loss X keeps the regions to blame float until the loss is at most X (at "
-                  "a speed cost; 'edgeq sensitivity' ranks them)")
+
+
+@app.command("presets", short_help="The image preprocessing presets (--preprocess NAME); print one to copy.")
+def presets_cmd(
+    name: Optional[str] = typer.Argument(None, metavar="[NAME]", help="A preset, e.g. yolo."),
+) -> int:
+    """List the image preprocessing presets quantize, deploy and fleet take as --preprocess NAME, each
+    with where it comes from; with NAME, print that preset's YAML (comments and all) on stdout, to copy
+    and edit: edgeq presets yolo > my-yolo.yaml, then --preprocess my-yolo.yaml."""
+    import sys
+
+    from edgeq.quant.data.preprocess import preset_names, preset_text
+
+    if name is not None:
+        sys.stdout.write(preset_text(name))
+        return EXIT_OK
+    t = Table(title="--preprocess NAME", expand=False)
+    t.add_column("name", style="bold", no_wrap=True)
+    t.add_column("what it reproduces", overflow="fold")
+    for preset in preset_names():
+        first = preset_text(preset).splitlines()[0]
+        t.add_row(preset, escape(first.split(":", 1)[1].strip() if ":" in first else first))
+    print_table(t)
+    out.print("edgeq presets NAME prints one (to copy and edit: --preprocess FILE.yaml)")
+    return EXIT_OK

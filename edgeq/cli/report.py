@@ -29,6 +29,7 @@ from edgeq.cli.options import (
 from edgeq.cli.output import (
     EXIT_CODES_HELP,
     code_for,
+    fit_table,
     out,
     precision_cell,
     print_json,
@@ -168,6 +169,10 @@ def report_cmd(
     if forbid_copies:
         policy = policy.replace(forbid_interior_copies=True)
     report, gate = report_and_gate(layers, profile, onnx_path, policy)
+    if report.onnx is not None:  # another model's engine: refused, as compare refuses it
+        from edgeq.report.layernames import require_model_of
+
+        require_model_of(layers.name, report.onnx, onnx_path.name if onnx_path else None)
     code = code_for(gate)
     if html_out is not None:
         atomic_write_text(html_out, render_html(report, gate))
@@ -251,24 +256,41 @@ def _render_comparison(comparison: Any, gates: Sequence[Any], top: int) -> None:
         if not regions:
             out.print("  [green]no region differs: same fusion, precisions and reformats[/]")
             continue
-        rt = Table(box=None, expand=False, pad_edge=False)
-        for col in ("region (ONNX nodes)", "baseline", "candidate", "Δ µs", "rule"):
-            region = col == "region (ONNX nodes)"
-            rt.add_column(col, overflow="fold" if region else "ellipsis", max_width=34 if region else None,
-                          no_wrap=col == "Δ µs", justify="right" if col == "Δ µs" else "left")
-        for r in regions:
-            def side(s: Any) -> str:
-                us = f" {s.time_ms * 1000:.1f}µs" if s.time_ms is not None else ""
-                extra = f" +{plural(s.reformats, 'reformat')}" if s.reformats else ""
-                return f"{precision_cell(s.precision or None)} {plural(len(s.groups), 'layer')}{us}{extra}"
-
-            delta = f"{r.delta_ms * 1000:+.1f}" if r.delta_ms is not None else "-"
-            rt.add_row(visible(r.label(1)), side(r.base), side(r.cand), delta, visible(", ".join(r.rules)))
-        print_table(rt, drop=("rule",))
+        width = width_of(out)
+        rt = fit_table(_region_table(regions, rule_column=True), width, out, drop=("rule",))
+        if "rule" not in {str(c.header) for c in rt.columns}:  # too narrow: each rule under its region
+            rt = fit_table(_region_table(regions, rule_column=False), width, out)
+        out.print(rt, width=width, soft_wrap=False)
     for note in comparison.notes:
         out.print(f"[yellow]note:[/] {visible(note)}")
     for g in gates:
         print_verdict(g)
+
+
+def _region_table(regions: Sequence[Any], rule_column: bool) -> Table:
+    """The regions that differ, a row each: its ONNX nodes (a name is never cut: it is what a user
+    searches for), each side's precision, layers and time, the time it costs, and the rules that explain
+    it, in a column of their own or, where that does not fit, on the line under the region's name."""
+    rt = Table(box=None, expand=False, pad_edge=False)
+    for col in ("region (ONNX nodes)", "baseline", "candidate", "Δ µs", *(("rule",) if rule_column else ())):
+        region = col == "region (ONNX nodes)"
+        rt.add_column(col, overflow="fold" if region else "ellipsis", no_wrap=col == "Δ µs",
+                      justify="right" if col == "Δ µs" else "left")  # fmt: skip
+
+    def side(s: Any) -> str:
+        us = f" {s.time_ms * 1000:.1f}µs" if s.time_ms is not None else ""
+        extra = f" +{plural(s.reformats, 'reformat')}" if s.reformats else ""
+        return f"{precision_cell(s.precision or None)} {plural(len(s.groups), 'layer')}{us}{extra}"
+
+    for r in regions:
+        delta = f"{r.delta_ms * 1000:+.1f}" if r.delta_ms is not None else "-"
+        rules = visible(", ".join(r.rules))
+        if rule_column:
+            rt.add_row(visible(r.label(1)), side(r.base), side(r.cand), delta, rules)
+        else:
+            label = visible(r.label(1)) + (f"\n  [dim]rule:[/] {rules}" if rules else "")
+            rt.add_row(label, side(r.base), side(r.cand), delta)
+    return rt
 
 
 @app.command("compare", help=_COMPARE_HELP, short_help="Why one engine is slower than another.")
@@ -289,7 +311,8 @@ def compare_cmd(
     onnx_path: Onnx = None,
     gate_name: Gate = "none",
     min_ratio: float = typer.Option(
-        0.97, "--min-ratio", rich_help_panel=GATE, help="The relative gate's lowest throughput ratio."
+        0.97, "--min-ratio", metavar="R", rich_help_panel=GATE,
+        help="The relative gate's lowest throughput ratio.",
     ),
     top: int = typer.Option(10, "--top", metavar="N", min=1, help="Differing regions listed per candidate."),
     json_out: Json = False,
@@ -329,6 +352,12 @@ def compare_cmd(
             onnx_model = load_model(onnx_path)
             findings = lint_model(onnx_model)
         found = [engine_from_path(p, onnx_model) for p in paths]
+        if onnx_path is not None:  # as report --onnx: engines of another model are refused
+            from edgeq.report.layernames import require_model_of
+
+            for e in found:
+                if e.report is not None and e.report.onnx is not None:
+                    require_model_of(e.name, e.report.onnx, onnx_path.name)
     else:
         built = _on_target(paths, target or "", calib, fp16, qdq_model, accept_new_host_key, runs_dir,
                            json_out, placement)  # fmt: skip

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgeq.cli.app import app
-from edgeq.cli.output import EXIT_OK, out, print_table
+from edgeq.cli.output import EXIT_OK, out, print_table, print_wrapped
 from edgeq.errors import EdgeqError
 
 
@@ -40,8 +40,31 @@ def rules_cmd(
     shown = section(rule_id)
     if shown is None:
         raise EdgeqError(f"no rule '{rule_id}' in {RULES_DOC}", hint="`edgeq rules` lists the ids")
-    out.print(shown, markup=False, highlight=False)
+    for block, indent in _blocks(shown):
+        if block:
+            print_wrapped(escape(block), indent=indent)
+        else:
+            out.print()
     return EXIT_OK
+
+
+def _blocks(markdown: str) -> list[tuple[str, int]]:
+    """A section's markdown as the units it wraps in: a paragraph or a list item joined into one line
+    (with its continuation indent), a heading whole, an empty string between paragraphs. The file is
+    wrapped for an editor (about 105 columns); the terminal's width is what the reader has."""
+    out: list[tuple[str, int]] = []
+    for para in markdown.strip("\n").split("\n\n"):
+        if out:
+            out.append(("", 0))
+        items: list[list[str]] = []
+        for line in para.splitlines():
+            starts_item = line.lstrip().startswith(("- ", "* ")) and not line.startswith(" ")
+            if line.startswith("#") or starts_item or not items:
+                items.append([line.strip()])
+            else:
+                items[-1].append(line.strip())
+        out += [(" ".join(words), 2 if words[0].startswith(("- ", "* ")) else 0) for words in items]
+    return out
 
 
 def _used_by() -> dict[str, list[str]]:

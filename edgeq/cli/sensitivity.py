@@ -15,8 +15,10 @@ from edgeq.cli.options import (
     Calib,
     Calibrator,
     CalibratorOpt,
+    EngineRun,
     Holdout,
     Json,
+    MaxLoss,
     MetricOpt,
     Overrides,
     Percentile,
@@ -28,6 +30,7 @@ from edgeq.cli.options import (
     quantize_options,
 )
 from edgeq.cli.output import EXIT_CODES_HELP, err, out, print_json, print_table, progress_display
+from edgeq.fs import output_dir
 
 _HELP = (
     "Which Q/DQ regions cost the task metric: calibrate once, run the FP32 model once on the held-out "
@@ -45,7 +48,7 @@ _HELP = (
 def sensitivity_cmd(
     model: Path = typer.Argument(..., help="The float ONNX model."),
     calib: Calib = None,
-    holdout: Holdout = "0.2",
+    holdout: Holdout = None,
     metric: MetricOpt = "auto",
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.auto,
@@ -57,8 +60,11 @@ def sensitivity_cmd(
         20, "--max-regions", metavar="N", help="Score at most N regions (the most clipped).",
     ),
     budget: Budget = None,
+    engine: EngineRun = None,
+    max_loss: MaxLoss = None,
     output: Optional[Path] = typer.Option(
-        None, "-o", "--output", metavar="DIR", help="Where to write \\[default: <model>.sensitivity/].",
+        None, "-o", "--output", metavar="DIR", parser=output_dir,
+        help="Where to write \\[default: <model>.sensitivity/].",
     ),
     json_out: Json = False,
 ) -> int:
@@ -70,8 +76,8 @@ def sensitivity_cmd(
         raise QuantError("sensitivity needs calibration data (--calib DIR)")
     q = quantize_options(calib, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
                          placement=placement, overrides=overrides, holdout=holdout,
-                         metric=metric, weights=weights)  # fmt: skip
-    options = SensitivityOptions(q, max_regions=max_regions,
+                         metric=metric, max_loss=max_loss, weights=weights)  # fmt: skip
+    options = SensitivityOptions(q, max_regions=max_regions, engine=engine,
                                  budget_s=parse_budget(budget) if budget is not None else None)  # fmt: skip
     with progress_display(enabled=not json_out) as progress:
         result = sensitivity_file(model, options, output, progress)
@@ -108,12 +114,20 @@ def _render(result: Any) -> None:
         out.print(f"[yellow]not scored:[/] {len(s['regions'])} region(s) ({escape(s['why'])})")
     for note in d["notes"]:
         err.print(f"[yellow]note:[/] {escape(note)}")
-    if d["ranked"]:
-        top = d["ranked"][0]
-        share = top["recovered"] / d["loss"] if d["loss"] > 0 else 0.0
-        out.print(f"keeping [bold]{escape(top['name'])}[/] float recovers {top['recovered']:+.4f} "
-                  f"({share:.0%} of the loss): exclude its nodes with --overrides, or let "
-                  "'edgeq quantize --max-loss X' choose")
+    if d["advice"]:
+        out.print(escape(d["advice"]))
+    engine = d.get("engine")
+    if engine is not None:
+        how = "measured" if engine["qps_measured"] else "from its profile"
+        out.print(f"priced on {escape(engine['path'])} ({engine['qps']:.0f} qps {how}); the page draws "
+                  "accuracy against qps")
+        if engine.get("budget"):
+            b = engine["budget"]
+            style = "green" if b["reached"] else "bold red"
+            nodes = ", ".join(b["nodes"][:4]) + (" ..." if len(b["nodes"]) > 4 else "")
+            out.print(f"[{style}]--max-loss {b['max_loss']:g}: {len(b['regions'])} region(s) float "
+                      f"({escape(nodes)}), modelled +{b['cost']['ms'] * 1000:.1f} us; "
+                      f"{escape(b['after']['text'])}[/] (deploy --max-loss builds and times it)")
     files = result.files
     if files:
         out.print(f"wrote [bold]{escape(files['json'])}[/] and [bold]{escape(files['html'])}[/]")

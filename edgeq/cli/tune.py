@@ -26,6 +26,7 @@ from edgeq.cli.options import (
     quantize_options,
 )
 from edgeq.cli.output import EXIT_CODES_HELP, code_for, out, print_json, progress_display
+from edgeq.fs import output_dir
 
 _HELP = (
     "Placement decided by the target's own timings: calibrate once, build implicit INT8 on the target, "
@@ -60,7 +61,8 @@ def tune_cmd(
         3, "--rounds", metavar="N", min=0, help="Paired re-timing rounds a decision (0: single timings)."
     ),
     output: Optional[Path] = typer.Option(
-        None, "--output", "-o", metavar="DIR", help="Output and resume directory \\[default: <model>.tune/]."
+        None, "--output", "-o", metavar="DIR", parser=output_dir,
+        help="Output and resume directory \\[default: <model>.tune/]."
     ),
     json_out: Json = False,
 ) -> int:

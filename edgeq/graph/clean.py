@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from edgeq.graph.facts import Pattern
     from edgeq.graph.passes.base import GraphPass, ModelPass
+    from edgeq.graph.shapes import InputShapes
 
 __all__ = ["PASSES", "Change", "CleanOptions", "CleanResult", "clean_file", "clean_model", "fit_findings"]
 
@@ -73,6 +74,9 @@ def clean_model(
         )
     # PyTorch's qint8 export pattern is recognized on the input: cleaning removes the Casts that mark it.
     torch_nodes = frozenset() if options.torch_qint8 else _torch_qint8_nodes(model)
+    from edgeq.graph.shapes import input_shapes
+
+    resolved = input_shapes(model, options.shapes)  # a bad --shapes is said before any work
     work = onnx.ModelProto()
     work.CopyFrom(model)
     passes = [p for p in PASSES if p.name not in options.skip]
@@ -129,8 +133,12 @@ def clean_model(
         else:
             checked = work
         verification = compare_models(
-            reference, checked, atol=options.atol, rtol=options.rtol, seed=options.seed, widen_half=True
+            reference, checked, atol=options.atol, rtol=options.rtol, seed=options.seed, widen_half=True,
+            shapes=resolved.shapes, hint=_shapes_hint(resolved),
         )
+        if resolved.shapes:
+            note = f"dynamic inputs run at {resolved.describe()}"
+            verification = dataclasses.replace(verification, notes=(*verification.notes, note))
         if refolded:
             verification = dataclasses.replace(verification, notes=(*verification.notes, refolded))
     if verification is not None and options.torch_qint8:
@@ -143,6 +151,17 @@ def clean_model(
         verification = dataclasses.replace(verification, notes=(*verification.notes, note))
     progress("clean", total, total)
     return CleanResult(work, changes, findings, verification, tuple(p.name for p in passes))
+
+
+def _shapes_hint(resolved: InputShapes) -> str:
+    """What to give when the input model does not run at the shapes verification tried."""
+    from edgeq.graph.shapes import shapes_hint
+
+    if resolved.missing:  # run at 1: nothing said the input's size
+        return f"dynamic dimensions ran at 1 (nothing gives the input size): {shapes_hint(resolved.missing)}"
+    if set(resolved.sources.values()) == {"--shapes"}:
+        return "give --shapes the size the model runs at (trtexec syntax)"
+    return f"other shapes: --shapes with the size the model runs at (trtexec syntax; tried {resolved.spec()})"
 
 
 def clean_file(

@@ -307,6 +307,8 @@ def ort_session(model: onnx.ModelProto, options: Any = None, providers: Sequence
     import onnxruntime as ort
 
     quiet_onnxruntime()
+    options = options if options is not None else ort.SessionOptions()
+    options.log_severity_level = ORT_QUIET  # every session's: see ORT_QUIET
     providers = list(providers or ["CPUExecutionProvider"])
     if serialized_size(model) <= EXTERNAL_DATA_THRESHOLD:
         return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
@@ -315,13 +317,21 @@ def ort_session(model: onnx.ModelProto, options: Any = None, providers: Sequence
         return ort.InferenceSession(str(path), options, providers=providers)
 
 
+# onnxruntime's log severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal. Its C++ logger writes to
+# fd 2, in colour, past Python: an error a session's run fails with ("[E:onnxruntime:, sequential_executor.cc
+# ... ExecuteKernel] Non-zero status code ...") is written at severity 3 and then raised as the exception
+# edgeq words its own line from. So every session logs at fatal only (the session's ``log_severity_level``
+# stops what it writes while it is created and run; the default logger's, what it writes before a session
+# has its own, and graphsurgeon's constant-folding sessions, which take the default).
+ORT_QUIET = 4
+
+
 def quiet_onnxruntime() -> None:
-    """onnxruntime logs warnings (optimizer notes, in colour) to stderr from every session, ours and
-    graphsurgeon's constant folding alike: keep its default logger at error severity. Library code
-    never prints; what matters comes back as edgeq's own findings and errors."""
+    """Keep onnxruntime's own log lines off the terminal (``ORT_QUIET``): library code never prints; what
+    matters comes back as edgeq's own findings and errors, each with onnxruntime's message."""
     import onnxruntime as ort
 
-    ort.set_default_logger_severity(3)
+    ort.set_default_logger_severity(ORT_QUIET)
 
 
 def graph_from_model(model: onnx.ModelProto) -> gs.Graph:

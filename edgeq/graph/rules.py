@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     import onnx
     import onnx_graphsurgeon as gs
 
+    from edgeq.graph.shapes import InputShapes
+
 SUPPORTED_TRT = ("8.6",)
 
 # https://docs.nvidia.com/deeplearning/tensorrt/archives/tensorrt-861/developer-guide/index.html: chapter 7
@@ -64,7 +66,7 @@ class Rule:
     fix: str
     source: str
     check: Callable[..., list[Finding]]
-    needs: Literal["graph", "model", "registry"] = "graph"
+    needs: Literal["graph", "model", "inputs", "registry"] = "graph"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -202,35 +204,34 @@ def check_ir_too_high(model: onnx.ModelProto) -> list[Finding]:
         _finding(
             "ir-too-high",
             f"IR version {model.ir_version} > {optable.MAX_IR_VERSION}: the 8.6 parser is built on onnx 1.13 "
-            "(IR 8); older onnxruntime builds refuse IR 10+",
+            "(IR 8; an IR 9+ file is unmeasured on 8.6); older onnxruntime builds refuse IR 10+",
             [],
         )
     ]
 
 
-def check_dynamic_shape(graph: gs.Graph) -> list[Finding]:
-    """Inputs with symbolic or unknown dimensions: the engine needs an optimization profile."""
-    dyn = []
-    for t in graph.inputs:
-        shape = getattr(t, "shape", None)
-        if shape is None or any(not isinstance(d, int) or d < 0 for d in shape):
-            dims = (
-                "?"
-                if shape is None
-                else "x".join(str(d) if isinstance(d, int) and d >= 0 else str(d or "?") for d in shape)
-            )
-            dyn.append((t.name, dims))
+def check_dynamic_shape(model: onnx.ModelProto, resolved: InputShapes) -> list[Finding]:
+    """Inputs with symbolic or unknown dimensions: the engine needs an optimization profile. Info when
+    edgeq resolves every such input's shape (``edgeq.graph.shapes``: ``--shapes``, or the exporter's:
+    the build then has its profile, or the calibration data's), a warning naming a shape to give when not."""
+    from edgeq.agent.shapes import describe_dims
+    from edgeq.graph.shapes import dynamic_inputs, shapes_hint
+
+    dyn = dynamic_inputs(model)
     if not dyn:
         return []
-    return [
-        _finding(
-            "dynamic-shape",
-            "dynamic input dimensions: "
-            + ", ".join(f"{name} ({dims})" for name, dims in dyn)
-            + "; the build needs --minShapes/--optShapes/--maxShapes (deploy: else the --calib data's shape)",
-            [name for name, _ in dyn],
-        )
-    ]
+    listed = ", ".join(f"{name} {describe_dims(dims)}" for name, dims in dyn)
+    names = [name for name, _ in dyn]
+    if not resolved.missing:
+        return [_finding("dynamic-shape", f"dynamic input dimensions: {listed}; edgeq builds and runs it at "
+                         f"{resolved.describe()}, or at the --calib data's shapes", names, level=Level.INFO,
+                         fix="nothing to do: --minShapes/--optShapes/--maxShapes (deploy) or --shapes "
+                             "(clean, lint) to choose other shapes")]
+    return [_finding("dynamic-shape", f"dynamic input dimensions: {listed}; nothing in the model says its "
+                     "input size: the build needs --optShapes (deploy: else the --calib data's shapes)",
+                     names,
+                     fix=f"{shapes_hint(resolved.missing, '--optShapes')} (deploy; --shapes for clean and "
+                         "lint), or export with fixed shapes")]
 
 
 def placeholder_dims(graph: gs.Graph) -> dict[str, list[tuple[str, int]]]:
@@ -379,9 +380,9 @@ _PARSE_RULES: tuple[Rule, ...] = (
         check_opset_too_high,
         needs="model",
     ),
-    Rule(
+    Rule(  # info: no IR 9+ model was built on 8.6 here; which level it deserves is unmeasured
         "ir-too-high",
-        Level.WARNING,
+        Level.INFO,
         "IR version above 8",
         "run `edgeq clean` (sets IR version 8)",
         "onnx-tensorrt release/8.6-GA third_party/onnx at v1.13 (IR 8); "
@@ -392,10 +393,11 @@ _PARSE_RULES: tuple[Rule, ...] = (
     Rule(
         "dynamic-shape",
         Level.WARNING,
-        "input with dynamic dimensions",
+        "input with dynamic dimensions and no size to build it at",
         "build with --minShapes/--optShapes/--maxShapes (trtexec names), or export with fixed shapes",
         f"{DEV_GUIDE} §8 Working with Dynamic Shapes (optimization profiles)",
         check_dynamic_shape,
+        needs="inputs",
     ),
     Rule(
         "dim-name-shared",
@@ -466,6 +468,7 @@ def _finding(
         fix=fix or rule.fix,
         source=cite(rule_id),  # the shipped section holds this rule's evidence (``Rule.source``)
         nodes=tuple(nodes),
+        names="inputs" if rule.needs == "inputs" else "nodes",
     )
 
 
@@ -500,18 +503,23 @@ def select_rules(rules: Iterable[str] | None = None) -> list[Rule]:
 
 
 def lint_model(
-    model: onnx.ModelProto, *, trt: str = "8.6", rules: Iterable[str] | None = None
+    model: onnx.ModelProto, *, trt: str = "8.6", rules: Iterable[str] | None = None, shapes: str = ""
 ) -> list[Finding]:
-    """Every finding TensorRT ``trt`` would give this model, most severe first. The model is not changed."""
+    """Every finding TensorRT ``trt`` would give this model, most severe first. The model is not changed.
+    ``shapes``: ``--shapes`` (trtexec syntax), the dynamic inputs' shapes over the exporter's."""
     from edgeq.graph.io import typed_graph_from_model
+    from edgeq.graph.shapes import input_shapes
 
     normalize_trt(trt)
     selected = select_rules(rules)
+    resolved = input_shapes(model, shapes)  # a bad --shapes: said before any rule runs
     graph = typed_graph_from_model(model)
     found: list[Finding] = []
     for rule in selected:
         if rule.needs == "model":
             found.extend(rule.check(model))
+        elif rule.needs == "inputs":
+            found.extend(rule.check(model, resolved))
         elif rule.needs == "graph":
             found.extend(rule.check(graph))
     via_registry = [r.id for r in selected if r.needs == "registry"]

@@ -42,17 +42,20 @@ class Verification:
         return self.passed
 
     def __str__(self) -> str:
+        from edgeq.text import number, plain  # figures never in e-notation ("5.22e-08")
+
         where = f" (output '{self.worst}')" if self.worst else ""
         where += "".join(f"; {n}" for n in self.notes)
+        atol, rtol = plain(self.atol), plain(self.rtol)
         if self.passed:
             return (
-                f"PASSED: max abs error {self.max_abs:.3g} (atol {self.atol:g}), max rel error "
-                f"{self.max_rel:.3g} (rtol {self.rtol:g}){where}"
+                f"PASSED: max abs error {number(self.max_abs)} (atol {atol}), max rel error "
+                f"{number(self.max_rel)} (rtol {rtol}){where}"
             )
         return (
-            f"FAILED: {self.failed_elements} of {self.total_elements} values beyond atol {self.atol:g} "
-            f"and rtol {self.rtol:g}; max abs error {self.max_abs:.3g}, "
-            f"max rel error {self.max_rel:.3g}{where}"
+            f"FAILED: {self.failed_elements} of {self.total_elements} values beyond atol {atol} "
+            f"and rtol {rtol}; max abs error {number(self.max_abs)}, "
+            f"max rel error {number(self.max_rel)}{where}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,8 +129,10 @@ def _bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs of the model's shapes; dynamic dimensions become 1.
+def random_inputs(model: onnx.ModelProto, seed: int = 0, shapes: dict[str, tuple[int, ...]] | None = None
+                  ) -> dict[str, np.ndarray]:  # fmt: skip
+    """Random inputs of the model's shapes: a dynamic input at its shape in ``shapes`` (resolved by
+    ``edgeq.graph.shapes``), else with its dynamic dimensions 1.
 
     Floats are uniform in [0, 1) like normalized images; integers small and non-negative; bools random.
     """
@@ -136,6 +141,7 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for name, (shape, dtype) in static_inputs(model).items():
+        shape = list((shapes or {}).get(name, shape))
         too_big = oversized_input(name, shape, dtype)
         if too_big:
             raise GraphError(too_big, hint=f"--no-verify skips the comparison, or {shape_hint(name)}")
@@ -154,32 +160,35 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
 
 
 def run_model(
-    model: onnx.ModelProto, feeds: dict[str, np.ndarray], label: str = "the model"
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], label: str = "the model", hint: str = ""
 ) -> dict[str, np.ndarray]:
-    """Run once on onnxruntime's CPU provider with graph optimizations off."""
+    """Run once on onnxruntime's CPU provider with graph optimizations off. A failure is one line naming
+    the input shapes it ran at (``feeds``'), with ``hint`` before the way around it."""
     import onnxruntime as ort
 
     from edgeq.graph.io import ort_session
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
     try:
         sess = ort_session(model, so, ["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         return dict(zip(names, sess.run(names, feeds)))
     except Exception as e:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
-        raise GraphError(
-            f"onnxruntime cannot run {label}: {_ort_message(e)}", hint="--no-verify skips the comparison"
-        ) from None
+        at = ",".join(f"{k}:{'x'.join(str(d) for d in v.shape)}" for k, v in feeds.items())
+        raise GraphError(f"onnxruntime cannot run {label} at {at or 'no inputs'}: {ort_message(e)}",
+                         hint=f"{hint + '; ' if hint else ''}--no-verify skips the comparison") from None
 
 
-def _ort_message(e: Exception) -> str:
+def ort_message(e: Exception) -> str:
     """onnxruntime's first line without its '[ONNXRuntimeError] : 1 : FAIL : file.cc:46 signature' prefix."""
     import re
 
     msg = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first_line(e))
     msg = re.sub(r"^\S+\.(?:h|cc|cpp):\d+ [^\n]*?\) ", "", msg)
+    # a kernel's status inside: "Status Message: /onnxruntime_src/.../op_kernel.cc:87 virtual OrtValue* ...
+    # [ONNXRuntimeError] : 1 : FAIL : Shape mismatch ..." -> "Status Message: Shape mismatch ..."
+    msg = re.sub(r"\S*\.(?:h|cc|cpp):\d+ [^\[]*?\[ONNXRuntimeError\] : \d+ : \w+ : ", "", msg)
     return msg if len(msg) <= 300 else msg[:297] + "..."
 
 
@@ -192,11 +201,15 @@ def compare_models(
     seed: int = 0,
     inputs: dict[str, np.ndarray] | None = None,
     widen_half: bool = False,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    hint: str = "",
 ) -> Verification:
     """Run ``a`` (reference) and ``b`` on the same inputs; compare every output ``a`` has.
 
     ``widen_half``: when ``a`` is a float16/bfloat16 network, compare both with those types widened to
-    float32 (``widened_to_float32``), and say so in the result's notes.
+    float32 (``widened_to_float32``), and say so in the result's notes. ``shapes``: the dynamic inputs'
+    shapes for the random inputs (``random_inputs``); ``hint``: what to do when the input model does not
+    run at them (the shapes to give).
     """
     import numpy as np
 
@@ -208,8 +221,8 @@ def compare_models(
             "provider runs float16 layers in float32 and drops roundings, so it cannot compare "
             "float16 graphs exactly)",
         )
-    feeds = inputs if inputs is not None else random_inputs(a, seed)
-    ref = run_model(a, feeds, "the input model")
+    feeds = inputs if inputs is not None else random_inputs(a, seed, shapes)
+    ref = run_model(a, feeds, "the input model", hint)
     b_inputs = {i.name for i in b.graph.input}
     try:
         got = run_model(b, {k: v for k, v in feeds.items() if k in b_inputs}, "the result")

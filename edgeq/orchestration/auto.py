@@ -503,6 +503,13 @@ class KindPlacement:
         from edgeq.orchestration.deploy import policy_for
 
         d = self.decided.decision
+        if "budget" in d.evidence:  # --max-loss: exactly the kept nodes (and their edge Q/DQ), said as such
+            from edgeq.orchestration.budget import cached_allowances
+
+            policy = policy_for(target, gate, allow, require_fusion)
+            for pattern, why in cached_allowances(d):
+                policy = policy.with_allow([pattern], source=why)
+            return policy
         if d.kept == "implicit":
             return policy_for(target, "none", allow, require_fusion)
         policy = policy_for(target, gate, (*allow, *d.allowlisted, *d.float_entry_nodes), require_fusion)
@@ -513,6 +520,10 @@ class KindPlacement:
     def cell(self) -> str:
         """The fleet matrix's words for it: what was kept, where it was decided, from the cache or not."""
         ev = self.decided.decision.evidence
+        if "budget" in ev:
+            b = ev["budget"]
+            how = "from cache" if self.decided.from_cache else f"decided on {self.decided_on}"
+            return f"--max-loss {b['max_loss']:g}: {len(b['chosen']['regions'])} region(s) float ({how})"
         ratio = f" {ev['ratio']}x" if ev.get("ratio") is not None else ""
         how = "from cache" if self.decided.from_cache else \
             f"decided on {self.decided_on}, implicit build {ev.get('implicit_build_seconds')} s"
@@ -563,8 +574,14 @@ class KindPlacements:
                 raise EdgeqError(f"placement of kind {kind}: {e.message}", e.hint, exit_code=e.exit_code)
             where = self.out_dir / slug(kind)
             try:
-                decided = deploy_auto(self.model, target, replace(self.options, runs_dir=where), self.auto,
-                                      progress=self.progress)  # fmt: skip
+                options = replace(self.options, runs_dir=where)
+                if self.options.quantize.max_loss is not None:  # the kind's budget, on its first board
+                    from edgeq.orchestration.budget import deploy_budget
+
+                    decided: AutoDeploy = deploy_budget(self.model, target, options, self.auto,
+                                                        progress=self.progress)  # fmt: skip
+                else:
+                    decided = deploy_auto(self.model, target, options, self.auto, progress=self.progress)
                 files = decided.files
                 cache = Path(files["calib_cache"]) if "calib_cache" in files else None
                 placed = replace(self.options.quantize, calib=None, synthetic=None)  # quantized already

@@ -72,6 +72,9 @@ class DeployOptions:
     # --gate accuracy: TensorRT's own accuracy on the held-out set gates the run (--holdout DIR, or
     # quantize.min_metric / min_cosine, run the engine on it too)
     accuracy_gate: bool = False
+    # (node pattern, who kept it float and why): nodes kept float on purpose (``deploy --max-loss``'s
+    # choice, the user's override file) that the precision gate allows, crediting each to its reason
+    intended: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -115,6 +118,8 @@ def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] 
 
 def deploy_policy(options: DeployOptions, target: Target) -> Policy:
     policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
+    for why in dict.fromkeys(w for _, w in options.intended):
+        policy = policy.with_allow([p for p, w in options.intended if w == why], source=why)
     if options.gate_reformats is not None:
         policy = policy.replace(forbid_interior_reformats=options.gate_reformats
                                 and policy.forbid_interior_reformats)  # fmt: skip

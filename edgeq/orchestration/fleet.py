@@ -75,6 +75,7 @@ class FleetOptions:
     # --placement auto (edgeq.orchestration.auto.AutoOptions): a float model with calibration data is placed
     # by the first board of each kind, through the placement cache; None: the host's placement for all
     auto: Optional[Any] = None
+    engine: str = "native"  # who runs the boards: edgeq's own workers, or "ansible" (edgeq.ansible.engine)
 
     def settings(self) -> dict[str, Any]:
         """The options a target's result depends on (its resume key): not where or how fast it ran."""
@@ -117,6 +118,7 @@ class Row:
     error: Optional[str] = None
     exit_code: int = 0  # what this row alone would exit with: its error's code (2: the user's to fix), gate 1
     cause: Optional[str] = None  # why the target could not be used (edgeq.remote.causes), when known
+    failed_in: Optional[str] = None  # the stage a failed row stopped in (build, probe, ...; gate)
     sources: dict[str, str] = field(default_factory=dict)  # "probe" or "target file", per probed fact
     seconds: float = 0.0
     reused_from: Optional[str] = None  # the run this passed row was taken over from (not run again)
@@ -216,6 +218,7 @@ class _Run:
     pool: BoardPool
     placements: Optional[Any] = None  # auto.KindPlacements: one decision per board kind
     held: Any = None  # the held-out set every board's engine runs on (pipeline.accuracy.HeldOutSet), or None
+    connect: Callable[..., Any] = target_runner  # (target, accept_new_host_key, stop) -> a Runner's context
 
 
 def _reusable(target: Target, run: _Run) -> Optional[resume.Prior]:
@@ -272,13 +275,13 @@ def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_ro
         update(status="interrupted", error="not started", exit_code=EXIT_INTERRUPTED)
         return
     if why_not is not None:
-        update(status="skipped", error=f"skipped ({why_not})", exit_code=1)
+        update(status="skipped", error=f"not started: {why_not}", exit_code=1)
         return
     prior = _reusable(target, run)
     started = time.monotonic()
     update(status="running", stage="connect" if prior is None else "probe")
     # one connection, opened lazily; Ctrl-C (the pool's stop) ends what runs on it
-    with target_runner(target, options.accept_new_host_key, run.pool.stop) as runner:
+    with run.connect(target, options.accept_new_host_key, run.pool.stop) as runner:
         found: Optional[Probe] = None
         if prior is not None:
             try:
@@ -309,11 +312,26 @@ def _validate_one(target: Target, prepared: Prepared, run: _Run, row: Row, on_ro
         _run_on_board(runner, target, prepared, run, row, update, started, found, placement)
 
 
+def validate_board(target: Target, prepared: Prepared, fleet_dir: Path, options: FleetOptions, *, key: str,
+                   prior: Optional[resume.Prior], pool: BoardPool, agent: Any, shared: Optional[Any] = None,
+                   connect: Callable[..., Any] = target_runner, on_row: RowFn = _no_row) -> Row:  # fmt: skip
+    """One board of a fleet run, as ``validate_prepared`` runs each of its boards: the seam another engine
+    runs boards through (``edgeq.ansible``: one Ansible task a board, ``connect`` its Ansible connection).
+    ``key``: the board's resume key; ``prior``: its record of an earlier run; ``pool``: this board's view
+    of the run (Ctrl-C, --max-fail and the failures so far); ``shared``: the run's engines by kind."""
+    run = _Run(fleet_dir, options, agent, shared, {target.name: key}, {target.name: prior} if prior else {},
+               pool, connect=connect)  # fmt: skip
+    row = Row(target.name, f"{target.user}@{target.host}:{target.port}")
+    _validate_one(target, prepared, run, row, on_row)
+    return row
+
+
 def _failed_before_run(row: Row, e: EdgeqError, started: float, run: _Run, on_row: RowFn) -> None:
     """A board that passed before could not be probed: failed now, its earlier record kept (not
     overwritten), so a later run reuses it once the board answers as it did."""
     cause = cause_of(e)
     with run.pool.lock:
+        row.failed_in = row.stage
         row.error, row.exit_code, row.status, row.stage = str(e), e.exit_code, "failed", ""
         row.reachable = cause.answered if cause is not None else True
         row.cause = cause.name if cause is not None else None
@@ -363,7 +381,7 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
         stopped = f"stopped during {row.stage}"
         row.exit_code = e.exit_code
     except EdgeqError as e:
-        row.error, row.exit_code = str(e), e.exit_code
+        row.error, row.exit_code, row.failed_in = str(e), e.exit_code, row.stage
         cause = cause_of(e)
     with lock:
         _fill(row, rec, target)
@@ -374,7 +392,7 @@ def _run_on_board(runner: Runner, target: Target, prepared: Prepared, run: _Run,
         if stopped is not None:
             row.status, row.error = "interrupted", stopped
         elif row.error is None and not row.gate:
-            row.error, row.exit_code = row.gate_summary or "gate failed", 1
+            row.error, row.exit_code, row.failed_in = row.gate_summary or "gate failed", 1, "gate"
         row.stage = ""
         run.pool.failures += row.status == "failed"
         resume.record(run_dir, asdict(row), run.keys[target.name], facts)
@@ -401,6 +419,10 @@ def validate(
     started = time.monotonic()
     model = check_model_path(model)
     check_gates(fleet, options)
+    if options.engine == "ansible":  # what it does not run, and Ansible itself: said before any work
+        from edgeq.ansible.engine import check_options
+
+        check_options(options)
     options.quantize.check_inputs()
     from edgeq.orchestration.deploy import holdout_inputs
 
@@ -471,8 +493,13 @@ def validate_prepared(
                placements=_placements(model, fleet_dir, options),
                held=holdout_for(prepared.model, options.quantize, options.accuracy_gate,
                                 options.profile.shapes))
-    pool.run([partial(_validate_one, t, prepared, run, r, on_row) for t, r in zip(fleet.targets, rows)],
-             "edgeq-fleet")  # fmt: skip
+    if options.engine == "ansible":  # the same board work, each board a task of an Ansible play
+        from edgeq.ansible.engine import validate_boards
+
+        validate_boards(fleet, prepared, fleet_dir, options, rows, run.priors, pool, on_row)
+    else:
+        pool.run([partial(_validate_one, t, prepared, run, r, on_row) for t, r in zip(fleet.targets, rows)],
+                 "edgeq-fleet")  # fmt: skip
     result = FleetResult(
         fleet_dir, model, rows, stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), [asdict(s) for s in prepared.stages],
         round(time.monotonic() - started, 3), pool.interrupted,
@@ -549,6 +576,12 @@ def gpu_cell(r: Row) -> str:
     return f"target file: {text}" if filed else text
 
 
+def failure(r: Row) -> str:
+    """Why a failed row failed, in a word or two for its matrix cell (the full reason is its error): the
+    cause of a connection failure, else the stage it stopped in (``gate``, ``build``, ...)."""
+    return r.cause or r.failed_in or "error"
+
+
 def _result(r: Row) -> str:
     """The matrix's last cell: the verdict, with how a resumed run got it or why the board did not run."""
     note = rerun_note(r)
@@ -585,4 +618,4 @@ def matrix(result: FleetResult) -> list[dict[str, str]]:
 
 
 __all__: Sequence[str] = ("NOT_TRIED", "FleetOptions", "FleetResult", "Row", "junit_xml", "matrix",
-                          "rerun_note", "validate")
+                          "rerun_note", "validate", "validate_board")

@@ -230,6 +230,12 @@ def _target_from_host(path: Path, name: str, hvars: Mapping[str, Any]) -> Target
     return target_from_dict(data, path, name)
 
 
+def target_from_host_vars(path: Path, name: str, hvars: Mapping[str, Any]) -> Target:
+    """A host's target from its inventory variables (``ansible_*`` access, ``edgeq_<key>`` target keys),
+    as an inventory fleet reads it; the collection's modules read their host so (edgeq.ansible)."""
+    return _target_from_host(path, name, hvars)
+
+
 def is_ansible(data: Any) -> bool:
     return isinstance(data, Mapping) and "targets" not in data and any(
         isinstance(g, Mapping) and ({"hosts", "children", "vars"} & set(g)) for g in data.values()

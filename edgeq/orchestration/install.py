@@ -36,27 +36,28 @@ from typing import Any, Callable, Optional
 from edgeq.errors import EdgeqError, RemoteError
 from edgeq.interrupt import EXIT_INTERRUPTED, Interrupted
 from edgeq.orchestration.fleet_file import MAX_WORKERS, Fleet
-from edgeq.orchestration.pool import INTERRUPTED, BoardPool
+from edgeq.orchestration.pool import CANARY, INTERRUPTED, BoardPool
 from edgeq.pipeline.stages import ProfileSettings, direct_agent, inspect, probe, profile, report_and_gate
-from edgeq.release.bundle import ReleaseError, check_gzip, read_bundle, verify
+from edgeq.release.bundle import REFUSED, check_gzip, read_bundle, require_intact
 from edgeq.release.sign import Signer, check_signed, signature_path
 from edgeq.remote.causes import CAUSES, cause_of
 from edgeq.remote.protocol import agent_cache_dir
 from edgeq.remote.runner import Runner, target_runner
 from edgeq.remote.targets import Target
+from edgeq.text import plain
 
 RELEASES = "releases"  # under each target's work_dir
 # A bundle install will not use exits 2 whatever the reason (not a bundle, damaged, edited, unsigned,
 # untrusted, a signature that does not match): it is the operator's input, refused before any board is
 # touched, as every bad input is. 1 stays what it means for install: a board tried it and failed.
-# (``release verify`` is the check itself: there a problem found is its result, exit 1.)
-REFUSED = 2
+# (``release verify`` is the check itself: there a problem found is its result, exit 1.) ``release sign``
+# refuses the same way (``edgeq.release.bundle.REFUSED``).
 
 
 @dataclass(frozen=True)
 class InstallOptions:
     limit: Optional[str] = None  # Ansible host pattern (edgeq.orchestration.limit)
-    canary: int = 0  # boards installed (and checked) first; any failure stops the rest
+    canary: int = CANARY  # boards installed (and checked) first; any failure stops the rest
     max_fail: Optional[int] = None  # start no board after this many failures (edgeq.orchestration.pool)
     min_ratio: float = 0.9  # a board's measured qps / the bundle's recorded qps, at least
     accept_new_host_key: bool = False
@@ -64,6 +65,7 @@ class InstallOptions:
     gate: Optional[str] = None  # --gate over each target's own policy
     profile: ProfileSettings = field(default_factory=ProfileSettings)
     cache_dir: Optional[Path] = None
+    engine: str = "native"  # who runs the boards: edgeq's own workers, or "ansible" (edgeq.ansible.engine)
 
 
 @dataclass
@@ -124,7 +126,32 @@ class FleetAction:
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "version": self.version, "signer": self.signer, "canary": self.canary,
                 "stopped": self.stopped, "interrupted": self.interrupted, "passed": self.passed,
-                "rows": [{**asdict(r), "kept": kept(r)} for r in self.rows]}
+                "rows": [self._row(r) for r in self.rows]}
+
+    def _row(self, r: BoardRow) -> dict[str, Any]:
+        """A row as JSON: ``current`` what the board runs now; null only for a board read and found to
+        run nothing, ``"unknown"`` (and ``kept`` saying why) for one that was not read. The versions read
+        from the board (status's and rollback's ``version``, every ``previous``) say the same."""
+        d = {**asdict(r), "kept": kept(r), "current": runs_now(self.action, r)}
+        if not r.seen:
+            d["previous"] = UNKNOWN
+            if self.action != "install":  # install's ``version`` is the bundle's, known either way
+                d["version"] = UNKNOWN
+        return d
+
+
+UNKNOWN = "unknown"  # JSON: a version that could not be read from the board (null: read, none there)
+
+
+def runs_now(action: str, row: BoardRow) -> Optional[str]:
+    """The version the board runs after this command (None: it runs none), or ``UNKNOWN``: never read
+    (unreachable, not started), or the last step's outcome is not known (a switch or a rollback that
+    failed midway)."""
+    if row.switched:
+        return row.version
+    if not row.seen or row.stage in ("switch", "rollback"):
+        return UNKNOWN
+    return row.previous if action == "install" else row.version
 
 
 def kept(row: BoardRow) -> str:
@@ -185,9 +212,10 @@ class Loaded:
 
 
 def load_bundle(bundle: Path, fleet: Fleet, work: Path) -> Loaded:
-    """Verify ``bundle`` (every file against the manifest; the signature when the fleet names
-    ``allowed_signers``) and extract its engines into ``work``. Everything is read from one private
-    copy, so the bytes checked are the bytes installed even if the original is replaced meanwhile."""
+    """Verify ``bundle`` (every file against the manifest, then the signature when the fleet names
+    ``allowed_signers``: a damaged bundle is said to be damaged, not unsigned) and extract its engines
+    into ``work``. Everything is read from one private copy, so the bytes checked are the bytes
+    installed even if the original is replaced meanwhile."""
     bundle = Path(bundle)
     if not bundle.is_file():
         read_bundle(bundle)  # its one-line error: no such bundle, or a directory
@@ -198,17 +226,15 @@ def load_bundle(bundle: Path, fleet: Fleet, work: Path) -> Loaded:
         shutil.copyfile(signature_path(bundle), signature_path(copy))
     try:
         check_gzip(copy)  # a model or an engine given by mistake: said as such, signed or not
-        signer = check_signed(copy, fleet.allowed_signers)  # before anything else is read
-        checked = verify(copy)
-        files = read_bundle(copy)
+        data = copy.read_bytes()
+        checked = require_intact(copy, "not installed", data)  # damaged or edited: said first
+        signer = check_signed(copy, fleet.allowed_signers)
+        files = read_bundle(copy, data)
     except EdgeqError as e:  # said of the user's file, not of the private copy; refused: exit 2
         named = [None if t is None else t.replace(str(copy), str(bundle)) for t in (e.message, e.hint)]
         raise type(e)(named[0] or "", named[1], exit_code=REFUSED) from None
-    if not checked or checked.manifest is None:
-        first = checked.problems[0] if checked.problems else "no manifest"
-        raise ReleaseError(f"{bundle}: not installed: it does not verify ({first})",
-                           f"see 'edgeq release verify {bundle}'", exit_code=REFUSED)  # fmt: skip
     manifest = checked.manifest
+    assert manifest is not None  # require_intact: a bundle that verifies has one
     engines: dict[str, Path] = {}
     for kind, entry in sorted((manifest.get("engines") or {}).items()):
         local = work / re.sub(r"[^A-Za-z0-9._+-]+", "_", kind) / "engine.plan"
@@ -329,7 +355,7 @@ def _check_installed(board: _Board, loaded: Loaded, kind: str, recorded: Optiona
         raise RemoteError(f"the gate failed on the installed engine: {gate.summary()}",
                           "the release does not run here as it did when validated", exit_code=1)  # fmt: skip
     if ratio is not None and ratio < options.min_ratio:
-        raise RemoteError(f"below --min-ratio {options.min_ratio:g}",  # the row says the figures, once
+        raise RemoteError(f"below --min-ratio {plain(options.min_ratio)}",  # the row says the figures, once
                           "is the board throttled (nvpmodel, jetson_clocks) or busy?",
                           exit_code=1)  # fmt: skip
     if ratio is None and recorded:
@@ -345,9 +371,11 @@ BoardFn = Callable[[_Board], None]
 
 
 def _run_boards(targets: Sequence[Target], rows: list[BoardRow], fn: BoardFn, pool: BoardPool, *,
-                accept_new_host_key: bool, cache_dir: Optional[Path], on_row: RowFn, ok: str) -> None:
+                accept_new_host_key: bool, cache_dir: Optional[Path], on_row: RowFn, ok: str,
+                connect: Callable[..., Any] = target_runner) -> None:  # fmt: skip
     """``fn`` on each board at once (``pool``: workers, --max-fail, Ctrl-C); a board's EdgeqError
-    fails its row only, Ctrl-C ends it as "interrupted"."""
+    fails its row only, Ctrl-C ends it as "interrupted". ``connect``: (target, accept_new_host_key, stop)
+    -> the board's ``Runner`` (another engine's connection: edgeq.ansible runs one board per task)."""
     from edgeq.remote.zipapp import build_agent
 
     agent_pyz = build_agent(cache_dir or agent_cache_dir())
@@ -368,7 +396,7 @@ def _run_boards(targets: Sequence[Target], rows: list[BoardRow], fn: BoardFn, po
         started = time.monotonic()
         update(status="running", stage="connect")
         try:
-            with target_runner(target, accept_new_host_key, pool.stop) as runner:
+            with connect(target, accept_new_host_key, pool.stop) as runner:
                 fn(_Board(runner, target, agent_pyz, row, update, pool))
         except Interrupted:
             row.status, row.error = "interrupted", f"stopped during {row.stage}"
@@ -389,6 +417,22 @@ def _run_boards(targets: Sequence[Target], rows: list[BoardRow], fn: BoardFn, po
     pool.run([partial(one, t, r) for t, r in zip(targets, rows)], "edgeq-install")
 
 
+def install_step(loaded: Loaded, options: InstallOptions, work: Path,
+                 progress: BoardProgress = _no_progress) -> BoardFn:  # fmt: skip
+    """What ``install`` does on one board, for ``run_board``."""
+    return partial(_install_one, loaded=loaded, options=options, progress=progress, work=work)
+
+
+def run_board(fn: BoardFn, target: Target, row: BoardRow, pool: BoardPool, options: InstallOptions, *,
+              ok: str, connect: Callable[..., Any] = target_runner, on_row: RowFn = _no_row) -> None:
+    """One board of install / rollback / status (``fn``: ``install_step``, ``rollback_one``,
+    ``status_one``), as the fleet-wide commands run each: the seam another engine runs boards through
+    (``edgeq.ansible``: a task a board, ``connect`` its Ansible connection); ``ok``: the row's status
+    when ``fn`` ends without an error."""
+    _run_boards([target], [row], fn, pool, ok=ok, accept_new_host_key=options.accept_new_host_key,
+                cache_dir=options.cache_dir, on_row=on_row, connect=connect)  # fmt: skip
+
+
 def _rows(targets: Sequence[Target], on_row: RowFn) -> list[BoardRow]:
     rows = [BoardRow(t.name, f"{t.user}@{t.host}:{t.port}") for t in targets]
     for r in rows:
@@ -406,7 +450,7 @@ def install(bundle: Path, fleet: Fleet, options: InstallOptions = InstallOptions
     """Install ``bundle`` on the fleet (``options.limit`` of it), canary boards first. Ctrl-C: the result
     says ``interrupted`` (no board started or switched after it); the temporary files are removed."""
     if options.min_ratio < 0:
-        raise EdgeqError(f"--min-ratio {options.min_ratio:g}: must be 0 or more")
+        raise EdgeqError(f"--min-ratio {plain(options.min_ratio)}: must be 0 or more")
     if options.canary < 0:
         raise EdgeqError(f"--canary {options.canary}: must be 0 or more")
     targets = fleet.limited(options.limit).targets
@@ -417,13 +461,20 @@ def install(bundle: Path, fleet: Fleet, options: InstallOptions = InstallOptions
         rows = _rows(targets, on_row)
         for r in rows:
             r.version = loaded.version
-        n = min(options.canary, len(targets))
+        n = options.canary if options.canary < len(targets) else 0  # canaries of the whole fleet: none
         result = FleetAction("install", rows, loaded.version,
                              loaded.signer.principal if loaded.signer else None,
                              [t.name for t in targets[:n]])  # fmt: skip
 
         def fn(board: _Board) -> None:
             _install_one(board, loaded, options, progress, work)
+
+        if options.engine == "ansible":  # the same board work, a task each; canary: Ansible's serial
+            from edgeq.ansible.engine import install_boards
+
+            install_boards(loaded, work, fleet, targets, rows, result, options, pool, on_row)
+            result.interrupted = pool.interrupted
+            return result
 
         def run(ts: Sequence[Target], rs: list[BoardRow]) -> None:
             _run_boards(ts, rs, fn, pool, ok="installed", accept_new_host_key=options.accept_new_host_key,
@@ -449,21 +500,27 @@ def rollback(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row
     """Switch ``current`` back to the version before it on each board."""
     targets = fleet.limited(options.limit).targets
     rows = _rows(targets, on_row)
-
-    def fn(board: _Board) -> None:
-        board.update(stage="status")
-        seen = board.agent("status").get("current")
-        board.update(previous=seen, seen=True)
-        board.stop.check()  # Ctrl-C came: no switch after it
-        board.update(stage="rollback")
-        with board.stop.shielded():
-            back = board.agent("rollback", f"--expect={seen or ''}")  # refused if current changed meanwhile
-        board.update(previous=back.get("previous"), version=back.get("current"))
-
     pool = _pool(fleet, options, len(targets))
-    _run_boards(targets, rows, fn, pool, ok="ok", accept_new_host_key=options.accept_new_host_key,
-                cache_dir=options.cache_dir, on_row=on_row)  # fmt: skip
+    if options.engine == "ansible":
+        from edgeq.ansible.engine import release_boards
+
+        release_boards("rollback", fleet, targets, rows, options, pool, on_row)
+    else:
+        _run_boards(targets, rows, rollback_one, pool, ok="ok", cache_dir=options.cache_dir, on_row=on_row,
+                    accept_new_host_key=options.accept_new_host_key)  # fmt: skip
     return FleetAction("rollback", rows, interrupted=pool.interrupted)
+
+
+def rollback_one(board: _Board) -> None:
+    """``current`` back to the version before it on one board, compare-and-swap."""
+    board.update(stage="status")
+    seen = board.agent("status").get("current")
+    board.update(version=seen, previous=seen, seen=True)  # current until the rollback says otherwise
+    board.stop.check()  # Ctrl-C came: no switch after it
+    board.update(stage="rollback")
+    with board.stop.shielded():
+        back = board.agent("rollback", f"--expect={seen or ''}")  # refused if current changed meanwhile
+    board.update(previous=back.get("previous"), version=back.get("current"))
 
 
 def status(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row: RowFn = _no_row
@@ -471,19 +528,25 @@ def status(fleet: Fleet, options: InstallOptions = InstallOptions(), *, on_row: 
     """What each board runs, read from the board (its ``releases/current``), never from local state."""
     targets = fleet.limited(options.limit).targets
     rows = _rows(targets, on_row)
-
-    def fn(board: _Board) -> None:
-        board.update(stage="status")
-        got = board.agent("status")
-        release = got.get("release") or {}
-        board.update(version=got.get("current"), previous=got.get("previous"), kind=release.get("kind"),
-                     history=list(got.get("history") or []), release=got.get("release"))  # fmt: skip
-
     pool = _pool(fleet, options, len(targets))
-    _run_boards(targets, rows, fn, pool, ok="ok", accept_new_host_key=options.accept_new_host_key,
-                cache_dir=options.cache_dir, on_row=on_row)  # fmt: skip
+    if options.engine == "ansible":
+        from edgeq.ansible.engine import release_boards
+
+        release_boards("status", fleet, targets, rows, options, pool, on_row)
+    else:
+        _run_boards(targets, rows, status_one, pool, ok="ok", accept_new_host_key=options.accept_new_host_key,
+                    cache_dir=options.cache_dir, on_row=on_row)  # fmt: skip
     return FleetAction("status", rows, interrupted=pool.interrupted)
 
 
-__all__: Sequence[str] = ("BoardRow", "FleetAction", "InstallOptions", "install", "kept", "rollback",
-                          "status")
+def status_one(board: _Board) -> None:
+    """What one board runs, read from its ``releases/``."""
+    board.update(stage="status")
+    got = board.agent("status")
+    release = got.get("release") or {}
+    board.update(version=got.get("current"), previous=got.get("previous"), kind=release.get("kind"),
+                 history=list(got.get("history") or []), release=got.get("release"), seen=True)  # fmt: skip
+
+
+__all__: Sequence[str] = ("BoardRow", "FleetAction", "InstallOptions", "install", "install_step", "kept",
+                          "rollback", "rollback_one", "run_board", "status", "status_one")

@@ -39,6 +39,11 @@ def split_pattern(pattern: str) -> list[str]:
     terms: list[str] = []
     for part in pattern.split(","):
         terms += [t for t in _TERM.findall(part.strip())]
+        stray = next((c for c in _TERM.sub("", part) if c in "[]"), None)
+        if stray is not None:  # 'board[' read as 'board' would select a host the pattern never named
+            raise LimitError(f"--limit '{pattern}': unbalanced '{stray}'",
+                             "close the bracket: group[i] or group[i:j] (a host by position), or a glob's "
+                             "[12]")
     for t in terms:
         if t.lstrip("!&") == "":
             raise LimitError(f"--limit '{pattern}': '{t}' names no host or group")

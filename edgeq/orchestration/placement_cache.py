@@ -65,28 +65,57 @@ class PlacementKey:
         return f"TensorRT {self.tensorrt}, {gpu}"
 
 
+def _preprocess_digest(options: QuantizeOptions) -> str | None:
+    """The preprocessing spec's sha256: a preset's shipped bytes (``--preprocess yolo``) or the file's."""
+    if options.preprocess is None:
+        return None
+    from edgeq.quant.data.preprocess import preprocess_bytes
+
+    return hashlib.sha256(preprocess_bytes(options.preprocess)).hexdigest()
+
+
 def calibration_digest(options: QuantizeOptions, profile: str = "") -> str:
     """The calibration's content: every data file (relative name and sha256), the preprocessing spec's
     bytes, and the settings that change the Q/DQ model (calibrator, its percentile, the held-out fraction,
     the weights' rounding);
     for a model with dynamic inputs, the optimization profile its engines are built and timed at
     (``profile``: TensorRT's tactics, so what implicit runs INT8, are chosen at that shape)."""
-    from edgeq.fs import sha256_file
 
     h = hashlib.sha256()
     if options.calib is not None:
         hash_data_files(h, Path(options.calib))
     settings: dict[str, Any] = {"synthetic": options.synthetic, "calibrator": options.calibrator,
-                                "holdout": options.holdout,
-                                "preprocess": sha256_file(options.preprocess) if options.preprocess else None}
+                                "holdout": options.holdout, "preprocess": _preprocess_digest(options)}
     if options.calibrator == "percentile":
         settings["percentile"] = options.percentile  # what only that calibrator reads
     if options.weights != "auto":
         settings["weights"] = options.weights  # the default: no key, so the keys made before it stay valid
     if profile:
         settings["profile"] = profile  # static models: no key, so their keys are as they were
+    if options.max_loss is not None:  # deploy --max-loss's choice rests on these too (other keys as were)
+        settings["budget"] = budget_settings(options)
     h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()
+
+
+def budget_settings(options: QuantizeOptions) -> dict[str, Any]:
+    """What ``--max-loss``'s choice depends on beyond the calibration: X, the metric, the held-out set's
+    files, the placement the regions come from and the user's override file."""
+    from edgeq.fs import sha256_file
+
+    held = None
+    if options.holdout_data is not None:
+        h = hashlib.sha256()
+        hash_data_files(h, Path(options.holdout_data))
+        held = h.hexdigest()
+    given = options.overrides
+    overrides: Any = None
+    if isinstance(given, (str, Path)):
+        overrides = sha256_file(given)
+    elif given is not None:  # already read
+        overrides = {"exclude": list(given.exclude), "force": list(given.force)}
+    return {"max_loss": options.max_loss, "metric": options.metric, "holdout_data": held,
+            "placement": options.placement, "overrides": overrides}
 
 
 def hash_data_files(h: Any, calib: Path) -> None:

@@ -21,6 +21,10 @@ from typing import Callable, Optional
 from edgeq.interrupt import Stop
 
 INTERRUPTED = "interrupted"  # why a board was not started: Ctrl-C came first
+# ``release install``'s default canary, the safe one (Ansible's ``serial: 1`` before the rest): one board
+# installs and is checked first, the others start only if it passed; 0 installs on every board at once.
+# Here, not in ``install``, so the CLI's default needs no heavy import.
+CANARY = 1
 
 
 @dataclass
@@ -64,4 +68,4 @@ class BoardPool:
                     self.stop.request()
 
 
-__all__: Sequence[str] = ("INTERRUPTED", "BoardPool")
+__all__: Sequence[str] = ("CANARY", "INTERRUPTED", "BoardPool")

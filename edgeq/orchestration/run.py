@@ -9,7 +9,8 @@ The pipeline file (schema: ``PIPELINE``; paths relative to the current directory
     preprocess: pipelines/preprocess-imagenet.yaml
     overrides: model.overrides.yaml
     quantize: {calibrator: auto, placement: trt, holdout: data/held, metric: auto, min_metric: 0.95}
-                                    # (and weights: auto | nearest | adaround, as --weights)
+    # or max_loss: 0.05: each board kind's first board keeps the cheapest regions float (deploy --max-loss)
+    # and weights: auto | nearest | adaround (--weights: the int8 weights' rounding)
     target: orin-agx                # one target, or fleet: FILE, or targets: [...] (as a fleet file's)
     build_once_per_kind: true
     gate: {policy: int8, allow: [/fc/Gemm]}
@@ -33,9 +34,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from edgeq import __version__, config
-from edgeq.errors import ConfigError, QuantError
+from edgeq.errors import ConfigError, EdgeqError, QuantError
 from edgeq.findings import ProgressFn, no_progress
-from edgeq.fs import sha256_file
+from edgeq.fs import output_dir, output_file, sha256_file
 from edgeq.pipeline.rundir import StageRecord, write_json
 from edgeq.pipeline.shapes import Shapes
 from edgeq.pipeline.stages import HOST_STAGES, Prepared, ProfileSettings, has_qdq, prepare_host
@@ -46,7 +47,7 @@ _QUANTIZE: dict[str, config.Checker] = {
     "calibrator": config.string, "percentile": config.number, "placement": config.string,
     "holdout": lambda v: v if isinstance(v, str) and v.strip() else config.number(v),
     "metric": config.string, "min_cosine": config.number, "min_metric": config.number,
-    "weights": config.string,
+    "max_loss": config.number, "weights": config.string,
 }  # fmt: skip
 PIPELINE: dict[str, config.Checker] = {
     "name": config.string,
@@ -140,7 +141,8 @@ def load_spec(path: Path) -> PipelineSpec:
     q = dict(v.get("quantize") or {})
     # auto is the default with targets and calibration data (synthetic data: the rules, as demos had it)
     q.setdefault("placement", "auto" if "calib" in v else "trt")
-    auto = q.get("placement") == "auto" and "overrides" not in v  # overrides edit the rules' placement
+    # overrides edit the rules' placement; max_loss weighs the rules' regions on each board kind's first board
+    auto = (q.get("placement") == "auto" and "overrides" not in v) or "max_loss" in q
     if q.get("placement") == "auto":
         q.pop("placement")
     opt = lambda k: Path(v[k]) if k in v else None  # noqa: E731
@@ -159,10 +161,19 @@ def load_spec(path: Path) -> PipelineSpec:
                                 prof.get("warmup_ms", 200), Shapes(prof.get("minShapes", ""),
                                                                    prof.get("optShapes", ""),
                                                                    prof.get("maxShapes", ""))),
-        release=Path(release) if release else None,
-        runs_dir=Path(v.get("runs_dir", "runs")),
+        release=_output(path, "release: output", release, output_file) if release else None,
+        runs_dir=_output(path, "runs_dir", v["runs_dir"], output_dir) if "runs_dir" in v else Path("runs"),
         auto=auto and fleet is not None,
     )  # fmt: skip
+
+
+def _output(path: Path, key: str, value: str, check: Callable[[str], Path]) -> Path:
+    """An output the file names, checked as the command line's (``edgeq.fs.output_file``/``output_dir``)
+    when the file is read: before any stage runs."""
+    try:
+        return check(value)
+    except EdgeqError as e:
+        raise ConfigError(f"{path}: '{key}': {e.message}", e.hint) from None
 
 
 def _quantize_options(path: Path, calib: Optional[Path], synthetic: Optional[int], preprocess: Optional[Path],

@@ -56,6 +56,7 @@ from edgeq.pipeline.shapes import Shapes
 from edgeq.quant.decisions import IMPLICIT_FP16, Decision, candidate_key, candidate_plan, decision_points
 from edgeq.quant.quantize import QuantizeOptions
 from edgeq.remote.targets import Target
+from edgeq.text import plain
 
 STATE = "tune.state.json"
 STATE_VERSION = 1
@@ -323,7 +324,7 @@ def tune(
     if not calib.exists():
         raise QuantError(f"--calib {calib}: no such file or directory", "give calibration data")
     q.check_inputs()  # the override file (and preprocessing spec): the user's, said before any work
-    if not 0.0 < q.holdout < 1.0:
+    if q.holdout is not None and not 0.0 < q.holdout < 1.0:
         raise QuantError(f"--holdout must be in (0, 1) for tune's accuracy bound, got {q.holdout}")
     float_model = load_model(model)
     if has_qdq(float_model):
@@ -348,7 +349,7 @@ def tune(
     if len(data) < 2:
         raise QuantError("tune's accuracy bound needs held-out samples", "give at least 2 samples")
     cal, held, _ = split_data(data, q, reference)
-    assert held is not None  # two samples or more and a holdout in (0, 1)
+    assert held is not None  # two samples or more: a holdout in (0, 1), or every sample (no --holdout)
     # The rules without the float-entry rule: its regions are decisions (float at the start, tried INT8)
     graph = graph_from_model(reference)
     plan = plan_placement(graph, "trt", q.read_overrides(), float_entry=False)
@@ -445,7 +446,7 @@ def tune(
         progress("tuning", i, len(decisions))
         if stopped is None and tuner.over_budget() and state.get(candidate_key(
                 candidate_plan(plan, decisions, {**current, d.id: not current[d.id]}))) is None:
-            stopped = f"budget {options.budget_s:g} s spent"
+            stopped = f"budget {plain(options.budget_s)} s spent"
         if stopped is not None:
             log.append(_entry(d, current, None, best, "not tried: " + stopped))
             continue

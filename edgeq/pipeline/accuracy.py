@@ -9,15 +9,17 @@ to the target as one ``.npz`` (samples stacked per input, in one group per shape
 agent's ``infer`` runs the engine on each, each group at its own ``--shapes``, and returns its outputs (one
 ``.npz``, put back in the samples' order), and both candidates are scored with the one metric.
 
-The held-out set is the quantize check's: ``--holdout DIR``, or the held-out slice of ``--calib``, narrowed
+The held-out set is the quantize check's: ``--holdout DIR``, else ``--calib`` (or the slice ``--holdout F``
+keeps out of it), narrowed
 on the host before any SSH to the samples within the engine's optimization profile (``in_profile``: a
 model with dynamic inputs runs only at shapes between its ``--minShapes`` and ``--maxShapes``, which by
 default span the calibration and held-out data: ``pipeline.shapes``); the record says how many of how many
 ran, and no sample within the profile is a usage error. The stage runs
 with ``--holdout DIR`` or when the accuracy gate is asked for. The verdict: ``--min-metric`` bounds
-TensorRT's task figure, ``--min-cosine`` its cosine; ``--gate accuracy`` without them fails when TensorRT
-is far below FP32 (``quant.accuracy.FAR_BELOW``, the quantize check's loud warning) or more than
-``PREDICTION_TOLERANCE`` below onnxruntime's prediction. Ungated, either is a warning.
+TensorRT's task figure, ``--min-cosine`` its cosine. Without them a result far below FP32
+(``quant.accuracy.FAR_BELOW``: the quantize check's wrecked model) fails, gated or not (``--min-metric 0``
+accepts it on purpose), and ``--gate accuracy`` also fails one more than ``PREDICTION_TOLERANCE`` below
+onnxruntime's prediction; ungated, that is a warning.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from edgeq.errors import QuantError, RemoteError
 from edgeq.quant.metrics import CosineMetric, Outputs, TaskScore
+from edgeq.text import number, plain
 
 if TYPE_CHECKING:
     import onnx
@@ -78,7 +81,7 @@ def holdout_for(model: onnx.ModelProto, options: QuantizeOptions, gate: bool, sh
 
 
 def _holdout(model: onnx.ModelProto, options: QuantizeOptions, gate: bool) -> Optional[HeldOutSet]:
-    from edgeq.quant.quantize import calibration_data, split_data
+    from edgeq.quant.quantize import calibration_data, held_source, split_data
 
     if not wants_target_check(options, gate):
         return None
@@ -95,7 +98,7 @@ def _holdout(model: onnx.ModelProto, options: QuantizeOptions, gate: bool) -> Op
     if held is None or not len(held):
         raise QuantError(f"{what} needs held-out samples: --calib has too few to hold any out",
                          hint="give --holdout DIR, or at least 2 samples and a --holdout fraction above 0")
-    return HeldOutSet(held, f"{options.holdout:.0%} of --calib (give --holdout DIR for a separate set)")
+    return HeldOutSet(held, held_source(options))
 
 
 SHAPES_SHOWN = 3  # the left-out samples' shapes a message names, the rest counted
@@ -270,11 +273,10 @@ class EngineAccuracy:
         """The quantize check's "far below FP32" (``FAR_BELOW``), for TensorRT's own figures."""
         return self._far_below() is not None
 
-    def _far_below(self) -> Optional[tuple[float, float]]:
+    def _far_below(self) -> Optional[tuple[str, float, float]]:
         from edgeq.quant.accuracy import far_below_fp32
 
-        task = self.engine.value if self.metric != "cosine" else None
-        return far_below_fp32(task, self.engine_cosine.value)
+        return far_below_fp32(self.metric, self.engine.value, self.engine_cosine.value)
 
     @property
     def mismatch(self) -> bool:
@@ -288,14 +290,16 @@ class EngineAccuracy:
             return None
         assert self.agreement is not None
         return (f"TensorRT's outputs do not follow onnxruntime's Q/DQ prediction: cosine "
-                f"{self.agreement.value:.4f} between them on the same inputs (under {MISMATCH_COSINE:g}; "
+                f"{self.agreement.value:.4f} between them on the same inputs "
+                f"(under {plain(MISMATCH_COSINE)}; "
                 "INT8 kernels that only round differently stay above 0.99), so the engine computed "
                 "something else or was fed or read wrongly - not a quantization loss; check TensorRT alone: "
                 "polygraphy run <the Q/DQ .onnx the engine was built from> --onnxrt --trt --int8 --fp16")
 
     @property
     def far_below(self) -> bool:
-        """Worth a loud warning ungated, and a failure under ``--gate accuracy`` without thresholds."""
+        """Far below FP32 (a failure without bounds of the user's) or below the prediction (a warning
+        ungated, a failure under ``--gate accuracy`` without thresholds)."""
         return self.far_below_fp32 or self.below_prediction
 
     def problems(self) -> list[str]:
@@ -303,26 +307,31 @@ class EngineAccuracy:
         out = []
         far = self._far_below()
         if far is not None:
-            figure, level = far
-            out.append(f"TensorRT's {self.metric} {figure:.4f} is far below FP32 (under {level:g})")
+            by, figure, level = far
+            out.append(f"TensorRT's {by} {figure:.4f} is far below FP32 (under {plain(level)}; "
+                       "--min-metric 0 accepts it)")
         if self.below_prediction:
             assert self.predicted is not None and self.shortfall is not None
             out.append(f"TensorRT's {self.metric} {self.engine.value:.4f} is {self.shortfall:.4f} below "
                        f"onnxruntime's prediction {self.predicted.value:.4f} "
-                       f"(tolerance {PREDICTION_TOLERANCE:g})")
+                       f"(tolerance {plain(PREDICTION_TOLERANCE)})")
         return out
 
     def failures(self) -> list[str]:
-        """What fails the gate, one phrase each (empty: passes, or not gated)."""
+        """What fails, one phrase each (empty: passes). A result far below FP32 (``FAR_BELOW``) fails
+        unless the user bounds the figures (``--min-metric``, ``--min-cosine``); below the prediction
+        fails under ``--gate accuracy`` only."""
+        bounded = self.min_metric is not None or self.min_cosine is not None
         if not self.gated:
-            return []
+            far = self._far_below()
+            return self.problems()[:1] if far is not None and not bounded else []
         out = []
         if self.min_metric is not None and self.engine.value < self.min_metric:
             out.append(f"TensorRT's {self.metric} {self.engine.value:.4f} is below "
-                       f"--min-metric {self.min_metric:g}")
+                       f"--min-metric {plain(self.min_metric)}")
         if self.min_cosine is not None and self.engine_cosine.value < self.min_cosine:
             out.append(f"TensorRT's cosine {self.engine_cosine.value:.4f} is below "
-                       f"--min-cosine {self.min_cosine:g}")
+                       f"--min-cosine {plain(self.min_cosine)}")
         if self.min_metric is None and self.min_cosine is None:
             out += self.problems()
         return out
@@ -348,7 +357,7 @@ class EngineAccuracy:
         """TensorRT against onnxruntime's Q/DQ outputs directly, at full precision."""
         if self.agreement is None or self.predicted is None:
             return "no Q/DQ model: no onnxruntime prediction"
-        return (f"cosine {self.agreement.value:.6f}, max |difference| {self.max_abs_diff or 0.0:.4g}; "
+        return (f"cosine {self.agreement.value:.6f}, max |difference| {number(self.max_abs_diff or 0.0)}; "
                 f"{self.metric} {self.engine.value:.6f} vs {self.predicted.value:.6f} predicted")
 
     def summary(self) -> str:
@@ -359,16 +368,16 @@ class EngineAccuracy:
         if self.mismatch:
             assert self.agreement is not None
             note = (f" - TensorRT's outputs do not follow onnxruntime's Q/DQ prediction (cosine "
-                    f"{self.agreement.value:.4f} between them, under {MISMATCH_COSINE:g})")
+                    f"{self.agreement.value:.4f} between them, under {plain(MISMATCH_COSINE)})")
         fails = self.failures()
         if fails:
             return f"accuracy FAILED: {'; '.join(fails)} ({text}){note}"
         if not self.gated:
             problems = self.problems()
             return f"accuracy: {text}" + (f" - WARNING: {'; '.join(problems)}" if problems else "") + note
-        bounds = [f"--min-metric {self.min_metric:g}" if self.min_metric is not None else "",
-                  f"--min-cosine {self.min_cosine:g}" if self.min_cosine is not None else ""]  # fmt: skip
-        within = f"not far below FP32, within {PREDICTION_TOLERANCE:g} of onnxruntime's prediction"
+        bounds = [f"--min-metric {plain(self.min_metric)}" if self.min_metric is not None else "",
+                  f"--min-cosine {plain(self.min_cosine)}" if self.min_cosine is not None else ""]
+        within = f"not far below FP32, within {plain(PREDICTION_TOLERANCE)} of onnxruntime's prediction"
         bound = ", ".join(b for b in bounds if b) or within
         return f"accuracy passed ({bound}): {text}{note}"
 

@@ -2,16 +2,18 @@
 ``--optShapes``/``--maxShapes``, resolved once on the host before anything reaches a target.
 
 TensorRT 8.6 builds nothing from a network with a symbolic or -1 input dimension and no profile ("Network
-has dynamic or shape inputs, but no optimization profile has been defined"); many real exports are
-dynamic (a batch of ``N``, a free height and width). The shapes come from the user's flags, else from
-the calibration data (the shape quantize already ran the model at), and otherwise the deploy stops in one
-line (exit 2) before any SSH. ``--optShapes`` is the flag's, else the shape the calibration and held-out
-data have most often within the profile (the first calibration sample's in a tie: ``most_common``); where
-``--minShapes``/``--maxShapes`` are not given they span the data: the elementwise min/max over every
-calibration and held-out sample's shape (and ``--optShapes``), so each held-out sample runs on the engine
-at its own shape (an OCR recogniser's text lines each have their own width); data of one shape, or no
-data, gives a profile of that one shape, as trtexec does. The engine is timed at ``--optShapes``
-(``--shapes`` to the agent).
+has dynamic or shape inputs, but no optimization profile has been defined"); many real exports are dynamic
+(a batch of ``N``, a free height and width). The shapes come from the user's flags, else from the
+calibration data (the shape quantize already ran the model at), else from the shapes ``edgeq quantize``
+recorded in ``<name>.json`` beside the Q/DQ model it wrote, else from the model's own (its exporter's
+metadata or documented default: ``edgeq.graph.shapes``), and otherwise the deploy stops in one line (exit 2)
+before any SSH, naming a shape to give. ``--optShapes`` is the flag's, else the shape the calibration and
+held-out data have most often within the profile (the first calibration sample's in a tie: ``most_common``);
+where ``--minShapes``/``--maxShapes`` are not given they span the data: the elementwise min/max over every
+calibration and held-out sample's shape (and ``--optShapes``), so each held-out sample runs on the engine at
+its own shape (an OCR recogniser's text lines each have their own width); data of one shape, or no data,
+gives a profile of that one shape, as trtexec does. The engine is timed at ``--optShapes`` (``--shapes`` to
+the agent).
 The syntax, and the rule for a profile with its messages, live in one place, ``edgeq.agent.shapes``
 (``profile_shapes``), which the agent runs on the target too: this module only feeds it the model's inputs
 and the calibration data's shape, and turns its errors into edgeq's.
@@ -65,34 +67,51 @@ class Shapes:
 def resolve_shapes(model: Path, given: Shapes, quantize: Optional[QuantizeOptions] = None) -> Shapes:
     """``given`` completed for ``model``'s dynamic inputs (see the module doc); ``given`` itself when it
     is resolved already. Raises ``EdgeqError`` (exit 2) on flags that do not fit the model, and on a
-    dynamic input with no shape to use."""
+    dynamic input with no shape to use (the fix names one, in numbers)."""
     if given.resolved:
         return given
     from edgeq.agent.shapes import ShapeError, format_shapes, parse_shapes, profile_shapes
     from edgeq.graph.io import load_model
+    from edgeq.graph.shapes import dynamic_inputs, input_shapes, shapes_hint
 
     onnx_model = load_model(model)
+    recorded, summary = recorded_shapes(Path(model))
     filled: dict[str, tuple[int, ...]] = {}
+    origin: dict[str, str] = {}
 
-    def from_data(names: list[str]) -> dict[str, tuple[int, ...]]:
-        filled.update(_calibration_shapes(onnx_model, quantize, names))
+    def fill(names: list[str]) -> dict[str, tuple[int, ...]]:
+        calib = _calibration_shapes(onnx_model, quantize, names)
+        own = input_shapes(onnx_model)  # the exporter's (metadata, documented defaults)
+        for name in names:
+            if name in calib:
+                filled[name], origin[name] = calib[name], "calibration data"
+            elif name in recorded:
+                filled[name], origin[name] = recorded[name], f"the data quantize calibrated on ({summary})"
+            elif name in own.shapes:
+                filled[name], origin[name] = own.shapes[name], f"the model's own size, {own.sources[name]}"
         return filled
 
     try:
         profile = profile_shapes(_inputs(onnx_model), given.min, given.opt, given.max, Path(model).name,
-                                 fill_opt=from_data, fill_hint="--calib data of that shape",
+                                 fill_opt=fill, fill_hint="--calib data of that shape",
                                  one_shape=True)  # fmt: skip
     except ShapeError as e:
-        raise EdgeqError(str(e), e.hint) from None
+        opt = {n for n, _ in parse_shapes(given.opt)}
+        missing = {n: d for n, d in dynamic_inputs(onnx_model) if n not in filled and n not in opt}
+        hint = f"{shapes_hint(missing, '--optShapes')}, or --calib data" if missing else e.hint
+        raise EdgeqError(str(e), hint) from None
     except ValueError as e:
         raise EdgeqError(str(e), "trtexec's syntax: name:1x3x224x224,other:1x10") from None
     if not profile:
         return Shapes(resolved=True, source="static")
-    sources = {"calibration data" if name in filled else "--optShapes" for name, *_ in profile}
+    sources = {origin.get(name, "--optShapes") for name, *_ in profile}
     source = " and ".join(sorted(sources))
     bounded = {n for n, _ in parse_shapes(given.min)} & {n for n, _ in parse_shapes(given.max)}
     open_ = [name for name, *_ in profile if name not in bounded or name in filled]  # min, max or opt: data's
     shapes_seen, data = _data_shapes(onnx_model, quantize, open_)
+    if not shapes_seen and recorded:
+        shapes_seen = {n: seen for n, seen in recorded_samples(Path(model)).items() if n in open_}
+        data = f"data quantize calibrated on ({summary})"
     spanned = spanning(profile, given, shapes_seen)
     widened = spanned != profile
     common = most_common(spanned, shapes_seen, set(filled))
@@ -109,6 +128,40 @@ def resolve_shapes(model: Path, given: Shapes, quantize: Optional[QuantizeOption
         source += f"; min/max from the {data}"
     lo, opt, hi = (format_shapes([(name, shapes[i]) for name, *shapes in profile]) for i in range(3))
     return Shapes(lo, opt, hi, resolved=True, source=source)
+
+
+def recorded_shapes(model: Path) -> tuple[dict[str, tuple[int, ...]], str]:
+    """For a model ``edgeq quantize`` wrote (``<name>.onnx`` beside its summary ``<name>.json``): each
+    dynamic input's first calibration shape, and the summary's file name; empty where there is none."""
+    seen = recorded_samples(model)
+    return {name: shapes[0] for name, shapes in seen.items() if shapes}, _summary_path(model).name
+
+
+def recorded_samples(model: Path) -> dict[str, list[tuple[int, ...]]]:
+    """Every calibration and held-out sample's shape of each dynamic input, as ``<name>.json`` records
+    them (``QuantizeResult.input_shapes``: shape and count, first seen first); {} without a summary of this
+    model (its ``output`` is another file, or it records none)."""
+    import json
+
+    path = _summary_path(model)
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(summary, dict) or Path(str(summary.get("output", ""))).name != model.name:
+        return {}
+    out: dict[str, list[tuple[int, ...]]] = {}
+    for name, seen in (summary.get("input_shapes") or {}).items():
+        try:
+            out[name] = [tuple(int(d) for d in s["shape"]) for s in seen for _ in range(int(s["samples"]))]
+        except (KeyError, TypeError, ValueError):
+            return {}  # not a summary this edgeq wrote: ignored, as if absent
+    return out
+
+
+def _summary_path(model: Path) -> Path:
+    stem = model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
+    return model.with_name(f"{stem}.json")
 
 
 Profile = list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]]

@@ -229,6 +229,9 @@ def prepare(model_path: Path, rec: Recorder, spec: QuantizeOptions, out_dir: Opt
                       "overrides": str(spec.overrides) if spec.overrides else None,
                       "excluded": list(q.plan.excluded), "forced": list(q.plan.forced)}
             r.summary = f"{len(q.plan.sites)} activations quantized -> {model_file.name}"
+            if q.wrecked:  # far below FP32 and no bound of the user's: a failed check (exit 1)
+                said, fix = q.wrecked_message(model_path)
+                raise QuantError(f"quantize: {said}", fix, exit_code=1)
             if not q.ok:
                 raise QuantError(f"quantize: accuracy below the bound: {q.accuracy}",
                                  "see the quantize stage's accuracy; exclude sensitive layers (overrides)",

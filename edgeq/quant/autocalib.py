@@ -20,6 +20,13 @@ candidate that cannot win mostly loses there, so it is stopped after a few sampl
 Candidates are scored in ``AUTO_CANDIDATES``' order, the ones that won most often first (a high early
 best cuts the rest short); a tie keeps the earlier one.
 
+What the candidates are compared by: the metric's rank (``TaskScore.rank``), which folds in the metric's
+dense form (label margin, boxes below the display threshold, per-step symbol probabilities:
+``quant.metrics``), so on a few dozen samples the choice does not rest on one detection or one string.
+Without ``--holdout`` the samples are the calibration samples themselves (``quantize.split_data``).
+Where the samples cannot tell the kept one from the runner-up (``evidence``), the choice says so, with
+how many samples would.
+
 Per tensor where it pays (the hybrids): entropy's ranges except where a rule says clipping costs more
 than it saves. ``ends``: the graph inputs and the inputs of the last quantized layer on each path to a
 graph output keep max's range (``end_tensors``). Why: a graph input's range is set by preprocessing
@@ -32,14 +39,14 @@ entropy clips the class-logit conv's input (amax 6.0 against max 16.5) and keeps
 detections, max 82%, ``entropy+ends`` 88%; on PP-OCRv4's recogniser entropy reads nothing,
 ``entropy+ends+max16`` (ends plus the 16 tensors entropy clips hardest) reads 16 of 20 strings as FP32
 does at CER 1.7%, the same count as INT8 weights with every activation float. On the larger sets that
-replaced them (100 detector images, 65 lines) auto keeps 86% and reads 80% (the README's table).
+replaced them (100 detector images, 65 lines) auto keeps 86% and reads 80% (docs/benchmarks.md's table).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgeq.findings import ProgressFn, no_progress
@@ -147,6 +154,8 @@ class Choice:
     outputs: list[dict[str, np.ndarray]] | None  # held-out outputs of ``model``; None when not scored
     candidates: tuple[Candidate, ...] = ()  # every candidate tried (auto), in AUTO_CANDIDATES' order
     untried: tuple[str, ...] = ()  # not scored: an earlier one already agreed with FP32 everywhere
+    observed: Mapping[str, float] = field(default_factory=dict)  # max |x| per tensor seen in calibration
+    evidence: str = ""  # auto: why the samples cannot tell the kept one from the runner-up ("": they can)
     weights: str = NEAREST  # the weights' rounding in ``model``
     rounding: Rounding | None = None  # the learned rounding, also when scored and not kept (--weights auto)
 
@@ -164,7 +173,7 @@ class Choice:
         return next(c for c in self.candidates if c.method == self.method and c.weights == self.weights)
 
     def summary(self) -> str:
-        """What was tried, what won and by how much: one line."""
+        """What was tried, by which metric, what won and by how much: one line."""
         if not self.auto:
             weights = f", {self.weights} weights" if self.weights != NEAREST else ""
             return f"calibrator {self.method}{weights}"
@@ -172,8 +181,8 @@ class Choice:
         tried = ", ".join(f"{c.label} {'<= ' if c.stopped is not None else ''}{c.score.rank:.4f}"
                           for c in self.candidates)
         if len(self.candidates) == 1:
-            return (f"auto chose {self.method} ({best.score.text}): it agrees with FP32 on every held-out "
-                    f"sample, so {', '.join(self.untried)} were not scored")
+            return (f"auto chose {best.label} by {best.score.metric} ({best.score.text}): it agrees with "
+                    f"FP32 on every held-out sample, so {', '.join(self.untried)} were not scored")
         runner_up = max((c for c in self.candidates if c is not best), key=lambda c: c.score.rank)
         margin = best.score.rank - runner_up.score.rank
         by = f"by at least {margin:+.4f}" if runner_up.stopped is not None else f"by {margin:+.4f}"
@@ -183,12 +192,15 @@ class Choice:
             by = f"level with {runner_up.label} (a tie keeps the one scored first)"
         else:
             by += f" over {runner_up.label}"
-        return (f"auto chose {best.label} ({best.score.text}) {by}; "
-                f"{best.score.metric} per candidate: {tried}")
+        return (f"auto chose {best.label} by {best.score.metric} ({best.score.text}) {by}; "
+                f"{best.score.metric} rank per candidate: {tried}")
 
     def to_dict(self) -> dict[str, Any]:
+        best = self.kept if self.candidates else None
         return {"chosen": self.method, "weights": self.weights,
-                "candidates": [c.to_dict() for c in self.candidates], "not_scored": list(self.untried)}
+                "metric": best.score.metric if best is not None else None,
+                "candidates": [c.to_dict() for c in self.candidates], "not_scored": list(self.untried),
+                "thin_evidence": self.evidence or None}
 
 
 def choose_calibrator(
@@ -248,13 +260,14 @@ def choose_calibrator(
         base = HYBRIDS[spec].base if spec in HYBRIDS else spec
         return {**amax, **ranges_from_histograms(rest, replace(options, method=base))} if rest else amax
 
+    observed = {t: float(h.amax) for t, h in hists.items()}
     pairs = [(m, w) for w in weights for m in methods]
     if score is None or len(pairs) == 1:
         method, rounding = pairs[0]
         amax = complete(ranges(method), method)
         model = build(amax, rounding)
         outputs = score(model, None, None)[1] if score is not None else None
-        return Choice(method, amax, model, outputs, weights=rounding)
+        return Choice(method, amax, model, outputs, observed=observed, weights=rounding)
     best: tuple[Candidate, dict[str, float], onnx.ModelProto, list[dict[str, np.ndarray]]] | None = None
     tried: list[Candidate] = []
     order: list[int] | None = None
@@ -277,7 +290,45 @@ def choose_calibrator(
     assert best is not None
     untried = tuple(label(m, w) for m, w in pairs[len(tried):])
     return Choice(best[0].method, complete(best[1], best[0].method), best[2], best[3], tuple(tried), untried,
-                  weights=best[0].weights)
+                  observed, evidence(best[0], tried), best[0].weights)
+
+
+# Two candidates are told apart when the mean of their per-sample differences is at least this many
+# standard errors (paired, over the samples scored): about 95% one-sided. Below it, and unless the
+# interval (this many standard errors either side) is narrower than ``EVIDENCE_ALIKE`` (then they are
+# alike for any purpose: a cosine 1e-4 apart), the choice is said to rest on thin evidence.
+EVIDENCE_Z = 2.0
+EVIDENCE_ALIKE = 0.01  # a point on the metric's 0..1 scale
+
+
+def evidence(best: Candidate, tried: Sequence[Candidate]) -> str:
+    """Why the samples cannot tell ``best`` from the runner-up (the other candidate ranked highest), and
+    how many samples would (tell them apart at the difference seen, or show them alike); "" when they
+    can, when they are alike, or when there is no runner-up. Paired over the samples, in the metric's
+    rank (``TaskScore.rank_samples``: dense forms included); a candidate stopped early brings its bound's
+    figures (FP32's outputs for the samples it did not run: that favours it, so thin evidence is never
+    said for too little)."""
+    import math
+
+    others = [c for c in tried if c is not best]
+    if not others:
+        return ""
+    runner = max(others, key=lambda c: c.score.rank)
+    a, b = best.score.rank_samples, runner.score.rank_samples
+    if len(a) != len(b) or len(a) < 2:
+        return ""
+    diffs = [x - y for x, y in zip(a, b)]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n)
+    if EVIDENCE_Z * se < EVIDENCE_ALIKE or mean >= EVIDENCE_Z * se:
+        return ""  # alike for any purpose, or told apart
+    need = n * (EVIDENCE_Z * se / EVIDENCE_ALIKE) ** 2  # for the interval to show them alike
+    if mean > 0:
+        need = min(need, n * (EVIDENCE_Z * se / mean) ** 2)  # for the difference seen to stand
+    return (f"thin evidence: on {n} samples {best.label} and {runner.label} differ by {mean:+.4f} +- "
+            f"{EVIDENCE_Z * se:.4f} per sample in {best.score.metric}'s rank; about {math.ceil(need)} "
+            "samples would tell them apart (--holdout DIR, or more --calib samples)")
 
 
 def end_tensors(model: onnx.ModelProto, plan: Plan) -> frozenset[str]:

@@ -403,7 +403,9 @@ def collect_histograms(
             try:
                 values = session.run(outputs, feed)
             except Exception as e:  # onnxruntime raises its own untyped failures
-                raise QuantError(f"onnxruntime failed on calibration data: {first_line(e)}") from None
+                at = ",".join(f"{k}:{'x'.join(str(d) for d in v.shape)}" for k, v in feed.items())
+                raise QuantError(f"onnxruntime failed on calibration data at {at}: {_ort_said(e)}",
+                                 hint="give samples of the shape the model runs at") from None
             items = sorted(zip(outputs, values), key=lambda tv: -tv[1].size)  # big first: balanced
             del values
             list(pool.map(update, items))
@@ -450,6 +452,13 @@ def ranges_from_histograms(hists: Mapping[str, TensorHistogram], options: CalibO
     return dict(zip(hists, amax))
 
 
+def _ort_said(e: Exception) -> str:
+    """onnxruntime's failure without its ``[ONNXRuntimeError] : 1 : FAIL :`` prefix (verify's wording)."""
+    from edgeq.graph.verify import ort_message
+
+    return ort_message(e)
+
+
 def inference_session(
     model: onnx.ModelProto, so: ort.SessionOptions, providers: Sequence[str] | None, *, purpose: str
 ) -> ort.InferenceSession:
@@ -477,7 +486,6 @@ def _session(model: onnx.ModelProto, outputs: list[str], options: CalibOptions) 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads = os.cpu_count() or 1
-    so.log_severity_level = 3
     # Every requested tensor is a graph output that outlives the run, so a pre-planned arena for all
     # activations only adds to the peak (ResNet-50, 123 outputs: 549 -> 419 MB; same speed).
     so.enable_cpu_mem_arena = False

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from edgeq.quant.data import CalibrationSet
     from edgeq.quant.mirror import MirrorReport
     from edgeq.quant.rounding import Rounding
-    from edgeq.quant.sensitivity import KeptFloat
+    from edgeq.quant.sensitivity import KeptFloat, QdqRegion
 
 log = logging.getLogger(__name__)
 IMPLICIT = "implicit"  # --placement implicit: the implicit engine built on a target, mirrored
@@ -61,7 +61,9 @@ class QuantizeOptions:
     percentile: float = 99.99
     placement: str = "trt"  # trt | all | implicit (a target's implicit engine mirrored, or --from-engine's)
     overrides: Path | Overrides | None = None  # the override file (YAML), or overrides already read
-    holdout: float = 0.2  # without holdout_data: the fraction of the data kept out of calibration
+    # without holdout_data: the fraction of the data kept out of calibration; None (the default): none
+    # kept out, every sample calibrates and is scored (``split_data``)
+    holdout: float | None = None
     holdout_data: Path | None = None  # --holdout DIR: a separate held-out set (all of --calib calibrates)
     metric: str = "auto"  # the accuracy check's task metric (edgeq.quant.metrics), auto: read from outputs
     min_cosine: float | None = None  # accuracy gate
@@ -85,7 +87,7 @@ class QuantizeOptions:
         if self.from_engine is not None and (self.placement == "all" or self.overrides is not None):
             raise QuantError("--from-engine places every Q/DQ where the engine ran INT8",
                              hint="leave out --placement all and --overrides with it")
-        if not 0.0 <= self.holdout < 1.0:
+        if self.holdout is not None and not 0.0 <= self.holdout < 1.0:
             raise QuantError(f"--holdout must be in [0, 1), got {self.holdout}")
         if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
             raise QuantError(f"--min-cosine must be in [-1, 1], got {self.min_cosine}")
@@ -141,9 +143,11 @@ class QuantizeOptions:
             load_preprocess(self.preprocess)
 
 
-def holdout_option(value: str | float | Path) -> tuple[float, Path | None]:
+def holdout_option(value: str | float | Path | None) -> tuple[float | None, Path | None]:
     """``--holdout`` (and a pipeline's ``holdout:``): a fraction of ``--calib`` (a number), or a separate
-    held-out set (a path): (fraction, path or None)."""
+    held-out set (a path): (fraction, path or None); not given: (None, None), every sample scored."""
+    if value is None:
+        return None, None
     if isinstance(value, (int, float)):
         return float(value), None
     text = str(value).strip()
@@ -175,12 +179,37 @@ class QuantizeResult:
     mirror: MirrorReport | None = None  # --from-engine: how the engine mapped onto the model
     choice: Choice | None = None  # the calibrator used (auto: every one tried, with its score)
     max_loss: KeptFloat | None = None  # --max-loss: the regions kept float, the metric before and after
+    # each dynamic input's shapes in the calibration and held-out data, first seen first, with how many
+    # samples had each: what deploy builds the optimization profile from (edgeq.pipeline.shapes)
+    input_shapes: dict[str, list[tuple[tuple[int, ...], int]]] = field(default_factory=dict)
+
+    blame: tuple[tuple[QdqRegion, float], ...] = ()  # wrecked: what a quick sensitivity pass blames
 
     @property
     def ok(self) -> bool:
-        """False when the accuracy gate (--min-cosine) failed or --max-loss was not reached."""
+        """False when the accuracy gate (--min-cosine, --min-metric) failed, the result is far below FP32
+        with no bound of the user's (a wrecked model) or --max-loss was not reached."""
         reached = self.max_loss is None or self.max_loss.reached
-        return reached and (self.accuracy is None or bool(self.accuracy))
+        return reached and (self.accuracy is None or bool(self.accuracy)) and not self.wrecked
+
+    @property
+    def wrecked(self) -> bool:
+        """Far below FP32 with no bound of the user's, on real data (``--synthetic`` random inputs say
+        nothing of the task: there it is a note)."""
+        return self.accuracy is not None and self.accuracy.wrecked and self.options.synthetic is None
+
+    def wrecked_message(self, model: str | Path) -> tuple[str, str]:
+        """(the failure, the fix) of a wrecked model, as one line each: what is far below and where, the
+        regions a quick sensitivity pass blames, the ``--max-loss`` command that would recover it and
+        how to accept it; ``model``: the path the user quantized."""
+        assert self.accuracy is not None
+        said = f"accuracy far below FP32: {self.accuracy.wrecked_text()}"
+        if self.blame:
+            said += "; a quick sensitivity pass blames " + ", ".join(
+                f"{_nodes_text(r.nodes)} ({gain:+.4f} kept float)" for r, gain in self.blame)
+        fix = (f"keep the worst regions float: {max_loss_command(model, self.options)} (then give deploy "
+               "the override file it writes with --overrides); or accept this result with --min-metric 0")
+        return said, fix
 
     def summary_line(self) -> str:
         """One line for logs and the demo: what was quantized, what stayed float and why, accuracy."""
@@ -219,6 +248,7 @@ class QuantizeResult:
             "weight_rounding": self.choice.weights if self.choice is not None else "nearest",
             "rounding": (self.choice.rounding.to_dict() if self.choice is not None and self.choice.rounding
                          is not None else None),
+            "thin_evidence": self.choice.evidence or None if self.choice is not None else None,
             "samples": {"calibration": self.calibration_samples, "holdout": self.holdout_samples},
             "quantized": {
                 "activations": len(plan.sites),
@@ -245,8 +275,12 @@ class QuantizeResult:
             "clean": {"changes": list(self.clean_changes),
                       "findings": [f.to_dict() for f in self.clean_findings]},
             "notes": list(self.notes),
+            "wrecked": ({"blame": [{**r.to_dict(), "recovered": gain} for r, gain in self.blame]}
+                        if self.wrecked else None),
             **({"mirror": self.mirror.to_dict()} if self.mirror is not None else {}),
             **({"max_loss": self.max_loss.to_dict()} if self.max_loss is not None else {}),
+            **({"input_shapes": {name: [{"shape": list(shape), "samples": n} for shape, n in seen]
+                                 for name, seen in self.input_shapes.items()}} if self.input_shapes else {}),
             "ok": self.ok,
         }
 
@@ -305,6 +339,31 @@ def calibration_data(model: onnx.ModelProto, options: QuantizeOptions) -> Calibr
     return calibration_set(model, options.calib, synthetic=options.synthetic, preprocess=options.preprocess)
 
 
+def data_shapes(model: onnx.ModelProto, data: CalibrationSet, options: QuantizeOptions
+                ) -> dict[str, list[tuple[tuple[int, ...], int]]]:  # fmt: skip
+    """Each dynamic input's shapes over the calibration data (``data``, its held-out part included) and
+    ``--holdout DIR``'s, first seen first, with their sample counts (``QuantizeResult.input_shapes``).
+    Images are not decoded again: each remembers its shape from calibration."""
+    from edgeq.graph.shapes import dynamic_inputs
+
+    dynamic = [name for name, _ in dynamic_inputs(model)]
+    if not dynamic:
+        return {}
+    sets = [data]
+    if options.holdout_data is not None:
+        from edgeq.quant.data import calibration_set
+
+        sets.append(calibration_set(model, options.holdout_data, preprocess=options.preprocess))
+    counts: dict[str, dict[tuple[int, ...], int]] = {name: {} for name in dynamic}
+    for d in sets:
+        for shapes in d.shapes():
+            for name in dynamic:
+                if name in shapes:
+                    shape = tuple(int(x) for x in shapes[name])
+                    counts[name][shape] = counts[name].get(shape, 0) + 1
+    return {name: list(seen.items()) for name, seen in counts.items() if seen}
+
+
 def quantize_model(
     model: onnx.ModelProto,
     data: CalibrationSet,
@@ -344,6 +403,15 @@ def quantize_model(
     if held_out is not None and choice.outputs is not None:
         accuracy = held_out.report(choice.outputs, threshold=options.min_cosine,
                                    min_metric=options.min_metric)
+    blame: tuple[tuple[QdqRegion, float], ...] = ()
+    if accuracy is not None and accuracy.wrecked and options.synthetic is not None:
+        notes = (*notes, f"far below FP32 on --synthetic data ({accuracy.wrecked_text()}): random inputs say "
+                         "nothing of the task; check with --calib")
+    elif accuracy is not None and accuracy.wrecked and held_out is not None and kept is None and \
+            options.placement in ("trt", "all") and options.from_engine is None:
+        from edgeq.quant.sensitivity import quick_blame
+
+        blame = tuple(quick_blame(reference, choice, held_out, options, progress=progress))
 
     # Written last: bad held-out data (NaN) raises above and must not leave a cache behind.
     cache = cache_ranges(plan, choice.amax, options)
@@ -354,7 +422,7 @@ def quantize_model(
         scales=qdq_scales(plan, choice.amax), cache=cache, accuracy=accuracy, options=options,
         calibration_samples=len(calib), holdout_samples=len(held) if held is not None else 0,
         clean_changes=changes, clean_findings=findings, notes=notes, mirror=mirror, choice=choice,
-        max_loss=kept,
+        max_loss=kept, blame=blame,
     )
 
 
@@ -416,9 +484,7 @@ def choose(
     calib_opts = options.calibration()
     held_out = None
     if held is not None and len(held):
-        source = (f"--holdout {options.holdout_data}" if options.holdout_data is not None else
-                  f"{options.holdout:.0%} of --calib (give --holdout DIR for a separate set)")
-        held_out = held_out_reference(reference, held, metric=options.metric, source=source,
+        held_out = held_out_reference(reference, held, metric=options.metric, source=held_source(options),
                                       providers=options.providers, progress=progress)
     methods: tuple[str, ...] = (calib_opts.method,)
     extra: list[str] = []
@@ -461,7 +527,46 @@ def choose(
                                weights=weights)
     if learned:
         choice = replace(choice, rounding=learned[0])
-    return choice, held_out, (*notes, *extra)
+    return choice, held_out, (*notes, *extra, *([choice.evidence] if choice.evidence else []))
+
+
+# The loss a wrecked model's advice asks ``--max-loss`` for: within 5% of FP32 by the task metric.
+MAX_LOSS_ADVICE = 0.05
+
+
+def max_loss_command(model: str | Path, options: QuantizeOptions, max_loss: float = MAX_LOSS_ADVICE) -> str:
+    """The ``edgeq quantize`` command line that reruns ``options`` on ``model`` with ``--max-loss``."""
+    import shlex
+
+    argv = ["edgeq", "quantize", str(model)]
+    if options.calib is not None:
+        argv += ["--calib", str(options.calib)]
+    elif options.synthetic is not None:
+        argv += ["--synthetic", str(options.synthetic)]
+    if options.preprocess is not None:
+        argv += ["--preprocess", str(options.preprocess)]
+    if options.holdout_data is not None:
+        argv += ["--holdout", str(options.holdout_data)]
+    elif options.holdout is not None:
+        argv += ["--holdout", f"{options.holdout:g}"]
+    if options.metric != "auto":
+        argv += ["--metric", options.metric]
+    if options.calibrator != "auto":
+        argv += ["--calibrator", options.calibrator]
+        if options.calibrator == "percentile" and options.percentile != QuantizeOptions.percentile:
+            argv += ["--percentile", f"{options.percentile:g}"]
+    if options.weights != QuantizeOptions.weights:
+        argv += ["--weights", options.weights]
+    if options.placement != "trt":
+        argv += ["--placement", options.placement]
+    if isinstance(options.overrides, (str, Path)):
+        argv += ["--overrides", str(options.overrides)]
+    return shlex.join([*argv, "--max-loss", f"{max_loss:g}"])
+
+
+def _nodes_text(nodes: tuple[str, ...], shown: int = 2) -> str:
+    more = len(nodes) - shown
+    return ", ".join(nodes[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def plan_for(graph: gs.Graph, options: QuantizeOptions) -> tuple[Plan, MirrorReport | None]:
@@ -484,14 +589,29 @@ def plan_for(graph: gs.Graph, options: QuantizeOptions) -> tuple[Plan, MirrorRep
     return plan, mirror
 
 
+SELF_SCORED = "the calibration samples themselves (give --holdout DIR for a separate set)"
+
+
+def held_source(options: QuantizeOptions) -> str:
+    """Where the held-out samples come from, as the accuracy check says it."""
+    if options.holdout_data is not None:
+        return f"--holdout {options.holdout_data}"
+    if options.holdout is None:
+        return SELF_SCORED
+    return f"{options.holdout:.0%} of --calib (give --holdout DIR for a separate set)"
+
+
 def split_data(data: CalibrationSet, options: QuantizeOptions, model: onnx.ModelProto | None = None
                ) -> tuple[CalibrationSet, CalibrationSet | None, tuple[str, ...]]:
     """(the calibration part, the held-out part for the accuracy check or None, notes).
 
     ``--holdout DIR`` (``options.holdout_data``): that separate set, read for ``model``'s inputs, and all
-    of ``data`` calibrates. Otherwise ``--holdout`` of the samples are held out when there are two or
-    more: the fallback, and said so, since a slice of the calibration data is no test of how the model
-    does on data it was not calibrated on.
+    of ``data`` calibrates. No ``--holdout`` (``options.holdout`` None, the default): every sample
+    calibrates and is scored. Why: a first-time user has a few dozen samples and no held-out set; a fifth
+    of them kept out left ``--calibrator auto`` deciding on 5-7 samples ("1 of 1" detection), while a
+    calibrator fits ranges, not labels, so scoring it on the samples it was fitted on risks little (the
+    accuracy bench's figures: the docs). ``--holdout F``: that fraction kept out, when there are two
+    samples or more (a slice of the calibration data, said so).
     """
     notes = list(data.notes)
     if options.holdout_data is not None:
@@ -501,6 +621,10 @@ def split_data(data: CalibrationSet, options: QuantizeOptions, model: onnx.Model
             raise QuantError("--holdout DIR needs the model to read the held-out set for")  # a caller's bug
         held = calibration_set(model, options.holdout_data, preprocess=options.preprocess)
         return data, held, tuple(notes)
+    if options.holdout is None:
+        notes.append(f"scored on the {len(data)} calibration samples themselves (they calibrate too); "
+                     "--holdout DIR checks on a separate set")
+        return data, data, tuple(notes)
     if options.holdout > 0 and len(data) >= 2:
         calib, held = data.split(options.holdout)
         notes.append(f"held-out samples: {len(held)} of --calib's {len(data)}, not calibrated on; "
@@ -591,7 +715,10 @@ def quantize_file(
             if p.resolve() == q.resolve():
                 raise QuantError(f"the {other} and the {what} would both be {q}",
                                  hint="choose another -o/--cache path")
-    given = (src, options.calib, options.preprocess, options.from_engine, engine, options.holdout_data,
+    from edgeq.quant.data.preprocess import is_preset
+
+    spec = None if options.preprocess is None or is_preset(options.preprocess) else options.preprocess
+    given = (src, options.calib, spec, options.from_engine, engine, options.holdout_data,
              options.overrides if isinstance(options.overrides, (str, Path)) else None)
     inputs = tuple(i for i in given if i is not None)
     for p in (out, cache, fp32, summary, *([kept_float] if kept_float else [])):  # before any work
@@ -613,6 +740,7 @@ def quantize_file(
     data = calibration_data(model, options)
     result = quantize_model(model, data, replace(options, cache_path=None), progress)
     result = replace(result, options=replace(result.options, cache_path=Path(cache)),
+                     input_shapes=data_shapes(model, data, options),
                      paths={"input": str(src), "output": str(out), "cache": str(cache),
                             "fp32_model": str(fp32), "summary": str(summary)})
     if result.max_loss is not None and kept_float is not None:

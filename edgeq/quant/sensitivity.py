@@ -16,6 +16,10 @@ input stays float anyway is a region of its own (its weights). Every candidate i
 float activation is calibrated, so any placement has its ranges) and scored on the held-out samples
 against ONE run of the FP32 reference: a region's "recovered" figure is exactly what excluding it buys.
 
+Regions are ranked by the metric's rank (``TaskScore.rank``: its dense form included, so one string or
+detection does not decide alone); the figures shown are the metric's headline. A model that loses
+nothing on the metric with every region INT8 has nothing to recover: no region is scored.
+
 Cost: two onnxruntime runs of the held-out set per region (alone and all-but-one). Regions are tried in
 the order their calibrated range clips most (largest ``max |x| / amax`` first, from the same histograms),
 so a cap (``max_regions``, a time budget) keeps the likely culprits and says what it skipped.
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
 
     from edgeq.quant.accuracy import HeldOut
     from edgeq.quant.autocalib import Choice
+    from edgeq.quant.budget import BudgetChoice
+    from edgeq.quant.float_cost import CostModel, FloatCost
     from edgeq.quant.metrics import TaskScore
     from edgeq.quant.plan import Plan
     from edgeq.quant.quantize import QuantizeOptions
@@ -190,9 +196,15 @@ class RegionScore:
         """What keeping this region float buys: score(all-but-one) - score(all INT8)."""
         return self.all_but_one.value - all_int8.value
 
+    def recovered_rank(self, all_int8: TaskScore) -> float:
+        """The same in the metric's rank (its dense form included): what the regions are ranked by, so a
+        small set's coarse headline (one detection, one string) does not decide alone."""
+        return self.all_but_one.rank - all_int8.rank
+
     def to_dict(self, all_int8: TaskScore) -> dict[str, Any]:
         return {**self.region.to_dict(), "alone": None if self.alone is None else self.alone.value,
                 "all_but_one": self.all_but_one.value, "recovered": self.recovered(all_int8),
+                "recovered_rank": self.recovered_rank(all_int8),
                 "alone_text": None if self.alone is None else self.alone.text,
                 "all_but_one_text": self.all_but_one.text}
 
@@ -206,6 +218,10 @@ class SensitivityOptions:
     max_regions: int | None = MAX_REGIONS
     budget_s: float | None = None
     alone: bool = True  # also score each region alone (the other half of the table)
+    # --engine: a full INT8 engine's run (deploy run directory or layer JSON with its profile): each region
+    # priced there (edgeq.quant.float_cost), the page draws accuracy against qps; with quantize.max_loss
+    # the cheapest set that meets it is chosen and marked (as deploy --max-loss chooses)
+    engine: Path | None = None
 
     def __post_init__(self) -> None:
         if self.max_regions is not None and self.max_regions < 1:
@@ -215,6 +231,9 @@ class SensitivityOptions:
         if self.quantize.placement not in ("trt", "all") or self.quantize.from_engine is not None:
             raise QuantError("sensitivity ranks what --overrides can exclude: placement trt or all",
                              "leave out --placement implicit and --from-engine")
+        if self.quantize.max_loss is not None and self.engine is None:
+            raise QuantError("sensitivity --max-loss chooses by what the regions cost on a target",
+                             "give --engine (an earlier deploy's run directory), or use quantize --max-loss")
 
 
 @dataclass
@@ -231,11 +250,33 @@ class SensitivityResult:
     notes: list[str] = field(default_factory=list)
     calibrator: str = ""
     files: dict[str, str] = field(default_factory=dict)
+    priced: Priced | None = None  # --engine: each region's cost there, the chart, --max-loss's choice
 
     @property
     def loss(self) -> float:
         """The all-INT8 model's loss against FP32 on the metric (FP32 scores 1.0)."""
         return 1.0 - self.all_int8.value
+
+    @property
+    def nothing_to_recover(self) -> bool:
+        """Every region INT8 already scores as FP32: no region was scored (``sensitivity`` stops)."""
+        return self.loss <= 1e-12
+
+    def advice(self) -> str:
+        """The region to keep float first, named by its nodes as the table and ``--overrides`` name it."""
+        if self.nothing_to_recover:
+            return (f"nothing to recover: with every region INT8 the model scores as FP32 on {self.metric} "
+                    f"({self.all_int8.text}); no region was scored")
+        if not self.scored:
+            return ""
+        top = self.scored[0]
+        gain = top.recovered(self.all_int8)
+        share = gain / self.loss if self.loss > 0 else 0.0
+        nodes = top.region.nodes
+        named = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+        return (f"keeping {named} float recovers {gain:+.4f} ({share:.0%} of the loss): exclude "
+                f"{'its nodes' if len(nodes) > 1 else 'it'} with --overrides, or let 'edgeq quantize "
+                "--max-loss X' choose")
 
     def to_dict(self) -> dict[str, Any]:
         skipped: dict[str, list[str]] = {}
@@ -243,11 +284,73 @@ class SensitivityResult:
             skipped.setdefault(why, []).append(r.name)
         return {"metric": self.metric, "metric_chosen_by": self.metric_why, "calibrator": self.calibrator,
                 "samples": self.fp32_samples, "fp32": 1.0, "all_int8": self.all_int8.to_dict(),
-                "loss": self.loss, "regions": self.regions, "scored": len(self.scored),
+                "loss": self.loss, "nothing_to_recover": self.nothing_to_recover, "advice": self.advice(),
+                "regions": self.regions, "scored": len(self.scored),
                 "ranked": [s.to_dict(self.all_int8) for s in self.scored],
                 "skipped": [{"why": why, "regions": names} for why, names in skipped.items()],
                 "interrupted": self.interrupted, "seconds": round(self.seconds, 2), "notes": self.notes,
-                **({"files": self.files} if self.files else {})}
+                **({"files": self.files} if self.files else {}),
+                **({"engine": self.priced.to_dict(self)} if self.priced is not None else {})}
+
+
+@dataclass(frozen=True)
+class Priced:
+    """``sensitivity --engine``: the regions priced on one full INT8 engine's profile."""
+
+    engine: str
+    qps: float  # the engine's measured throughput (its run's), else the profile's 1000 / total ms
+    measured: bool  # whether ``qps`` was measured
+    total_ms: float
+    costs: dict[str, FloatCost]  # region name -> what keeping it float costs there
+    fp16_ms: float | None  # the whole engine in FP16, modelled
+    model: CostModel
+    choice: BudgetChoice | None = None  # --max-loss
+
+    def qps_of(self, cost_ms: float) -> float:
+        got = self.model.qps(self.qps, cost_ms)
+        return got if got is not None else self.qps
+
+    def to_dict(self, result: SensitivityResult) -> dict[str, Any]:
+        from edgeq.quant.float_cost import SOURCE
+
+        fp16 = self.qps * self.total_ms / self.fp16_ms if self.fp16_ms else None
+        return {"path": self.engine, "qps": self.qps, "qps_measured": self.measured,
+                "total_ms": self.total_ms, "fp16_qps_modelled": fp16, "cost_model": SOURCE,
+                "regions": {n: {**c.to_dict(), "qps": self.qps_of(c.ms)} for n, c in self.costs.items()},
+                "budget": self.choice.to_dict() if self.choice is not None else None}  # fmt: skip
+
+
+def engine_qps(path: str | Path) -> float | None:
+    """A deploy run's measured throughput (``timings.json``), or its ``*.run.log``'s; None without one."""
+    import json
+
+    p = Path(path)
+    timings = (p if p.is_dir() else p.parent) / "timings.json"
+    if p.is_dir() and timings.is_file():
+        qps = json.loads(timings.read_text(encoding="utf-8")).get("throughput_qps")
+        if isinstance(qps, (int, float)) and qps > 0:
+            return float(qps)
+    from edgeq.report.compare_engine import engine_from_path
+
+    run = engine_from_path(p).run
+    return run.throughput_qps if run is not None and run.throughput_qps else None
+
+
+def price_on(engine: str | Path, reference: onnx.ModelProto, regions: Sequence[QdqRegion]) -> Priced:
+    """``regions`` priced on ``engine``'s profile (its layers mapped onto ``reference``)."""
+    from edgeq.quant.float_cost import CostModel
+    from edgeq.report.compare_engine import engine_from_path
+
+    e = engine_from_path(engine, onnx_model=reference)
+    if e.report is None or not e.report.timed or not e.report.profile_total_ms:
+        raise QuantError(f"--engine {engine}: no per-layer profile to price the regions on",
+                         "give a deploy run directory (it holds profile.json) or a *.layers.json with its "
+                         "*.profile.json beside it")
+    model = CostModel(e.report)
+    total = e.report.profile_total_ms
+    measured = engine_qps(engine)
+    return Priced(str(engine), measured or 1000.0 / total, measured is not None, total,
+                  {r.name: model.price(r.nodes) for r in regions}, model.fp16_ms(), model)
 
 
 @dataclass(frozen=True)
@@ -281,15 +384,41 @@ def prepare(model: onnx.ModelProto, options: SensitivityOptions, progress: Progr
     hists = collect_histograms(reference, list(plan.activations), calib, q.calibration(), progress)
     choice, held_out, notes = choose(reference, plan, hists, held, q, notes, progress, calib=calib)
     assert held_out is not None  # held is not empty
+    return Setup(Scorer(reference, q, choice.amax, held_out, choice.learned),
+                 clipped_regions(graph, plan, choice), choice, tuple(notes))
+
+
+def clipped_regions(graph: gs.Graph, plan: Plan, choice: Choice) -> list[QdqRegion]:
+    """The plan's regions, each with how much its calibrated range clips (``QdqRegion.clip``: the largest
+    max |x| seen in calibration over the scale's amax), most clipped first, graph order among equals."""
     shared = plan.scale_amax(choice.amax)
-    regions = [replace(r, clip=_clip(r, hists, shared)) for r in qdq_regions(graph, plan)]
-    regions.sort(key=lambda r: -r.clip)  # stable: graph order among equals
-    return Setup(Scorer(reference, q, choice.amax, held_out, choice.learned), regions, choice, tuple(notes))
+    seen = choice.observed
+
+    def clip(region: QdqRegion) -> float:
+        ratios = [seen[t] / shared[t] for t in region.tensors if t in seen and shared.get(t, 0) > 0]
+        return max(ratios, default=1.0)
+
+    regions = [replace(r, clip=clip(r)) for r in qdq_regions(graph, plan)]
+    return sorted(regions, key=lambda r: -r.clip)
 
 
-def _clip(region: QdqRegion, hists: Any, shared: dict[str, float]) -> float:
-    ratios = [hists[t].amax / shared[t] for t in region.tensors if t in hists and shared.get(t, 0) > 0]
-    return max(ratios, default=1.0)
+# A wrecked model's quick sensitivity pass: the most clipped regions, one held-out run each.
+QUICK_REGIONS = 6
+QUICK_BLAMED = 3  # named in the failure message
+
+
+def quick_blame(reference: onnx.ModelProto, choice: Choice, held: HeldOut, options: QuantizeOptions,
+                regions: int = QUICK_REGIONS, progress: ProgressFn = no_progress
+                ) -> list[tuple[QdqRegion, float]]:
+    """(region, what keeping it float recovers on the metric's headline) for the regions whose float
+    raises the metric's rank most, of the ``regions`` most clipped (all-but-one each, one held-out run
+    each): what a wrecked model's failure names. Empty when none of them recovers anything."""
+    assert choice.outputs is not None  # scored on the held-out set
+    scorer = Scorer(reference, options, choice.amax, held, choice.learned)
+    graph, plan = scorer.plan()
+    before = held.score(choice.outputs)
+    ranked = rank_regions(scorer, clipped_regions(graph, plan, choice), regions, progress)
+    return [(r, s.value - before.value) for r, s in ranked if s.rank > before.rank][:QUICK_BLAMED]
 
 
 def sensitivity(model: onnx.ModelProto, options: SensitivityOptions, progress: ProgressFn = no_progress
@@ -304,6 +433,10 @@ def sensitivity(model: onnx.ModelProto, options: SensitivityOptions, progress: P
     notes = [*prep.notes, *([prep.choice.summary()] if prep.choice.auto else [])]
     result = SensitivityResult(held.metric.name, held.why, len(held.outputs), all_int8, [],
                                regions=len(prep.regions), notes=notes, calibrator=prep.choice.method)
+    if result.nothing_to_recover:  # no float region could give anything back: stop before scoring any
+        result.skipped += [(r, "nothing to recover") for r in prep.regions]
+        result.seconds = time.monotonic() - started
+        return result
     todo = prep.regions
     if options.max_regions is not None and len(todo) > options.max_regions:
         result.skipped += [(r, f"--max-regions {options.max_regions}") for r in todo[options.max_regions:]]
@@ -325,9 +458,29 @@ def sensitivity(model: onnx.ModelProto, options: SensitivityOptions, progress: P
             break
         result.scored.append(RegionScore(region, alone, but_one))
         progress("sensitivity", i + 1, len(todo))
-    result.scored.sort(key=lambda s: (-s.recovered(all_int8), s.alone.value if s.alone else 0.0))
+    result.scored.sort(key=lambda s: (-s.recovered_rank(all_int8), s.alone.rank if s.alone else 0.0))
+    if options.engine is not None and result.scored:
+        result.priced = _priced(options, prep, result, all_int8, progress)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _priced(options: SensitivityOptions, prep: Setup, result: SensitivityResult, all_int8: TaskScore,
+            progress: ProgressFn) -> Priced:
+    """``--engine``: the scored regions priced there; ``--max-loss``: the cheapest set chosen among them,
+    their all-but-one scores reused (no second run)."""
+    assert options.engine is not None
+    regions = [s.region for s in result.scored]
+    priced = price_on(options.engine, prep.scorer.reference, regions)
+    max_loss = options.quantize.max_loss
+    if max_loss is None or result.interrupted:
+        return priced
+    from edgeq.quant.budget import choose_within
+
+    known = {s.region.name: s.all_but_one for s in result.scored}
+    choice = choose_within(prep.scorer, regions, max_loss, priced.model.price, all_int8, progress,
+                           known=known)
+    return replace(priced, choice=choice)
 
 
 def sensitivity_file(path: str | Path, options: SensitivityOptions, out_dir: str | Path | None = None,
@@ -349,7 +502,13 @@ def sensitivity_file(path: str | Path, options: SensitivityOptions, out_dir: str
         raise QuantError(f"{out}: exists and is not a directory", "give -o a directory")
     files = {"json": out / "sensitivity.json", "html": out / "sensitivity.html"}
     for p in files.values():
-        check_writable(p, inputs=(src,))
+        check_writable(p, inputs=(src, *([options.engine] if options.engine is not None else [])))
+    if options.engine is not None:  # a bad --engine before any work
+        from edgeq.report.compare_engine import engine_from_path
+
+        if engine_from_path(options.engine).report is None:
+            raise QuantError(f"--engine {options.engine}: a failed build, no layers to price",
+                             "give a built engine")
     model = load_model(src)
     result = sensitivity(model, options, progress)
     result.files = {k: str(p) for k, p in files.items()}
@@ -464,7 +623,7 @@ def rank_regions(scorer: Scorer, regions: Sequence[QdqRegion], max_regions: int 
     for i, r in enumerate(todo):
         ranked.append((r, scorer.score(r.nodes)))
         progress("ranking regions", i + 1, len(todo))
-    return sorted(ranked, key=lambda x: -x[1].value)
+    return sorted(ranked, key=lambda x: -x[1].rank)  # the rank: dense forms included (metrics.TaskScore)
 
 
 def float_until(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float,
@@ -495,7 +654,7 @@ def float_until(scorer: Scorer, regions: Sequence[QdqRegion], max_loss: float,
             break
         progress("--max-loss", i + 1, len(ranked))
         got = alone if not kept else scorer.score([n for r in (*kept, region) for n in r.nodes])
-        if got.value >= best.value:
+        if got.rank >= best.rank:
             kept.append(region)
             best = got
     if ok(best):

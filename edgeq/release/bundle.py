@@ -275,19 +275,25 @@ def check_gzip(path: Path) -> None:
             raise ReleaseError(f"{path}: not a .tar.gz bundle (not gzip data)", _A_BUNDLE)
 
 
-def read_bundle(path: Path) -> dict[str, bytes]:
-    """Every regular file of a bundle. A file that is no tar.gz at all (a model, an engine) is the
-    wrong input (ReleaseError, exit 2); a tar.gz whose bytes do not read back is damaged (exit 1: what
-    ``release verify`` reports as a problem found)."""
+def read_bundle(path: Path, data: Optional[bytes] = None) -> dict[str, bytes]:
+    """Every regular file of a bundle (from ``data``, the file's bytes already read, when given). A file
+    that is no tar.gz at all (a model, an engine) is the wrong input (ReleaseError, exit 2); a tar.gz
+    whose bytes do not read back is damaged (exit 1: what ``release verify`` reports as a problem
+    found)."""
     path = Path(path)
-    if path.is_dir():
-        raise ReleaseError(f"{path}: is a directory, not a bundle",
-                           f"give the .tar.gz 'edgeq release' wrote (a fleet directory becomes one with "
-                           f"'edgeq release --from {path} -o B.tar.gz')")  # fmt: skip
-    if not path.is_file():
-        raise ReleaseError(f"{path}: no such bundle", "give the .tar.gz 'edgeq release' wrote")
-    check_gzip(path)
-    raw = path.read_bytes()
+    if data is None:
+        if path.is_dir():
+            raise ReleaseError(f"{path}: is a directory, not a bundle",
+                               f"give the .tar.gz 'edgeq release' wrote (a fleet directory becomes one with "
+                               f"'edgeq release --from {path} -o B.tar.gz')")  # fmt: skip
+        if not path.is_file():
+            raise ReleaseError(f"{path}: no such bundle", "give the .tar.gz 'edgeq release' wrote")
+        check_gzip(path)
+        raw = path.read_bytes()
+    elif data[: len(GZIP_MAGIC)] != GZIP_MAGIC:
+        raise ReleaseError(f"{path}: not a .tar.gz bundle (not gzip data)", _A_BUNDLE)
+    else:
+        raw = data
     try:
         # Whole-file gunzip first: it checks the gzip CRC, which reading the tar stream may stop short of.
         data = gzip.decompress(raw)
@@ -308,9 +314,10 @@ def read_bundle(path: Path) -> dict[str, bytes]:
     return out
 
 
-def verify(path: Path) -> Verification:
-    """Check the manifest's own hash, then every file's sha256 and size, then files not listed."""
-    files = read_bundle(path)
+def verify(path: Path, data: Optional[bytes] = None) -> Verification:
+    """Check the manifest's own hash, then every file's sha256 and size, then files not listed (of
+    ``data``, the file's bytes already read, when given: what was checked is what is used)."""
+    files = read_bundle(path, data)
     problems: list[Problem] = []
     raw = files.pop(MANIFEST, None)
     if raw is None:
@@ -338,14 +345,36 @@ def verify(path: Path) -> Verification:
     return Verification(Path(path), manifest, tuple(problems), len(listed))
 
 
+REFUSED = 2  # a bundle a command will not act on is the user's input, whatever is wrong with it
+
+
+def require_intact(path: Path, refused: str, data: Optional[bytes] = None) -> Verification:
+    """``verify`` as a refusal, for the commands that act on a bundle (``release sign``: "not signed",
+    ``release install``: "not installed"): a file that is no bundle, an archive that does not read back
+    or a bundle that fails its manifest is refused (exit 2), naming what is wrong with it. Run before
+    anything about signatures, so a damaged bundle is said to be damaged, never "not signed"."""
+    try:
+        checked = verify(path, data)
+    except ReleaseError as e:
+        raise ReleaseError(f"{refused}: {e.message}", e.hint, exit_code=REFUSED) from None
+    if not checked or checked.manifest is None:
+        first = checked.problems[0] if checked.problems else "no manifest"
+        raise ReleaseError(f"{refused}: {path}: it does not verify ({first})",
+                           f"see 'edgeq release verify {path}'; fetch the bundle again", exit_code=REFUSED)
+    return checked
+
+
 def inspect(path: Path) -> dict[str, Any]:
-    """The bundle's manifest (read, not verified: ``verify`` does that)."""
-    files = read_bundle(path)
+    """The bundle's manifest (read, not verified: ``verify`` does that). ``inspect`` checks nothing, so
+    a file it cannot read a manifest from (damaged, no manifest) is bad input: exit 2."""
+    try:
+        files = read_bundle(path)
+    except ReleaseError as e:
+        raise ReleaseError(e.message, e.hint, exit_code=REFUSED) from None
     if MANIFEST not in files:
-        raise ReleaseError(f"{path}: no manifest.json in the bundle", "is it an edgeq release bundle?",
-                           exit_code=1)
+        raise ReleaseError(f"{path}: no manifest.json in the bundle", "is it an edgeq release bundle?")
     try:
         manifest: dict[str, Any] = json.loads(files[MANIFEST])
     except ValueError:
-        raise ReleaseError(f"{path}: manifest.json is not JSON", exit_code=1) from None
+        raise ReleaseError(f"{path}: manifest.json is not JSON", "is it an edgeq release bundle?") from None
     return manifest

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Optional
 
 from edgeq.errors import EdgeqError
-from edgeq.fs import atomic_write_bytes
+from edgeq.fs import atomic_write_bytes, check_writable
+from edgeq.text import plain
 
 NAMESPACE = "edgeq-release"
 SIG_SUFFIX = ".sig"
@@ -58,7 +59,7 @@ def _run(argv: list[str], stdin: bytes) -> subprocess.CompletedProcess[bytes]:
     try:
         return subprocess.run(argv, input=stdin, capture_output=True, timeout=TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
-        raise EdgeqError(f"ssh-keygen did not finish in {TIMEOUT:g} s",
+        raise EdgeqError(f"ssh-keygen did not finish in {plain(TIMEOUT)} s",
                          "a key with a passphrase? load it into ssh-agent (ssh-add), give its .pub") from None
 
 
@@ -82,10 +83,16 @@ def _read(path: Path, what: str) -> bytes:
 
 def sign(bundle: Path, key: Path) -> Path:
     """Sign ``bundle`` with the SSH private key ``key`` (or a public key whose private half ssh-agent
-    holds); writes ``BUNDLE.sig`` atomically and returns its path. The bundle is read once and fed to
-    ssh-keygen on stdin, so the signature is over exactly the bytes read."""
+    holds); writes ``BUNDLE.sig`` atomically and returns its path. The bundle is read once, verified
+    against its manifest (a signature vouches for what it signs: a damaged or edited bundle, or a file
+    that is no bundle, is refused, exit 2) and fed to ssh-keygen on stdin, so the signature is over
+    exactly the bytes verified."""
+    from edgeq.release.bundle import require_intact
+
     exe = _ssh_keygen()
+    out = check_writable(signature_path(bundle), inputs=(bundle,))  # before any work
     data = _read(bundle, "bundle")
+    require_intact(bundle, "not signed", data)
     key = Path(key).expanduser()
     if not key.is_file():
         raise EdgeqError(f"{key}: no such key", "give your SSH private key, e.g. --key ~/.ssh/id_ed25519")
@@ -94,7 +101,6 @@ def sign(bundle: Path, key: Path) -> Path:
     if res.returncode != 0 or b"BEGIN SSH SIGNATURE" not in sig:
         raise EdgeqError(f"ssh-keygen could not sign with {key}: {_said(res)}",
                          "a passphrase-protected key must be in ssh-agent (ssh-add) to sign without a prompt")
-    out = signature_path(bundle)
     atomic_write_bytes(out, sig)
     return out
 

@@ -29,6 +29,7 @@ CAUSES: dict[str, Cause] = {
         Cause("authentication refused", 2, True),
         Cause("unknown host name", 2, False),  # a typo in the target file: asking again will not fix it
         Cause("connection refused", 1, False),
+        Cause("no SSH banner", 1, False),  # TCP accepted, sshd silent (hung): not retried, said at once
         Cause("unreachable", 1, False),
         Cause("connection dropped", 1, True),
     )

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from edgeq.errors import RemoteError
 from edgeq.remote.ssh import ConnectionDropped, SSHLink, remote_path
+from edgeq.text import plain
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ class CommandResult:
 
 
 def remote_command(
-    argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
+    argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+    pgid_file: str | None = None,
 ) -> str:
     """The one string sent to the remote login shell for ``argv``.
 
@@ -76,6 +78,10 @@ def remote_command(
     its process group (sshd puts each session in its own) as the first stdout line (stripped again by
     ``run``), so a timeout or Ctrl-C can kill
     the whole remote process tree rather than leave a build running on the target.
+
+    ``pgid_file``: the process group is also written to that file on the target, for a runner that sees
+    the output only once the command ended (``edgeq.ansible.connection``: it kills from a second session);
+    the script then waits for the command and removes the file (its exit status kept).
     """
     if not argv:
         raise ValueError("empty argv")
@@ -90,7 +96,12 @@ def remote_command(
         if not key.isidentifier() or not key.isascii():
             raise ValueError(f"not an environment variable name: {key!r}")
         lines.append(f"export {key}={shlex.quote(str(value))}")
-    lines.append('exec "$@"')
+    if pgid_file:
+        f = shlex.quote(pgid_file)
+        lines.append(f'mkdir -p "$(dirname {f})" && printf "%s\\n" $g >{f} || exit 1')
+        lines.append(f'"$@"; rc=$?; rm -f {f}; exit $rc')
+    else:
+        lines.append('exec "$@"')
     script = "\n".join(lines)
     return " ".join(["sh", "-c", shlex.quote(script), "edgeq", *(shlex.quote(str(a)) for a in argv)])
 
@@ -232,7 +243,8 @@ class CommandRunner(SSHLink):
             if deadline is not None and time.monotonic() > deadline:
                 self._kill_group(out.pgid, chan)
                 raise CommandTimeout(
-                    f"{shlex.join(args)[:200]} ran longer than {timeout:g}s on {self.config.destination}; "
+                    f"{shlex.join(args)[:200]} ran longer than {plain(timeout)}s on "
+                    f"{self.config.destination}; "
                     "its remote process group was killed",
                     "raise the timeout (command_timeout in the target file)",
                 )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.text import plain
 
 if TYPE_CHECKING:
     from edgeq.interrupt import Stop
@@ -159,7 +160,7 @@ class LocalRunner:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            raise RemoteError(f"local: {argv[0]} ran past {timeout:g} s and was stopped",
+            raise RemoteError(f"local: {argv[0]} ran past {plain(timeout)} s and was stopped",
                               "raise the target's timeouts") from None  # fmt: skip
         finally:
             for r in readers:

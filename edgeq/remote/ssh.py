@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import logging
 import os
 import posixpath
+import selectors
 import socket
 import threading
 import time
@@ -37,6 +39,7 @@ from edgeq.remote.hostkeys import (
     known_host_lines,
 )
 from edgeq.remote.sshconfig import SSHConfig
+from edgeq.text import plain
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -45,6 +48,7 @@ WINDOW_SIZE = 64 * 1024 * 1024  # our receive window: downloads (get) are not wi
 # AES-GCM needs no separate HMAC pass: the cheapest cipher paramiko offers; the rest stay as fallbacks.
 PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr")
 KEEPALIVE_S = 15  # notice a dead target during a long remote build
+POLL_S = 0.1  # how often a wait of our own (TCP connect, the banner) looks for Ctrl-C
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -74,6 +78,14 @@ class ConnectionRefused(ConnectionFailed):
     """The target's address answered that nothing listens on the port (no sshd there, or not yet)."""
 
     cause = "connection refused"
+    exit_code = CAUSES[cause].exit_code
+
+
+class NoBanner(ConnectionFailed):
+    """Something accepted the TCP connection but sent no SSH banner in time (a hung sshd, or another
+    service on the port). Not retried: each try would wait the whole timeout again."""
+
+    cause = "no SSH banner"
     exit_code = CAUSES[cause].exit_code
 
 
@@ -248,10 +260,86 @@ class SSHLink:
         )
 
     def _connect_once(self) -> Any:
+        """One connection: TCP and the server's banner awaited here (watching for Ctrl-C, the banner
+        bounded by ``connect_timeout``), then paramiko's handshake and login on that socket, which a
+        Ctrl-C request ends by shutting the socket down (``Stop.waking``)."""
         paramiko = _quiet_paramiko()
         cfg = self.config
         if cfg.identity_file:
             _check_identity_file(paramiko, cfg.identity_file)
+        sock = self._jump_channel() if cfg.jump is not None else self._tcp()
+        try:
+            with self.stop.waking(lambda: _shut(sock)) if self.stop is not None else contextlib.nullcontext():
+                if cfg.jump is None:
+                    self._await_banner(sock)
+                return self._handshake(paramiko, sock)
+        except BaseException:
+            _shut(sock)
+            with contextlib.suppress(Exception):
+                sock.close()
+            self.check_stop()  # the handshake failed because Ctrl-C shut it: say interrupted, not why
+            raise
+
+    def _tcp(self) -> socket.socket:
+        """A TCP connection to the target, as paramiko opens one (each address ``getaddrinfo`` gives, in
+        turn; all of them refusing is ``NoValidConnectionsError``), in steps that look for Ctrl-C: a
+        target whose SYNs are dropped would otherwise hold it for the whole ``connect_timeout``."""
+        from paramiko.ssh_exception import NoValidConnectionsError
+
+        cfg = self.config
+        deadline = time.monotonic() + cfg.connect_timeout
+        infos = socket.getaddrinfo(cfg.host, cfg.port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+        errors: dict[Any, OSError] = {}
+        for family, kind, proto, _, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                code = sock.connect_ex(addr)
+                with selectors.DefaultSelector() as waiting:
+                    waiting.register(sock, selectors.EVENT_WRITE)
+                    while code in (errno.EINPROGRESS, errno.EALREADY, errno.EWOULDBLOCK):
+                        self.check_stop()
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise socket.timeout("timed out")
+                        if waiting.select(min(POLL_S, left)):
+                            code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if code:
+                    raise OSError(code, os.strerror(code))
+                sock.setblocking(True)
+                return sock
+            except OSError as e:
+                sock.close()
+                if e.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH):  # as paramiko: only these wait
+                    raise
+                errors[addr] = e
+            except BaseException:
+                sock.close()
+                raise
+        raise NoValidConnectionsError(errors)
+
+    def _await_banner(self, sock: socket.socket) -> None:
+        """The server speaks first (RFC 4253 4.2): wait for its first bytes, looking for Ctrl-C. Nothing
+        within ``connect_timeout`` is a hung sshd (or no sshd) behind an open port: said as such, once.
+        paramiko then reads the banner itself."""
+        cfg = self.config
+        deadline = time.monotonic() + cfg.connect_timeout
+        with selectors.DefaultSelector() as waiting:
+            waiting.register(sock, selectors.EVENT_READ)
+            while not waiting.select(min(POLL_S, max(0.0, deadline - time.monotonic()))):
+                self.check_stop()
+                if time.monotonic() < deadline:
+                    continue
+                raise NoBanner(
+                    f"cannot connect to {cfg.destination}: no SSH banner from {cfg.host}:{cfg.port} within "
+                    f"{plain(cfg.connect_timeout)} s",
+                    "something accepts connections on that port but does not answer as sshd: restart sshd "
+                    "on the target, or check the target file's port",
+                )
+
+    def _handshake(self, paramiko: Any, sock: Any) -> Any:
+        """paramiko's handshake, host key check and login over ``sock``: the client, connected."""
+        cfg = self.config
         client = paramiko.SSHClient()
         kh = cfg.known_hosts_path
         if kh.exists():
@@ -264,7 +352,6 @@ class SSHLink:
                     "fix or remove the malformed line (ssh-keygen -R HOST -f FILE rewrites the file)",
                 ) from None
         client.set_missing_host_key_policy(KnownHostsPolicy(cfg))
-        sock = self._jump_channel() if cfg.jump is not None else None
         try:
             client.connect(
                 hostname=cfg.host,
@@ -303,6 +390,12 @@ class SSHLink:
             client.close()
             if "authentication methods" in str(exc):
                 raise _auth_failed(cfg, exc) from None
+            if str(exc) == "No existing session":  # the handshake did not finish within the timeout
+                raise ConnectionFailed(
+                    f"cannot connect to {cfg.destination}: the SSH handshake with {cfg.host}:{cfg.port} did "
+                    f"not finish within {plain(cfg.connect_timeout)} s",
+                    "the target's sshd answers but stalls: check its load and logs",
+                ) from None
             raise
         except BaseException:
             client.close()
@@ -319,7 +412,7 @@ class SSHLink:
         cfg = self.config
         assert cfg.jump is not None
         if self._jump is None:
-            self._jump = SSHLink(cfg.jump)
+            self._jump = SSHLink(cfg.jump, self.stop)
         jt = self._jump._transport()
         return jt.open_channel(
             "direct-tcpip", (cfg.host, cfg.port), ("127.0.0.1", 0), timeout=cfg.connect_timeout
@@ -454,6 +547,12 @@ class SSHLink:
             return None
 
 
+def _shut(sock: Any) -> None:
+    """End every wait on ``sock`` (a socket, or a jump host's channel): reads see EOF at once."""
+    with contextlib.suppress(Exception):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 def _check_identity_file(paramiko: Any, identity_file: str) -> None:
     """Fail fast (no retries) on a key file that is missing or not a key; an encrypted one is left to
     paramiko, which then tries ssh-agent. The error names the file, never its content."""
@@ -516,7 +615,8 @@ def _describe(exc: BaseException | None, cfg: SSHConfig | None = None) -> str:
     if isinstance(exc, UnicodeError):
         return f"'{cfg.host if cfg is not None else ''}' is not a valid host name ({exc.__cause__ or exc})"
     if isinstance(exc, (socket.timeout, TimeoutError)):
-        return f"no answer from {where}" + (f" within {cfg.connect_timeout:g} s" if cfg is not None else "")
+        return f"no answer from {where}" + (
+            f" within {plain(cfg.connect_timeout)} s" if cfg is not None else "")
     errors = getattr(exc, "errors", None)
     if isinstance(errors, dict) and errors:  # NoValidConnectionsError: each address's own error
         exc = next(iter(errors.values()))

@@ -94,6 +94,8 @@ class Target:
     trtexec: str = DEFAULT_TRTEXEC
     timeouts: Timeouts = field(default_factory=Timeouts)
     gate: Optional[GateConfig] = None
+    keys: tuple[str, ...] = ()  # the keys the file set: where it says nothing, ~/.ssh/config may
+    example: bool = False  # ``example: true``: a template from the repository, no real board behind it
 
     @property
     def is_local(self) -> bool:
@@ -117,20 +119,30 @@ class Target:
                 f"{self.path}: 'identity_file' {self.identity_file} does not exist",
                 "point it at your private key, or set 'use_agent: true' to use the running ssh-agent",
             )
+        # ~/.ssh/config, as ssh reads it, where the file says nothing: HostName (the address known_hosts
+        # is checked under, as OpenSSH checks it), Port, UserKnownHostsFile, ProxyJump
+        from edgeq.remote.sshconfig import openssh_config
+
+        said = openssh_config(self.host)
+        known_hosts = self.known_hosts
+        if "known_hosts" not in self.keys and said.get("userknownhostsfile"):
+            known_hosts = Path(said["userknownhostsfile"])
         common: dict[str, Any] = {
             "identity_file": str(self.identity_file) if self.identity_file else None,
-            "known_hosts": str(self.known_hosts),
+            "known_hosts": str(known_hosts),
             "use_agent": self.use_agent,
             "accept_new_host_key": accept_new_host_key,
             "connect_timeout": self.timeouts.connect,
         }
         jump = None
-        if self.jump_host:
-            juser, jhost, jport = split_hostspec(self.jump_host)
+        jump_host = self.jump_host or (said.get("proxyjump", "").split(",")[0] or None)
+        if jump_host and jump_host != "none":
+            juser, jhost, jport = split_hostspec(jump_host)
             jump = SSHConfig(host=jhost, port=jport, user=juser or self.user, **common)
+        port = self.port if "port" in self.keys else int(said.get("port", self.port))
         return SSHConfig(
-            host=self.host,
-            port=self.port,
+            host=str(said.get("hostname", self.host)),
+            port=port,
             user=self.user,
             jump=jump,
             command_timeout=self.timeouts.command,
@@ -294,6 +306,7 @@ TOP: dict[str, Checker] = {
     "timeouts": SECTION,  # section
     "gate": SECTION,  # section
     "description": _str,
+    "example": _bool,  # a file from the edgeq repository naming no real board: targets list says so
 }
 SECTIONS: dict[str, dict[str, Checker]] = {
     "gpu": {"name": _str, "compute_capability": _cc},
@@ -360,7 +373,8 @@ def target_from_dict(data: Any, path: Path, name: Optional[str] = None) -> Targe
     timeouts = Timeouts(**v.get("timeouts", {}))
     kwargs: dict[str, Any] = {
         k: v[k]
-        for k in ("host", "user", "port", "jump_host", "work_dir", "python", "tensorrt", "backend", "trtexec")
+        for k in ("host", "user", "port", "jump_host", "work_dir", "python", "tensorrt", "backend", "trtexec",
+                  "example")
         if k in v
     }
     if "known_hosts" in v:
@@ -375,6 +389,7 @@ def target_from_dict(data: Any, path: Path, name: Optional[str] = None) -> Targe
         build=build,
         timeouts=timeouts,
         gate=GateConfig(**gate) if gate is not None else None,
+        keys=tuple(v),
         **kwargs,
     )
 

@@ -21,9 +21,17 @@ from typing import Any, Optional
 from edgeq.errors import ReportError
 from edgeq.report.compare_engine import FILES_HINT, Engine, EngineStats, fused_groups, precision_rank
 from edgeq.report.compare_regions import Region, region_members, region_side
-from edgeq.report.explain import Explanation, Links, compute_nodes, explain, lint_explanations, merged
+from edgeq.report.explain import (
+    Explanation,
+    Links,
+    compute_nodes,
+    explain,
+    lint_explanations,
+    merged,
+    narrower_than_implicit,
+)
 from edgeq.report.fusion import LayerKind
-from edgeq.report.layernames import different_model, foreign_names, mostly_foreign
+from edgeq.report.layernames import foreign_names, require_same_model
 
 # --------------------------------------------------------------------------------------------------
 # The comparison
@@ -155,6 +163,8 @@ def diff_pair(base: Engine, cand: Engine, findings: Sequence[Any] = ()) -> PairD
         if differences:
             expl = merged(explain(b, c, bs.layers, cs.layers, bs.precision, cs.groups, links)
                           + lint_explanations(findings, nodes))
+            narrower = None if expl else narrower_than_implicit(b, bs, cs)  # no pattern explains it
+            expl += [narrower] if narrower else []
         regions.append(Region(nodes, bs, cs, tuple(differences), tuple(expl)))
 
     base_prec: dict[str, Optional[str]] = {}
@@ -188,12 +198,8 @@ def _same_model(base: Engine, cand: Engine) -> None:
         return
     known = {n for rl in base.report.layers for n in rl.onnx_nodes}
     names = list(dict.fromkeys(n for rl in cand.report.of_kind(LayerKind.COMPUTE) for n in compute_nodes(rl)))
-    foreign = foreign_names(names, known)
-    if mostly_foreign(foreign, len(names)):
-        raise ReportError(
-            f"{cand.name}: {different_model(foreign, len(names), f'the baseline {base.name}')}",
-            hint="compare engines of one ONNX model: its implicit, explicit and FP16 builds",
-        )
+    require_same_model(cand.name, foreign_names(names, known), len(names), f"the baseline {base.name}",
+                       "compare engines of one ONNX model: its implicit, explicit and FP16 builds")
 
 
 def compare_engines(engines: Sequence[Engine], findings: Sequence[Any] = ()) -> Comparison:

@@ -14,7 +14,7 @@ from edgeq.graph.trt86.common import FLOAT_PRECISIONS
 from edgeq.graph.trt86.regions import QUANTIZING_REFORMAT
 from edgeq.report.compare import Comparison, PairDiff, Ratio, WiderNode
 from edgeq.report.policy import Rule
-from edgeq.text import noun, plural
+from edgeq.text import noun, plain, plural
 
 DEFAULT_MIN_RATIO = 0.97
 # Faster than the baseline beyond run-to-run noise: single trtexec timings of one engine spread by about
@@ -39,15 +39,16 @@ RELATIVE_RULES: dict[str, Rule] = {
         Rule(
             "wider-than-baseline",
             "an ONNX node runs in a wider precision than in the baseline engine (FP32 where the baseline "
-            f"ran FP16 is tolerated in a candidate {FASTER_BEYOND_NOISE:g}x the baseline or faster that runs "
-            "every node the baseline ran INT8 in INT8)",
+            f"ran FP16 is tolerated in a candidate {plain(FASTER_BEYOND_NOISE)}x the baseline or faster that "
+            "runs every node the baseline ran INT8 in INT8)",
             "measured: trt86-h200-edgeq/yolo_edgeq.explicit vs yolo_edgeq.implicit (13 FP16 + 4 FP32 layers "
             "where implicit ran INT8, 0.55x); the tolerance: trt86-h100-int8-writes/det.* (1.107x)",
         ),
         Rule(
             "more-reformats",
             "more precision- or layout-changing interior reformats than the baseline engine (tolerated "
-            f"where FP32-for-FP16 is: {FASTER_BEYOND_NOISE:g}x the baseline or faster, no INT8 node float)",
+            f"where FP32-for-FP16 is: {plain(FASTER_BEYOND_NOISE)}x the baseline or faster, no INT8 node "
+            "float)",
             "measured: trt86-h200-edgeq/r50b64_edgeq.explicit (3 interior reformats, implicit 0; 0.96x); the "
             "tolerance: trt86-h100-int8-writes/det.* (11 against 6, 1.107x)",
         ),
@@ -93,11 +94,11 @@ class RelativeGate:
         excused = (f"; {len(self.excused)} nodes float by design (float-entry) excused"
                    if self.excused else "")
         if self.tolerated:
-            excused += f"; tolerated, {FASTER_BEYOND_NOISE:g}x or faster: {'; '.join(self.tolerated)}"
+            excused += f"; tolerated, {plain(FASTER_BEYOND_NOISE)}x or faster: {'; '.join(self.tolerated)}"
         if self:
             return (
                 f"gate relative: {self.candidate} passed against {self.baseline} "
-                f"(throughput {fig}, minimum {self.min_ratio:g}{excused})"
+                f"(throughput {fig}, minimum {plain(self.min_ratio)}{excused})"
             )
         rules = ", ".join(dict.fromkeys(rule for rule, _ in self.failures))
         return (f"gate relative: {self.candidate} FAILED against {self.baseline} ({rules}; throughput {fig}"
@@ -161,7 +162,7 @@ def relative_gate(diff: PairDiff, min_ratio: float = DEFAULT_MIN_RATIO, by_desig
     if r is None:
         fails.append(("no-timing", RELATIVE_RULES["no-timing"].description))
     elif r < min_ratio:
-        why = f"throughput {r:.3f}x the baseline's ({diff.ratio.source}), minimum {min_ratio:g}"
+        why = f"throughput {r:.3f}x the baseline's ({diff.ratio.source}), minimum {plain(min_ratio)}"
         if excused:  # part of the gap may be what no Q/DQ placement can close on 8.6: say where to look
             why += (f"; {plural(len(excused), 'node')} {noun(len(excused), 'runs', 'run')} float by design "
                     f"where the baseline entered them {QUANTIZING_REFORMAT}; edgeq tune tries them INT8")

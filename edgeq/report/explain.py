@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from edgeq.graph import registry
 from edgeq.report.fusion import EngineView, FusionReport, LayerKind, ReportLayer, view_of
+from edgeq.report.layernames import is_qdq_name
 from edgeq.report.parse import PRECISION_RANK
 
 
@@ -26,13 +27,9 @@ class Explanation:
         return {"rule": self.rule, "why": self.why}
 
 
-def _is_qdq_name(n: str) -> bool:
-    return "quantizelinear" in n.lower()  # QuantizeLinear, DequantizeLinear and their _clone_N copies
-
-
 def compute_nodes(rl: ReportLayer) -> tuple[str, ...]:
     """The ONNX nodes a compute layer ran, Q/DQ nodes left out (they are not compute in either mode)."""
-    return tuple(n for n in rl.onnx_nodes if not _is_qdq_name(n))
+    return tuple(n for n in rl.onnx_nodes if not is_qdq_name(n))
 
 
 class Links:
@@ -167,6 +164,27 @@ def explain(base: FusionReport, cand: FusionReport, base_layers: Sequence[int], 
     return list(dict.fromkeys(out))
 
 
+# The placement that keeps float what the implicit engine ran float (``edgeq.quant.rules``, the mirror's).
+MIRROR_FLOAT = "mirror-float"
+
+
+def narrower_than_implicit(base: FusionReport, base_side: Any, cand_side: Any) -> Optional[Explanation]:
+    """What no pattern explains: a region the implicit baseline ran wider (FP16/FP32) than the candidate's
+    INT8, and the candidate is not faster there: in implicit mode TensorRT times each layer in every
+    precision it may use and keeps the fastest, so the candidate's Q/DQ force INT8 where TensorRT found
+    it slower. Measured:
+    ``trt86-h200/resnet50_placed.explicit`` against ``resnet50.implicit`` (54 FP16 layers implicit, each
+    slower INT8). The mirror placement keeps these float, as implicit did."""
+    b, c = base_side.precision, cand_side.precision
+    if base.mode != "implicit" or not b or not c or _rank(c) >= _rank(b):
+        return None
+    b_ms, c_ms = base_side.time_ms, cand_side.time_ms
+    if b_ms is not None and c_ms is not None and c_ms < b_ms:
+        return None  # INT8 paid off here: nothing to explain away
+    return Explanation(MIRROR_FLOAT, f"the implicit baseline ran it {b}, TensorRT's timed choice; the "
+                                     f"candidate's Q/DQ make it {c}")
+
+
 def merged(explanations: Iterable[Explanation]) -> list[Explanation]:
     """One explanation per pattern: what the engine shows and what lint found, under the fact's one id."""
     whys: dict[str, list[str]] = {}
@@ -239,7 +257,7 @@ def group_violations(report: FusionReport, violations: Sequence[Any]) -> list[Vi
                     rules.append(rule)
         layers = {v.layer for v in vs}
         times = [report.layers[i].time_ms for i in layers]
-        nodes = tuple(dict.fromkeys(n for v in vs for n in v.nodes if not _is_qdq_name(n)))
+        nodes = tuple(dict.fromkeys(n for v in vs for n in v.nodes if not is_qdq_name(n)))
         total = sum(t for t in times if t is not None) if report.timed else None
         out.append(ViolationRegion(scope, tuple(vs), tuple(rules), nodes, total))
     return sorted(out, key=lambda g: (-(g.time_ms or 0.0), -len(g.violations), g.scope))

@@ -144,6 +144,7 @@ class OnnxMapping:
     nodes: tuple[OnnxNodeRun, ...]  # found in some layer, in graph order
     not_found: tuple[tuple[str, str], ...]  # (name, op_type): fused away (Q/DQ) or eliminated
     unknown: tuple[str, ...] = ()  # names the engine reports that the model does not have
+    engine_names: tuple[str, ...] = ()  # ONNX node names the engine reports (layer metadata), ``unknown`` too
 
     def by_precision(self) -> dict[str, list[str]]:
         """Compute-layer nodes by precision ("INT8", "FP16", "FP32", "unknown")."""

@@ -259,11 +259,11 @@ def build_report(
         )
     onnx_map = None
     if onnx_model is not None:
+        named = tuple(sorted({n for lay in layers.layers for n in nodes_from_metadata(lay.metadata)}))
         onnx_map = _onnx_mapping(
-            model_name, onnx_ops, onnx_order, report_layers, tuple(dict.fromkeys(unknown))
+            model_name, onnx_ops, onnx_order, report_layers, tuple(dict.fromkeys(unknown)), named
         )
-        if onnx_map.unknown:
-            named = {n for lay in layers.layers for n in nodes_from_metadata(lay.metadata)}
+        if onnx_map.unknown:  # most of them: ``layernames.require_same_model`` refuses it (report, compare)
             notes.append(different_model(onnx_map.unknown, len(named), model_name))
     return FusionReport(
         source=layers.source,
@@ -301,6 +301,7 @@ def _onnx_mapping(
     order: list[str],
     rls: Sequence[ReportLayer],
     unknown: tuple[str, ...],
+    engine_names: tuple[str, ...],
 ) -> OnnxMapping:
     where: dict[str, list[int]] = {}
     for rl in rls:
@@ -321,7 +322,7 @@ def _onnx_mapping(
             continue
         main = min((rls[i] for i in idx), key=lambda rl: pref[rl.kind])
         found.append(OnnxNodeRun(n, ops[n], tuple(idx), main.kind.value, main.precision))
-    return OnnxMapping(model_name, tuple(found), tuple(missing), unknown)
+    return OnnxMapping(model_name, tuple(found), tuple(missing), unknown, engine_names)
 
 
 def _unfused_residuals(rls: Sequence[ReportLayer], g: LayerLinks) -> tuple[UnfusedResidual, ...]:
@@ -381,7 +382,7 @@ def _names_only_report(layers: EngineLayers, profile: Optional[Profile], onnx_mo
         bindings=layers.bindings,
         network_inputs=(),
         network_outputs=(),
-        onnx=_onnx_mapping(model_name, onnx_ops, order, rls, ()) if onnx_model is not None else None,
+        onnx=_onnx_mapping(model_name, onnx_ops, order, rls, (), ()) if onnx_model is not None else None,
         profile_source=profile.source if profile else None,
         profile_total_ms=sum(t for t in times.values()) if profile else None,
         profile_iterations=profile.iterations if profile else None,

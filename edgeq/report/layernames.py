@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Container, Iterable, Sequence
+from typing import Any
 
 from edgeq.report.parse import EngineLayer
 
@@ -111,6 +112,12 @@ def layer_nodes(lay: EngineLayer, onnx_ops: dict[str, str], unknown: list[str]) 
     return tuple(p for p in pieces if not _SYNTHETIC.search(p))
 
 
+def is_qdq_name(n: str) -> bool:
+    """A Q/DQ node's name: QuantizeLinear, DequantizeLinear and their _clone_N copies (not compute in
+    either mode, and absent from the float model an explicit engine's Q/DQ model came from)."""
+    return "quantizelinear" in n.lower()
+
+
 def foreign_names(names: Iterable[str], known: Container[str]) -> tuple[str, ...]:
     """The ONNX node names an engine carries that ``known`` (a model's nodes, another engine's) lacks,
     each once: what says two files are not of one model."""
@@ -130,3 +137,24 @@ def mostly_foreign(foreign: Sequence[str], total: int) -> bool:
     """Most names foreign: a different model, not a placement's extra Q/DQ or copy names. Engines of
     one model share every compute node (the recorded ResNet-50 and YOLO engines: all or none)."""
     return total > 0 and 2 * len(foreign) > total
+
+
+def require_same_model(what: str, foreign: Sequence[str], total: int, other: str, hint: str) -> None:
+    """The one rule for files of two models, ``report --onnx`` and ``compare`` alike: most names foreign is
+    refused (ReportError, exit 2; every figure after it would compare unrelated graphs); a few are a
+    note (``different_model``)."""
+    from edgeq.errors import ReportError
+
+    if mostly_foreign(foreign, total):
+        raise ReportError(f"{what}: {different_model(foreign, total, other)}", hint=hint)
+
+
+def require_model_of(what: str, mapping: Any, model: str | None = None) -> None:
+    """``report --onnx``, ``compare --onnx``: the engine's compute node names (Q/DQ left out, as
+    ``compare`` leaves them out: the float model of a Q/DQ export has none) against the model's
+    (``fusion.OnnxMapping``), by the rule ``compare`` applies to two engines: mostly another model's is
+    refused, exit 2."""
+    names = [n for n in mapping.engine_names if not is_qdq_name(n)]
+    foreign = [n for n in mapping.unknown if not is_qdq_name(n)]
+    require_same_model(what, foreign, len(names), model or mapping.model,
+                       "give --onnx the model the engine was built from")

@@ -157,7 +157,8 @@ td.name{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-br
 .nodes{color:#546e7a;font-size:11px}
 .badge{color:#fff;border-radius:3px;padding:0 5px;font-size:11px;font-weight:600}
 .bar{background:#1565c0;height:10px;border-radius:2px;display:inline-block;vertical-align:middle}
-.time{white-space:nowrap;min-width:160px} tr.viol{background:#fff3f3} tr.allowed{background:#fffde7}
+.time{white-space:nowrap;min-width:160px} .nowrap{white-space:nowrap}
+tr.viol{background:#fff3f3} tr.allowed{background:#fffde7}
 tr.weights td,tr.no-op td{color:#9e9e9e}
 .tag{font-size:11px;border:1px solid #bdbdbd;border-radius:3px;padding:0 4px}
 .tag.v{border-color:#c62828;color:#c62828} .tag.b{border-color:#1565c0;color:#1565c0}
@@ -255,7 +256,7 @@ def _picture(report: FusionReport, gate: Optional[GateResult]) -> str:
             t = f"{g.time_ms * 1000:.1f} µs" if g.time_ms is not None else "-"
             trs.append(
                 f'<tr class="viol"><td class="name">{esc(g.scope)}</td><td>{esc(counts)}</td><td>{rules}</td>'
-                f'<td>{t}</td><td class="name nodes">{nodes}</td></tr>'
+                f'<td class="nowrap">{t}</td><td class="name nodes">{nodes}</td></tr>'
             )
         parts.append(
             f"<h2>Violations by region ({len(gate.violations)} in {plural(len(groups), 'region')})</h2>"

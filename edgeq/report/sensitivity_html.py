@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from edgeq.report.render import REPORT_CSS
-from edgeq.report.views import esc
+from edgeq.report.tradeoff_html import TRADEOFF_CSS, sensitivity_section
+from edgeq.report.views import VIEW_CSS, esc, esc_attr
 
 _PAGE_CSS = """
 .bars td{vertical-align:middle} .bar{height:14px;border-radius:2px;display:inline-block;vertical-align:middle}
@@ -32,7 +33,7 @@ def _bar(recovered: float, loss: float) -> str:
 def _nodes(nodes: list[str], shown: int = 4) -> str:
     more = len(nodes) - shown
     text = ", ".join(nodes[:shown]) + (f", ... {more} more" if more > 0 else "")
-    return f'<span title="{esc(chr(10).join(nodes))}">{esc(text)}</span>'
+    return f'<span title="{esc_attr(chr(10).join(nodes))}">{esc(text)}</span>'
 
 
 def _fig(v: float | None) -> str:
@@ -58,7 +59,7 @@ def render_sensitivity_html(d: dict[str, Any]) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>edgeq sensitivity: {esc(d.get('model', ''))}</title>",
-        f"<style>{REPORT_CSS}{_PAGE_CSS}</style></head><body>",
+        f"<style>{REPORT_CSS}{_PAGE_CSS}{VIEW_CSS}{TRADEOFF_CSS}</style></head><body>",
         f'<h1>Which regions cost the task metric</h1><div class="muted">{esc(d.get("model", ""))} &middot; '
         f"{d['scored']} of {d['regions']} regions scored in {d['seconds']:.0f} s</div>",
         f'<div class="verdict info">{head}</div>',
@@ -70,6 +71,7 @@ def render_sensitivity_html(d: dict[str, Any]) -> str:
                      "</div>")
     for note in d.get("notes", ()):
         parts.append(f'<div class="muted">note: {esc(note)}</div>')
+    parts.append(sensitivity_section(d))
     parts.append(
         "<h2>Regions, most recovered first</h2><p class=\"muted\">recovered = score with every region INT8 "
         "but this one, minus the score with all INT8: what excluding its nodes (<code>--overrides</code> "

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from edgeq.report.fusion import FusionReport, LayerKind, ReportLayer
+from edgeq.text import number
 
 PRECISION_COLORS = {
     "INT8": "#2e7d32",
@@ -34,6 +35,13 @@ def esc(text: object) -> str:
     """HTML-escape, and show control characters as visible escapes instead of writing them raw."""
     s = html.escape(str(text), quote=True)
     return _CTL.sub(lambda m: f'<span class="ctl">\\x{ord(m.group()):02x}</span>', s)
+
+
+def esc_attr(text: object) -> str:
+    """Escape for an attribute value or an SVG ``<title>``: control characters as ``\\xNN`` text (``esc``'s
+    ``<span>`` would end the attribute) and a newline as a line break of the tooltip."""
+    s = _CTL.sub(lambda m: "\n" if m.group() == "\n" else f"\\x{ord(m.group()):02x}", str(text))
+    return html.escape(s, quote=True).replace("\n", "&#10;")
 
 
 COPY_COLOR = "#9e9e9e"
@@ -136,7 +144,8 @@ def stacked_bar(parts: Sequence[tuple[str, float, str]]) -> str:
     """(label, value, colour) parts as one horizontal stacked bar."""
     total = sum(v for _, v, _ in parts) or 1.0
     cells = "".join(
-        f'<div style="flex:0 0 {100 * v / total:.3f}%;background:{c}" title="{esc(label)}: {v:g}"></div>'
+        f'<div style="flex:0 0 {100 * v / total:.3f}%;background:{c}" '
+        f'title="{esc(label)}: {number(v)}"></div>'
         for label, v, c in parts
         if v > 0
     )

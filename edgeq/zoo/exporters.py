@@ -144,14 +144,15 @@ def qdq_modelopt(model: onnx.ModelProto, *, fp16: bool = False) -> onnx.ModelPro
 def _activation_ranges(model: onnx.ModelProto, names: list[str], batches: list[dict[str, np.ndarray]]
                        ) -> dict[str, float]:
     """Max |x| of the named tensors over onnxruntime forward passes (tensors exposed as outputs)."""
-    import onnxruntime as ort
 
     probe = _copy(model)
     have = {o.name for o in probe.graph.output}
     for n in names:
         if n not in have:
             probe.graph.output.append(helper.make_tensor_value_info(n, TensorProto.FLOAT, None))
-    sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    from edgeq.graph.io import ort_session
+
+    sess = ort_session(probe)
     ranges = dict.fromkeys(names, 0.0)
     for feeds in batches:
         for n, v in zip(names, sess.run(names, feeds)):

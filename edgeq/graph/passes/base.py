@@ -36,6 +36,9 @@ class CleanOptions:
     # The file came from PyTorch's exporter with qint8 activations: its uint8 zero-point 0 Q/DQ become
     # int8 zero-point 0, restoring what PyTorch computed (a deliberate change; see qdq_torch_qint8).
     torch_qint8: bool = False
+    # --shapes (trtexec's syntax): the dynamic inputs' shapes for --verify, over the exporter's
+    # (edgeq.graph.shapes); "" takes the exporter's, and dimensions nothing gives are run at 1
+    shapes: str = ""
 
     def __post_init__(self) -> None:
         # The 8.6 parser reads opsets back to 7; the version converter has no adapters below that.

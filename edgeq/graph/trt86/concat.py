@@ -32,6 +32,7 @@ from edgeq.graph.trt86.common import (
     data_inputs,
     quantized,
 )
+from edgeq.text import number
 
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
@@ -81,7 +82,7 @@ def lint_concat_scales(graph: gs.Graph, matches: list[Match], decisions: Decisio
         scales = [s for s in (qparams(d).scale for d in dqs) if s is not None]
         if len(dqs) < 2 or len(scales) != len(dqs) or all(same_scale(scales[0], s) for s in scales[1:]):
             continue
-        shown = ", ".join(f"{float(s.ravel()[0]):.4g}" for s in scales if s.size == 1)
+        shown = ", ".join(f"{number(float(s.ravel()[0]), 8)}" for s in scales if s.size == 1)
         n_scales = len({float(s.ravel()[0]) for s in scales})
         out.append(
             Hit(

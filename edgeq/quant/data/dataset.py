@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from edgeq.errors import QuantError
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.graph.exporter import KINDS, Export
 from edgeq.quant.data.arrays import ARRAY_SUFFIXES, ArrayFile
 from edgeq.quant.data.images import IMAGE_SUFFIXES, ImageFile
 from edgeq.quant.data.inputs import InputSpec, input_specs
@@ -152,6 +153,32 @@ class CalibrationSet:
         return f"CalibrationSet({len(self)} samples, inputs={[s.name for s in self.specs]})"
 
 
+def _preset_for(root: Path, export: Export) -> str:
+    """The preset for images when none was given: the one the model's metadata names unambiguously;
+    otherwise a usage error naming the preset edgeq would suggest and why, or that it cannot tell."""
+    from edgeq.quant.data.preprocess import preset_names
+
+    if export.certain:
+        return export.preset
+    presets = ", ".join(preset_names())
+    if export:
+        raise QuantError(f"{root}: images need preprocessing; this looks like a {KINDS[export.kind].name} "
+                         f"({export.why.split(': ', 1)[0]}), trained with the {export.preset} preset's",
+                         hint=f"pass --preprocess {export.preset} (presets: {presets}; or a YAML file)")
+    raise QuantError(f"{root}: images need preprocessing, and nothing in the model says which it was trained "
+                     "with", hint=f"pass --preprocess NAME (presets: {presets}) or --preprocess spec.yaml "
+                                  "('edgeq presets NAME' prints one to copy)")
+
+
+def _sized(spec: InputSpec, shape: tuple[int, ...] | None) -> InputSpec:
+    """``spec`` with the dimensions it leaves dynamic taken from ``shape`` (the exporter's size, e.g.
+    ultralytics' imgsz): a letterbox needs a size; the batch stays open."""
+    if shape is None or len(shape) != len(spec.shape):
+        return spec
+    dims = tuple(d if d is not None or i == 0 else shape[i] for i, d in enumerate(spec.shape))
+    return InputSpec(spec.name, dims, spec.dtype)
+
+
 def calibration_set(
     model: onnx.ModelProto,
     source: str | Path | None,
@@ -197,12 +224,19 @@ def calibration_set(
         if len(specs) != 1:
             raise QuantError(f"images can feed a single-input model; this one has {len(specs)} inputs",
                              hint="save samples as .npz keyed by input name")
+        from edgeq.graph.exporter import identify
+
+        export = identify(model)
         if preprocess is None:
-            raise QuantError(f"{root}: images need a preprocessing spec",
-                             hint="pass --preprocess spec.yaml (resize, mean, std, scale, layout, channels)")
+            preprocess = _preset_for(root, export)
+            notes.append(f"preprocessing: the {preprocess} preset, from {export.why} (--preprocess to choose "
+                         "another, 'edgeq presets' lists them)")
         pre = load_preprocess(preprocess)
-        pre.check_input(specs[0], Path(preprocess))
-        sources = [ImageFile(p, pre, specs[0]) for p in images]
+        spec = specs[0]
+        if pre.letterbox and pre.size is None:  # the letterbox's size: the model's, where it says it
+            spec = _sized(spec, export.shapes.get(spec.name))
+        pre.check_input(spec, Path(preprocess))
+        sources = [ImageFile(p, pre, spec) for p in images]
     else:
         skipped = f" ({len(files)} files of other kinds)" if files else ""
         raise QuantError(f"{root}: no calibration data (.npy, .npz or images){skipped}")

@@ -30,12 +30,22 @@ class ImageFile:
 
     def __init__(self, path: Path, pre: Preprocess, spec: InputSpec) -> None:
         self.path, self.pre, self.spec = path, pre, spec
+        self._shape: tuple[int, ...] | None = None  # once read: its preprocessed shape
         if path.suffix.lower() in PIL_IMAGE_SUFFIXES:
             _check_image_header(path)
 
     def read(self, k: int, cache: dict[str, Any]) -> dict[str, np.ndarray]:
         img = _decode_image(self.path)
-        return {self.spec.name: self.pre.apply(img, self.spec, self.path)}
+        x = self.pre.apply(img, self.spec, self.path)
+        self._shape = tuple(x.shape)
+        return {self.spec.name: x}
+
+    def sample_shapes(self, k: int) -> dict[str, tuple[int, ...]]:
+        """The preprocessed shape (a dynamic model's profile is made from it): decoded once, remembered."""
+        if self._shape is None:
+            self.read(k, {})
+        assert self._shape is not None
+        return {self.spec.name: self._shape}
 
 
 def _pil_error(path: Path, e: BaseException) -> QuantError:

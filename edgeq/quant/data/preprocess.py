@@ -47,6 +47,16 @@ class Preprocess:
     resize_shorter: int | None = None
     center_crop: tuple[int, int] | None = None  # (height, width)
     antialias: bool = True
+    letterbox: bool = False  # ultralytics' LetterBox: aspect kept, padded to ``size`` (else the input's)
+    size: tuple[int, int] | None = None  # (height, width): the letterbox's; None: the model input's
+    pad_value: float = 114.0  # the letterbox's border, a pixel value (before ``scale``)
+    limit_side_len: int | None = None  # PaddleOCR's DetResizeForTest: the longer (max) or shorter (min)
+    limit_type: str = "max"  # side limited to this, then each side rounded to ``size_multiple``
+    size_multiple: int | None = None
+    resize_height: int | None = None  # a text line: to this height, aspect kept, then padded on the right
+    pad_width: int | None = None  # to this width with 0 after normalisation (PaddleOCR's resize_norm_img)
+    grow_width: bool = True  # a line wider than pad_width widens the input (True) or is squeezed (False)
+    name: str = ""  # the preset's name or the spec's path: what notes and messages call it
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def apply(self, img: np.ndarray, spec: InputSpec, path: Path) -> np.ndarray:
@@ -69,19 +79,36 @@ class Preprocess:
         if self.channels == "BGR":
             x = x[:, :, ::-1]
         h, w = x.shape[:2]
-        if self.resize is not None:
+        model_size = (spec.shape[h_ax], spec.shape[w_ax])
+        width = None  # a text line's padded width
+        if self.letterbox:
+            size = self.size or model_size
+            if size[0] is None or size[1] is None:
+                raise QuantError(f"input '{spec.name}' has a dynamic spatial size {spec.describe()} and the "
+                                 f"letterbox of {self.name or 'the preprocessing'} no 'size'",
+                                 hint="give its size in a copy of the spec ('size: [H, W]'; "
+                                      "'edgeq presets NAME' prints a preset to copy)")
+            x = letterbox(x, int(size[0]), int(size[1]), self.pad_value, antialias=self.antialias)
+        elif self.limit_side_len is not None:
+            x = resize_image(x, *limited_size(h, w, self.limit_side_len, self.limit_type, self.size_multiple),
+                             antialias=self.antialias)
+        elif self.resize_height is not None:
+            width, inner = line_widths(h, w, self.resize_height, self.pad_width, self.grow_width)
+            x = resize_image(x, self.resize_height, inner, antialias=self.antialias)
+        elif self.resize is not None:
             x = resize_image(x, *self.resize, antialias=self.antialias)
         elif self.resize_shorter is not None:
             x = resize_image(x, *shorter_side_size(h, w, self.resize_shorter), antialias=self.antialias)
         elif self.center_crop is None:
-            size = (spec.shape[h_ax], spec.shape[w_ax])
-            if size[0] is None or size[1] is None:
+            if model_size[0] is None or model_size[1] is None:
                 raise QuantError(f"input '{spec.name}' has dynamic spatial size; the spec needs 'resize'")
-            x = resize_image(x, int(size[0]), int(size[1]), antialias=self.antialias)
+            x = resize_image(x, int(model_size[0]), int(model_size[1]), antialias=self.antialias)
         if self.center_crop is not None:
             x = center_crop(x, *self.center_crop, path=path)
         mean, std = np.asarray(self.mean, np.float32), np.asarray(self.std, np.float32)
         x = (x * np.float32(self.scale) - mean) / std
+        if width is not None and width > x.shape[1]:  # PaddleOCR pads the normalised line with 0
+            x = np.concatenate([x, np.zeros((x.shape[0], width - x.shape[1], x.shape[2]), x.dtype)], axis=1)
         if self.layout == "NCHW":
             x = x.transpose(2, 0, 1)
         x = np.ascontiguousarray(x[None], dtype=spec.dtype)
@@ -95,19 +122,62 @@ class Preprocess:
         """Fail before any image is decoded when the spec's fixed output size cannot fit the input."""
         if len(spec.shape) != 4:
             raise QuantError(f"images feed 4-D inputs; '{spec.name}' is {spec.describe()}")
-        fixed = self.center_crop or (self.resize if self.resize_shorter is None else None)
         h_ax, w_ax = (2, 3) if self.layout == "NCHW" else (1, 2)
         want = (spec.shape[h_ax], spec.shape[w_ax])
-        if fixed is not None and not dims_match(fixed, want):
+        fixed: tuple[int | None, int | None] | None
+        if self.letterbox:
+            fixed, key = self.size, "size"
+        elif self.limit_side_len is not None:
+            fixed, key = None, ""  # each image's own size (the model's must be dynamic: checked when read)
+        elif self.resize_height is not None:
+            fixed, key = (self.resize_height, None if self.grow_width else self.pad_width), "resize_height"
+        else:
+            fixed = self.center_crop or (self.resize if self.resize_shorter is None else None)
             key = "center_crop" if self.center_crop else "resize"
+        if fixed is not None and not all(f is None or w is None or f == w for f, w in zip(fixed, want)):
+            shown = "x".join("?" if d is None else str(d) for d in fixed)
             raise QuantError(
-                f"{where}: the preprocessing gives {fixed[0]}x{fixed[1]} (HxW, '{key}'), input "
+                f"{where}: the preprocessing gives {shown} (HxW, '{key}'), input "
                 f"'{spec.name}' is {spec.describe()} ({self.layout}): {want[0]}x{want[1]} expected",
                 hint="make the last resize/center_crop the model's input size (and check 'layout')")
 
 
 _PRE_KEYS = {"resize", "resize_shorter", "center_crop", "antialias", "mean", "std", "scale", "layout",
-             "channels", "channel_order"}
+             "channels", "channel_order", "letterbox", "size", "pad_value", "limit_side_len", "limit_type",
+             "size_multiple", "resize_height", "pad_width", "grow_width"}
+# Named presets (``--preprocess yolo``): YAML files shipped in the package, each citing its source.
+PRESETS_DIR = "presets"
+
+
+def preset_names() -> list[str]:
+    """The presets shipped with edgeq, by name (``--preprocess NAME``; ``edgeq presets NAME`` prints one)."""
+    from importlib.resources import files
+
+    root = files(__package__).joinpath(PRESETS_DIR)
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def is_preset(spec: str | Path) -> bool:
+    """``--preprocess yolo`` names a preset; anything with a directory or a .yaml/.yml suffix is a file."""
+    text = str(spec)
+    return "/" not in text and not text.endswith((".yaml", ".yml"))
+
+
+def preset_text(name: str) -> str:
+    """A preset's YAML, comments and all: what ``edgeq presets NAME`` prints for a user to copy and edit."""
+    from importlib.resources import files
+
+    from edgeq.errors import ConfigError
+
+    if name not in preset_names():
+        raise ConfigError(f"--preprocess {name}: no such preset",
+                          hint=f"presets: {', '.join(preset_names())}; or give a YAML file (path.yaml)")
+    return files(__package__).joinpath(PRESETS_DIR).joinpath(f"{name}.yaml").read_text(encoding="utf-8")
+
+
+def preprocess_bytes(spec: str | Path) -> bytes:
+    """The bytes the spec is read from (a preset's shipped file or the user's): what a cache key hashes."""
+    return preset_text(str(spec)).encode() if is_preset(spec) else Path(spec).read_bytes()
 
 
 def load_preprocess(path: str | Path) -> Preprocess:
@@ -116,9 +186,11 @@ def load_preprocess(path: str | Path) -> Preprocess:
 
     from edgeq.errors import ConfigError
 
-    path = Path(path)
+    name = str(path)
+    path = Path(f"preset {path}") if is_preset(path) else Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = preset_text(name) if is_preset(name) else path.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text) or {}
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read preprocessing spec ({e})") from None
     except yaml.YAMLError as e:
@@ -178,8 +250,37 @@ def load_preprocess(path: str | Path) -> Preprocess:
     except (TypeError, ValueError):
         raise ConfigError(f"{path}: 'scale' must be a number such as 1/255, got {raw.get('scale')!r}") \
             from None
+    flags = {}
+    for key in ("letterbox", "grow_width"):
+        if key in raw and not isinstance(raw[key], bool):
+            raise ConfigError(f"{path}: '{key}' must be true or false, got {raw[key]!r}")
+        flags[key] = raw.get(key, key == "grow_width")
+    counts = {}
+    for key in ("limit_side_len", "size_multiple", "resize_height", "pad_width"):
+        v = raw.get(key)
+        if v is not None and not _positive_int(v):
+            raise ConfigError(f"{path}: '{key}' must be a positive integer, got {v!r}")
+        counts[key] = v
+    limit_type = str(raw.get("limit_type", "max"))
+    if limit_type not in ("max", "min"):
+        raise ConfigError(f"{path}: 'limit_type' must be max or min, got {limit_type!r}")
+    resizes = [k for k in ("resize", "resize_shorter", "letterbox", "limit_side_len", "resize_height")
+               if raw.get(k) not in (None, False)]
+    if len(resizes) > 1:
+        raise ConfigError(f"{path}: give one way to resize, not {' and '.join(resizes)}")
+    if counts["pad_width"] is not None and counts["resize_height"] is None:
+        raise ConfigError(f"{path}: 'pad_width' pads a text line: it needs 'resize_height'")
+    try:
+        pad_value = _number(raw.get("pad_value", 114))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: 'pad_value' must be a number, got {raw.get('pad_value')!r}") from None
     return Preprocess(resize, floats("mean", (0.0,)), floats("std", (1.0,)), scale, layout, channels,
-                      resize_shorter=shorter, center_crop=crop, antialias=antialias)
+                      resize_shorter=shorter, center_crop=crop, antialias=antialias,
+                      letterbox=flags["letterbox"], size=size("size", square_ok=True), pad_value=pad_value,
+                      limit_side_len=counts["limit_side_len"], limit_type=limit_type,
+                      size_multiple=counts["size_multiple"], resize_height=counts["resize_height"],
+                      pad_width=counts["pad_width"], grow_width=flags["grow_width"],
+                      name=f"the {name} preset" if is_preset(name) else name)
 
 
 def _positive_int(v: Any) -> bool:
@@ -203,6 +304,54 @@ def shorter_side_size(h: int, w: int, n: int) -> tuple[int, int]:
     if w <= h:
         return int(n * h / w), n
     return n, int(n * w / h)
+
+
+def letterbox(x: np.ndarray, h: int, w: int, pad_value: float, *, antialias: bool = False) -> np.ndarray:
+    """ultralytics' ``LetterBox`` (ultralytics/data/augment.py, ``auto=False, center=True``): scaled by
+    ``r = min(h / ih, w / iw)`` to ``round(iw * r)`` x ``round(ih * r)``, then centred on an ``h`` x ``w``
+    canvas of ``pad_value``, the borders split as it splits them (``round(d / 2 -+ 0.1)``)."""
+    import numpy as np
+
+    ih, iw = x.shape[:2]
+    r = min(h / ih, w / iw)
+    nh, nw = round(ih * r), round(iw * r)
+    x = resize_image(x, nh, nw, antialias=antialias)
+    dh, dw = (h - nh) / 2, (w - nw) / 2
+    top, left = round(dh - 0.1), round(dw - 0.1)
+    out = np.full((h, w, x.shape[2]), pad_value, np.float32)
+    out[top:top + nh, left:left + nw] = x
+    return out
+
+
+def limited_size(h: int, w: int, limit: int, kind: str, multiple: int | None) -> tuple[int, int]:
+    """PaddleOCR's ``DetResizeForTest`` (ppocr/data/imaging/operators.py, ``resize_image_type0``): the
+    longer side (``max``) brought down to ``limit``, or the shorter (``min``) up to it, then each side
+    rounded to a multiple of ``multiple`` (at least one multiple)."""
+    longer, shorter = max(h, w), min(h, w)
+    ratio = 1.0
+    if kind == "max" and longer > limit:
+        ratio = limit / longer
+    elif kind == "min" and shorter < limit:
+        ratio = limit / shorter
+    rh, rw = int(h * ratio), int(w * ratio)
+    if multiple:
+        rh = max(int(round(rh / multiple) * multiple), multiple)
+        rw = max(int(round(rw / multiple) * multiple), multiple)
+    return rh, rw
+
+
+def line_widths(h: int, w: int, height: int, pad_width: int | None, grow: bool) -> tuple[int, int]:
+    """(the input's width, the line's width in it) for a text line scaled to ``height``: PaddleOCR's
+    ``resize_norm_img`` (tools/infer/predict_rec.py and predict_cls.py): the input is ``pad_width`` wide,
+    or ``int(height * w / h)`` when wider and ``grow`` (the recogniser: max_wh_ratio of a one-line batch);
+    the line ``min(that, ceil(height * w / h))``, padded on the right."""
+    import math
+
+    ratio = w / h
+    width = pad_width or math.ceil(height * ratio)
+    if grow:
+        width = max(width, int(height * ratio))
+    return width, max(1, min(width, math.ceil(height * ratio)))
 
 
 def center_crop(x: np.ndarray, h: int, w: int, *, path: Path | None = None) -> np.ndarray:
