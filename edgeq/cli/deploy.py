@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -15,6 +15,7 @@ from edgeq.cli.app import app
 from edgeq.cli.options import (
     GATE,
     QUANTIZE,
+    TARGET,
     AcceptNewHostKey,
     Calib,
     Calibrator,
@@ -41,6 +42,7 @@ from edgeq.cli.options import (
     TargetName,
     Weights,
     WeightsOpt,
+    in_panel,
     profile_settings,
     quantize_options,
     shapes_given,
@@ -147,12 +149,14 @@ def deploy_cmd(
     min_cosine: MinCosine = None,
     min_metric: MinMetric = None,
     max_loss: MaxLoss = None,
-    fp16: Fp16 = None,
-    iterations: Iterations = 10,
-    duration: Duration = 3.0,
-    min_shapes: MinShapes = "",
-    opt_shapes: OptShapes = "",
-    max_shapes: MaxShapes = "",
+    # one screen of --help: the Build and profile panel folds into Target here (--fp16's two names into the
+    # general options, where its extra column wraps nothing)
+    fp16: Annotated[Optional[bool], in_panel(Fp16, "Options")] = None,
+    iterations: Annotated[int, in_panel(Iterations, TARGET)] = 10,
+    duration: Annotated[float, in_panel(Duration, TARGET)] = 3.0,
+    min_shapes: Annotated[str, in_panel(MinShapes, TARGET)] = "",
+    opt_shapes: Annotated[str, in_panel(OptShapes, TARGET)] = "",
+    max_shapes: Annotated[str, in_panel(MaxShapes, TARGET)] = "",
     json_out: Json = False,
 ) -> int:
     from edgeq.orchestration.deploy import DeployOptions, deploy

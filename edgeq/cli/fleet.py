@@ -194,7 +194,8 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
 
     quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides,
                                 placement=Placement.trt if placement == Placement.auto else placement,
-                                holdout=0.2 if holdout is None else holdout, max_loss=max_loss, weights=weights)
+                                holdout=0.2 if holdout is None else holdout, max_loss=max_loss,
+                                weights=weights)
     # overrides edit the rules' placement; --max-loss weighs the rules' regions on each kind's first board
     auto = calib is not None and (max_loss is not None or (placement == Placement.auto and overrides is None))
     auto = auto and engine == Engine.native  # ansible: quantized once here, with the trt placement
@@ -221,7 +222,6 @@ def fleet_validate_cmd(
     calib: Calib = None,
     preprocess: Preprocess = None,
     calibrator: CalibratorOpt = Calibrator.auto,
-    weights: WeightsOpt = Weights.auto,
     overrides: Overrides = None,
     placement: PlacementOpt = Placement.auto,
     holdout: Holdout = None,  # type: ignore[assignment]
@@ -250,7 +250,7 @@ def fleet_validate_cmd(
     options = fleet_options(calib, calibrator, preprocess, overrides, gate, runs_dir, accept_new_host_key,
                             build_once_per_kind, workers, iterations, duration, fresh, max_fail,
                             placement, shapes_given(min_shapes, opt_shapes, max_shapes), max_loss,
-                            holdout, engine, weights)  # fmt: skip
+                            holdout, engine)  # fmt: skip  # --weights: the default (one screen of --help)
     result = run_fleet(model, fleet, options, live=not json_out, limit=limit)
     code = result.exit_code
     if junit is not None:

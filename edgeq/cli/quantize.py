@@ -75,7 +75,7 @@ def quantize_cmd(
     percentile: Percentile = 99.99,
     weights: WeightsOpt = Weights.auto,
     holdout: Holdout = None,
-    metric: MetricOpt = "auto",
+    metric: MetricOpt = None,  # type: ignore[assignment]  # auto; not printed: --help stays one screen
     min_cosine: MinCosine = None,
     min_metric: MinMetric = None,
     placement: PlacementOpt = Placement.trt,
@@ -96,7 +96,8 @@ def quantize_cmd(
         raise QuantError("give calibration data: --calib DIR or --synthetic N (one of them)")
     options = quantize_options(
         calib, synthetic=synthetic, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
-        placement=placement, overrides=overrides, holdout=holdout, metric=metric, min_cosine=min_cosine,
+        placement=placement, overrides=overrides, holdout=holdout, metric=metric or "auto",
+        min_cosine=min_cosine,
         min_metric=min_metric, cache=cache, from_engine=from_engine, max_loss=max_loss, weights=weights,
     )  # fmt: skip
     with progress_display(enabled=not json_out) as progress:

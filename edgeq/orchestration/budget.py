@@ -249,7 +249,7 @@ def _decide(model: Path, target: Target, options: DeployOptions, auto: AutoOptio
     chosen = full
     chosen_file = int8
     if choice.regions:
-        qdq = build_qdq(scorer.reference, plan, scorer.amax)
+        qdq = build_qdq(scorer.reference, plan, scorer.amax, scorer.rounding)
         chosen_file = Path(save_model(qdq, run_dir / f"{stem}.budget.onnx"))
         allow = allowances(qdq, plan.excluded, choice.nodes, q.max_loss)
         chosen = deploy(chosen_file, target, _chosen_options(common, fp32, allow), progress=progress,
