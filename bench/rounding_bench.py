@@ -5,9 +5,9 @@
     python bench/rounding_bench.py --solvers --models det # also AdaRound's own search on some layers
 
 Uses ``accuracy_bench``'s sets (``--cache``, built there when missing: ``accuracy_bench.py --prepare-only``).
-Every model is run on the held-out set in onnxruntime with its Q/DQ fusions off
-(``session.disable_quant_qdq``: the Q/DQ arithmetic as written, the same on every host) and scored against
-FP32 with edgeq's task metric. Prints two tables:
+Every model is run on the held-out set as edgeq evaluates it (``run_outputs``: onnxruntime's CPU provider
+with its Q/DQ fusions off, ``edgeq.quant.evaluate``: the Q/DQ arithmetic as written, the same on every host)
+and scored against FP32 with edgeq's task metric. Prints two tables:
 
 - ``weights``: every activation float, only the weights changed: INT8 with nearest rounding (today's),
   FP16 (the floor any rounding of the weights leaves: FP16's rounding error is ~256x smaller), and the
@@ -40,15 +40,11 @@ MODELS = ("det", "rec")
 
 
 def outputs(model: Any, data: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """Every sample's float outputs in onnxruntime (CPU) with its Q/DQ fusions off."""
-    import onnxruntime as ort
+    """Every sample's float outputs, as edgeq evaluates a Q/DQ model (``run_outputs``: onnxruntime's CPU
+    provider with its Q/DQ fusions off, ``edgeq.quant.evaluate``)."""
+    from edgeq.quant.accuracy import run_outputs
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.disable_quant_qdq", "1")
-    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in s.get_outputs() if "float" in o.type]
-    return [dict(zip(names, s.run(names, f))) for f in data]
+    return run_outputs(model, data)
 
 
 def fp16_weights(reference: Any, plan: Any) -> Any:

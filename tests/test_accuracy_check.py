@@ -63,7 +63,9 @@ def setup(tmp_path_factory) -> tuple[Path, Path, Path]:
 
 def test_auto_scores_every_calibrator_on_the_holdout_set_and_keeps_the_best(setup, tmp_path):
     model, calib, held = setup
-    result = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held), output=tmp_path / "q.onnx")
+    # the calibrators alone (--weights auto scores each with the learned rounding too: tests/test_rounding.py)
+    result = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, weights="nearest"),
+                           output=tmp_path / "q.onnx")
     choice = result.choice
     assert choice is not None and choice.auto
     scores = {c.method: c.score.value for c in choice.candidates}
@@ -205,7 +207,8 @@ def test_auto_keeps_scoring_when_a_calibrator_keeps_every_label_and_the_margin_d
         for i in range(n):
             np.save(tmp_path / part / f"{i}.npy", rng.random((1, 3, 64, 64), dtype=np.float32))
     result = quantize_file(model, QuantizeOptions(calib=tmp_path / "calib", holdout_data=tmp_path / "held",
-                                                  metric="classification"), output=tmp_path / "q.onnx")
+                                                  metric="classification", weights="nearest"),
+                           output=tmp_path / "q.onnx")
     choice, acc = result.choice, result.accuracy
     assert choice is not None and choice.auto and acc is not None and acc.task is not None
     assert [c.method for c in choice.candidates] == list(AUTO_CANDIDATES) and choice.untried == ()
@@ -412,8 +415,8 @@ def test_a_user_metric_that_says_it_is_bounded_lets_auto_stop_a_losing_candidate
     sys.modules.pop("boundmetric", None)
     runs = {}
     for fn in ("bounded", "unbounded"):
-        r = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, metric=f"boundmetric:{fn}"),
-                          output=tmp_path / f"{fn}.onnx")
+        r = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, metric=f"boundmetric:{fn}",
+                                                 weights="nearest"), output=tmp_path / f"{fn}.onnx")
         assert r.choice is not None and len(r.choice.candidates) == len(AUTO_CANDIDATES)
         runs[fn] = r.choice
     assert runs["bounded"].method == runs["unbounded"].method
@@ -487,7 +490,8 @@ def test_auto_on_a_logits_classifier_keeps_the_calibrator_with_the_most_labels(c
     (the label margin only breaks ties): the one kept labels at least as many rows as any other, the
     summary says the classification metric chose it. By cosine, auto keeps another that labels fewer."""
     model, calib, held = classifier
-    result = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held), output=tmp_path / "q.onnx")
+    result = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, weights="nearest"),
+                           output=tmp_path / "q.onnx")
     choice, acc = result.choice, result.accuracy
     assert choice is not None and acc is not None and acc.task is not None
     assert acc.task.metric == "classification" and "labels" in acc.metric_why
@@ -496,8 +500,8 @@ def test_auto_on_a_logits_classifier_keeps_the_calibrator_with_the_most_labels(c
     for c in choice.candidates:  # a candidate stopped early is bounded by its figure: fewer labels still
         assert c.score.value <= kept + 1e-12 and c.score.rank <= acc.task.rank + TIE, (c.method, c.score.text)
     assert json.loads((tmp_path / "q.json").read_text())["accuracy"]["task"]["metric"] == "classification"
-    by_cosine = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, metric="cosine"),
-                              output=tmp_path / "c.onnx")
+    by_cosine = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=held, metric="cosine",
+                                                     weights="nearest"), output=tmp_path / "c.onnx")
     assert by_cosine.choice is not None and by_cosine.choice.method != choice.method
     assert _labels(by_cosine.model, held) < _labels(result.model, held) == round(kept * B * 16)
 
@@ -513,7 +517,8 @@ def test_thin_evidence_is_said_with_the_samples_that_would_tell_the_candidates_a
     few.mkdir()
     for p in sorted(held.glob("*.npy"))[:3]:
         (few / p.name).write_bytes(p.read_bytes())
-    result = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=few), output=tmp_path / "q.onnx")
+    result = quantize_file(model, QuantizeOptions(calib=calib, holdout_data=few, weights="nearest"),
+                           output=tmp_path / "q.onnx")
     assert result.choice is not None
     said = result.choice.evidence
     assert said.startswith(f"thin evidence: on 3 samples {result.choice.method} and "), said

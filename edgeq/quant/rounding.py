@@ -455,27 +455,17 @@ def layers_of(graph: gs.Graph, plan: Plan) -> tuple[list[Layer], list[tuple[str,
 
 
 def _exposing(model: onnx.ModelProto, tensors: Sequence[str], providers: tuple[str, ...] | None) -> Any:
-    """An onnxruntime session of ``model`` with ``tensors`` as extra outputs, its Q/DQ nodes computed as
-    written (``session.disable_quant_qdq``: no int8 kernels fused in, whose requantization differs)."""
+    """``evaluate.evaluation_session`` of ``model`` with ``tensors`` as extra outputs: a Q/DQ model's
+    arithmetic as every accuracy figure computes it (the FP32 model's is plain float)."""
     import onnx
-    import onnxruntime as ort
 
-    from edgeq.graph.io import ort_session
-    from edgeq.quant.calibrate import default_providers
+    from edgeq.quant.evaluate import evaluation_session
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.disable_quant_qdq", "1")
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     existing = {o.name for o in copy.graph.output}
     copy.graph.output.extend(onnx.ValueInfoProto(name=t) for t in dict.fromkeys(tensors) if t not in existing)
-    try:
-        return ort_session(copy, so, list(providers or default_providers()))
-    except Exception as e:  # onnxruntime raises its own untyped failures
-        raise QuantError(f"onnxruntime cannot load the model to learn the weights' rounding: "
-                         f"{first_line(e)}") from None
+    return evaluation_session(copy, providers, purpose="learning the weights' rounding")
 
 
 def collect_stats(reference: onnx.ModelProto, layers: Sequence[Layer], data: Iterable[dict[str, np.ndarray]],
