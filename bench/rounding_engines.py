@@ -10,8 +10,8 @@ nearest`` and ``--weights adaround`` (``--calibrator auto``: one calibration, so
 ranges), each built with the fixtures' flags (``--int8 --fp16``, tactic sources without cuBLAS/cuDNN, the
 data's optimization profile, one timing cache), inspected and profiled; then ``compare_engines`` on the two
 layer JSONs, and both plans timed in alternating rounds. Prints per model: the layer count, whether the
-layer names, precisions and fusions are the same, and the two throughputs. About 2 minutes per model on an
-H100 (quantizing on the host's cores, two builds, six timings).
+layer names, precisions and fusions are the same, and the two throughputs. About 3 minutes per model on an
+H100, an estimate (quantizing on the machine's cores, two builds, six timings): not run on a GPU yet.
 """
 
 from __future__ import annotations

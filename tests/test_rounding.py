@@ -21,12 +21,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgeq import zoo
 from edgeq.graph.io import graph_from_model
-from edgeq.quant.autocalib import LEARNED, TIE, choose_calibrator
+from edgeq.quant.autocalib import TIE, choose_calibrator
 from edgeq.quant.data import calibration_set
 from edgeq.quant.metrics import TaskScore
 from edgeq.quant.placement import plan_placement
 from edgeq.quant.quantize import QuantizeOptions, build_qdq, prepare_model, quantize_model
-from edgeq.quant.rounding import RoundingOptions, layer_of, learn_rounding, patches
+from edgeq.quant.rounding import ADAROUND, RoundingOptions, layer_of, learn_rounding, patches
 
 CPU = ["CPUExecutionProvider"]
 
@@ -197,7 +197,7 @@ def _pair(name: str):
     opts = QuantizeOptions(synthetic=4, calibrator="max", holdout=0.0)
     near = quantize_model(model, data, replace(opts, weights="nearest"))
     learned = quantize_model(model, data, replace(opts, weights="adaround"))
-    assert near.choice.weights == "nearest" and learned.choice.weights == LEARNED
+    assert near.choice.weights == "nearest" and learned.choice.weights == ADAROUND
     return near, learned
 
 
@@ -219,7 +219,7 @@ def _same_but_int8_weight_values(near, learned) -> None:
     assert _check_floor_or_ceil(learned.reference, learned.model) > 0
     assert learned.plan == near.plan and learned.scales == near.scales and learned.cache == near.cache
     d = learned.to_dict()
-    assert d["weight_rounding"] == LEARNED and len(d["rounding"]["layers"]) == len(weights)
+    assert d["weight_rounding"] == ADAROUND and len(d["rounding"]["layers"]) == len(weights)
 
 
 @pytest.mark.parametrize("name", ["unet_like", "resnet_like"])
@@ -300,16 +300,16 @@ def test_auto_scores_each_calibrator_with_each_rounding_and_learns_only_when_nee
     def choose(ranks, perfect=None):
         built.clear()
         return choose_calibrator(("max", "percentile"), {"t": hist}, CalibOptions(), build, scorer(ranks),
-                                 perfect=perfect, weights=("nearest", LEARNED))
+                                 perfect=perfect, weights=("nearest", ADAROUND))
 
-    ranks = {("max", "nearest"): 0.8, ("other", "nearest"): 0.7, ("max", LEARNED): 0.75,
-             ("other", LEARNED): 0.85}
+    ranks = {("max", "nearest"): 0.8, ("other", "nearest"): 0.7, ("max", ADAROUND): 0.75,
+             ("other", ADAROUND): 0.85}
     c = choose(ranks)
-    assert built == [("max", "nearest"), ("other", "nearest"), ("max", LEARNED), ("other", LEARNED)]
-    assert (c.method, c.weights) == ("percentile", LEARNED)
+    assert built == [("max", "nearest"), ("other", "nearest"), ("max", ADAROUND), ("other", ADAROUND)]
+    assert (c.method, c.weights) == ("percentile", ADAROUND)
     assert c.kept.label == "percentile + adaround weights"
     assert "auto chose percentile + adaround weights" in c.summary()
-    ranks[("other", LEARNED)] = 0.8 + TIE / 2  # not above the best by more than TIE: nearest stays
+    ranks[("other", ADAROUND)] = 0.8 + TIE / 2  # not above the best by more than TIE: nearest stays
     c = choose(ranks)
     assert (c.method, c.weights) == ("max", "nearest") and len(c.candidates) == 4
     c = choose({**ranks, ("max", "nearest"): 1.0}, perfect=1.0)  # nothing left to win: nothing learned
@@ -331,16 +331,16 @@ def test_quantize_auto_scores_the_learned_rounding(tmp_path) -> None:
     result = quantize_model(model, data, opts)
     choice = result.choice
     assert choice.auto and choice.rounding is not None and not choice.rounding.quantized_inputs
-    learned = [c for c in choice.candidates if c.weights == LEARNED]
+    learned = [c for c in choice.candidates if c.weights == ADAROUND]
     assert [c.method for c in learned] == [c.method for c in choice.candidates if c.weights == "nearest"]
-    assert (choice.weights == LEARNED) == (choice.kept in learned)
+    assert (choice.weights == ADAROUND) == (choice.kept in learned)
     stored = _int8_weights(result.model)
     holds = all(np.array_equal(stored[f"{t}_quantized"], v) for t, v in choice.rounding.values.items())
-    assert holds == (choice.weights == LEARNED)
+    assert holds == (choice.weights == ADAROUND)
     d = json.loads(json.dumps(result.to_dict(), default=str))
     assert d["weight_rounding"] == choice.weights and d["rounding"]["layers"]
-    assert [c["weights"] for c in d["calibrators"]][-1] == LEARNED
-    assert ("not kept" in result.rounding_line()) == (choice.weights != LEARNED)
+    assert [c["weights"] for c in d["calibrators"]][-1] == ADAROUND
+    assert ("not kept" in result.rounding_line()) == (choice.weights != ADAROUND)
 
 
 def test_cli_weights_option(tmp_path, cli) -> None:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgeq.findings import ProgressFn, no_progress
+from edgeq.quant.rounding import ADAROUND, NEAREST
 
 if TYPE_CHECKING:
     import numpy as np
@@ -66,7 +67,6 @@ if TYPE_CHECKING:
     Score = Callable[[onnx.ModelProto, float | None, Sequence[int] | None], Scored]
 
 AUTO = "auto"
-NEAREST, LEARNED = "nearest", "adaround"  # the weights' rounding (edgeq.quant.rounding's names)
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ class Choice:
     @property
     def learned(self) -> dict[str, np.ndarray] | None:
         """The learned int8 weights ``model`` holds (``build_qdq``'s ``rounding``), None for nearest."""
-        return self.rounding.values if self.weights == LEARNED and self.rounding is not None else None
+        return self.rounding.values if self.weights == ADAROUND and self.rounding is not None else None
 
     @property
     def kept(self) -> Candidate:

@@ -225,12 +225,12 @@ class QuantizeResult:
 
     def rounding_line(self) -> str:
         """What the learned rounding did and whether the model holds it ('' when none was learned)."""
-        from edgeq.quant.autocalib import LEARNED
+        from edgeq.quant.rounding import ADAROUND
 
         choice = self.choice
         if choice is None or choice.rounding is None:
             return ""
-        if choice.weights == LEARNED:
+        if choice.weights == ADAROUND:
             return choice.rounding.summary()
         return f"{choice.rounding.summary()}; not kept: nearest rounding scored as well or better on held-out"
 
@@ -473,8 +473,6 @@ def choose(
     from edgeq.quant.autocalib import (
         AUTO,
         AUTO_CANDIDATES,
-        LEARNED,
-        NEAREST,
         choose_calibrator,
         end_tensors,
         scorer,
@@ -503,11 +501,14 @@ def choose(
     if held_out is not None:
         score = scorer(held_out.metric, held_out.outputs, held_out.data, options.providers, progress,
                        bounded=perfect is not None)
+    from edgeq.quant.rounding import ADAROUND, NEAREST
+    from edgeq.quant.rounding import AUTO as WEIGHTS_AUTO
+
     weights: tuple[str, ...] = (NEAREST,)
-    if options.weights == LEARNED:
-        weights = (LEARNED,)
-    elif options.weights == AUTO and len(methods) > 1 and plan.weights:  # scored: where it helps
-        weights = (NEAREST, LEARNED)
+    if options.weights == ADAROUND:
+        weights = (ADAROUND,)
+    elif options.weights == WEIGHTS_AUTO and len(methods) > 1 and plan.weights:  # scored: where it helps
+        weights = (NEAREST, ADAROUND)
     learned: list[Rounding] = []  # learned on the first candidate that needs it
 
     def build(amax: dict[str, float], rounding: str) -> onnx.ModelProto:

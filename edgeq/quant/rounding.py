@@ -18,12 +18,20 @@ damped toward the identity (``damp``: the nearest rounding's own objective, agai
 samples), and then every output channel's choice is made against it, all channels at once. The search
 starts at nearest rounding and flips one weight at a time (floor <-> ceil) while a flip lowers the
 layer's error (coordinate descent, exact gains from ``H``), in sweeps over the weights up to ``sweeps``.
-It never ends above nearest rounding's error. The search AdaRound itself makes (a rectified sigmoid
-annealed to 0/1 by a regulariser, Adam) was measured against it on the bench's detector and recogniser
-(``bench/rounding_bench.py``, the docs' table).
+It never ends above nearest rounding's error on those activations. AdaRound's own search (a rectified
+sigmoid annealed to 0/1 by a regulariser, Adam) on the same objective is ``bench/rounding_bench.py
+--solvers``: no lower errors, many times the time (the docs' table).
+
+Which inputs: FP32's. AdaRound's asymmetric form (each layer's input as the quantized model gives it,
+so the rounding also makes up for the quantization before it: ``learn_rounding(quantized=...)``) lost
+accuracy on the bench's detector, made up for the wrong thing each time: against the input with the
+activations quantized (full INT8, entropy+ends+max16) 16 of 65 detections kept against nearest's 55;
+against the input of the nearest-rounded weights (every activation float) 30 of 65 against 61, since
+each upstream layer's own learned rounding replaces the error a layer made up for.
 
 Bounded: ``budget_s`` (layers not reached keep nearest rounding, and the result says so), the sweep cap
-per layer, and the samples and positions used; progress on the progress channel, one step per layer.
+per layer, and the samples and positions used; progress on the progress channel, one step per layer and
+sample.
 """
 
 from __future__ import annotations
@@ -549,13 +557,10 @@ def learn_rounding(reference: onnx.ModelProto, plan: Plan, data: Iterable[dict[s
                    providers: tuple[str, ...] | None = None, progress: ProgressFn = no_progress) -> Rounding:
     """The learned rounding of every weight ``plan`` quantizes (``build_qdq(..., rounding=result.values)``
     writes it), from the cleaned FP32 ``reference`` the Q/DQ model is built from, on ``data``
-    (calibration samples; the first ``options.samples``). ``quantized``: ``reference`` with its activation
-    Q/DQ and float weights: each layer's input then carries the activation quantization before it, and
-    the rounding also makes up for what that costs (AdaRound's asymmetric reconstruction); without it,
-    each layer sees FP32's input. Not the Q/DQ model with nearest rounding: a layer would then make up
-    for its upstream layers' nearest rounding, which their own learned rounding replaces (measured on
-    the bench's detector with every activation float: 30 of 65 detections kept, against 61 with nearest
-    rounding and 64 with FP32's inputs)."""
+    (calibration samples; the first ``options.samples``), each layer seeing FP32's input. ``quantized``:
+    a Q/DQ model of ``reference`` (the same node names) whose input each layer sees instead, so its
+    rounding also makes up for the quantization before it (AdaRound's asymmetric reconstruction). quantize
+    does not use it: it lost accuracy on the bench's detector (the module's docstring)."""
     from edgeq.graph.io import graph_from_model
 
     started = time.monotonic()
