@@ -645,8 +645,11 @@ def calibrate(reference: onnx.ModelProto, plan: Plan, data: CalibrationSet, opti
               progress: ProgressFn = no_progress, held: CalibrationSet | None = None) -> dict[str, float]:
     """amax per tensor (before scale sharing) by ``--calibrator``, in one pass over ``data``: the Q/DQ
     scales of any placement of ``reference`` and the implicit calibration cache all come from it.
-    ``held``: the held-out samples ``--calibrator auto`` scores on (without them auto is entropy)."""
-    return calibrate_and_choose(reference, plan, data, held, options, (), progress)[0].amax
+    ``held``: the held-out samples ``--calibrator auto`` scores on (without them auto is entropy).
+    The ranges alone: the calibrators are scored with nearest rounding, which is what the callers (tune,
+    compare --target) build their Q/DQ models with."""
+    nearest = replace(options, weights="nearest")
+    return calibrate_and_choose(reference, plan, data, held, nearest, (), progress)[0].amax
 
 
 def cache_ranges(plan: Plan, amax: dict[str, float], options: QuantizeOptions) -> dict[str, float]:
