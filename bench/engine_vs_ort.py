@@ -219,67 +219,98 @@ def host(dirs: list[Path], engine_outputs: Path) -> int:
     """Compare TensorRT's outputs with onnxruntime's, every way (see the module doc)."""
     import onnx
 
+    device_json = engine_outputs / "device.json"
+    if device_json.is_file():
+        probe = json.loads(device_json.read_text()).get("probe", {})
+        print(f"device: {json.dumps(probe, default=str)[:400]}")
+    for d in dirs:
+        samples = load_samples(d)
+        flat = load_parts(engine_outputs, f"{d.name}.trt")
+        trt: list[dict[str, np.ndarray]] = [{} for _ in samples]
+        for key, a in flat.items():
+            i, _, output = key.partition("/")
+            trt[int(i)][output] = a
+        metric = (d / "metric.txt").read_text().strip() if (d / "metric.txt").is_file() else "cosine"
+        compare(d.name, samples, onnx.load(str(d / "model.int8.onnx")), onnx.load(str(d / "model.onnx")),
+                trt, metric)
+    return 0
+
+
+def from_deploy(run_dir: Path, holdout: Path, fp32: Path, metric: str) -> int:
+    """The same comparison from an ``edgeq deploy --holdout`` run directory: the Q/DQ model it shipped,
+    ``engine-outputs.npz`` (one group: a model of static input shapes), the held-out ``.npz`` files in the
+    order the deploy read them (sorted by name)."""
+    import onnx
+
+    from edgeq.pipeline.accuracy import OUTPUTS_NPZ
+
+    def is_qdq(p: Path) -> bool:
+        nodes = onnx.load(str(p), load_external_data=False).graph.node
+        return any(n.op_type == "QuantizeLinear" for n in nodes)
+
+    shipped = [p for p in sorted(run_dir.glob("*.onnx")) if is_qdq(p)]
+    if len(shipped) != 1:
+        raise SystemExit(f"{run_dir}: expected one Q/DQ model, found {[p.name for p in shipped]}")
+    samples = load_samples(holdout.parent) if holdout.name == "holdout" else load_samples(holdout)
+    with np.load(run_dir / OUTPUTS_NPZ) as z:
+        stacked = {k: np.asarray(z[k]) for k in z.files}
+    if any("/" in k for k in stacked):
+        raise SystemExit(f"{run_dir}: outputs in several shape groups; this mode reads one")
+    trt = [{k: a[i] for k, a in stacked.items()} for i in range(len(samples))]
+    compare(run_dir.name, samples, onnx.load(str(shipped[0])), onnx.load(str(fp32)), trt, metric)
+    return 0
+
+
+def compare(name: str, samples: list[dict[str, np.ndarray]], qdq: Any, fp32_model: Any,
+            trt: list[dict[str, np.ndarray]], metric_name: str) -> None:
+    """Print, per output, how far each onnxruntime arithmetic is from TensorRT, then each one's task
+    figure against FP32 beside TensorRT's."""
     from edgeq.quant.accuracy import run_outputs
     from edgeq.quant.evaluate import Arithmetic, evaluation_session
     from edgeq.quant.metrics import CosineMetric, cosine, metric_from_spec
 
     Outputs = list[dict[str, np.ndarray]]
 
-    def outputs(model: Any, samples: Outputs, a: Arithmetic) -> Outputs:
+    def outputs(model: Any, a: Arithmetic) -> Outputs:
         s = evaluation_session(model, arithmetic=a, purpose="the comparison")
         names = [o.name for o in s.get_outputs() if "float" in o.type]
         return [dict(zip(names, (np.asarray(x) for x in s.run(names, f)))) for f in samples]
 
-    device_json = engine_outputs / "device.json"
-    if device_json.is_file():
-        probe = json.loads(device_json.read_text()).get("probe", {})
-        print(f"device: {json.dumps(probe, default=str)[:400]}")
-    for d in dirs:
-        name = d.name
-        samples = load_samples(d)
-        flat = load_parts(engine_outputs, f"{name}.trt")
-        qdq = onnx.load(str(d / "model.int8.onnx"))
-        ways = {a.value: outputs(qdq, samples, a) for a in Arithmetic}
-        fp32 = run_outputs(onnx.load(str(d / "model.onnx")), samples)
-        trt: list[dict[str, np.ndarray]] = [{} for _ in samples]
-        for key, a in flat.items():
-            i, _, output = key.partition("/")
-            trt[int(i)][output] = a
-        for i, t in enumerate(trt):
-            for output, a in t.items():
-                t[output] = a.astype(np.float32).reshape(fp32[i][output].shape)
-        metric_name = (d / "metric.txt").read_text().strip() if (d / "metric.txt").is_file() else "cosine"
-        if ":" in metric_name:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
-        metric = metric_from_spec(metric_name)
-        print(f"\n{name}: {len(samples)} held-out samples, metric {metric_name}")
-        rows = []
-        for output in fp32[0]:
-            closest: Counter[str] = Counter()
-            for i in range(len(samples)):
-                diffs = {w: float(np.abs(o[i][output].astype(np.float64) - trt[i][output]).max())
-                         for w, o in ways.items()}
-                best = min(diffs.values())
-                closest.update(w for w, v in diffs.items() if v <= best * (1 + 1e-6) + 1e-12)
-            for w, o in ways.items():
-                diff = max(float(np.abs(o[i][output].astype(np.float64) - trt[i][output]).max())
-                           for i in range(len(samples)))
-                cos = [cosine(o[i][output], trt[i][output]) for i in range(len(samples))]
-                rows.append((output, w, f"{diff:.4g}", f"{np.mean(cos):.6f}", f"{min(cos):.6f}",
-                             f"{closest[w]}/{len(samples)}"))
-        table(("output", "onnxruntime", "max |diff| vs TRT", "cosine (mean)", "cosine (worst)",
-               "closest to TRT"), rows)
-        rows = []
-        trt_vs_fp32 = metric.score(fp32, trt)
+    ways = {a.value: outputs(qdq, a) for a in Arithmetic}
+    fp32 = run_outputs(fp32_model, samples)
+    for i, t in enumerate(trt):
+        for output, a in t.items():
+            t[output] = a.astype(np.float32).reshape(fp32[i][output].shape)
+    if ":" in metric_name:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+    metric = metric_from_spec(metric_name)
+    print(f"\n{name}: {len(samples)} held-out samples, metric {metric_name}")
+    rows = []
+    for output in fp32[0]:
+        closest: Counter[str] = Counter()
+        for i in range(len(samples)):
+            diffs = {w: float(np.abs(o[i][output].astype(np.float64) - trt[i][output]).max())
+                     for w, o in ways.items()}
+            best = min(diffs.values())
+            closest.update(w for w, v in diffs.items() if v <= best * (1 + 1e-6) + 1e-12)
         for w, o in ways.items():
-            agree = metric.score(trt, o)  # TensorRT's outputs as the reference: whose answers are TRT's
-            same = sum(1 for v in agree.per_sample if v >= 1.0 - 1e-12) if agree.per_sample else None
-            rows.append((w, f"{same}/{len(samples)}" if same is not None else agree.text,
-                         metric.score(fp32, o).text, f"{CosineMetric().score(fp32, o).value:.6f}"))
-        rows.append(("TensorRT", "-", trt_vs_fp32.text, f"{CosineMetric().score(fp32, trt).value:.6f}"))
-        table(("outputs of", f"samples where {metric.name} agrees with TRT", f"{metric.name} vs FP32",
-               "cosine vs FP32"), rows)
-    return 0
+            diff = max(float(np.abs(o[i][output].astype(np.float64) - trt[i][output]).max())
+                       for i in range(len(samples)))
+            cos = [cosine(o[i][output], trt[i][output]) for i in range(len(samples))]
+            rows.append((output, w, f"{diff:.4g}", f"{np.mean(cos):.6f}", f"{min(cos):.6f}",
+                         f"{closest[w]}/{len(samples)}"))
+    table(("output", "onnxruntime", "max |diff| vs TRT", "cosine (mean)", "cosine (worst)",
+           "closest to TRT"), rows)
+    rows = []
+    trt_vs_fp32 = metric.score(fp32, trt)
+    for w, o in ways.items():
+        agree = metric.score(trt, o)  # TensorRT's outputs as the reference: whose answers are TRT's
+        same = sum(1 for v in agree.per_sample if v >= 1.0 - 1e-12) if agree.per_sample else None
+        rows.append((w, f"{same}/{len(samples)}" if same is not None else agree.text,
+                     metric.score(fp32, o).text, f"{CosineMetric().score(fp32, o).value:.6f}"))
+    rows.append(("TensorRT", "-", trt_vs_fp32.text, f"{CosineMetric().score(fp32, trt).value:.6f}"))
+    table(("outputs of", f"samples where {metric.name} agrees with TRT", f"{metric.name} vs FP32",
+           "cosine vs FP32"), rows)
 
 
 def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
@@ -290,7 +321,7 @@ def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=("stage", "device", "host"))
+    ap.add_argument("mode", choices=("stage", "device", "host", "from-deploy"))
     ap.add_argument("paths", nargs="+", type=Path,
                     help="stage: the directory to write; device, host: model directories (stage's)")
     ap.add_argument("--models", default="det,cls", help="stage: accuracy bench models [det,cls]")
@@ -299,7 +330,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="stage: the accuracy bench's cache")
     ap.add_argument("--out", type=Path, help="device: where the outputs go [$OUT]")
     ap.add_argument("--engine-outputs", type=Path, help="host: the device mode's files")
+    ap.add_argument("--holdout", type=Path, help="from-deploy: the held-out directory the deploy read")
+    ap.add_argument("--fp32", type=Path, help="from-deploy: the float model")
+    ap.add_argument("--metric", default="cosine", help="from-deploy: the task metric [cosine]")
     args = ap.parse_args(argv)
+    if args.mode == "from-deploy":
+        if args.holdout is None or args.fp32 is None:
+            ap.error("from-deploy needs --holdout DIR and --fp32 MODEL")
+        return from_deploy(args.paths[0], args.holdout, args.fp32, args.metric)
     if args.mode == "stage":
         return stage(args.paths[0], [m for m in args.models.split(",") if m], args.samples,
                      args.cache.expanduser())

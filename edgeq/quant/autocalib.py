@@ -93,12 +93,15 @@ HYBRIDS = {ENDS: Hybrid("entropy", "max", ends=True), HYBRID: Hybrid("entropy", 
 # entropy+ends+max16 won the YOLOv8n detector and the PP-OCRv4 recogniser, percentile the ddddocr
 # recogniser and the YOLOX detector (the classifier is a tie, kept by the first), mse the text detector
 # (mask IoU 0.959 against percentile's 0.952) and the orientation classifier (39 of 40 against 38).
+# Evaluated as the engine computes and ranked with the dense forms (2026-12-07): the same, except mse
+# for the ddddocr recogniser (48 of 55 against percentile's 47) and entropy+ends+max16 for the classifier.
 # Then entropy+ends, the hedge where max on the 16 costs resolution (it won the detector on the bench's
 # earlier sets). Not entropy alone: it won none of the seven and read nothing on the recogniser; it is
 # still the fallback below and ``--calibrator entropy``. Not max: it ranked below a hybrid or percentile
 # on all seven (it keeps the detectors' detections by inventing more: 58 of 65 with 19 new, against
-# auto's 56 with 13). Each candidate costs a held-out pass, cut short once it cannot win; the bound is
-# 1.5x one calibrator's wall time (the bench's ``auto's cost``).
+# auto's 56 with 13). Each candidate costs a held-out pass, cut short once it cannot win: auto took
+# 1.06-1.79x one calibrator's wall time (the bench's ``auto's cost``, 2026-11-27), 1.6-2.8x on
+# 2026-12-07 (single runs on a shared machine; not isolated: the dense forms may stop a loser later).
 AUTO_CANDIDATES = (HYBRID, "percentile", "mse", ENDS)
 # Without held-out samples nothing is scored: TensorRT's own calibrator.
 AUTO_FALLBACK = "entropy"
