@@ -341,6 +341,11 @@ def test_quantize_auto_scores_the_learned_rounding(tmp_path) -> None:
     assert d["weight_rounding"] == choice.weights and d["rounding"]["layers"]
     assert [c["weights"] for c in d["calibrators"]][-1] == ADAROUND
     assert ("not kept" in result.rounding_line()) == (choice.weights != ADAROUND)
+    # without held-out samples the samples that score were learned from: auto keeps nearest, and says why
+    alone = quantize_model(model, data, QuantizeOptions(calib=tmp_path / "calib"))
+    assert alone.choice.auto and alone.choice.rounding is None and alone.choice.weights == "nearest"
+    assert {c.weights for c in alone.choice.candidates} == {"nearest"}
+    assert any(n.startswith("nearest weight rounding: --weights auto scores") for n in alone.notes)
 
 
 def test_cli_weights_option(tmp_path, cli) -> None:
