@@ -97,8 +97,8 @@ def quantize_cmd(
     options = quantize_options(
         calib, synthetic=synthetic, preprocess=preprocess, calibrator=calibrator, percentile=percentile,
         placement=placement, overrides=overrides, holdout=holdout, metric=metric or "auto",
-        min_cosine=min_cosine,
-        min_metric=min_metric, cache=cache, from_engine=from_engine, max_loss=max_loss, weights=weights,
+        min_cosine=min_cosine, min_metric=min_metric, cache=cache, from_engine=from_engine, max_loss=max_loss,
+        weights=weights,
     )  # fmt: skip
     with progress_display(enabled=not json_out) as progress:
         result = quantize_file(model, options, output=output, progress=progress, engine=engine)
