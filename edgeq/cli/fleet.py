@@ -191,7 +191,7 @@ def fleet_options(calib: Optional[Path], calibrator: Calibrator, preprocess: Opt
 
     quantize = quantize_options(calib, calibrator=calibrator, preprocess=preprocess, overrides=overrides,
                                 placement=Placement.trt if placement == Placement.auto else placement,
-                                holdout=0.2 if holdout is None else holdout, max_loss=max_loss)
+                                holdout=holdout, max_loss=max_loss)
     # overrides edit the rules' placement; --max-loss weighs the rules' regions on each kind's first board
     auto = calib is not None and (max_loss is not None or (placement == Placement.auto and overrides is None))
     auto = auto and engine == Engine.native  # ansible: quantized once here, with the trt placement
