@@ -268,7 +268,7 @@ def test_the_same_commands_deploy_a_text_recogniser_with_a_dynamic_width(world) 
     work, env, board, cache = world
     wheel(REC[0], cache)
     (work / "lines").mkdir()
-    for i in range(12):
+    for i in range(32):  # a few dozen lines, as a first-time user has
         text_line(work / "lines" / f"line{i}.png", i)
     # the board replays TensorRT 8.6's layer JSON of this recogniser's rules-placed engine (H100,
     # tests/fixtures/trt86-h100-paired/rec.trtexec.*); no profile of it was recorded: the YOLOv8n's

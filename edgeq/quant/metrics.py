@@ -109,8 +109,8 @@ class Metric(Protocol):
 # (100 held-out images, 65 FP32 detections) half and half preferred mse (53 kept, 17 new) over
 # entropy+ends+max16 (55 kept, 14 new; dense 0.52 against 0.63). Why not a tie-break only: on a first
 # user's set the counts are few (32 calibration images: 18 FP32 detections) and one of them decided
-# (issue 46: "1 of 1"). Weighing ten: both sets keep entropy+ends+max16, and so does the recogniser
-# (29 of 32 calibration lines, 51 of 65 held out, as many as the best single calibrator).
+# (a choice resting on "1 of 1" detection). Weighing ten: both sets keep entropy+ends+max16, and so does
+# the recogniser (29 of 32 calibration lines, 51 of 65 held out, as many as the best single calibrator).
 DENSE_WEIGHT = 10.0
 
 
