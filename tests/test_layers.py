@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("edgeq.remote",),
     ("edgeq.pipeline",),
     ("edgeq.release",),
-    ("edgeq.orchestration",),
+    ("edgeq.orchestration", "edgeq.ansible"),  # the Ansible engine runs orchestration's board steps
     ("edgeq.cli",),
 ]
 

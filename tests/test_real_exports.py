@@ -49,12 +49,15 @@ def test_clean_lint_and_quantize_pass_on_a_real_export_with_no_flag(name, tmp_pa
     assert code == 0 and "pass (--fail-on warning)" in out, out + err
     data = tmp_path / kind
     data.mkdir()
-    for i in range(5):
+    for i in range(5 if kind == "photos" else 32):  # text lines: a few dozen (the quick start's 32)
         if kind == "photos":
             photo_like(data / f"{i}.jpg", i, (200 + 40 * i, 260 - 20 * i))
         else:
             text_line(data / f"{i}.png", i)
-    args = ["quantize", model, "--calib", data, "--calibrator", "max", "-o", tmp_path / "m.int8.onnx"]
+    # max is quick, and enough for the detectors; a recogniser's strings need auto's choice (under max
+    # PP-OCRv4's reads 8 of 24 lines as FP32 does: a wrecked model, which fails by default)
+    fast = ["--calibrator", "max"] if kind == "photos" else []
+    args = ["quantize", model, "--calib", data, *fast, "-o", tmp_path / "m.int8.onnx"]
     code, out, err = edgeq_process(*args, *(["--preprocess", preset] if preset else []))
     assert code == 0, out + err
     if preset is None:  # ultralytics' metadata named its preset

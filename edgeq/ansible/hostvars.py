@@ -48,6 +48,7 @@ def target_from_record(data: Mapping[str, Any]) -> Target:
     build["tactic_sources"] = tuple(build.get("tactic_sources") or ())
     d["build"] = BuildOptions(**build)
     d["timeouts"] = Timeouts(**(d.get("timeouts") or {}))
+    d["keys"] = tuple(d.get("keys") or ())  # JSON has lists
     gate = d.get("gate")
     d["gate"] = GateConfig(gate.get("policy"), tuple(gate.get("allow") or ()), gate.get("require_fusion")) \
         if gate else None

@@ -387,7 +387,7 @@ def targets_list_cmd() -> int:
     "~/.ssh/config's, else ~/.ssh/id_rsa, id_ecdsa or id_ed25519, else a running ssh-agent. Nothing "
     "connects: the host key is looked up in known_hosts; 'edgeq targets check NAME' is the first "
     "connection. An existing file is never overwritten.\n\nExit codes: 0 written; 2 the file exists, "
-    "the name, host or port is invalid, or no key is found.",
+    "the name, host or port is invalid, or no key is found; 130 interrupted.",
 )
 def targets_add_cmd(
     name: str = typer.Argument(..., help="The target's name: targets/NAME.yaml, --target NAME."),
