@@ -401,7 +401,7 @@ def test_one_unit_below_the_prediction_passes_as_the_h100_showed_and_two_fail() 
     det = accuracy_from_dict(json.loads((arith / "det.accuracy.json").read_text()))
     assert det.engine.figures["kept"] == 54 and det.predicted is not None
     assert det.predicted.figures["kept"] == 55 and det.predicted.unit == pytest.approx(1 / 65)
-    assert det.shortfall == pytest.approx(1 / 65) and 1 / 65 > PREDICTION_TOLERANCE
+    assert det.shortfall == pytest.approx(1 / 65) and PREDICTION_TOLERANCE < 1 / 65
     assert not det.below_prediction and det.tolerance == pytest.approx(1 / 65)
     orient = accuracy_from_dict(json.loads((arith / "orient.accuracy.json").read_text()))
     assert orient.engine.value == pytest.approx(39 / 40) and orient.predicted is not None
