@@ -171,12 +171,18 @@ class Mirrored:
         return explicit_deploy_options(self.common, options.gate_allow, self.floats, self.pair.model)
 
 
+# How the gate credits the nodes implicit ran float (the explicit engine keeps them float on purpose), as
+# a pipeline's gate.allow or --allow are credited to those.
+MIRROR_WHY = "the implicit engine (run float there)"
+
+
 def explicit_deploy_options(common: DeployOptions, allow: tuple[str, ...], floats: ImplicitFloat,
                             reference: Path) -> DeployOptions:  # fmt: skip
     """One place for how an explicit engine judged against implicit is gated (a mirror, or a cached one),
     and scored: against ``reference``, the float model the implicit engine is built from and scored
     against, so the two engines' figures share one FP32 (not the Q/DQ model's weights dequantized)."""
-    return replace(common, gate_allow=(*allow, *floats.nodes, *floats.by_design),
+    kept = tuple((n, MIRROR_WHY) for n in dict.fromkeys((*floats.nodes, *floats.by_design)))
+    return replace(common, gate_allow=allow, intended=(*common.intended, *kept),
                    gate_reformats=False if floats.reformats else None, reference=reference)  # fmt: skip
 
 
