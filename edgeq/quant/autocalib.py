@@ -326,6 +326,11 @@ def evidence(best: Candidate, tried: Sequence[Candidate]) -> str:
     se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n)
     if EVIDENCE_Z * se < EVIDENCE_ALIKE or mean >= EVIDENCE_Z * se:
         return ""  # alike for any purpose, or told apart
+    if -mean >= EVIDENCE_Z * se:  # the headline (a count over the set) and the samples disagree
+        return (f"mixed evidence: {best.label} ranks first over the {n} samples, yet per sample "
+                f"{runner.label} scores higher by {-mean:.4f} +- {EVIDENCE_Z * se:.4f} in "
+                f"{best.score.metric}'s rank: a few samples decide the headline (--holdout DIR, or more "
+                "--calib samples)")
     need = n * (EVIDENCE_Z * se / EVIDENCE_ALIKE) ** 2  # for the interval to show them alike
     if mean > 0:
         need = min(need, n * (EVIDENCE_Z * se / mean) ** 2)  # for the difference seen to stand
