@@ -541,8 +541,8 @@ def test_thin_evidence_is_said_with_the_samples_that_would_tell_the_candidates_a
     # the headline favours a (its count over the set), the samples favour b on every one: not "thin" with a
     # negative difference and thousands of samples to tell them apart, but the disagreement said
     mixed = evidence(cand("a", 0.5, 0.5, 0.6, 0.5), [cand("b", 0.8, 0.7, 0.8, 0.8)])
-    assert mixed.startswith("mixed evidence: a ranks first over the 4 samples, yet per sample b scores higher "
-                            "by 0.2500 +- 0.0577"), mixed
+    assert mixed.startswith("mixed evidence: a ranks first over the 4 samples, yet per sample b scores "
+                            "higher by 0.2500 +- 0.0577"), mixed
 
 
 def test_calib_alone_scores_every_sample_and_says_so(setup, tmp_path):
