@@ -310,6 +310,50 @@ def test_float_tail_after_the_last_dq_is_outside_the_region():
     assert apply_gate(r, INT8)
 
 
+def test_a_float_tail_after_an_int8_layers_float_epilogue_is_not_a_fallback():
+    """TensorRT fuses the last DQ into the last INT8 layer (INT8 in, FP32 out): what follows it, with no
+    INT8 layer or Q after it and ending at an output, is float by the model's design, not a fallback;
+    a float layer that an INT8 layer or a Q still follows is one."""
+    tail = engine(
+        ("Reformat", "input_QuantizeLinear", [("input", F32)], [("q0", I8)], QDQ),
+        ("CaskConvolution", "/fc/MatMul + /fc/Add", [("q0", I8)], [("c0", F32)]),
+        ("CaskSoftMaxV2", "/softmax/Softmax", [("c0", F32)], [("output", F32)]),
+    )
+    assert [rl.past_int8 for rl in tail.layers] == [False, False, True]
+    g = apply_gate(tail, INT8)
+    assert g and g.checked == 1 and g.int8_compute == 1, g.summary()
+    island = engine(
+        ("Reformat", "input_QuantizeLinear", [("input", F32)], [("q0", I8)], QDQ),
+        ("CaskConvolution", "/a/Conv", [("q0", I8)], [("c0", F32)]),
+        ("CaskSoftMaxV2", "/s/Softmax", [("c0", F32)], [("m0", F32)]),
+        ("Reformat", "m0_QuantizeLinear", [("m0", F32)], [("q1", I8V)], QDQ),
+        ("CaskConvolution", "/b/Conv", [("q1", I8V)], [("output", F32)]),
+    )
+    assert [(v.rule, v.layer) for v in apply_gate(island, INT8).violations] == [
+        ("int8-compute", 2), ("interior-reformat", 3)]
+
+
+def test_real_engines_end_their_int8_region_at_the_last_int8_layer():
+    """tests/fixtures/trt86-h100-arith (an H100): the direction classifier's output Softmax reads the FP32
+    its MatMul writes (the int8 gate had failed the engine on it); the YOLOv8n's box decoding after its
+    DFL convolution is float by the placement, its DFL Softmax (between a DQ'd read and a Q) still a
+    fallback."""
+    import gzip
+
+    arith = FIXTURES.parent / "trt86-h100-arith"
+    def report(name):
+        return build_report(load_layers(json.loads(gzip.decompress(
+            (arith / f"{name}.layers.json.gz").read_bytes()), strict=False)))
+
+    orient = apply_gate(report("orient"), INT8)
+    assert orient and orient.checked == orient.int8_compute == 52, orient.summary()
+    det = apply_gate(report("det"), INT8)
+    failed = {n for v in det.violations for n in v.nodes}
+    assert "/model.22/dfl/Softmax" in failed and "/model.2/m.0/cv1/act/Mul" in failed
+    past = {n for rl in report("det").layers if rl.past_int8 for n in rl.onnx_nodes}
+    assert {"/model.22/Sub", "/model.22/Sub_1", "/model.22/Mul_5"} <= past and not past & failed
+
+
 def test_float_island_between_dq_and_q_fails():
     r = engine(
         ("Reformat", "input_QuantizeLinear", [("input", F32)], [("q0", I8)], QDQ),

@@ -94,6 +94,8 @@ def _render_report(report: Any, gate: Any, all_layers: bool) -> None:
             tags.append("[dim]copy[/]")  # a Concat/Slice copy: reported, not a fallback
         if rl.region != "inside":
             tags.append(f"[dim]{rl.region} region[/]")
+        elif rl.past_int8:
+            tags.append("[dim]after the last INT8[/]")
         if rl.kind == LayerKind.REFORMAT:
             first_in = rl.in_precisions[0] if rl.in_precisions else None
             first_out = rl.out_precisions[0] if rl.out_precisions else None

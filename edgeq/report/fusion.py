@@ -43,6 +43,7 @@ class ReportLayer:
     boundary: Optional[str] = None  # "input" / "output": a reformat at the network's edge
     boundary_reason: str = ""
     region: str = "inside"  # "before" the first Q, "inside" the INT8 region, "after" the last DQ
+    past_int8: bool = False  # inside, but after an INT8 layer's float epilogue with no INT8 after it
     time_ms: Optional[float] = None
     kind_rule: str = ""  # which rule decided ``kind``
     weight_inputs: tuple[int, ...] = ()  # input positions fed by weight layers (conv bias copies)

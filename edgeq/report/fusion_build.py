@@ -201,6 +201,25 @@ def build_report(
                 if pre[a].kind != LayerKind.WEIGHTS:
                     region[a] = "after"
 
+    # Past the last INT8 layer (the int8 gate's end of the region, not the report's ``region``, which the
+    # relative gate's reformat counts read): a compute layer may dequantize in its epilogue, INT8 in and
+    # float out (TensorRT fuses the last DQ into a MatMul/Conv that writes FP32), and what follows it, where
+    # no INT8 layer or Q follows and it ends at a network output, is float by the Q/DQ model's own design,
+    # not a fallback. Measured: tests/fixtures/trt86-h100-arith (PP-LCNet on an H100: 'MatMul.0 + Add.8'
+    # INT8 -> FP32, then the output Softmax in FP32; YOLOv8n: the DFL convolution INT8 -> FP32, then the
+    # box decoding's Sub/Add/Div/Mul in FP32).
+    past: set[int] = set()
+    for d in range(len(pre)) if mode == "explicit" else ():
+        p = pre[d]
+        if p.kind != LayerKind.COMPUTE or "INT8" not in p.ins or not p.outs or \
+                not all(o in ("FP32", "FP16", "BF16") for o in p.outs):
+            continue
+        after = g.descendants([d])
+        if any((pre[a].kind == LayerKind.COMPUTE and pre[a].precision == "INT8") or a in qs for a in after):
+            continue
+        if any(t.name in net_out for a in (d, *after) for t in layers.layers[a].outputs):
+            past |= {a for a in after if pre[a].kind != LayerKind.WEIGHTS}
+
     # Profile join by name (queue per name: duplicated names keep engine order).
     times: dict[int, float] = {}
     unmatched: list[str] = []
@@ -236,6 +255,7 @@ def build_report(
                 boundary=b[0] if b else None,
                 boundary_reason=b[1] if b else "",
                 region=region[lay.index] if p.kind != LayerKind.WEIGHTS else "inside",
+                past_int8=lay.index in past and region[lay.index] == "inside",
                 time_ms=times.get(lay.index),
                 kind_rule=p.rule,
                 weight_inputs=p.weight_inputs,

@@ -174,6 +174,8 @@ def apply_gate(report: FusionReport, policy: Policy) -> GateResult:
     copies: list[tuple[ReportLayer, Violation]] = []
     checked = boundary = int8 = 0
     for rl in report.layers:
+        if rl.past_int8:  # float by the model's design: after the last INT8 layer (fusion_build)
+            continue
         if rl.kind == LayerKind.COMPUTE and rl.region == "inside":
             checked += 1
             int8 += rl.precision == "INT8"

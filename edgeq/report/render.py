@@ -65,6 +65,7 @@ def _layer_dict(rl: ReportLayer) -> dict[str, Any]:
         "boundary": rl.boundary,
         "boundary_reason": rl.boundary_reason,
         "region": rl.region,
+        "past_int8": rl.past_int8,
         "time_ms": rl.time_ms,
         "origin": lay.origin,
         "tactic": lay.tactic,
@@ -191,6 +192,8 @@ def _layer_row(rl: ReportLayer, max_ms: float, flagged: dict[int, list[str]], al
         )
     if rl.region != "inside":
         tags.append(f'<span class="tag">{esc(rl.region)} INT8 region</span>')
+    elif rl.past_int8:
+        tags.append('<span class="tag">after the last INT8 layer</span>')
     nodes = ""
     if rl.onnx_nodes:
         nodes = (
