@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+from edgeq.graph.shapes import model_inputs, value_dims
+
 if TYPE_CHECKING:
     import onnx
 
@@ -71,7 +73,10 @@ class Export:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     why: str = ""
     certain: bool = False
-    source: str = ""
+
+    @property
+    def source(self) -> str:
+        return KINDS[self.kind].source if self.kind else ""
 
     @property
     def preset(self) -> str:
@@ -88,16 +93,17 @@ def metadata(model: onnx.ModelProto) -> dict[str, str]:
 def identify(model: onnx.ModelProto) -> Export:
     """The exporter and its sizes (``Export``); an empty ``Export`` when nothing identifies it."""
     meta = metadata(model)
-    inputs = _image_inputs(model)
+    inputs = model_inputs(model)
     if meta.get("author", "").lower().startswith("ultralytics"):
         return _ultralytics(meta, inputs)
     kind = _paddleocr_kind(model, inputs)
     if kind:
         name, dims = inputs[0]
         shape = _filled(dims, KINDS[kind].default)
-        why = (f"paddle2onnx's input '{name}' {_shown(dims)}, output {_shown(_dims(model.graph.output[0]))}: "
-               f"a {KINDS[kind].name}; {KINDS[kind].said}")
-        return Export(kind, {name: shape} if shape else {}, why, certain=False, source=KINDS[kind].source)
+        out = _shown(value_dims(model.graph.output[0]))
+        k = KINDS[kind]
+        why = f"paddle2onnx's input '{name}' {_shown(dims)}, output {out}: a {k.name}; {k.said}"
+        return Export(kind, {name: shape} if shape else {}, why, certain=False)
     return Export()
 
 
@@ -113,7 +119,7 @@ def _ultralytics(meta: dict[str, str], inputs: list[tuple[str, tuple[Any, ...]]]
         if shape:
             shapes[name] = shape
             why += f", imgsz {list(size)}"
-    return Export("ultralytics", shapes, why, certain=True, source=ULTRALYTICS_SOURCE)
+    return Export("ultralytics", shapes, why, certain=True)
 
 
 def _paddleocr_kind(model: onnx.ModelProto, inputs: list[tuple[str, tuple[Any, ...]]]) -> str:
@@ -127,7 +133,7 @@ def _paddleocr_kind(model: onnx.ModelProto, inputs: list[tuple[str, tuple[Any, .
     paddle = model.producer_name.lower().startswith("paddle") or any(str(d).startswith("p2o.") for d in dims)
     if name != "x" or len(dims) != 4 or dims[1] != 3 or not paddle:
         return ""
-    out = _dims(model.graph.output[0])
+    out = value_dims(model.graph.output[0])
     if len(out) == 4 and out[1] == 1:
         return "ppocr-det"
     if len(out) == 3 and isinstance(out[2], int) and out[2] > 2:
@@ -135,20 +141,6 @@ def _paddleocr_kind(model: onnx.ModelProto, inputs: list[tuple[str, tuple[Any, .
     if len(out) == 2 and out[1] == 2:
         return "ppocr-cls"
     return ""
-
-
-def _image_inputs(model: onnx.ModelProto) -> list[tuple[str, tuple[Any, ...]]]:
-    inits = {i.name for i in model.graph.initializer}
-    return [(vi.name, _dims(vi)) for vi in model.graph.input if vi.name not in inits]
-
-
-def _dims(vi: Any) -> tuple[Any, ...]:
-    """A value's dimensions: an int where fixed, the exporter's name where it gave one, else None."""
-    tt = vi.type.tensor_type
-    if not tt.HasField("shape"):
-        return ()
-    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
-                 for d in tt.shape.dim)  # fmt: skip
 
 
 def _filled(dims: tuple[Any, ...], default: tuple[int, ...]) -> Optional[tuple[int, ...]]:

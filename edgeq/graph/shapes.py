@@ -52,16 +52,16 @@ def dynamic_inputs(model: onnx.ModelProto) -> list[tuple[str, Dims]]:
 
 
 def model_inputs(model: onnx.ModelProto) -> list[tuple[str, Dims]]:
-    """Every real input: a dimension's value, else the name the export gives it, else None."""
+    """Every real input (not an initializer) with its ``value_dims``."""
     inits = {i.name for i in model.graph.initializer}
-    out = []
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        dims = tt.shape.dim if tt.HasField("shape") else []
-        out.append((vi.name, tuple(d.dim_value if d.dim_value > 0 else d.dim_param or None for d in dims)))
-    return out
+    return [(vi.name, value_dims(vi)) for vi in model.graph.input if vi.name not in inits]
+
+
+def value_dims(vi: Any) -> Dims:
+    """A value's dimensions: an int where fixed, the name the export gives it, else None."""
+    tt = vi.type.tensor_type
+    dims = tt.shape.dim if tt.HasField("shape") else []
+    return tuple(d.dim_value if d.dim_value > 0 else d.dim_param or None for d in dims)
 
 
 def input_shapes(model: onnx.ModelProto, given: str = "") -> InputShapes:

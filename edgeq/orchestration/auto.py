@@ -500,16 +500,13 @@ class KindPlacement:
 
     def policy(self, target: Target, gate: Optional[str], allow: tuple[str, ...],
                require_fusion: Optional[bool]) -> Policy:  # fmt: skip
-        from edgeq.orchestration.deploy import policy_for
+        from edgeq.orchestration.deploy import policy_for, with_intended
 
         d = self.decided.decision
         if "budget" in d.evidence:  # --max-loss: exactly the kept nodes (and their edge Q/DQ), said as such
             from edgeq.orchestration.budget import cached_allowances
 
-            policy = policy_for(target, gate, allow, require_fusion)
-            for pattern, why in cached_allowances(d):
-                policy = policy.with_allow([pattern], source=why)
-            return policy
+            return with_intended(policy_for(target, gate, allow, require_fusion), cached_allowances(d))
         if d.kept == "implicit":
             return policy_for(target, "none", allow, require_fusion)
         policy = policy_for(target, gate, (*allow, *d.allowlisted, *d.float_entry_nodes), require_fusion)

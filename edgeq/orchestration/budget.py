@@ -189,10 +189,13 @@ def edge_allow(qdq: Any, nodes: tuple[str, ...]) -> tuple[str, ...]:
 
     kept = set(nodes)
     producer = {o: n.name for n in qdq.graph.node for o in n.output}
+    readers: dict[str, set[str]] = {}
+    for c in qdq.graph.node:
+        for i in c.input:
+            readers.setdefault(i, set()).add(c.name)
     edges: list[str] = []
     for n in qdq.graph.node:
-        readers = [c.name for c in qdq.graph.node if any(o in c.input for o in n.output)]
-        into = n.op_type == "DequantizeLinear" and bool(kept & set(readers))
+        into = n.op_type == "DequantizeLinear" and any(kept & readers.get(o, set()) for o in n.output)
         out_of = n.op_type == "QuantizeLinear" and producer.get(n.input[0]) in kept
         if into or out_of:
             edges.append(n.name)

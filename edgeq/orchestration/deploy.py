@@ -116,10 +116,16 @@ def policy_for(target: Target, gate: Optional[str] = None, allow: Sequence[str] 
     return policy.with_allow(list(allow), source="the pipeline's gate.allow")
 
 
+def with_intended(policy: Policy, intended: Sequence[tuple[str, str]]) -> Policy:
+    """``policy`` allowing each (pattern, why) kept float on purpose, credited to its why."""
+    for why in dict.fromkeys(w for _, w in intended):
+        policy = policy.with_allow([p for p, w in intended if w == why], source=why)
+    return policy
+
+
 def deploy_policy(options: DeployOptions, target: Target) -> Policy:
-    policy = policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion)
-    for why in dict.fromkeys(w for _, w in options.intended):
-        policy = policy.with_allow([p for p, w in options.intended if w == why], source=why)
+    policy = with_intended(policy_for(target, options.gate, options.gate_allow, options.gate_require_fusion),
+                           options.intended)
     if options.gate_reformats is not None:
         policy = policy.replace(forbid_interior_reformats=options.gate_reformats
                                 and policy.forbid_interior_reformats)  # fmt: skip

@@ -229,7 +229,7 @@ def load_bundle(bundle: Path, fleet: Fleet, work: Path) -> Loaded:
         data = copy.read_bytes()
         checked = require_intact(copy, "not installed", data)  # damaged or edited: said first
         signer = check_signed(copy, fleet.allowed_signers)
-        files = read_bundle(copy, data)
+        files = checked.files  # the bytes verified are the bytes installed: not read twice
     except EdgeqError as e:  # said of the user's file, not of the private copy; refused: exit 2
         named = [None if t is None else t.replace(str(copy), str(bundle)) for t in (e.message, e.hint)]
         raise type(e)(named[0] or "", named[1], exit_code=REFUSED) from None

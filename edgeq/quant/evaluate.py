@@ -52,17 +52,6 @@ class Arithmetic(str, Enum):
     FUSED = "fused"  # onnxruntime's defaults: DQ -> op -> Q fused into its integer kernels (host-dependent)
     LITERAL = "literal"  # no graph optimization at all: every node as written, weight DQs run each time
 
-    @property
-    def text(self) -> str:
-        return _TEXT[self]
-
-
-_TEXT = {
-    Arithmetic.UNFUSED: "onnxruntime with its Q/DQ fusions off (DequantizeLinear feeds float operators)",
-    Arithmetic.FUSED: "onnxruntime with its Q/DQ fusions on (its integer kernels, host-dependent)",
-    Arithmetic.LITERAL: "onnxruntime with every graph optimization off",
-}
-
 # The arithmetic every evaluation of a Q/DQ model uses: the one TensorRT 8.6's explicit engine matches
 # (bench/engine_vs_ort.py measures it; the docs give the figures). One line to change.
 ENGINE_ARITHMETIC = Arithmetic.UNFUSED
@@ -73,11 +62,10 @@ EVALUATION_PROVIDERS = ("CPUExecutionProvider",)
 
 
 def session_options(arithmetic: Arithmetic = ENGINE_ARITHMETIC) -> ort.SessionOptions:
-    """onnxruntime's session options for ``arithmetic`` (quiet: library code never prints)."""
+    """onnxruntime's session options for ``arithmetic`` (``graph.io.ort_session`` makes them quiet)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.log_severity_level = 3
     if arithmetic == Arithmetic.LITERAL:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     elif arithmetic == Arithmetic.UNFUSED:

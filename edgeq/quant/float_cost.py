@@ -120,10 +120,6 @@ class CostModel:
             for t in rl.data_inputs:
                 self._consumers.setdefault(t.name, []).append(rl)
 
-    @property
-    def timed(self) -> bool:
-        return self.report.timed
-
     def layers_of(self, nodes: Collection[str]) -> list[ReportLayer]:
         """The INT8 compute layers holding any of ``nodes``, in engine order."""
         found = {rl.index: rl for n in nodes for rl in self._by_node.get(n, ()) if rl.precision == "INT8"}

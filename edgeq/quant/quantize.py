@@ -29,7 +29,7 @@ from edgeq.quant.plan import Plan
 from edgeq.quant.rules import RULES
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     import numpy as np
     import onnx
@@ -339,21 +339,16 @@ def calibration_data(model: onnx.ModelProto, options: QuantizeOptions) -> Calibr
     return calibration_set(model, options.calib, synthetic=options.synthetic, preprocess=options.preprocess)
 
 
-def data_shapes(model: onnx.ModelProto, data: CalibrationSet, options: QuantizeOptions
+def data_shapes(model: onnx.ModelProto, sets: Sequence[CalibrationSet]
                 ) -> dict[str, list[tuple[tuple[int, ...], int]]]:  # fmt: skip
-    """Each dynamic input's shapes over the calibration data (``data``, its held-out part included) and
-    ``--holdout DIR``'s, first seen first, with their sample counts (``QuantizeResult.input_shapes``).
-    Images are not decoded again: each remembers its shape from calibration."""
+    """Each dynamic input's shapes over ``sets`` (the calibration data, its held-out part included, and
+    ``--holdout DIR``'s), first seen first, with their sample counts (``QuantizeResult.input_shapes``).
+    Images are not decoded again: each remembers its shape from the runs that read it."""
     from edgeq.graph.shapes import dynamic_inputs
 
     dynamic = [name for name, _ in dynamic_inputs(model)]
     if not dynamic:
         return {}
-    sets = [data]
-    if options.holdout_data is not None:
-        from edgeq.quant.data import calibration_set
-
-        sets.append(calibration_set(model, options.holdout_data, preprocess=options.preprocess))
     counts: dict[str, dict[tuple[int, ...], int]] = {name: {} for name in dynamic}
     for d in sets:
         for shapes in d.shapes():
@@ -423,6 +418,8 @@ def quantize_model(
         calibration_samples=len(calib), holdout_samples=len(held) if held is not None else 0,
         clean_changes=changes, clean_findings=findings, notes=notes, mirror=mirror, choice=choice,
         max_loss=kept, blame=blame,
+        input_shapes=data_shapes(model, [data, held] if held is not None and held is not data
+                                 and options.holdout_data is not None else [data]),
     )
 
 
@@ -754,7 +751,6 @@ def quantize_file(
     data = calibration_data(model, options)
     result = quantize_model(model, data, replace(options, cache_path=None), progress)
     result = replace(result, options=replace(result.options, cache_path=Path(cache)),
-                     input_shapes=data_shapes(model, data, options),
                      paths={"input": str(src), "output": str(out), "cache": str(cache),
                             "fp32_model": str(fp32), "summary": str(summary)})
     if result.max_loss is not None and kept_float is not None:

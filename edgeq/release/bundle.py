@@ -23,7 +23,7 @@ import os
 import subprocess
 import tarfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -252,6 +252,7 @@ class Verification:
     manifest: Optional[dict[str, Any]]
     problems: tuple[Problem, ...]
     checked: int
+    files: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)  # what was checked
 
     def __bool__(self) -> bool:
         return not self.problems
@@ -342,7 +343,7 @@ def verify(path: Path, data: Optional[bytes] = None) -> Verification:
             problems.append(Problem("modified", name, f"{found}, the manifest says {want}"))
     for name in sorted(set(files) - set(listed)):
         problems.append(Problem("extra", name, "in the bundle, not in the manifest"))
-    return Verification(Path(path), manifest, tuple(problems), len(listed))
+    return Verification(Path(path), manifest, tuple(problems), len(listed), {**files, MANIFEST: raw})
 
 
 REFUSED = 2  # a bundle a command will not act on is the user's input, whatever is wrong with it

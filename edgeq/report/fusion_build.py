@@ -28,7 +28,7 @@ from edgeq.report.layernames import (
     nodes_from_metadata,
     op_from_node_name,
 )
-from edgeq.report.parse import PRECISION_RANK, EngineLayer, EngineLayers, Profile, Tensor
+from edgeq.report.parse import FLOAT_DTYPES, PRECISION_RANK, EngineLayer, EngineLayers, Profile, Tensor
 
 if TYPE_CHECKING:
     import onnx
@@ -190,12 +190,15 @@ def build_report(
                 region[i] = "before"
         for q in first_qs:
             boundary.setdefault(q, ("input", "first Q/DQ quantize of the INT8 region"))
+    q_set = set(qs)
+
+    def int8_follows(after: set[int]) -> bool:
+        return any((pre[a].kind == LayerKind.COMPUTE and pre[a].precision == "INT8") or a in q_set
+                   for a in after)  # fmt: skip
+
     for d in dqs:
         after = g.descendants([d])
-        reaches_int8 = any(
-            (pre[a].kind == LayerKind.COMPUTE and pre[a].precision == "INT8") or a in qs for a in after
-        )
-        if not reaches_int8:
+        if not int8_follows(after):
             boundary.setdefault(d, ("output", "last Q/DQ dequantize of the INT8 region"))
             for a in after:
                 if pre[a].kind != LayerKind.WEIGHTS:
@@ -212,10 +215,10 @@ def build_report(
     for d in range(len(pre)) if mode == "explicit" else ():
         p = pre[d]
         if p.kind != LayerKind.COMPUTE or "INT8" not in p.ins or not p.outs or \
-                not all(o in ("FP32", "FP16", "BF16") for o in p.outs):
+                not all(o in FLOAT_DTYPES for o in p.outs):
             continue
         after = g.descendants([d])
-        if any((pre[a].kind == LayerKind.COMPUTE and pre[a].precision == "INT8") or a in qs for a in after):
+        if int8_follows(after):
             continue
         if any(t.name in net_out for a in (d, *after) for t in layers.layers[a].outputs):
             past |= {a for a in after if pre[a].kind != LayerKind.WEIGHTS}

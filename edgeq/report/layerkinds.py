@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from edgeq.report.fusion import LayerKind
-from edgeq.report.parse import EngineLayer, EngineLayers
+from edgeq.report.parse import FLOAT_DTYPES, EngineLayer, EngineLayers
 
 
 @dataclass(frozen=True)
@@ -132,8 +132,8 @@ def from_qdq(lay: EngineLayer) -> bool:
 
 def is_q(rl_layer: EngineLayer, ins: Sequence[Optional[str]], outs: Sequence[Optional[str]]) -> bool:
     """A Q/DQ reformat that quantizes (float -> INT8)."""
-    return from_qdq(rl_layer) and "INT8" in outs and any(p in ("FP32", "FP16", "BF16") for p in ins)
+    return from_qdq(rl_layer) and "INT8" in outs and any(p in FLOAT_DTYPES for p in ins)
 
 
 def is_dq(rl_layer: EngineLayer, ins: Sequence[Optional[str]], outs: Sequence[Optional[str]]) -> bool:
-    return from_qdq(rl_layer) and "INT8" in ins and any(p in ("FP32", "FP16", "BF16") for p in outs)
+    return from_qdq(rl_layer) and "INT8" in ins and any(p in FLOAT_DTYPES for p in outs)

@@ -101,6 +101,10 @@ _VECTORIZED = re.compile(r"^(?P<w>[a-z-]+) wide channel vectorized")
 _CHANNEL_MOD = re.compile(r"channel\s*%\s*(?P<n>\d+)\s*==\s*0")
 _CHANNEL_EQ = re.compile(r"channel\s*==\s*(?P<n>\d+)")
 
+# The float data types an engine's layer JSON prints (``_DTYPE_WORDS``): what a Q reads and a DQ writes.
+# Not ``edgeq.graph.trt86.common.FLOAT_PRECISIONS`` (what 8.6 runs a layer in, no BF16), on purpose.
+FLOAT_DTYPES = ("FP32", "FP16", "BF16")
+
 # Widths for "which float is widest" decisions (a layer touching FP32 and INT8 data runs FP32).
 PRECISION_RANK = {
     "INT8": 1,

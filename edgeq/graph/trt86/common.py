@@ -26,7 +26,8 @@ EDGEQ = "tests/fixtures/trt86-h200-edgeq"
 ZOO = "tests/fixtures/trt86-h100-zoo"
 GUIDE = "TensorRT 8.6 Developer Guide, Explicit Quantization, 'Q/DQ Layer-Placement Recommendations'"
 PLACE = "run `edgeq quantize` on the float model"
-FLOAT_PRECISIONS = ("FP32", "FP16")  # the float precisions TensorRT 8.6 runs a layer in besides INT8
+FLOAT_PRECISIONS = ("FP32", "FP16")  # the float precisions TensorRT 8.6 runs a layer in besides INT8 (the
+# layer JSON's data types, BF16 included: edgeq.report.parse.FLOAT_DTYPES)
 WEIGHTED = frozenset(WEIGHTED_OPS)
 
 
